@@ -1,0 +1,39 @@
+"""Exceptions raised by sst-cli.
+
+Each one also inherits the builtin it means, so callers that do not know sst-cli can still
+catch ``ValueError`` or ``OSError``; the CLI maps ``SstError`` to a message and an exit code.
+"""
+
+from __future__ import annotations
+
+
+class SstError(Exception):
+    """Base class: an error whose message is meant for the user, without a traceback."""
+
+    exit_code: int = 1
+
+
+class ConfigError(SstError, ValueError):
+    """A model name, scale, option or constructor config is not valid."""
+
+    exit_code = 2
+
+
+class CheckpointError(SstError, ValueError):
+    """A weights file cannot be read, is unsafe, or does not match the network."""
+
+
+class WeightsNotFound(SstError, FileNotFoundError):
+    """Weights are neither on disk nor in the cache, and cannot be downloaded."""
+
+
+class ImageError(SstError, OSError):
+    """An image cannot be read or written."""
+
+
+class OutputExists(SstError, FileExistsError):
+    """Writing would overwrite a file the user did not ask to overwrite."""
+
+
+class NonFiniteOutput(SstError, ArithmeticError):
+    """The network produced NaN or Inf (usually reduced precision overflowing)."""

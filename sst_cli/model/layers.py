@@ -1,0 +1,146 @@
+"""Building blocks of SST, named and shaped exactly like the official checkpoints' keys."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import attend
+from .rib import RibParameters
+
+
+class LayerNorm2d(nn.Module):
+    """LayerNorm over channels at each pixel of an NCHW tensor (biased variance, eps 1e-6)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.layer_norm(x.permute(0, 2, 3, 1), (x.shape[1],), self.weight, self.bias, self.eps)
+        return y.permute(0, 3, 1, 2)
+
+
+class ConvFFN(nn.Module):
+    """1x1 expand, GELU, depth-wise 3x3 with an inner residual ``h + GELU(dwc(h))``, 1x1 back."""
+
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.proj = nn.Conv2d(dim, hidden, 1)
+        self.dwc = nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden)
+        self.agg = nn.Conv2d(hidden, dim, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.gelu(self.proj(x))
+        h = h + F.gelu(self.dwc(h))
+        return self.agg(h)
+
+
+def local_gate(dim: int) -> nn.Sequential:
+    """Convolutional local attention gate (depth-wise 3x3, point-wise 1x1); sigmoid applied by the caller."""
+    return nn.Sequential(nn.Conv2d(dim, dim, 3, padding=1, groups=dim), nn.Conv2d(dim, dim, 1))
+
+
+class WindowAttention(RibParameters):
+    """Non-overlapping window self-attention with RIB positional factors and a local gate.
+
+    Each layer pads bottom/right (reflect) to a multiple of its own window size, attends within
+    windows tiled from the origin (padded tokens take part, unmasked), crops back, multiplies by
+    the gate computed on the unpadded input, and projects.
+    """
+
+    def __init__(
+        self, dim: int, heads: int, window: int, rank: int, rib_hidden: int, n_freqs: int, shift: bool
+    ) -> None:
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"dim {dim} is not divisible by {heads} heads")
+        self.heads = heads
+        self.window = window
+        self.shift = shift
+        self.backend = "auto"
+        self.init_rib(heads, rank, rib_hidden, n_freqs)
+        self.to_qkv = nn.Conv2d(dim, 3 * dim, 1)
+        self.to_out = nn.Conv2d(dim, dim, 1)
+        self.gate = local_gate(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, c, h, w = x.shape
+        ws, heads = self.window, self.heads
+        d = c // heads
+        gate = torch.sigmoid(self.gate(x))
+        pad_h, pad_w = -h % ws, -w % ws
+        if pad_h or pad_w:
+            x = F.pad(x, (0, pad_w, 0, pad_h), mode="reflect")
+        if self.shift:
+            x = torch.roll(x, shifts=(-(ws // 2), -(ws // 2)), dims=(2, 3))
+        hp, wp = h + pad_h, w + pad_w
+        nh, nw = hp // ws, wp // ws
+
+        qkv = self.to_qkv(x).view(b, 3, heads, d, nh, ws, nw, ws)
+        qkv = qkv.permute(1, 0, 4, 6, 2, 5, 7, 3).reshape(3, b * nh * nw, heads, ws * ws, d)
+        q, k, v = qkv.unbind(0)
+        pos_q, pos_k = self.positional_factors(ws, q.dtype)
+        n = q.shape[0]
+        q = torch.cat([q * d**-0.5, (pos_q * self.rank**-0.5).expand(n, -1, -1, -1)], dim=-1)
+        k = torch.cat([k, pos_k.expand(n, -1, -1, -1)], dim=-1)
+        out = attend(q, k, v, self.backend)
+
+        out = out.view(b, nh, nw, heads, ws, ws, d).permute(0, 3, 6, 1, 4, 2, 5).reshape(b, c, hp, wp)
+        if self.shift:
+            out = torch.roll(out, shifts=(ws // 2, ws // 2), dims=(2, 3))
+        return self.to_out(out[:, :, :h, :w] * gate)
+
+
+class TransformerLayer(nn.Module):
+    """Pre-norm layer: ``x + attn(LN(x))``, then ``x + ffn(LN(x))``."""
+
+    def __init__(self, dim: int, ffn_hidden: int, attn: WindowAttention) -> None:
+        super().__init__()
+        self.norm_attn = LayerNorm2d(dim)
+        self.attn = attn
+        self.norm_ffn = LayerNorm2d(dim)
+        self.ffn = ConvFFN(dim, ffn_hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm_attn(x))
+        return x + self.ffn(self.norm_ffn(x))
+
+
+class ResidualGroup(nn.Sequential):
+    """SSTB: transformer layers then a 3x3 conv, with one residual around the whole group."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + super().forward(x)
+
+
+class DirectUpsampler(nn.Module):
+    """``pixelshuffle_direct`` (light variants): conv to 3*r^2, add the repeated LR input, shuffle."""
+
+    def __init__(self, dim: int, scale: int) -> None:
+        super().__init__()
+        self.scale = scale
+        self.up_conv = nn.Conv2d(dim, 3 * scale * scale, 3, padding=1)
+
+    def forward(self, feat: torch.Tensor, lr: torch.Tensor) -> torch.Tensor:
+        r2 = self.scale * self.scale
+        return F.pixel_shuffle(self.up_conv(feat) + lr.repeat_interleave(r2, dim=1), self.scale)
+
+
+class ShuffleUpsampler(nn.Module):
+    """``pixelshuffle``: conv + leaky ReLU, conv to C*r^2, one shuffle by r, conv to RGB, plus nearest LR."""
+
+    def __init__(self, dim: int, inner: int, scale: int) -> None:
+        super().__init__()
+        self.scale = scale
+        self.feature_conv = nn.Conv2d(dim, inner, 3, padding=1)
+        self.up_conv = nn.Conv2d(inner, inner * scale * scale, 3, padding=1)
+        self.final_conv = nn.Conv2d(inner, 3, 3, padding=1)
+
+    def forward(self, feat: torch.Tensor, lr: torch.Tensor) -> torch.Tensor:
+        h = F.leaky_relu(self.feature_conv(feat), 0.1)
+        h = self.final_conv(F.pixel_shuffle(self.up_conv(h), self.scale))
+        return h + F.interpolate(lr, scale_factor=self.scale, mode="nearest")

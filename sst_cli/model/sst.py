@@ -1,0 +1,188 @@
+"""SST: the Scalable SR Transformer (Lee et al., 2026), exact with the official checkpoints."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import ConfigError
+from .attention import check_backend
+from .layers import (
+    DirectUpsampler,
+    LayerNorm2d,
+    ResidualGroup,
+    ShuffleUpsampler,
+    TransformerLayer,
+    WindowAttention,
+)
+
+UPSAMPLERS = ("pixelshuffle_direct", "pixelshuffle")
+
+
+def _per_layer(value: int | Sequence[int], layers: int, name: str) -> tuple[int, ...]:
+    values = (value,) * layers if isinstance(value, int) else tuple(int(v) for v in value)
+    if len(values) != layers:
+        raise ConfigError(f"{name} has {len(values)} entries but there are {layers} window sizes")
+    return values
+
+
+@dataclass(frozen=True)
+class SSTConfig:
+    """The official ``SST(...)`` constructor keywords; defaults are the paper's SST at x4."""
+
+    dim: int = 180
+    window_sizes: tuple[int, ...] = (16, 32, 64, 16, 32, 64)
+    num_heads: tuple[int, ...] = (6, 6, 6, 6, 6, 6)
+    n_blocks: int = 6
+    exp_ratio: float = 1.25
+    attn_type: str = "RIB"
+    rib_hidden_dim: int = 32
+    rib_n_freqs: int = 10
+    upscaling_factor: int = 4
+    upsampler_type: str = "pixelshuffle"
+    ranks: tuple[int, ...] = (18, 18, 18, 34, 34, 34)
+    gate_type: str = "DWC"
+    intermediate_dim: int = 64
+
+    def __post_init__(self) -> None:
+        windows = tuple(int(w) for w in self.window_sizes)
+        if not windows or min(windows) < 1:
+            raise ConfigError(f"window_sizes must be positive integers, got {list(self.window_sizes)}")
+        object.__setattr__(self, "window_sizes", windows)
+        object.__setattr__(self, "num_heads", _per_layer(self.num_heads, len(windows), "num_heads"))
+        object.__setattr__(self, "ranks", _per_layer(self.ranks, len(windows), "ranks"))
+        if self.attn_type != "RIB":
+            raise ConfigError(f"attn_type {self.attn_type!r} is not supported (only 'RIB')")
+        if self.gate_type != "DWC":
+            raise ConfigError(f"gate_type {self.gate_type!r} is not supported (only 'DWC')")
+        if self.upsampler_type not in UPSAMPLERS:
+            raise ConfigError(f"upsampler_type must be one of {', '.join(UPSAMPLERS)}, got {self.upsampler_type!r}")
+        if self.upscaling_factor < 1:
+            raise ConfigError(f"upscaling_factor must be >= 1, got {self.upscaling_factor}")
+        for heads in self.num_heads:
+            if self.dim % heads:
+                raise ConfigError(f"dim {self.dim} is not divisible by num_heads {heads}")
+
+    @classmethod
+    def from_kwargs(cls, kwargs: Mapping[str, Any]) -> SSTConfig:
+        """Build from official constructor kwargs, refusing unknown keys by name."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise ConfigError(f"unknown SST config key(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**dict(kwargs))
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """JSON-friendly kwargs, as in the official option files."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+    @property
+    def scale(self) -> int:
+        return self.upscaling_factor
+
+    @property
+    def ffn_hidden(self) -> int:
+        return int(self.dim * self.exp_ratio)
+
+    @property
+    def shifted(self) -> tuple[bool, ...]:
+        """Upstream shifts odd layers only when all window sizes of a block are equal."""
+        same = len(set(self.window_sizes)) == 1
+        return tuple(same and i % 2 == 1 for i in range(len(self.window_sizes)))
+
+
+class SST(nn.Module):
+    """Maps NCHW RGB (nominally in [0, 1]) to NCHW RGB ``scale`` times larger, any input size."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__()
+        cfg = SSTConfig.from_kwargs(kwargs)
+        self.config = cfg
+        dim = cfg.dim
+        self.proj = nn.Conv2d(3, dim, 3, padding=1)
+        groups: list[nn.Module] = []
+        for _ in range(cfg.n_blocks):
+            layers: list[nn.Module] = [
+                TransformerLayer(
+                    dim,
+                    cfg.ffn_hidden,
+                    WindowAttention(dim, heads, ws, rank, cfg.rib_hidden_dim, cfg.rib_n_freqs, shift),
+                )
+                for ws, heads, rank, shift in zip(cfg.window_sizes, cfg.num_heads, cfg.ranks, cfg.shifted)
+            ]
+            groups.append(ResidualGroup(*layers, nn.Conv2d(dim, dim, 3, padding=1)))
+        self.body = nn.Sequential(*groups, LayerNorm2d(dim), nn.Conv2d(dim, dim, 3, padding=1))
+        if cfg.upsampler_type == "pixelshuffle_direct":
+            self.upsampler: nn.Module = DirectUpsampler(dim, cfg.scale)
+        else:
+            self.upsampler = ShuffleUpsampler(dim, cfg.intermediate_dim, cfg.scale)
+
+    # What the model says about itself, for tilers and memory planning.
+    @property
+    def scale(self) -> int:
+        return self.config.scale
+
+    @property
+    def tile_align(self) -> int:
+        """Tiles whose origins are multiples of this see the same window grid as the whole image."""
+        return math.lcm(*self.config.window_sizes)
+
+    @property
+    def min_side(self) -> int:
+        """Smallest side every layer's reflect padding accepts; smaller inputs are padded at entry."""
+        return max(self.config.window_sizes) // 2 + 1
+
+    @property
+    def exact_context(self) -> int:
+        """LR pixels of context beyond a window-aligned tile edge that make tiling exact.
+
+        Damage from a cut travels inward: each 3x3 conv adds one pixel and each attention layer
+        spreads it to every window it touches, so the distance rounds up to that layer's window size.
+        """
+        depth = 1  # proj
+        for _ in range(self.config.n_blocks):
+            for ws in self.config.window_sizes:
+                depth = max(-(-depth // ws) * ws, depth + 1)  # windows touched; the gate's 3x3 reach
+                depth += 1  # depth-wise conv of the FFN
+            depth += 1  # the group's tail conv
+        depth += 1  # body tail conv
+        return depth + (1 if self.config.upsampler_type == "pixelshuffle_direct" else 3)
+
+    def activation_bytes(self, height: int, width: int, dtype: torch.dtype = torch.float32) -> int:
+        """Rough peak activation memory of one forward pass (no grad), used to size tiles."""
+        cfg, elem = self.config, torch.finfo(dtype).bits // 8
+        align = max(cfg.window_sizes)
+        padded = (height + align) * (width + align)
+        body = 14 * cfg.dim + 3 * cfg.ffn_hidden
+        inner = 3 if cfg.upsampler_type == "pixelshuffle_direct" else cfg.intermediate_dim
+        head = 2 * inner * cfg.scale**2 + 6 * cfg.scale**2
+        return elem * max(body * padded, head * height * width)
+
+    def set_attention_backend(self, backend: str) -> None:
+        """Choose the attention kernel (a runtime choice; it does not change what is computed)."""
+        check_backend(backend)
+        for module in self.modules():
+            if isinstance(module, WindowAttention):
+                module.backend = backend
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, w = x.shape[-2:]
+        small = self.min_side
+        pad_h, pad_w = max(0, small - h), max(0, small - w)
+        if pad_h or pad_w:
+            # Upstream raises here; padding only these inputs keeps every other size identical to it.
+            mode = "reflect" if pad_h < h and pad_w < w else "replicate"
+            x = F.pad(x, (0, pad_w, 0, pad_h), mode=mode)
+        feat = self.proj(x)
+        feat = feat + self.body(feat)
+        out = self.upsampler(feat, x)
+        if pad_h or pad_w:
+            out = out[..., : h * self.scale, : w * self.scale]
+        return out
