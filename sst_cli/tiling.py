@@ -1,0 +1,317 @@
+"""Tile planning and tiled inference, independent of any network class.
+
+Window-attention SR networks without shifted windows (SST) pad each layer bottom/right to a
+multiple of the window size and tile windows from the image origin.  A tile whose context box
+starts on a multiple of ``align`` (the lcm of the window sizes) therefore sees the same window
+grid as the whole image, and a tile that ends at the image edge gets the same padding.  For such
+models tiles are aligned, overlaps are whole multiples of ``align``, the last tile runs to the
+image edge (never shifted back) and cores are cropped into the output.  Generic models
+(``align=1``) use feathered blending over the overlaps instead.
+
+The output canvas lives on the CPU; only tiles go through ``forward``, so device memory grows with
+the tile, not with the image.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from sst_cli.errors import ConfigError
+
+Forward = Callable[[torch.Tensor], torch.Tensor]
+_WEIGHT_BITS = 16  # feather weights are multiples of 2**-16 so a constant image blends exactly
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One tile: the core it owns in the output and the larger context fed to the model (LR pixels)."""
+
+    y0: int
+    y1: int
+    x0: int
+    x1: int
+    cy0: int
+    cy1: int
+    cx0: int
+    cx1: int
+
+    @property
+    def context_shape(self) -> tuple[int, int]:
+        """(height, width) of the context box; tiles with equal shapes can be batched."""
+        return self.cy1 - self.cy0, self.cx1 - self.cx0
+
+
+def align_tile_size(tile: int, align: int) -> int:
+    """Round a tile size down to a multiple of ``align`` (at least ``align``); 0 (whole image) stays 0."""
+    _check_align(align)
+    if tile < 0:
+        raise ConfigError(f"tile size must be >= 0 (0 = whole image), got {tile}")
+    if tile == 0:
+        return 0
+    return max(align, tile // align * align)
+
+
+def align_overlap(overlap: int, align: int) -> int:
+    """Round an overlap up to a multiple of ``align`` so context boxes start on the window grid."""
+    _check_align(align)
+    if overlap < 0:
+        raise ConfigError(f"tile overlap must be >= 0, got {overlap}")
+    return -(-overlap // align) * align
+
+
+def plan_tiles(height: int, width: int, tile: int, overlap: int, align: int = 1) -> list[Tile]:
+    """Split an image into row-major tiles whose cores partition it exactly.
+
+    Cores form a grid of ``tile`` from the origin; the last row/column runs to the image edge and
+    may be smaller.  Contexts are cores grown by ``overlap`` and clipped to the image.
+    """
+    _check_align(align)
+    if height < 1 or width < 1:
+        raise ConfigError(f"image size must be positive, got {height}x{width}")
+    if tile < 0:
+        raise ConfigError(f"tile size must be >= 0 (0 = whole image), got {tile}")
+    if overlap < 0:
+        raise ConfigError(f"tile overlap must be >= 0, got {overlap}")
+    if tile % align:
+        raise ConfigError(f"tile size {tile} is not a multiple of the model's alignment {align}")
+    if overlap % align:
+        raise ConfigError(f"tile overlap {overlap} is not a multiple of the model's alignment {align}")
+    if tile == 0 or (tile >= height and tile >= width):
+        return [Tile(0, height, 0, width, 0, height, 0, width)]
+    tiles = []
+    for y0 in range(0, height, tile):
+        y1 = min(y0 + tile, height)
+        for x0 in range(0, width, tile):
+            x1 = min(x0 + tile, width)
+            tiles.append(
+                Tile(
+                    y0, y1, x0, x1,
+                    max(0, y0 - overlap), min(height, y1 + overlap),
+                    max(0, x0 - overlap), min(width, x1 + overlap),
+                )
+            )  # fmt: skip
+    return tiles
+
+
+def run_tiles(
+    forward: Forward,
+    image: torch.Tensor,
+    scale: int,
+    tiles: Sequence[Tile],
+    *,
+    batch: int = 1,
+    blend: bool = False,
+    on_tile: Callable[[int, int], None] | None = None,
+    skip: Callable[[Tile], bool] | None = None,
+    canvas: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Run ``forward`` over ``tiles`` of a (C, H, W) image; return the (C_out, H*s, W*s) CPU float32 output.
+
+    Skipped tiles count as done for ``on_tile``.  ``canvas`` (crop mode only) continues an earlier,
+    interrupted run.  ``forward`` should already run without autograd.
+    """
+    acc = _Accumulator(image, scale, blend, canvas)
+    _run(forward, image, scale, tiles, acc, batch, on_tile, skip, None)
+    return acc.result()
+
+
+def run_tiles_adaptive(
+    forward: Forward,
+    image: torch.Tensor,
+    scale: int,
+    *,
+    tile: int,
+    overlap: int,
+    align: int = 1,
+    batch: int = 1,
+    blend: bool = False,
+    on_tile: Callable[[int, int], None] | None = None,
+    is_oom: Callable[[BaseException], bool],
+    on_oom: Callable[[int], None] | None = None,
+) -> tuple[torch.Tensor, int]:
+    """Run tiled inference, halving the tile on out-of-memory errors; return (output, tile size used).
+
+    In crop mode finished cores are kept and not recomputed: an LR mask records them, and new
+    tiles whose core is fully covered are skipped (halved grids nest exactly when tile/align is a
+    power of two; otherwise straddling tiles are recomputed, which overwrites identical values).
+    In blend mode the run simply restarts with the smaller tile, since partial weighted sums
+    would need the old weights.  ``on_oom(new_tile)`` runs after the exception is released, so
+    the caller can free the device cache there.
+    """
+    _check_image(image)
+    _, height, width = image.shape
+    finished = torch.zeros(height, width, dtype=torch.bool)
+    acc: _Accumulator | None = None
+
+    def is_finished(t: Tile) -> bool:
+        return bool(finished[t.y0 : t.y1, t.x0 : t.x1].all())
+
+    def mark(t: Tile) -> None:
+        finished[t.y0 : t.y1, t.x0 : t.x1] = True
+
+    while True:
+        tiles = plan_tiles(height, width, tile, overlap, align)
+        if acc is None or blend:
+            acc = _Accumulator(image, scale, blend, None)
+            finished.zero_()
+        try:
+            _run(forward, image, scale, tiles, acc, batch, on_tile, is_finished, mark)
+            return acc.result(), tile
+        except Exception as exc:
+            if not is_oom(exc):
+                raise
+            new_tile = _halve_tile(tile, height, width, align)
+            if new_tile is None:
+                raise
+        # Outside the except block the traceback (and the device tensors its frames hold) is gone.
+        tile = new_tile
+        if on_oom is not None:
+            on_oom(tile)
+
+
+def _halve_tile(tile: int, height: int, width: int, align: int) -> int | None:
+    """Next smaller aligned tile, or None when it cannot shrink below ``align``."""
+    effective = max(height, width) if tile == 0 else min(tile, max(height, width))
+    if effective <= align:
+        return None
+    return align_tile_size(effective // 2, align)
+
+
+def _run(
+    forward: Forward,
+    image: torch.Tensor,
+    scale: int,
+    tiles: Sequence[Tile],
+    acc: _Accumulator,
+    batch: int,
+    on_tile: Callable[[int, int], None] | None,
+    skip: Callable[[Tile], bool] | None,
+    on_done: Callable[[Tile], None] | None,
+) -> None:
+    """Group runnable tiles by context shape, run them in batches and feed the accumulator."""
+    if batch < 1:
+        raise ConfigError(f"tile batch must be >= 1, got {batch}")
+    total = len(tiles)
+    todo = [t for t in tiles if skip is None or not skip(t)]
+    done = total - len(todo)
+    groups: dict[tuple[int, int], list[Tile]] = {}
+    for t in todo:
+        groups.setdefault(t.context_shape, []).append(t)
+    for group in groups.values():
+        for start in range(0, len(group), batch):
+            chunk = group[start : start + batch]
+            x = torch.stack([image[:, t.cy0 : t.cy1, t.cx0 : t.cx1] for t in chunk])
+            out = forward(x)
+            h, w = chunk[0].context_shape
+            if out.ndim != 4 or out.shape[0] != len(chunk) or tuple(out.shape[2:]) != (h * scale, w * scale):
+                raise ValueError(
+                    f"model returned shape {tuple(out.shape)} for input {tuple(x.shape)} at scale {scale}"
+                )
+            out = out.to("cpu", torch.float32)
+            del x
+            for i, t in enumerate(chunk):
+                acc.add(t, out[i])
+                if on_done is not None:
+                    on_done(t)
+                done += 1
+                if on_tile is not None:
+                    on_tile(done, total)
+            del out
+
+
+class _Accumulator:
+    """CPU output canvas, created on the first tile because only then C_out is known.
+
+    Crop mode writes each core once.  Blend mode keeps a float64 weighted sum and weight sum; the
+    weights are multiples of 2**-16, so products and sums are exact and a constant image (or a
+    pointwise model) reproduces the untiled result bit for bit.
+    """
+
+    def __init__(self, image: torch.Tensor, scale: int, blend: bool, canvas: torch.Tensor | None) -> None:
+        _check_image(image)
+        if scale < 1:
+            raise ConfigError(f"scale must be >= 1, got {scale}")
+        if blend and canvas is not None:
+            raise ValueError("resuming into an existing canvas is not supported with blending")
+        _, self.height, self.width = image.shape
+        self.scale = scale
+        self.blend = blend
+        self.out = canvas
+        self.weight: torch.Tensor | None = None
+        if canvas is not None:
+            self._check_canvas(canvas.shape[0])
+
+    def _check_canvas(self, channels: int) -> None:
+        assert self.out is not None
+        want = (channels, self.height * self.scale, self.width * self.scale)
+        if tuple(self.out.shape) != want or self.out.dtype != torch.float32 or self.out.device.type != "cpu":
+            raise ValueError(
+                f"canvas must be a CPU float32 tensor of shape {want}, got {tuple(self.out.shape)}"
+            )
+
+    def add(self, t: Tile, out: torch.Tensor) -> None:
+        """Put one tile's (C_out, h*s, w*s) output into the canvas."""
+        s = self.scale
+        if self.out is None:
+            shape = (out.shape[0], self.height * s, self.width * s)
+            self.out = torch.zeros(shape, dtype=torch.float64 if self.blend else torch.float32)
+            if self.blend:
+                self.weight = torch.zeros(shape[1:], dtype=torch.float64)
+        elif self.out.shape[0] != out.shape[0]:
+            raise ValueError(f"model returned {out.shape[0]} channels, canvas has {self.out.shape[0]}")
+        if not self.blend:
+            self.out[:, t.y0 * s : t.y1 * s, t.x0 * s : t.x1 * s] = out[
+                :, (t.y0 - t.cy0) * s : (t.y1 - t.cy0) * s, (t.x0 - t.cx0) * s : (t.x1 - t.cx0) * s
+            ]
+            return
+        assert self.weight is not None
+        wy = _ramp(t.cy0, t.cy1, t.y0, t.y1, self.height, s)
+        wx = _ramp(t.cx0, t.cx1, t.x0, t.x1, self.width, s)
+        w = _quantize(wy[:, None] * wx[None, :])
+        ys, xs = slice(t.cy0 * s, t.cy1 * s), slice(t.cx0 * s, t.cx1 * s)
+        self.out[:, ys, xs] += out.double() * w
+        self.weight[ys, xs] += w
+
+    def result(self) -> torch.Tensor:
+        """The finished (C_out, H*s, W*s) CPU float32 output."""
+        if self.out is None:
+            raise ValueError("no tile was run and no canvas was given")
+        if not self.blend:
+            return self.out
+        assert self.weight is not None
+        return self.out.div_(self.weight).float()
+
+
+def _ramp(c0: int, c1: int, k0: int, k1: int, size: int, scale: int) -> torch.Tensor:
+    """1-D feather weights over a context [c0, c1) with core [k0, k1), in output pixels.
+
+    An interior context edge ramps linearly from ~0 across the zone shared with the neighbour
+    (twice the overlap), so the two ramps of a seam sum to 1; image borders keep weight 1.
+    """
+    n = (c1 - c0) * scale
+    pos = torch.arange(n, dtype=torch.float64) + 0.5
+    w = torch.ones(n, dtype=torch.float64)
+    if c0 > 0 and k0 > c0:
+        w = torch.minimum(w, pos / (2 * (k0 - c0) * scale))
+    if c1 < size and c1 > k1:
+        w = torch.minimum(w, (n - pos) / (2 * (c1 - k1) * scale))
+    return w
+
+
+def _quantize(w: torch.Tensor) -> torch.Tensor:
+    """Round weights to multiples of 2**-16 (never 0) so float64 weighted sums of float32 are exact."""
+    q = float(1 << _WEIGHT_BITS)
+    return (w * q).round_().clamp_(1.0, q).div_(q)
+
+
+def _check_align(align: int) -> None:
+    if align < 1:
+        raise ConfigError(f"alignment must be >= 1, got {align}")
+
+
+def _check_image(image: torch.Tensor) -> None:
+    if image.ndim != 3:
+        raise ValueError(f"image must be a (C, H, W) tensor, got shape {tuple(image.shape)}")

@@ -1,0 +1,108 @@
+"""The official SST variants: one typed table, one factory.
+
+Hyper-parameters and parameter counts are those of the authors' option files (commit bcd6132).
+A ``+`` variant has exactly the shapes of its base; only its window sizes differ, which is why
+window sizes come from the variant name and can never be read from a checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ConfigError
+from .model import SST, SSTConfig
+
+SCALES = (2, 3, 4)
+
+WINDOWS = (16, 32, 64, 16, 32, 64)
+WINDOWS_LIGHT = (8, 16, 32, 16, 32, 64)
+WINDOWS_PLUS = (16, 32, 48, 32, 48, 96)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One official architecture; ``params`` maps scale to the published parameter count."""
+
+    name: str
+    title: str
+    dim: int
+    n_blocks: int
+    window_sizes: tuple[int, ...]
+    heads: int
+    ranks: tuple[int, ...]
+    exp_ratio: float
+    upsampler_type: str
+    intermediate_dim: int
+    params: dict[int, int]
+
+    def config(self, scale: int) -> SSTConfig:
+        check_scale(scale)
+        return SSTConfig(
+            dim=self.dim,
+            window_sizes=self.window_sizes,
+            num_heads=(self.heads,) * len(self.window_sizes),
+            n_blocks=self.n_blocks,
+            exp_ratio=self.exp_ratio,
+            upscaling_factor=scale,
+            upsampler_type=self.upsampler_type,
+            ranks=self.ranks,
+            intermediate_dim=self.intermediate_dim,
+        )
+
+
+def _light(name: str, title: str, windows: tuple[int, ...]) -> Variant:
+    counts = {2: 893_340, 3: 899_835, 4: 908_928}
+    return Variant(name, title, 48, 5, windows, 3, (16, 16, 16, 24, 24, 24), 1.5, "pixelshuffle_direct", 64, counts)
+
+
+def _base(name: str, title: str, windows: tuple[int, ...]) -> Variant:
+    counts = {2: 11_676_707, 3: 11_861_347, 4: 12_119_843}
+    return Variant(name, title, 180, 6, windows, 6, (18, 18, 18, 34, 34, 34), 1.25, "pixelshuffle", 64, counts)
+
+
+def _large(name: str, title: str, windows: tuple[int, ...]) -> Variant:
+    counts = {2: 20_314_947, 3: 20_730_147, 4: 21_311_427}
+    return Variant(name, title, 192, 8, windows, 6, (16, 16, 16, 32, 32, 32), 2.0, "pixelshuffle", 96, counts)
+
+
+_XL_PLUS = Variant(
+    "sst-xl+", "SST-XL+", 224, 10, WINDOWS_PLUS, 7, (16, 16, 16, 32, 32, 32), 2.0, "pixelshuffle", 96,
+    {2: 33_892_195, 3: 34_307_395, 4: 34_888_675},
+)  # fmt: skip
+
+VARIANTS: dict[str, Variant] = {
+    v.name: v
+    for v in (
+        _light("sst-light", "SST-light", WINDOWS_LIGHT),
+        _light("sst-light+", "SST-light+", WINDOWS_PLUS),
+        _base("sst", "SST", WINDOWS),
+        _base("sst+", "SST+", WINDOWS_PLUS),
+        _large("sst-l", "SST-L", WINDOWS),
+        _large("sst-l+", "SST-L+", WINDOWS_PLUS),
+        _XL_PLUS,
+    )
+}
+
+
+def list_models() -> list[str]:
+    """Zoo names, smallest first."""
+    return list(VARIANTS)
+
+
+def check_scale(scale: int) -> int:
+    if scale not in SCALES:
+        raise ConfigError(f"scale must be one of {', '.join(map(str, SCALES))}, got {scale}")
+    return scale
+
+
+def get_variant(name: str) -> Variant:
+    """Look a variant up by name, case-insensitively."""
+    variant = VARIANTS.get(name.strip().lower())
+    if variant is None:
+        raise ConfigError(f"unknown model {name!r}; choose one of {', '.join(VARIANTS)}")
+    return variant
+
+
+def create_model(name: str, scale: int) -> SST:
+    """An untrained network of a zoo variant (works under ``torch.device('meta')``)."""
+    return SST(**get_variant(name).config(scale).to_kwargs())

@@ -1,0 +1,338 @@
+"""Tests for sst_cli.hub against a fake Hugging Face cache; the network is blocked throughout.
+
+huggingface_hub reads HF_HUB_OFFLINE / HF_HUB_CACHE into ``huggingface_hub.constants`` at import
+time, so in-process tests patch those constants (and the env, for consistency); one subprocess test
+checks that the plain environment variables are honoured end to end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import huggingface_hub
+import pytest
+from huggingface_hub import constants
+from huggingface_hub.utils import (
+    EntryNotFoundError,
+    GatedRepoError,
+    HfHubHTTPError,
+    LocalEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+
+from sst_cli import hub
+from sst_cli.errors import CheckpointError, ConfigError, WeightsNotFound
+
+REPO = "tester/sst-fake"
+COMMIT_A = "a1" * 20
+COMMIT_B = "b2" * 20
+FILE = "SST_DF2K_X4.pth"
+DATA_A = b"weights at commit A"
+DATA_B = b"weights at commit B, different"
+ROOT = Path(__file__).resolve().parent.parent
+ZOO = {
+    "sst-light": "SSTlight_DFLIP_X{s}.pth",
+    "sst-light+": "SSTlight_Plus_DFLIP_X{s}.pth",
+    "sst": "SST_DF2K_X{s}.pth",
+    "sst+": "SST_Plus_DF2K_X{s}.pth",
+    "sst-l": "SSTLarge_DFLIP_X{s}.pth",
+    "sst-l+": "SSTLarge_Plus_DFLIP_X{s}.pth",
+    "sst-xl+": "SSTXL_Plus_DFLIP_X{s}.pth",
+}
+
+
+def add_to_cache(
+    cache: Path, repo_id: str, commit: str, files: dict[str, bytes], ref: str | None = None
+) -> None:
+    """Lay files out exactly as hf_hub_download does: blobs/<sha256>, snapshots/<commit>/<name> -> blob."""
+    repo_dir = cache / ("models--" + repo_id.replace("/", "--"))
+    for name, data in files.items():
+        blob = repo_dir / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(data)
+        pointer = repo_dir / "snapshots" / commit / name
+        pointer.parent.mkdir(parents=True, exist_ok=True)
+        pointer.symlink_to(os.path.relpath(blob, pointer.parent))
+    if ref is not None:
+        (repo_dir / "refs").mkdir(parents=True, exist_ok=True)
+        (repo_dir / "refs" / ref).write_text(commit)  # no trailing newline: huggingface_hub does not strip
+
+
+def _no_network(*args: object, **kwargs: object) -> None:
+    raise AssertionError("test tried to use the network")
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Block sockets and clear overrides that would leak in from the developer's shell."""
+    monkeypatch.setattr(socket.socket, "connect", _no_network)
+    monkeypatch.setattr(socket, "getaddrinfo", _no_network)
+    for var in ("SST_HUB_REPO", "SST_WEIGHTS_DIR"):
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An offline fake HF cache holding REPO/FILE at COMMIT_A (main) and COMMIT_B (no ref)."""
+    root = tmp_path / "hf-cache"
+    add_to_cache(root, REPO, COMMIT_A, {FILE: DATA_A}, ref="main")
+    add_to_cache(root, REPO, COMMIT_B, {FILE: DATA_B})
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(root))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(root))
+    return root
+
+
+def test_download_cached_file(cache: Path) -> None:
+    path = hub.download(hub.HubFile(REPO, FILE, revision="main"))
+    assert path.read_bytes() == DATA_A
+    assert cache in path.parents
+    assert hub.download(hub.HubFile(REPO, FILE)).read_bytes() == DATA_A  # revision None means main
+
+
+def test_download_pinned_commit(cache: Path) -> None:
+    assert hub.download(hub.HubFile(REPO, FILE, revision=COMMIT_B)).read_bytes() == DATA_B
+
+
+@pytest.mark.parametrize("revision", ["v9", "c3" * 20])
+def test_download_uncached_revision_offline(cache: Path, revision: str) -> None:
+    with pytest.raises(WeightsNotFound) as info:
+        hub.download(hub.HubFile(REPO, FILE, revision=revision), pull_hint="sst models pull sst --scale 4")
+    msg = str(info.value)
+    assert "\n" not in msg and "Traceback" not in msg
+    assert "is not in the Hugging Face cache (HF_HUB_OFFLINE is set)" in msg
+    assert "`sst models pull sst --scale 4`" in msg and "--weights PATH" in msg
+
+
+def test_resolve_pretrained_offline_not_cached_names_pull_command(cache: Path) -> None:
+    with pytest.raises(WeightsNotFound, match=r"sst models pull sst-l\+ --scale 2"):
+        hub.resolve_pretrained("sst-l+", 2, repo_id=REPO)
+
+
+def test_resolve_pretrained_from_cache(cache: Path) -> None:
+    assert hub.resolve_pretrained("sst", 4, repo_id=REPO).read_bytes() == DATA_A
+
+
+def test_sha256_verified(cache: Path) -> None:
+    good = hashlib.sha256(DATA_A).hexdigest()
+    assert hub.download(hub.HubFile(REPO, FILE, sha256=good)).read_bytes() == DATA_A
+    bad = hashlib.sha256(b"something else").hexdigest()
+    with pytest.raises(CheckpointError) as info:
+        hub.download(hub.HubFile(REPO, FILE, sha256=bad))
+    msg = str(info.value)
+    assert FILE in msg and bad in msg and good in msg
+
+
+def test_invalid_sha256_rejected() -> None:
+    with pytest.raises(ConfigError, match="64 lowercase hex"):
+        hub.HubFile(REPO, FILE, sha256="abc")
+
+
+def test_cached_path(cache: Path) -> None:
+    assert hub.cached_path(hub.HubFile(REPO, FILE)).read_bytes() == DATA_A
+    assert hub.cached_path(hub.HubFile(REPO, FILE, revision=COMMIT_B)).read_bytes() == DATA_B
+    assert hub.cached_path(hub.HubFile(REPO, "missing.pth")) is None
+    assert hub.cached_path(hub.HubFile(REPO, FILE, revision="v9")) is None
+    assert hub.cached_path(hub.HubFile("nobody/nothing", FILE)) is None
+
+
+@pytest.mark.parametrize(
+    ("ref", "expected"),
+    [
+        ("hf://owner/repo/model.pth", hub.HubFile("owner/repo", "model.pth")),
+        ("hf://owner/repo/model.pth@v1.0", hub.HubFile("owner/repo", "model.pth", "v1.0")),
+        ("hf://owner/repo/a/b/model.pth@" + COMMIT_A, hub.HubFile("owner/repo", "a/b/model.pth", COMMIT_A)),
+        ("hf://owner/repo@dev/a/model.pth", hub.HubFile("owner/repo", "a/model.pth", "dev")),
+        ("hf://models/owner/repo/model.pth", hub.HubFile("owner/repo", "model.pth")),
+        ("  hf://owner/repo/model.safetensors  ", hub.HubFile("owner/repo", "model.safetensors")),
+    ],
+)
+def test_parse_hf_reference_good(ref: str, expected: hub.HubFile) -> None:
+    assert hub.parse_hf_reference(ref) == expected
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "hf://",
+        "hf://owner",
+        "hf://owner/repo",
+        "hf://owner/repo/",
+        "hf://owner//model.pth",
+        "hf:///repo/model.pth",
+        "hf://owner/repo/model.pth@",
+        "hf://owner/repo/../model.pth",
+        "hf://datasets/owner/repo/model.pth",
+        "https://huggingface.co/owner/repo/model.pth",
+        "owner/repo/model.pth",
+    ],
+)
+def test_parse_hf_reference_bad(ref: str) -> None:
+    with pytest.raises(ConfigError, match=r"expected hf://OWNER/REPO/PATH/IN/REPO\.pth\[@REVISION\]"):
+        hub.parse_hf_reference(ref)
+
+
+def test_is_hf_reference() -> None:
+    assert hub.is_hf_reference("hf://a/b/c.pth")
+    assert hub.is_hf_reference("HF://a/b")
+    assert not hub.is_hf_reference("weights/hf.pth")
+    assert not hub.is_hf_reference("C:/models/x.pth")
+
+
+def test_manifest_has_all_zoo_entries() -> None:
+    manifest = hub.load_manifest()
+    assert manifest["format"] == 1
+    assert manifest["default_repo_id"] == "dslisleedh/SST"
+    assert set(manifest["models"]) == set(ZOO)
+    count = 0
+    for name, pattern in ZOO.items():
+        assert set(manifest["models"][name]) == {"2", "3", "4"}
+        for scale in (2, 3, 4):
+            entry = manifest["models"][name][str(scale)]
+            assert entry["filename"] == pattern.format(s=scale)
+            assert set(entry) >= {"filename", "repo_id", "revision", "sha256", "bundled"}
+            file = hub.manifest_entry(name, scale)
+            assert isinstance(file, hub.HubFile)
+            assert (file.repo_id, file.filename, file.revision) == (
+                "dslisleedh/SST",
+                entry["filename"],
+                "main",
+            )
+            count += 1
+    assert count == 21
+
+
+def test_manifest_is_the_repo_weights_folder() -> None:
+    assert hub.weights_dir() == ROOT / "weights"
+
+
+def test_repo_override_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert hub.manifest_entry("sst", 4).repo_id == "dslisleedh/SST"
+    monkeypatch.setenv("SST_HUB_REPO", "env/repo")
+    assert hub.manifest_entry("sst", 4).repo_id == "env/repo"
+    assert hub.manifest_entry("sst", 4, repo_id="arg/repo").repo_id == "arg/repo"
+
+
+def test_unknown_model_lists_choices() -> None:
+    with pytest.raises(ConfigError) as info:
+        hub.resolve_pretrained("sst-huge", 4)
+    for name in ZOO:
+        assert name in str(info.value)
+
+
+def test_unknown_scale_lists_scales() -> None:
+    with pytest.raises(ConfigError, match="available scales: 2, 3, 4"):
+        hub.manifest_entry("sst", 8)
+
+
+def _write_manifest(folder: Path, entry: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {"format": 1, "default_repo_id": "default/repo", "models": {"tiny": {"4": entry}}}
+    (folder / "manifest.json").write_text(json.dumps(data))
+
+
+def test_bundled_and_manifest_repo_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "weights"
+    entry = {
+        "filename": "t.pth",
+        "repo_id": "entry/repo",
+        "revision": "main",
+        "sha256": None,
+        "bundled": None,
+    }
+    _write_manifest(folder, entry)
+    monkeypatch.setenv("SST_WEIGHTS_DIR", str(folder))
+    assert hub.manifest_entry("tiny", 4).repo_id == "entry/repo"
+
+    bundled_dir = tmp_path / "bundled"
+    _write_manifest(bundled_dir, {**entry, "bundled": "tiny_x4.safetensors"})
+    monkeypatch.setenv("SST_WEIGHTS_DIR", str(bundled_dir))
+    with pytest.raises(WeightsNotFound, match="missing"):
+        hub.resolve_pretrained("tiny", 4)
+    (bundled_dir / "tiny_x4.safetensors").write_bytes(b"x")
+    assert hub.resolve_pretrained("tiny", 4) == bundled_dir / "tiny_x4.safetensors"
+    assert isinstance(hub.manifest_entry("tiny", 4, repo_id="arg/repo"), hub.HubFile)
+
+
+def test_bad_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "manifest.json").write_text('{"format": 99}')
+    monkeypatch.setenv("SST_WEIGHTS_DIR", str(tmp_path))
+    with pytest.raises(ConfigError, match="format 1"):
+        hub.load_manifest()
+
+
+def _bare(cls: type[Exception], status: int | None = None) -> Exception:
+    """An instance of a huggingface_hub error without the httpx2 Response its __init__ wants."""
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, "server said no")
+    if status is not None:
+        exc.response = SimpleNamespace(status_code=status)  # type: ignore[attr-defined]
+    return exc
+
+
+@pytest.mark.parametrize(
+    ("error", "fragment"),
+    [
+        (_bare(GatedRepoError, 403), "HF_TOKEN"),
+        (_bare(RepositoryNotFoundError, 401), "was not found on the Hugging Face Hub"),
+        (_bare(RevisionNotFoundError, 404), "revision 'v2' does not exist"),
+        (_bare(EntryNotFoundError), f"{FILE} does not exist in {REPO}"),
+        (_bare(HfHubHTTPError, 401), "gated or unauthorised"),
+        (_bare(HfHubHTTPError, 503), "HTTP 503"),
+        (LocalEntryNotFoundError("connection refused"), "cannot reach the Hugging Face Hub"),
+        (ConnectionError("boom"), "ConnectionError: boom"),
+    ],
+)
+def test_online_errors_are_one_sentence(
+    monkeypatch: pytest.MonkeyPatch, error: Exception, fragment: str
+) -> None:
+    def fake_download(*args: object, **kwargs: object) -> str:
+        raise error
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    with pytest.raises(WeightsNotFound) as info:
+        hub.download(hub.HubFile(REPO, FILE, revision="v2"))
+    msg = str(info.value)
+    assert fragment in msg and "\n" not in msg
+    assert "SST_HUB_REPO" in msg and "--hub-repo" in msg
+
+
+def test_env_vars_honoured_in_fresh_process(tmp_path: Path) -> None:
+    """HF_HUB_OFFLINE/HF_HUB_CACHE set only in the environment, read by huggingface_hub at import."""
+    root = tmp_path / "cache"
+    add_to_cache(root, REPO, COMMIT_A, {FILE: DATA_A}, ref="main")
+    script = textwrap.dedent(
+        f"""
+        import socket
+        def no_net(*a, **k):
+            raise AssertionError("network used")
+        socket.socket.connect = no_net
+        socket.getaddrinfo = no_net
+        from sst_cli import hub
+        from sst_cli.errors import WeightsNotFound
+        print(hub.download(hub.HubFile({REPO!r}, {FILE!r})).read_bytes().decode())
+        try:
+            hub.download(hub.HubFile({REPO!r}, "other.pth"))
+        except WeightsNotFound as exc:
+            print("missing:", exc)
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "SST_"))}
+    env.update(HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(root), HF_HOME=str(tmp_path / "home"))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    assert DATA_A.decode() in out
+    assert "missing: other.pth from tester/sst-fake is not in the Hugging Face cache" in out

@@ -1,0 +1,320 @@
+"""Tests for tile planning and tiled inference (CPU, tiny tensors)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sst_cli.tiling import (
+    Tile,
+    align_overlap,
+    align_tile_size,
+    plan_tiles,
+    run_tiles,
+    run_tiles_adaptive,
+)
+
+
+def pointwise(x: torch.Tensor) -> torch.Tensor:
+    """x2 nearest upsample times 2: every output pixel depends on one input pixel."""
+    return x.repeat_interleave(2, -1).repeat_interleave(2, -2) * 2
+
+
+def make_local(k: int, channels: int = 2) -> torch.nn.Module:
+    """k fixed random 3x3 convs (receptive field radius k) then nearest x2 upsample."""
+    gen = torch.Generator().manual_seed(0)
+    layers: list[torch.nn.Module] = []
+    for _ in range(k):
+        conv = torch.nn.Conv2d(channels, channels, 3, padding=1)
+        with torch.no_grad():
+            conv.weight.copy_(torch.randn(conv.weight.shape, generator=gen) * 0.3)
+            conv.bias.copy_(torch.randn(conv.bias.shape, generator=gen) * 0.1)
+        layers.append(conv)
+    layers.append(torch.nn.Upsample(scale_factor=2, mode="nearest"))
+    return torch.nn.Sequential(*layers).eval()
+
+
+def window_mean(x: torch.Tensor, ws: int) -> torch.Tensor:
+    """Per-window mean over origin-aligned ws x ws windows, reflect-padded bottom/right like SST."""
+    h, w = x.shape[-2:]
+    x = F.pad(x, (0, -w % ws, 0, -h % ws), mode="reflect")
+    b, c, hp, wp = x.shape
+    m = x.reshape(b, c, hp // ws, ws, wp // ws, ws).mean((3, 5), keepdim=True)
+    return m.expand(b, c, hp // ws, ws, wp // ws, ws).reshape(b, c, hp, wp)[..., :h, :w]
+
+
+def image(c: int, h: int, w: int, seed: int = 1) -> torch.Tensor:
+    return torch.rand(c, h, w, generator=torch.Generator().manual_seed(seed))
+
+
+class FakeOOM(RuntimeError):
+    pass
+
+
+# ---------------------------------------------------------------- planning
+
+
+@pytest.mark.parametrize(
+    ("h", "w", "tile", "overlap", "align"),
+    [(20, 20, 8, 0, 1), (21, 37, 8, 3, 1), (35, 19, 16, 8, 8), (64, 48, 16, 16, 16), (9, 30, 4, 4, 2)],
+)
+def test_plan_partitions_image(h: int, w: int, tile: int, overlap: int, align: int) -> None:
+    tiles = plan_tiles(h, w, tile, overlap, align)
+    owned = torch.zeros(h, w, dtype=torch.int32)
+    for t in tiles:
+        owned[t.y0 : t.y1, t.x0 : t.x1] += 1
+        for v in (t.y0, t.x0, t.cy0, t.cx0):
+            assert v % align == 0
+        assert 0 <= t.cy0 <= t.y0 < t.y1 <= t.cy1 <= h
+        assert 0 <= t.cx0 <= t.x0 < t.x1 <= t.cx1 <= w
+        assert (t.cy0, t.cy1) == (max(0, t.y0 - overlap), min(h, t.y1 + overlap))
+        assert (t.cx0, t.cx1) == (max(0, t.x0 - overlap), min(w, t.x1 + overlap))
+        assert t.y1 - t.y0 <= tile and t.x1 - t.x0 <= tile
+    assert bool((owned == 1).all())
+    # Row-major, on the grid from the origin; the last tile ends at the edge and is not shifted back.
+    assert [(t.y0, t.x0) for t in tiles] == list(itertools.product(range(0, h, tile), range(0, w, tile)))
+    assert (tiles[-1].y1, tiles[-1].x1) == (h, w)
+    assert tiles[-1].y0 == (h - 1) // tile * tile
+
+
+@pytest.mark.parametrize(("tile", "h", "w"), [(0, 13, 7), (16, 16, 9), (100, 5, 5)])
+def test_plan_single_tile(tile: int, h: int, w: int) -> None:
+    assert plan_tiles(h, w, tile, 4) == [Tile(0, h, 0, w, 0, h, 0, w)]
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        ((10, 10, -8, 0, 1), "tile size"),
+        ((10, 10, 8, -1, 1), "overlap"),
+        ((10, 10, 8, 0, 0), "alignment"),
+        ((10, 10, 12, 0, 8), "multiple"),
+        ((10, 10, 16, 4, 8), "multiple"),
+        ((0, 10, 8, 0, 1), "image size"),
+    ],
+)
+def test_plan_validation(args: tuple[int, int, int, int, int], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        plan_tiles(*args)
+
+
+def test_align_helpers() -> None:
+    assert align_tile_size(100, 16) == 96
+    assert align_tile_size(5, 16) == 16
+    assert align_tile_size(0, 16) == 0
+    assert align_overlap(0, 16) == 0
+    assert align_overlap(1, 16) == 16
+    assert align_overlap(32, 16) == 32
+    with pytest.raises(ValueError):
+        align_tile_size(-1, 8)
+    with pytest.raises(ValueError):
+        align_overlap(4, 0)
+
+
+# ---------------------------------------------------------------- running
+
+
+@pytest.mark.parametrize("blend", [False, True])
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize(
+    ("h", "w", "tile", "overlap"), [(16, 16, 8, 0), (21, 13, 8, 3), (17, 30, 5, 2), (7, 9, 4, 6)]
+)
+def test_pointwise_tiled_equals_untiled(
+    h: int, w: int, tile: int, overlap: int, batch: int, blend: bool
+) -> None:
+    img = image(3, h, w)
+    want = pointwise(img[None])[0]
+    got = run_tiles(pointwise, img, 2, plan_tiles(h, w, tile, overlap), batch=batch, blend=blend)
+    assert got.dtype == torch.float32 and got.shape == want.shape
+    assert torch.equal(got, want)
+
+
+def test_blend_constant_image_exact() -> None:
+    img = torch.full((1, 23, 19), 0.3718)
+    got = run_tiles(lambda x: F.interpolate(x, scale_factor=3), img, 3, plan_tiles(23, 19, 6, 4), blend=True)
+    assert torch.equal(got, torch.full((1, 69, 57), 0.3718))
+
+
+def test_blend_seams_continuous() -> None:
+    """Each call adds its own offset: cropping shows jumps at seams, blending spreads them out."""
+
+    def offset_model() -> object:
+        calls = itertools.count()
+        return lambda x: F.interpolate(x, scale_factor=2) + float(next(calls))
+
+    img = torch.zeros(1, 24, 24)
+    tiles = plan_tiles(24, 24, 8, 4)
+    crop = run_tiles(offset_model(), img, 2, tiles)
+    blend = run_tiles(offset_model(), img, 2, tiles, blend=True)
+
+    def max_step(x: torch.Tensor) -> float:
+        return max(x.diff(dim=-1).abs().max().item(), x.diff(dim=-2).abs().max().item())
+
+    assert max_step(crop) >= 1.0
+    assert max_step(blend) < 0.4
+
+
+@pytest.mark.parametrize(("h", "w", "tile"), [(24, 24, 8), (19, 26, 7)])
+def test_local_model_needs_overlap(h: int, w: int, tile: int) -> None:
+    k = 3
+    model = make_local(k)
+    img = image(2, h, w)
+    with torch.no_grad():
+        want = model(img[None])[0]
+        for overlap in (k, k + 2):
+            got = run_tiles(model, img, 2, plan_tiles(h, w, tile, overlap), batch=2)
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+        seams = run_tiles(model, img, 2, plan_tiles(h, w, tile, 0))
+    assert (seams - want).abs().max().item() > 1e-3
+
+
+@pytest.mark.parametrize("ws", [4, 8])
+@pytest.mark.parametrize(("h", "w"), [(32, 24), (30, 21)])
+def test_window_model_aligned_tiles(ws: int, h: int, w: int) -> None:
+    img = image(2, h, w)
+    model = lambda x: window_mean(x, ws).repeat_interleave(2, -1).repeat_interleave(2, -2)  # noqa: E731
+    want = model(img[None])[0]
+    for overlap in (0, ws):
+        if overlap == 0 and (h % ws or w % ws):
+            continue  # reflect padding of a partial edge window reads pixels left of the tile core
+        got = run_tiles(model, img, 2, plan_tiles(h, w, 2 * ws, overlap, align=ws), batch=2)
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+
+
+def test_window_model_misaligned_tiles_differ() -> None:
+    img = image(1, 24, 24)
+    model = lambda x: window_mean(x, 4)  # noqa: E731
+    got = run_tiles(model, img, 1, plan_tiles(24, 24, 6, 2))
+    assert (got - model(img[None])[0]).abs().max().item() > 1e-3
+
+
+def test_progress_and_batching() -> None:
+    calls: list[int] = []
+
+    def model(x: torch.Tensor) -> torch.Tensor:
+        calls.append(x.shape[0])
+        return pointwise(x)
+
+    progress: list[tuple[int, int]] = []
+    img = image(1, 24, 24)
+    # Shapes with overlap 4: 4 corners 12x12, 2+2 edges 12x16/16x12, 1 centre 16x16.
+    run_tiles(model, img, 2, plan_tiles(24, 24, 8, 4), batch=3, on_tile=lambda d, t: progress.append((d, t)))
+    assert sorted(calls) == [1, 1, 2, 2, 3]
+    assert progress == [(i, 9) for i in range(1, 10)]
+    calls.clear()
+    run_tiles(model, img, 2, plan_tiles(24, 24, 8, 0), batch=4)
+    assert calls == [4, 4, 1]
+
+
+def test_skip_and_resume_canvas() -> None:
+    img = image(2, 20, 20)
+    tiles = plan_tiles(20, 20, 8, 2)
+    first = tiles[:4]
+    canvas = run_tiles(pointwise, img, 2, tiles, skip=lambda t: t not in first)
+    progress: list[tuple[int, int]] = []
+    calls: list[int] = []
+
+    def model(x: torch.Tensor) -> torch.Tensor:
+        calls.append(1)
+        return pointwise(x)
+
+    out = run_tiles(
+        model,
+        img,
+        2,
+        tiles,
+        skip=lambda t: t in first,
+        canvas=canvas,
+        on_tile=lambda d, t: progress.append((d, t)),
+    )
+    assert out is canvas
+    assert len(calls) == len(tiles) - 4
+    assert progress[-1] == (len(tiles), len(tiles)) and progress[0] == (5, len(tiles))
+    assert torch.equal(out, pointwise(img[None])[0])
+
+
+def test_run_errors() -> None:
+    img = image(1, 8, 8)
+    tiles = plan_tiles(8, 8, 4, 0)
+    with pytest.raises(ValueError, match="shape"):
+        run_tiles(pointwise, img, 3, tiles)
+    with pytest.raises(ValueError, match="blend"):
+        run_tiles(pointwise, img, 2, tiles, blend=True, canvas=torch.zeros(1, 16, 16))
+    with pytest.raises(ValueError, match="canvas"):
+        run_tiles(pointwise, img, 2, tiles, canvas=torch.zeros(2, 16, 16))
+
+
+# ---------------------------------------------------------------- OOM retry
+
+
+class LimitedModel:
+    """Pointwise model that raises FakeOOM for inputs above ``limit`` pixels and logs successes."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.ok: list[tuple[int, ...]] = []
+        self.failures = 0
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] * x.shape[-2] * x.shape[-1] > self.limit:
+            self.failures += 1
+            raise FakeOOM("out of memory")
+        self.ok.append(tuple(x.shape))
+        return pointwise(x)
+
+
+def is_fake_oom(exc: BaseException) -> bool:
+    return isinstance(exc, FakeOOM)
+
+
+def test_adaptive_resumes_without_recomputing() -> None:
+    img = image(2, 64, 64)
+    model = LimitedModel(600)  # corner contexts (24x24) fit, edge contexts (24x32) do not
+    new_tiles: list[int] = []
+    progress: list[tuple[int, int]] = []
+    out, used = run_tiles_adaptive(
+        model, img, 2, tile=16, overlap=8, align=8, is_oom=is_fake_oom,
+        on_oom=new_tiles.append, on_tile=lambda d, t: progress.append((d, t)),
+    )  # fmt: skip
+    assert used == 8 and new_tiles == [8]
+    assert torch.equal(out, pointwise(img[None])[0])
+    assert model.failures == 1
+    # 4 corner tiles finished at 16; at 8 the 4x4 sub-tiles inside them are skipped: 64 - 16 = 48 more.
+    assert len(model.ok) == 4 + 48
+    assert progress[-1] == (64, 64)
+
+
+def test_adaptive_whole_image_and_batch() -> None:
+    img = image(1, 40, 30)
+    model = LimitedModel(450)
+    out, used = run_tiles_adaptive(model, img, 2, tile=0, overlap=0, batch=2, is_oom=is_fake_oom)
+    # 40 -> 20: a batch of two 20x20 tiles is 800 px (OOM) -> 10: a batch of two 10x10 fits.
+    assert used == 10
+    assert torch.equal(out, pointwise(img[None])[0])
+    covered = sum(b * h * w for b, _, h, w in model.ok)
+    assert covered == 40 * 30  # every pixel computed exactly once (overlap 0)
+
+
+def test_adaptive_blend_restarts() -> None:
+    img = image(1, 33, 20)
+    model = LimitedModel(300)
+    out, used = run_tiles_adaptive(model, img, 2, tile=16, overlap=2, blend=True, is_oom=is_fake_oom)
+    assert used == 8
+    assert torch.equal(out, pointwise(img[None])[0])
+
+
+def test_adaptive_gives_up_and_passes_other_errors() -> None:
+    img = image(1, 16, 16)
+    with pytest.raises(FakeOOM):
+        run_tiles_adaptive(LimitedModel(10), img, 2, tile=8, overlap=0, align=4, is_oom=is_fake_oom)
+
+    def broken(x: torch.Tensor) -> torch.Tensor:
+        raise KeyError("not an OOM")
+
+    seen: list[int] = []
+    with pytest.raises(KeyError):
+        run_tiles_adaptive(broken, img, 2, tile=8, overlap=0, is_oom=is_fake_oom, on_oom=seen.append)
+    assert seen == []
