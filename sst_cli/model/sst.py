@@ -115,7 +115,7 @@ class SST(nn.Module):
                     cfg.ffn_hidden,
                     WindowAttention(dim, heads, ws, rank, cfg.rib_hidden_dim, cfg.rib_n_freqs, shift),
                 )
-                for ws, heads, rank, shift in zip(cfg.window_sizes, cfg.num_heads, cfg.ranks, cfg.shifted)
+                for ws, heads, rank, shift in zip(cfg.window_sizes, cfg.num_heads, cfg.ranks, cfg.shifted, strict=True)
             ]
             groups.append(ResidualGroup(*layers, nn.Conv2d(dim, dim, 3, padding=1)))
         self.body = nn.Sequential(*groups, LayerNorm2d(dim), nn.Conv2d(dim, dim, 3, padding=1))
