@@ -1,0 +1,14 @@
+"""sst-cli: super-resolution with SST (Scalable SR Transformer with rank-factorized implicit neural bias)."""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from .loader import load_model
+from .model import SST, SSTConfig
+from .zoo import create_model, list_models
+
+try:
+    __version__ = version("sst-cli")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0.0.0+unknown"
+
+__all__ = ["SST", "SSTConfig", "__version__", "create_model", "list_models", "load_model"]

@@ -1,0 +1,46 @@
+"""Command-line interface: the only place that imports typer and rich. It only calls the API."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from .. import __version__
+from . import models
+from .output import console
+
+HELP = """Upscale images with SST, the Scalable SR Transformer.
+
+Examples:
+
+  sst upscale photo.png                      (bundled default model, x4)
+
+  sst upscale photos/ -o out/ --recursive --model sst-l+ --scale 4
+
+  sst models                                  (list models and where their weights are)
+
+  sst models pull sst-l --scale 2             (download for offline use)
+"""
+
+app = typer.Typer(help=HELP, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None)
+app.add_typer(models.app, name="models")
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"sst-cli {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = False,
+) -> None:
+    """Upscale images with SST."""
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,83 @@
+"""``sst models``: list, inspect and download pretrained weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from .. import hub
+from ..zoo import SCALES, VARIANTS, get_variant
+from .output import console, handle_errors
+
+app = typer.Typer(help="List, inspect and download pretrained SST weights.", no_args_is_help=False)
+
+HubRepo = Annotated[
+    str | None,
+    typer.Option("--hub-repo", help="Hugging Face repo OWNER/REPO to download from (overrides the manifest)."),
+]
+
+
+def weights_status(name: str, scale: int) -> str:
+    """Where the weights of one zoo entry would come from, without touching the network."""
+    entry = hub.manifest_entry(name, scale)
+    if isinstance(entry, Path):
+        return "bundled" if entry.is_file() else "missing"
+    return "cached" if hub.cached_path(entry) else "hub"
+
+
+@app.callback(invoke_without_command=True)
+@handle_errors
+def list_models(ctx: typer.Context) -> None:
+    """Table of zoo models: scales, parameters, window sizes, and where their weights are."""
+    if ctx.invoked_subcommand is not None:
+        return
+    table = Table(title="SST model zoo")
+    for column in ("model", "params x2 / x3 / x4", "window sizes", "blocks", "dim", "weights x2 / x3 / x4"):
+        table.add_column(column)
+    for name, v in VARIANTS.items():
+        params = " / ".join(f"{v.params[s] / 1e6:.2f}M" for s in SCALES)
+        status = " / ".join(weights_status(name, s) for s in SCALES)
+        table.add_row(name, params, " ".join(map(str, v.window_sizes)), str(v.n_blocks), str(v.dim), status)
+    console.print(table)
+    console.print("bundled: shipped with sst-cli; cached: in the Hugging Face cache; hub: downloaded on first use")
+
+
+@app.command("info")
+@handle_errors
+def info(name: Annotated[str, typer.Argument(help="Zoo name, e.g. sst-l+.")]) -> None:
+    """Hyper-parameters, parameter counts and weight files of one zoo model."""
+    v = get_variant(name)
+    console.print(f"[bold]{v.title}[/] ({v.name})")
+    rows = {
+        "dim": v.dim,
+        "residual groups": v.n_blocks,
+        "window sizes": list(v.window_sizes),
+        "heads": v.heads,
+        "RIB ranks": list(v.ranks),
+        "FFN expansion": v.exp_ratio,
+        "upsampler": v.upsampler_type,
+    }
+    if v.upsampler_type == "pixelshuffle":
+        rows["upsampler width"] = v.intermediate_dim
+    for key, value in rows.items():
+        console.print(f"  {key:<16} {value}")
+    for scale in SCALES:
+        entry = hub.manifest_entry(v.name, scale)
+        where = entry if isinstance(entry, Path) else entry.uri
+        status = weights_status(v.name, scale)
+        console.print(f"  x{scale}: {v.params[scale]:,} parameters; weights {where} ({status})")
+
+
+@app.command("pull")
+@handle_errors
+def pull(
+    name: Annotated[str, typer.Argument(help="Zoo name, e.g. sst-l+.")],
+    scale: Annotated[int, typer.Option("--scale", "-s", help="Upscaling factor: 2, 3 or 4.")] = 4,
+    hub_repo: HubRepo = None,
+) -> None:
+    """Download one model's weights into the Hugging Face cache (for later offline use)."""
+    path = hub.resolve_pretrained(get_variant(name).name, scale, repo_id=hub_repo)
+    console.print(f"{name} x{scale}: {path}")

@@ -1,0 +1,45 @@
+"""The one place that prints: consoles, the error map, and options shared by several commands."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from ..errors import SstError
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def debug_enabled() -> bool:
+    return os.environ.get("SST_DEBUG", "") not in ("", "0")
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print ``error: message`` to stderr and return the exit to raise."""
+    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    return typer.Exit(code)
+
+
+def handle_errors(command: F) -> F:
+    """Turn library errors into one line and an exit code; tracebacks only with --debug."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except SstError as exc:
+            if debug_enabled():
+                raise
+            raise fail(str(exc), exc.exit_code) from None
+        except KeyboardInterrupt:
+            raise fail("interrupted", 130) from None
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,469 @@
+"""Image files <-> float32 arrays, keeping what users care about (bit depth, alpha, ICC, EXIF, grayscale).
+
+Pillow does the decoding and 8-bit encoding. Pillow cannot hold 16-bit RGB(A) or 16-bit gray+alpha in an
+``Image``, so those are decoded by running Pillow's own PNG/TIFF decoder twice with byte-order-swapped raw
+modes (one pass yields the high bytes, the other the low bytes), and written by the small PNG/TIFF encoders
+at the bottom of this module. Orientation is applied in numpy so every mode and bit depth is treated alike.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import secrets
+import stat
+import struct
+import sys
+import threading
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from typing import IO
+
+import numpy as np
+from PIL import Image, ImageCms, UnidentifiedImageError
+
+from sst_cli.errors import ConfigError, ImageError, OutputExists, SstError
+
+#: Largest input accepted by default, in pixels: Pillow's own decompression-bomb error threshold
+#: (2 * ``PIL.Image.MAX_IMAGE_PIXELS``), about 13400 x 13400. A float32 RGBA copy of it is ~2.9 GB.
+DEFAULT_MAX_PIXELS: int = 178_956_970
+
+#: Extension used when naming an output file of each format.
+EXTENSIONS: dict[str, str] = {"png": "png", "jpeg": "jpg", "webp": "webp", "tiff": "tif", "bmp": "bmp"}
+
+_IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff", ".bmp"})
+_PIL_FORMATS = {"PNG": "png", "JPEG": "jpeg", "MPO": "jpeg", "WEBP": "webp", "TIFF": "tiff", "BMP": "bmp"}
+_OPEN_FORMATS = ["PNG", "JPEG", "WEBP", "TIFF", "BMP"]  # MPO (multi-picture JPEG) comes via JPEG
+_WRITE_FORMATS = ("png", "jpeg", "webp", "tiff")
+_ALIASES = {"jpg": "jpeg", "tif": "tiff"}
+_EXIF_HEADER = b"Exif\x00\x00"
+_ORIENTATION = 0x0112
+_CODECS = ("zip", "raw", "libtiff", "packbits", "tiff_lzw")  # PNG/TIFF decoders whose raw mode we swap
+
+
+@dataclass
+class Picture:
+    """A decoded image plus the metadata needed to write the result back faithfully."""
+
+    color: np.ndarray  # float32 (H, W, 3), RGB in [0, 1]; gray images are replicated to 3 channels
+    alpha: np.ndarray | None  # float32 (H, W) in [0, 1], or None
+    grayscale: bool  # source had no colour (L / LA / I;16 ...): write back as gray
+    bit_depth: int  # 8 or 16, decided by the source dtype, never by pixel values
+    icc_profile: bytes | None
+    exif: bytes | None  # EXIF ("Exif\0\0" + TIFF data) with orientation reset to 1 (pixels already upright)
+    format: str  # source format, lower-case: "png", "jpeg", "webp", "tiff", "bmp"
+
+
+def is_image_file(path: str | os.PathLike[str]) -> bool:
+    """True when the name has a readable image extension (case-insensitive); the content is not checked."""
+    return os.path.splitext(os.fspath(path))[1].lower() in _IMAGE_SUFFIXES
+
+
+def output_format(picture: Picture, requested: str | None) -> str:
+    """Pick the output format: ``requested`` if given, else the input's format when it can hold the result.
+
+    PNG replaces BMP (not written), and replaces JPEG/WebP for 16-bit input or JPEG for alpha, so that
+    nothing the source carried is lost. Raises ConfigError for unknown names and ImageError when the
+    requested format cannot hold the picture (JPEG with alpha), before any expensive work is done.
+    """
+    if requested is not None:
+        fmt = _normalise_format(requested)
+        _check_can_hold(picture, fmt, f"output format '{requested}'")
+        return fmt
+    fmt = picture.format if picture.format in _WRITE_FORMATS else "png"
+    if (picture.alpha is not None and fmt == "jpeg") or (picture.bit_depth == 16 and fmt in ("jpeg", "webp")):
+        return "png"
+    return fmt
+
+
+# ----------------------------------------------------------------------------------------------- reading
+
+
+def read_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> Picture:
+    """Decode an image file upright into float32 arrays; every failure is an ImageError naming the file."""
+    name = os.fspath(path)
+    _check_readable(name)
+    try:
+        with _no_pillow_bomb_limit(), Image.open(name, formats=_OPEN_FORMATS) as im:
+            width, height = im.size
+            if max_pixels is not None and width * height > max_pixels:
+                raise ImageError(
+                    f"cannot read '{name}': {width}x{height} is {width * height:,} pixels, more than the "
+                    f"limit of {max_pixels:,} (refused as a possible decompression bomb)"
+                )
+            values, maxval, gray, icc = _decode(name, im)
+            fmt = _PIL_FORMATS.get(im.format or "", "png")
+            exif_bytes = im.info.get("exif") if isinstance(im.info.get("exif"), bytes) else None
+            try:
+                orientation = int(im.getexif().get(_ORIENTATION, 1))
+            except Exception:  # broken EXIF must not make an otherwise fine image unreadable
+                orientation = 1
+    except SstError:
+        raise
+    except UnidentifiedImageError:
+        raise ImageError(f"cannot read '{name}': not a PNG, JPEG, WebP, TIFF or BMP image") from None
+    except MemoryError:
+        raise ImageError(f"cannot read '{name}': not enough memory to decode it") from None
+    except OSError as exc:  # errno set: the system refused (permissions ...); unset: Pillow found bad data
+        reason = exc.strerror if exc.errno else f"the file is truncated or damaged ({exc})"
+        raise ImageError(f"cannot read '{name}': {reason}") from exc
+    except Exception as exc:  # Pillow raises SyntaxError, ValueError, EOFError, struct.error ... on bad data
+        raise ImageError(f"cannot read '{name}': the file is damaged or unsupported ({exc})") from exc
+
+    values = _orient(values, orientation)
+    if exif_bytes:
+        exif_bytes = _reset_orientation(exif_bytes if exif_bytes.startswith(_EXIF_HEADER) else
+                                        _EXIF_HEADER + exif_bytes)
+    scaled = values.astype(np.float32)
+    if maxval != 1:
+        scaled /= np.float32(maxval)
+    channels = scaled.shape[2]
+    color = np.repeat(scaled[..., :1], 3, axis=2) if gray else np.ascontiguousarray(scaled[..., :3])
+    alpha = np.ascontiguousarray(scaled[..., -1]) if channels in (2, 4) else None
+    return Picture(color, alpha, gray, 8 if maxval == 255 else 16, icc or None, exif_bytes or None, fmt)
+
+
+def _check_readable(name: str) -> None:
+    """Turn the common 'wrong path' cases into plain-words errors before Pillow gets involved."""
+    try:
+        info = os.stat(name)
+    except FileNotFoundError:
+        raise ImageError(f"cannot read '{name}': no such file") from None
+    except OSError as exc:
+        raise ImageError(f"cannot read '{name}': {exc.strerror or exc}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ImageError(f"cannot read '{name}': it is a folder, not an image file")
+    if info.st_size == 0:
+        raise ImageError(f"cannot read '{name}': the file is empty")
+
+
+_bomb_lock = threading.Lock()
+_bomb_users = 0
+_bomb_saved: int | None = None
+
+
+@contextmanager
+def _no_pillow_bomb_limit() -> Iterator[None]:
+    """Switch off Pillow's global pixel limit while we read, since read_image enforces its own limit.
+
+    Reference-counted so that concurrent reads in threads restore the original value only at the end.
+    """
+    global _bomb_users, _bomb_saved
+    with _bomb_lock:
+        if _bomb_users == 0:
+            _bomb_saved, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+        _bomb_users += 1
+    try:
+        yield
+    finally:
+        with _bomb_lock:
+            _bomb_users -= 1
+            if _bomb_users == 0:
+                Image.MAX_IMAGE_PIXELS = _bomb_saved
+
+
+def _tile_rawmode(im: Image.Image) -> str | None:
+    """The raw mode Pillow will decode with (only the PNG and TIFF decoders are inspected)."""
+    tiles = getattr(im, "tile", None)
+    if im.format not in ("PNG", "TIFF") or not tiles or tiles[0].codec_name not in _CODECS:
+        return None
+    args = tiles[0].args
+    return args if isinstance(args, str) else (args[0] if args and isinstance(args[0], str) else None)
+
+
+def _decode_raw(im: Image.Image, rawmode: str) -> np.ndarray:
+    """Load ``im`` unpacking its pixel bytes with ``rawmode`` instead of the one Pillow picked."""
+    im.tile = [t._replace(args=rawmode if isinstance(t.args, str) else (rawmode, *t.args[1:]))
+               for t in im.tile]
+    im.load()
+    return np.asarray(im)
+
+
+def _decode(name: str, im: Image.Image) -> tuple[np.ndarray, int, bool, bytes | None]:
+    """Pixels as (H, W, C) integers (or float for mode F), their full-scale value, grayness and ICC."""
+    icc = im.info.get("icc_profile")
+    rawmode = _tile_rawmode(im)
+    wide = re.fullmatch(r"(RGBA?|RGBX);16([BLN])", rawmode or "")
+    if wide:  # 16-bit RGB(A): decode twice, once for the high and once for the low bytes
+        big = wide[2] == "B" or (wide[2] == "N" and sys.byteorder == "big")
+        high = _decode_raw(im, f"{wide[1]};16{'B' if big else 'L'}").astype(np.uint16)
+        with Image.open(name, formats=[im.format or "PNG"]) as twin:
+            low = _decode_raw(twin, f"{wide[1]};16{'L' if big else 'B'}")
+        return _with_trns(im, (high << 8) | low), 65535, False, icc
+    if rawmode == "LA;16B":  # 16-bit gray+alpha PNG: 4 bytes per pixel, copied verbatim into RGBA
+        raw = _decode_raw(im, "RGBA").astype(np.uint16)
+        return (raw[..., 0::2] << 8) | raw[..., 1::2], 65535, True, icc
+    im.load()
+    mode = im.mode
+    if mode == "CMYK":
+        return np.asarray(_cmyk_to_rgb(im, icc)), 255, False, None
+    if mode.startswith("I;16") or mode == "I":
+        words = np.clip(np.asarray(im), 0, 65535).astype(np.uint16)[..., None]
+        return _with_trns(im, words), 65535, True, icc
+    if mode == "F":
+        return np.clip(np.asarray(im, dtype=np.float32), 0, 1)[..., None], 1, True, icc
+    if mode in ("P", "PA"):
+        im = im.convert("RGBA" if mode == "PA" or "transparency" in im.info else "RGB")
+    elif mode in ("1", "La", "RGBa", "RGBX") or mode not in ("L", "LA", "RGB", "RGBA"):
+        im = im.convert({"1": "L", "La": "LA", "RGBa": "RGBA"}.get(mode, "RGB"))
+    values = np.asarray(im)
+    gray = im.mode in ("L", "LA")
+    values = values[..., None] if values.ndim == 2 else values
+    return (_with_trns(im, values) if mode not in ("P", "PA") else values), 255, gray, icc
+
+
+def _with_trns(im: Image.Image, values: np.ndarray) -> np.ndarray:
+    """Add an alpha channel from a PNG tRNS colour key (one transparent gray value or RGB triple)."""
+    key = im.info.get("transparency")
+    if values.shape[2] not in (1, 3) or not isinstance(key, int | tuple):
+        return values
+    key_arr = np.asarray(key if isinstance(key, tuple) else (key,), dtype=values.dtype)
+    if key_arr.size != values.shape[2]:
+        return values
+    full = np.iinfo(values.dtype).max
+    alpha = np.where((values != key_arr).any(axis=2), full, 0).astype(values.dtype)
+    return np.concatenate([values, alpha[..., None]], axis=2)
+
+
+def _cmyk_to_rgb(im: Image.Image, icc: bytes | None) -> Image.Image:
+    """Use the embedded CMYK profile when there is one; Pillow's naive formula otherwise."""
+    if icc:
+        with suppress(Exception):
+            source = ImageCms.ImageCmsProfile(io.BytesIO(icc))
+            srgb = ImageCms.createProfile("sRGB")
+            converted = ImageCms.profileToProfile(im, source, srgb, outputMode="RGB")
+            if converted is not None:
+                return converted
+    return im.convert("RGB")
+
+
+def _orient(values: np.ndarray, orientation: int) -> np.ndarray:
+    """Apply an EXIF orientation (1-8) so the pixels are upright, like ``ImageOps.exif_transpose``."""
+    transforms: dict[int, Callable[[np.ndarray], np.ndarray]] = {
+        2: lambda a: a[:, ::-1],
+        3: lambda a: a[::-1, ::-1],
+        4: lambda a: a[::-1],
+        5: lambda a: a.swapaxes(0, 1),
+        6: lambda a: np.rot90(a, -1),
+        7: lambda a: a.swapaxes(0, 1)[::-1, ::-1],
+        8: lambda a: np.rot90(a, 1),
+    }
+    return np.ascontiguousarray(transforms[orientation](values)) if orientation in transforms else values
+
+
+def _reset_orientation(exif: bytes) -> bytes:
+    """Set the IFD0 orientation to 1 in place, keeping every other byte (maker notes included)."""
+    tiff = exif[len(_EXIF_HEADER):]
+    if len(tiff) < 8 or tiff[:2] not in (b"II", b"MM"):
+        return exif
+    order = "<" if tiff[:2] == b"II" else ">"
+    (ifd,) = struct.unpack_from(order + "I", tiff, 4)
+    if ifd + 2 > len(tiff):
+        return exif
+    (count,) = struct.unpack_from(order + "H", tiff, ifd)
+    for entry in range(ifd + 2, min(ifd + 2 + 12 * count, len(tiff) - 11), 12):
+        tag, kind = struct.unpack_from(order + "HH", tiff, entry)
+        if tag == _ORIENTATION and kind in (3, 4):  # SHORT as the standard says, LONG from sloppy writers
+            patched = bytearray(exif)
+            struct.pack_into(order + ("H" if kind == 3 else "I"), patched, len(_EXIF_HEADER) + entry + 8, 1)
+            return bytes(patched)
+    return exif
+
+
+# ----------------------------------------------------------------------------------------------- writing
+
+
+def write_image(path: str | os.PathLike[str], picture: Picture, *, format: str | None = None,
+                quality: int = 95, overwrite: bool = False) -> None:
+    """Encode ``picture`` atomically to ``path`` (format from ``format`` or else the file extension).
+
+    16-bit pictures stay 16-bit in PNG and TIFF; JPEG and WebP get 8 bits. Grayscale pictures are
+    written as gray (mean of the channels). JPEG with alpha is refused rather than flattened onto a
+    colour the user did not choose. 16-bit TIFFs carry the ICC profile but not EXIF; EXIF too long for a
+    JPEG segment (64 KiB) is dropped rather than failing the write.
+    """
+    name = os.fspath(path)
+    if not overwrite and os.path.lexists(name):
+        raise OutputExists(f"refusing to overwrite '{name}': it already exists")
+    fmt = _normalise_format(format) if format else _format_from_name(name)
+    _check_can_hold(picture, fmt, f"'{name}'")
+    if not 1 <= quality <= 100:
+        raise ConfigError(f"quality must be between 1 and 100, not {quality}")
+    depth = 16 if picture.bit_depth == 16 and fmt in ("png", "tiff") else 8
+    samples = _quantise(picture, depth, name)
+    if samples.shape[2] == 2 and (fmt == "webp" or (fmt == "tiff" and depth == 16)):
+        samples = samples[..., [0, 0, 0, 1]]  # WebP has no gray; Pillow cannot read back 16-bit LA TIFF
+    elif samples.shape[2] == 1 and fmt == "webp":
+        samples = samples[..., [0, 0, 0]]
+    gray = samples.shape[2] in (1, 2)
+    icc = picture.icc_profile
+    icc = icc if icc and (icc[16:20] == b"GRAY") == gray else None  # mismatched profiles confuse viewers
+
+    def encode(fh: IO[bytes]) -> None:
+        if depth == 16 and fmt == "png":
+            _write_png16(fh, samples, icc, picture.exif)
+        elif depth == 16:
+            _write_tiff16(fh, samples, icc)
+        else:
+            exif = picture.exif if fmt != "jpeg" or len(picture.exif or b"") <= 65533 else None
+            params: dict[str, object] = {k: v for k, v in (("icc_profile", icc), ("exif", exif)) if v}
+            if fmt in ("jpeg", "webp"):
+                params["quality"] = quality
+            if fmt == "jpeg" and quality >= 90:
+                params["subsampling"] = 0  # 4:4:4, or high quality settings still blur colour edges
+            if fmt == "tiff":
+                params["compression"] = "tiff_adobe_deflate"
+            image = Image.fromarray(samples[..., 0] if samples.shape[2] == 1 else samples)
+            image.save(fh, format=fmt.upper(), **params)
+
+    _atomic_write(name, encode)
+
+
+def _normalise_format(fmt: str) -> str:
+    """Accept 'JPG', '.tif' and friends; ConfigError for formats sst-cli does not write."""
+    key = fmt.strip().lower().lstrip(".")
+    key = _ALIASES.get(key, key)
+    if key not in _WRITE_FORMATS:
+        raise ConfigError(f"unknown output format '{fmt}' (choose png, jpeg, webp or tiff)")
+    return key
+
+
+def _format_from_name(name: str) -> str:
+    """Infer the format from the target's extension."""
+    try:
+        return _normalise_format(os.path.splitext(name)[1] or "?")
+    except ConfigError:
+        raise ImageError(f"cannot write '{name}': name it .png, .jpg, .webp or .tif, or give a format") from None
+
+
+def _check_can_hold(picture: Picture, fmt: str, what: str) -> None:
+    """Refuse JPEG for transparent pictures: silently flattening onto some colour would surprise."""
+    if fmt == "jpeg" and picture.alpha is not None:
+        raise ImageError(f"{what}: JPEG cannot store transparency; choose png, webp or tiff for this image")
+
+
+def _quantise(picture: Picture, depth: int, name: str) -> np.ndarray:
+    """Float picture -> (H, W, C) uint8/uint16, C = 1 (gray), 2 (gray+alpha), 3 (RGB) or 4 (RGBA)."""
+    color, alpha = picture.color, picture.alpha
+    if color.ndim != 3 or color.shape[2] != 3 or (alpha is not None and alpha.shape != color.shape[:2]):
+        shapes = f"{color.shape} and {None if alpha is None else alpha.shape}"
+        raise ImageError(f"cannot write '{name}': colour/alpha shapes {shapes} are not (H, W, 3) and (H, W)")
+    planes = [color.mean(axis=2, keepdims=True) if picture.grayscale else color]
+    if alpha is not None:
+        planes.append(alpha[..., None])
+    values = np.concatenate(planes, axis=2, dtype=np.float32)
+    full = 255 if depth == 8 else 65535
+    np.clip(values, 0.0, 1.0, out=values)
+    values *= full
+    np.rint(values, out=values)
+    return values.astype(np.uint8 if depth == 8 else np.uint16)
+
+
+def _atomic_write(name: str, encode: Callable[[IO[bytes]], None]) -> None:
+    """Encode into a hidden temporary file beside the target, then rename it over the target.
+
+    Any failure (KeyboardInterrupt included) removes the temporary file, so the target is either the old
+    file or the complete new one, never a partial write.
+    """
+    folder = os.path.dirname(os.path.abspath(name))
+    if not os.path.isdir(folder):
+        raise ImageError(f"cannot write '{name}': the folder '{folder}' does not exist")
+    base = os.path.basename(name)[:200]
+    while True:
+        temp = os.path.join(folder, f".{base}.{secrets.token_hex(4)}.sst-tmp")
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+            break
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise ImageError(f"cannot write '{name}': {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            encode(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(temp, name)
+    except BaseException as exc:
+        with suppress(OSError):
+            os.unlink(temp)
+        if isinstance(exc, SstError) or not isinstance(exc, Exception):
+            raise
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ImageError(f"cannot write '{name}': {reason}") from exc
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def _write_png16(fh: IO[bytes], samples: np.ndarray, icc: bytes | None, exif: bytes | None) -> None:
+    """Minimal 16-bit PNG encoder (gray, gray+alpha, RGB, RGBA) with the 'Sub' filter on every row."""
+    height, width, channels = samples.shape
+    color_type = {1: 0, 2: 4, 3: 2, 4: 6}[channels]
+    fh.write(b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 16, color_type,
+                                                                       0, 0, 0)))
+    if icc:
+        fh.write(_png_chunk(b"iCCP", b"ICC profile\x00\x00" + zlib.compress(icc)))
+    if exif:
+        fh.write(_png_chunk(b"eXIf", exif.removeprefix(_EXIF_HEADER)))
+    step = 2 * channels
+    rows = max(1, (1 << 22) // (width * step))
+    packer = zlib.compressobj(6)
+    for top in range(0, height, rows):
+        block = samples[top:top + rows].astype(">u2").reshape(-1, width * channels).view(np.uint8)
+        filtered = block.copy()
+        filtered[:, step:] -= block[:, :-step]  # uint8 arithmetic wraps modulo 256, as PNG wants
+        lines = np.concatenate([np.ones((block.shape[0], 1), np.uint8), filtered], axis=1)
+        data = packer.compress(lines.tobytes())
+        if data:
+            fh.write(_png_chunk(b"IDAT", data))
+    fh.write(_png_chunk(b"IDAT", packer.flush()) + _png_chunk(b"IEND", b""))
+
+
+def _write_tiff16(fh: IO[bytes], samples: np.ndarray, icc: bytes | None) -> None:
+    """Minimal little-endian 16-bit TIFF encoder (deflate + horizontal predictor), gray, RGB or RGBA."""
+    height, width, channels = samples.shape
+    rows = max(1, (1 << 20) // (width * channels * 2))
+    fh.write(b"II*\x00\x00\x00\x00\x00")
+    offsets: list[int] = []
+    counts: list[int] = []
+    for top in range(0, height, rows):
+        block = samples[top:top + rows]
+        diff = block.copy()
+        diff[:, 1:] -= block[:, :-1]  # predictor 2, in uint16 modulo arithmetic
+        data = zlib.compress(diff.astype("<u2").tobytes(), 6)
+        offsets.append(fh.tell())
+        counts.append(len(data))
+        fh.write(data)
+        if fh.tell() > 0xFFFF0000:
+            raise ImageError("the image is too large for a TIFF file (4 GiB); write PNG instead")
+    tags: dict[int, tuple[int, list[int] | bytes]] = {
+        256: (4, [width]), 257: (4, [height]), 258: (3, [16] * channels), 259: (3, [8]),
+        262: (3, [2 if channels >= 3 else 1]), 273: (4, offsets), 277: (3, [channels]), 278: (4, [rows]),
+        279: (4, counts), 284: (3, [1]), 317: (3, [2]),
+    }
+    if channels == 4:
+        tags[338] = (3, [2])  # unassociated alpha
+    if icc:
+        tags[34675] = (7, icc)
+    entries = b""
+    for tag, (kind, value) in sorted(tags.items()):
+        raw = value if isinstance(value, bytes) else struct.pack(f"<{len(value)}{'H' if kind == 3 else 'I'}",
+                                                                   *value)
+        if len(raw) > 4:
+            fh.write(b"\x00" * (fh.tell() % 2))
+            field = struct.pack("<I", fh.tell())
+            fh.write(raw)
+        else:
+            field = raw.ljust(4, b"\x00")
+        entries += struct.pack("<HHI", tag, kind, len(value)) + field
+    fh.write(b"\x00" * (fh.tell() % 2))
+    ifd = fh.tell()
+    fh.write(struct.pack("<H", len(tags)) + entries + b"\x00\x00\x00\x00")
+    fh.seek(4)
+    fh.write(struct.pack("<I", ifd))
+    fh.seek(0, os.SEEK_END)

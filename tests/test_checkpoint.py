@@ -1,0 +1,139 @@
+"""Loading weights: wrappers, prefixes, safety, inference of the architecture, readable mismatches."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections import OrderedDict
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import GOLDEN, golden_config, needs_golden
+from safetensors.torch import save_file
+
+from sst_cli import load_model
+from sst_cli.checkpoint import infer_architecture, read_weights
+from sst_cli.errors import CheckpointError, ConfigError, WeightsNotFound
+from sst_cli.model import SST, SSTConfig
+
+pytestmark = needs_golden
+
+
+@pytest.fixture(scope="module")
+def light_state() -> dict[str, torch.Tensor]:
+    return torch.load(GOLDEN / "light_x2.pth", weights_only=True)["params_ema"]
+
+
+def _save(path: Path, obj: object) -> Path:
+    torch.save(obj, path)
+    return path
+
+
+def _same(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> bool:
+    return all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+
+
+def test_wrappers_and_prefix(tmp_path: Path, light_state: dict) -> None:
+    other = {k: torch.zeros_like(v) for k, v in light_state.items()}
+    prefixed = OrderedDict((f"module.{k}", v) for k, v in light_state.items())
+    cases = {
+        "ema.pth": {"params_ema": light_state},
+        "params.pth": {"params": light_state},
+        "both.pth": {"params": other, "params_ema": light_state},  # the EMA weights win, as upstream
+        "state_dict.pth": {"state_dict": light_state, "epoch": 3},
+        "bare.pth": light_state,
+        "module.pt": {"params": prefixed},
+    }
+    for name, obj in cases.items():
+        model = load_model(_save(tmp_path / name, obj), variant="sst-light")
+        assert _same(model, light_state), name
+        assert not model.training
+
+
+def test_safetensors_with_stored_config_needs_no_variant(tmp_path: Path, light_state: dict) -> None:
+    path = tmp_path / "w.safetensors"
+    save_file(light_state, str(path), metadata={"sst_config": json.dumps(golden_config("light_x2"))})
+    _, config = read_weights(path)
+    assert config == SSTConfig.from_kwargs(golden_config("light_x2"))
+    assert _same(load_model(path), light_state)
+
+
+def test_window_sizes_are_never_guessed(light_state: dict, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"window sizes cannot be read.*sst-light or sst-light\+"):
+        load_model(GOLDEN / "light_x2.pth")
+
+
+def test_wrong_scale_names_both(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="x2 weights but x4 was requested"):
+        load_model(GOLDEN / "light_x2.pth", 4, variant="sst-light")
+    with pytest.raises(ConfigError, match="config is for x3 but x2"):
+        load_model(GOLDEN / "mini_x3.pth", 2, config=golden_config("mini_x3"))
+
+
+def test_wrong_variant_is_explained_field_by_field() -> None:
+    with pytest.raises(CheckpointError, match="dim: file has 48, model needs 192"):
+        load_model(GOLDEN / "light_x2.pth", variant="sst-l")
+
+
+def test_infers_everything_the_tensors_determine(light_state: dict) -> None:
+    arch = infer_architecture(light_state)
+    assert arch == {
+        "dim": 48, "n_blocks": 5, "layers_per_block": 6, "num_heads": [3] * 6, "ranks": [16, 16, 16, 24, 24, 24],
+        "rib_hidden_dim": 32, "rib_n_freqs": 10, "exp_ratio": 1.5,
+        "upsampler_type": "pixelshuffle_direct", "upscaling_factor": 2,
+    }  # fmt: skip
+    mini = infer_architecture(torch.load(GOLDEN / "mini_x3.pth", weights_only=True)["params_ema"])
+    assert mini["upsampler_type"] == "pixelshuffle" and mini["intermediate_dim"] == 32
+    assert mini["upscaling_factor"] == 3 and mini["exp_ratio"] == 1.25 and mini["ranks"] == [6, 6, 6, 10, 10, 10]
+
+
+class _Exploit:
+    def __reduce__(self) -> tuple:
+        return (print, ("this ran code",))
+
+
+def test_malicious_pickle_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "evil.pth"
+    with path.open("wb") as fh:
+        pickle.dump({"params_ema": _Exploit()}, fh)
+    with pytest.raises(CheckpointError, match=r"refused.*could run code"):
+        load_model(path, variant="sst-light")
+
+
+def test_truncated_empty_missing_and_unrelated(tmp_path: Path, light_state: dict) -> None:
+    whole = (GOLDEN / "light_x2.pth").read_bytes()
+    (tmp_path / "cut.pth").write_bytes(whole[: len(whole) // 2])
+    (tmp_path / "cut.safetensors").write_bytes((GOLDEN / "light_x2.safetensors").read_bytes()[:5000])
+    (tmp_path / "empty.pth").write_bytes(b"")
+    for name, message in [("cut.pth", "truncated or corrupt"), ("cut.safetensors", "truncated or corrupt"),
+                          ("empty.pth", "empty")]:  # fmt: skip
+        with pytest.raises(CheckpointError, match=message):
+            load_model(tmp_path / name, variant="sst-light")
+    with pytest.raises(WeightsNotFound, match="not found"):
+        load_model(tmp_path / "nope.pth", variant="sst-light")
+    resnet = {"conv1.weight": torch.zeros(64, 3, 7, 7), "fc.weight": torch.zeros(10, 512)}
+    with pytest.raises(CheckpointError, match="not an SST checkpoint"):
+        load_model(_save(tmp_path / "resnet.pth", resnet), variant="sst-light")
+
+
+def test_mismatch_report_lists_missing_unexpected_and_shapes(tmp_path: Path, light_state: dict) -> None:
+    state = dict(light_state)
+    del state["body.4.5.ffn.agg.bias"]
+    state["body.9.extra"] = torch.zeros(1)
+    state["body.5.weight"] = torch.zeros(7)
+    with pytest.raises(CheckpointError) as info:
+        load_model(_save(tmp_path / "odd.pth", state), variant="sst-light")
+    text = str(info.value)
+    assert "1 missing: body.4.5.ffn.agg.bias" in text
+    assert "1 unexpected: body.9.extra" in text
+    assert "body.5.weight (7,) vs (48,)" in text
+
+
+def test_loads_on_requested_dtype(light_state: dict) -> None:
+    model = load_model(GOLDEN / "light_x2.safetensors", variant="sst-light", dtype=torch.bfloat16)
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert isinstance(model, SST)
+    with torch.no_grad():
+        out = model(torch.rand(1, 3, 40, 40, dtype=torch.bfloat16))
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()

@@ -1,0 +1,487 @@
+"""Tests for sst_cli.image_io: round-trips, metadata, odd modes, hostile files and atomic writes."""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+import warnings
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image, ImageCms, ImageFile, ImageOps
+
+from sst_cli import image_io
+from sst_cli.errors import ConfigError, ImageError, OutputExists
+from sst_cli.image_io import (
+    DEFAULT_MAX_PIXELS,
+    EXTENSIONS,
+    Picture,
+    is_image_file,
+    output_format,
+    read_image,
+    write_image,
+)
+
+RNG = np.random.default_rng(1234)
+
+
+def _u8(*shape: int) -> np.ndarray:
+    return RNG.integers(0, 256, shape, dtype=np.uint8)
+
+
+def _u16(*shape: int) -> np.ndarray:
+    return RNG.integers(0, 65536, shape, dtype=np.uint16)
+
+
+def _as_int(values: np.ndarray, full: int) -> np.ndarray:
+    return np.rint(values * full).astype(np.int64)
+
+
+def _srgb_icc() -> bytes:
+    return ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+
+
+def _picture(**changes: object) -> Picture:
+    base: dict[str, object] = dict(color=np.zeros((4, 5, 3), np.float32), alpha=None, grayscale=False,
+                                   bit_depth=8, icc_profile=None, exif=None, format="png")
+    base.update(changes)
+    return Picture(**base)  # type: ignore[arg-type]
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def _reference_png16(values: np.ndarray, color_type: int) -> bytes:
+    """Independent slow encoder that cycles through all five PNG filters, to test the reader."""
+    height, width, channels = values.shape
+    step = 2 * channels
+    raw = values.astype(">u2").reshape(height, -1).view(np.uint8).astype(int)
+    out = bytearray()
+    previous = np.zeros(raw.shape[1], int)
+    for y, row in enumerate(raw):
+        kind = y % 5
+        out.append(kind)
+        for x, value in enumerate(row):
+            a = row[x - step] if x >= step else 0
+            b, c = previous[x], (previous[x - step] if x >= step else 0)
+            p = a + b - c
+            pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+            paeth = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
+            out.append((value - [0, a, b, (a + b) // 2, paeth][kind]) % 256)
+        previous = row
+    header = struct.pack(">IIBBBBB", width, height, 16, color_type, 0, 0, 0)
+    idat = _png_chunk(b"IDAT", zlib.compress(bytes(out)))
+    return b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header) + idat + _png_chunk(b"IEND", b"")
+
+
+# ------------------------------------------------------------------------------------------- round-trips
+
+
+def test_rgb8_png_round_trip_is_exact(tmp_path: Path) -> None:
+    pixels = _u8(7, 9, 3)
+    Image.fromarray(pixels).save(tmp_path / "in.png")
+    picture = read_image(tmp_path / "in.png")
+    assert picture.color.dtype == np.float32 and picture.color.shape == (7, 9, 3)
+    assert (picture.alpha, picture.grayscale, picture.bit_depth, picture.format) == (None, False, 8, "png")
+    np.testing.assert_array_equal(_as_int(picture.color, 255), pixels)
+    write_image(tmp_path / "out.png", picture)
+    with Image.open(tmp_path / "out.png") as im:
+        assert im.mode == "RGB"
+        np.testing.assert_array_equal(np.asarray(im), pixels)
+
+
+@pytest.mark.parametrize("fmt", ["png", "webp", "tiff"])
+def test_rgba_round_trip(tmp_path: Path, fmt: str) -> None:
+    pixels = _u8(6, 8, 4)
+    Image.fromarray(pixels).save(tmp_path / "in.png")
+    picture = read_image(tmp_path / "in.png")
+    assert picture.alpha is not None and picture.alpha.shape == (6, 8)
+    np.testing.assert_array_equal(_as_int(picture.alpha, 255), pixels[..., 3])
+    write_image(tmp_path / f"out.{fmt}", picture, quality=100)
+    again = read_image(tmp_path / f"out.{fmt}")
+    assert again.alpha is not None and again.format == fmt
+    if fmt != "webp":  # lossy colour, but the alpha channel must survive
+        np.testing.assert_array_equal(again.color, picture.color)
+    np.testing.assert_allclose(again.alpha, picture.alpha, atol=2 / 255)
+
+
+@pytest.mark.parametrize(("mode", "channels"), [("L", 1), ("LA", 2)])
+def test_gray_round_trip_stays_gray(tmp_path: Path, mode: str, channels: int) -> None:
+    pixels = _u8(5, 6, channels)
+    Image.fromarray(pixels[..., 0] if channels == 1 else pixels).save(tmp_path / "in.png")
+    picture = read_image(tmp_path / "in.png")
+    assert picture.grayscale and picture.bit_depth == 8
+    assert picture.color.shape == (5, 6, 3)
+    np.testing.assert_array_equal(picture.color[..., 0], picture.color[..., 2])
+    np.testing.assert_array_equal(_as_int(picture.color[..., 1], 255), pixels[..., 0])
+    assert (picture.alpha is not None) == (mode == "LA")
+    write_image(tmp_path / "out.png", picture)
+    with Image.open(tmp_path / "out.png") as im:
+        assert im.mode == mode
+        np.testing.assert_array_equal(np.asarray(im).reshape(pixels.shape), pixels)
+
+
+def test_gray_picture_is_written_as_channel_mean(tmp_path: Path) -> None:
+    color = np.zeros((2, 2, 3), np.float32)
+    color[..., 0], color[..., 1] = 0.3, 0.6
+    write_image(tmp_path / "out.png", _picture(color=color, grayscale=True))
+    with Image.open(tmp_path / "out.png") as im:
+        assert im.mode == "L"
+        assert np.asarray(im)[0, 0] == round(0.3 * 255)
+
+
+def test_writing_quantises_with_rounding_and_clipping(tmp_path: Path) -> None:
+    color = np.array([[[-0.5, 1.7, 0.5 / 255 + 1e-4]]], np.float32)
+    write_image(tmp_path / "out.png", _picture(color=color))
+    with Image.open(tmp_path / "out.png") as im:
+        assert np.asarray(im)[0, 0].tolist() == [0, 255, 1]
+
+
+@pytest.mark.parametrize(("color_type", "channels"), [(2, 3), (6, 4), (4, 2)])
+def test_third_party_16bit_png_is_read_exactly(tmp_path: Path, color_type: int, channels: int) -> None:
+    values = _u16(9, 11, channels)
+    (tmp_path / "in.png").write_bytes(_reference_png16(values, color_type))
+    picture = read_image(tmp_path / "in.png")
+    assert picture.bit_depth == 16 and picture.grayscale == (channels == 2)
+    np.testing.assert_array_equal(_as_int(picture.color[..., : 1 if channels == 2 else 3], 65535),
+                                  values[..., : 1 if channels == 2 else 3])
+    if channels in (2, 4):
+        assert picture.alpha is not None
+        np.testing.assert_array_equal(_as_int(picture.alpha, 65535), values[..., -1])
+
+
+@pytest.mark.parametrize(("fmt", "channels"), [("png", 3), ("png", 4), ("png", 2), ("tiff", 3), ("tiff", 4)])
+def test_16bit_colour_round_trip_is_exact(tmp_path: Path, fmt: str, channels: int) -> None:
+    values = _u16(10, 12, channels)
+    gray = channels == 2
+    color = np.repeat(values[..., :1], 3, axis=2) if gray else values[..., :3]
+    picture = _picture(color=color.astype(np.float32) / 65535, grayscale=gray, bit_depth=16, format=fmt,
+                       alpha=values[..., -1].astype(np.float32) / 65535 if channels != 3 else None)
+    write_image(tmp_path / f"out.{fmt}", picture)
+    with Image.open(tmp_path / f"out.{fmt}") as im:  # Pillow's own 8-bit view checks the file independently
+        view = np.asarray(im)
+        np.testing.assert_array_equal(view[..., 0], values[..., 0] >> 8)
+        np.testing.assert_array_equal(view[..., -1], values[..., -1] >> 8)
+    again = read_image(tmp_path / f"out.{fmt}")
+    assert again.bit_depth == 16 and again.format == fmt
+    np.testing.assert_array_equal(again.color, picture.color)
+    if picture.alpha is None:
+        assert again.alpha is None
+    else:
+        np.testing.assert_array_equal(again.alpha, picture.alpha)
+
+
+@pytest.mark.parametrize("fmt", ["png", "tiff"])
+def test_16bit_gray_round_trip_is_exact(tmp_path: Path, fmt: str) -> None:
+    values = _u16(8, 5)
+    Image.fromarray(values).save(tmp_path / f"in.{fmt}")
+    picture = read_image(tmp_path / f"in.{fmt}")
+    assert picture.grayscale and picture.bit_depth == 16
+    np.testing.assert_array_equal(_as_int(picture.color[..., 2], 65535), values)
+    write_image(tmp_path / f"out.{fmt}", picture)
+    with Image.open(tmp_path / f"out.{fmt}") as im:
+        assert im.mode.startswith("I;16")
+        np.testing.assert_array_equal(np.asarray(im).astype(np.uint16), values)
+
+
+def test_bit_depth_follows_dtype_not_values(tmp_path: Path) -> None:
+    Image.fromarray(np.full((3, 3), 7, np.uint16)).save(tmp_path / "dark16.png")
+    assert read_image(tmp_path / "dark16.png").bit_depth == 16
+
+
+def test_palette_with_transparency_becomes_rgba(tmp_path: Path) -> None:
+    image = Image.new("P", (4, 3))
+    image.putpalette([255, 0, 0, 0, 255, 0] + [0] * 762)
+    image.putpixel((1, 1), 1)
+    image.info["transparency"] = 0
+    image.save(tmp_path / "in.png", transparency=0)
+    picture = read_image(tmp_path / "in.png")
+    assert picture.alpha is not None and not picture.grayscale
+    assert picture.alpha[1, 1] == 1 and picture.alpha[0, 0] == 0
+    np.testing.assert_array_equal(picture.color[1, 1], [0, 1, 0])
+
+
+def test_rgb_colour_key_transparency_becomes_alpha(tmp_path: Path) -> None:
+    pixels = np.zeros((2, 2, 3), np.uint8)
+    pixels[0, 0] = [10, 20, 30]
+    Image.fromarray(pixels).save(tmp_path / "in.png", transparency=(0, 0, 0))
+    picture = read_image(tmp_path / "in.png")
+    assert picture.alpha is not None
+    assert picture.alpha.tolist() == [[1, 0], [0, 0]]
+
+
+def test_one_bit_image_becomes_gray(tmp_path: Path) -> None:
+    Image.fromarray(np.eye(4, dtype=bool)).save(tmp_path / "in.png")
+    picture = read_image(tmp_path / "in.png")
+    assert picture.grayscale and picture.bit_depth == 8
+    np.testing.assert_array_equal(picture.color[..., 0], np.eye(4))
+
+
+def test_float_tiff_is_clipped_and_16bit(tmp_path: Path) -> None:
+    Image.fromarray(np.array([[-1.0, 0.25], [0.5, 3.0]], np.float32)).save(tmp_path / "in.tif")
+    picture = read_image(tmp_path / "in.tif")
+    assert picture.grayscale and picture.bit_depth == 16
+    np.testing.assert_array_equal(picture.color[..., 0], [[0, 0.25], [0.5, 1]])
+
+
+def test_cmyk_jpeg_becomes_rgb(tmp_path: Path) -> None:
+    Image.new("CMYK", (8, 8), (0, 255, 255, 0)).save(tmp_path / "in.jpg")
+    picture = read_image(tmp_path / "in.jpg")
+    assert picture.format == "jpeg" and not picture.grayscale
+    np.testing.assert_allclose(picture.color[4, 4], [1, 0, 0], atol=0.05)
+
+
+@pytest.mark.parametrize("fmt", ["jpeg", "webp", "bmp"])
+def test_lossy_and_bmp_formats_read(tmp_path: Path, fmt: str) -> None:
+    pixels = np.full((8, 8, 3), 128, np.uint8)
+    Image.fromarray(pixels).save(tmp_path / f"in.{EXTENSIONS[fmt]}")
+    picture = read_image(tmp_path / f"in.{EXTENSIONS[fmt]}")
+    assert picture.format == fmt and picture.bit_depth == 8
+    np.testing.assert_allclose(picture.color, 128 / 255, atol=3 / 255)
+
+
+# ------------------------------------------------------------------------------------------------ metadata
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_every_exif_orientation_matches_pillow(tmp_path: Path, orientation: int) -> None:
+    pixels = _u8(3, 5, 3)
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    Image.fromarray(pixels).save(tmp_path / "in.png", exif=exif)
+    with Image.open(tmp_path / "in.png") as im:
+        expected = np.asarray(ImageOps.exif_transpose(im))
+    picture = read_image(tmp_path / "in.png")
+    np.testing.assert_array_equal(_as_int(picture.color, 255), expected)
+    assert picture.exif is not None
+    parsed = Image.Exif()
+    parsed.load(picture.exif)
+    assert parsed[0x0112] == 1
+
+
+def test_exif_rotated_jpeg_is_upright_and_orientation_reset(tmp_path: Path) -> None:
+    pixels = np.zeros((16, 32, 3), np.uint8)
+    pixels[:, :16] = 255  # left half white, right half black
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored rotated: viewers turn it 90 degrees clockwise
+    exif[0x010F] = "SST camera"
+    Image.fromarray(pixels).save(tmp_path / "in.jpg", exif=exif, quality=95)
+    picture = read_image(tmp_path / "in.jpg")
+    assert picture.color.shape == (32, 16, 3)  # rotated
+    assert picture.color[4, 8].mean() > 0.9 and picture.color[28, 8].mean() < 0.1  # white now on top
+    write_image(tmp_path / "out.jpg", picture)
+    with Image.open(tmp_path / "out.jpg") as im:
+        assert im.size == (16, 32)
+        assert im.getexif()[0x0112] == 1
+        assert im.getexif()[0x010F] == "SST camera"
+
+
+@pytest.mark.parametrize("fmt", ["png", "jpeg", "webp", "tiff"])
+def test_icc_profile_and_exif_are_kept(tmp_path: Path, fmt: str) -> None:
+    icc = _srgb_icc()
+    exif = Image.Exif()
+    exif[0x010F] = "SST camera"
+    Image.fromarray(_u8(6, 6, 3)).save(tmp_path / "in.png", icc_profile=icc, exif=exif)
+    picture = read_image(tmp_path / "in.png")
+    assert picture.icc_profile == icc
+    write_image(tmp_path / f"out.{EXTENSIONS[fmt]}", picture)
+    again = read_image(tmp_path / f"out.{EXTENSIONS[fmt]}")
+    assert again.icc_profile == icc
+    with Image.open(tmp_path / f"out.{EXTENSIONS[fmt]}") as im:
+        assert im.getexif()[0x010F] == "SST camera"
+
+
+@pytest.mark.parametrize("fmt", ["png", "tiff"])
+def test_icc_profile_kept_in_16bit_output(tmp_path: Path, fmt: str) -> None:
+    icc = _srgb_icc()
+    exif = b"Exif\x00\x00" + Image.Exif().tobytes()[6:]
+    write_image(tmp_path / f"out.{fmt}", _picture(bit_depth=16, icc_profile=icc, exif=exif))
+    assert read_image(tmp_path / f"out.{fmt}").icc_profile == icc
+
+
+def test_gray_profile_is_dropped_for_colour_output(tmp_path: Path) -> None:
+    gray_icc = _srgb_icc()[:16] + b"GRAY" + _srgb_icc()[20:]
+    write_image(tmp_path / "out.png", _picture(icc_profile=gray_icc))
+    assert read_image(tmp_path / "out.png").icc_profile is None
+
+
+def test_unicode_path(tmp_path: Path) -> None:
+    folder = tmp_path / "фото 写真"
+    folder.mkdir()
+    Image.fromarray(_u8(4, 4, 3)).save(folder / "ünïcødé ✓.png")
+    picture = read_image(folder / "ünïcødé ✓.png")
+    write_image(folder / "résultat ✓.png", picture)
+    assert read_image(str(folder / "résultat ✓.png")).color.shape == (4, 4, 3)
+
+
+# ---------------------------------------------------------------------------------------- hostile inputs
+
+
+def test_bomb_refused_before_decoding(tmp_path: Path) -> None:
+    header = struct.pack(">IIBBBBB", 100_000, 100_000, 8, 2, 0, 0, 0)
+    (tmp_path / "bomb.png").write_bytes(b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header)
+                                        + _png_chunk(b"IDAT", zlib.compress(b"")) + _png_chunk(b"IEND", b""))
+    with pytest.raises(ImageError, match=r"bomb\.png.*100000x100000"):
+        read_image(tmp_path / "bomb.png")
+    Image.new("RGB", (20, 10)).save(tmp_path / "small.png")
+    with pytest.raises(ImageError, match=r"small\.png.*20x10.*limit of 199"):
+        read_image(tmp_path / "small.png", max_pixels=199)
+    assert read_image(tmp_path / "small.png", max_pixels=200).color.shape == (10, 20, 3)
+    assert DEFAULT_MAX_PIXELS > 0
+
+
+def test_pillow_own_limit_does_not_interfere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    Image.new("RGB", (30, 30)).save(tmp_path / "big.png")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert read_image(tmp_path / "big.png", max_pixels=None).color.shape == (30, 30, 3)
+    assert Image.MAX_IMAGE_PIXELS == 100  # restored
+
+
+@pytest.mark.parametrize("fmt", ["png", "jpeg", "tiff", "webp"])
+def test_truncated_file_raises_image_error(tmp_path: Path, fmt: str) -> None:
+    Image.fromarray(_u8(64, 64, 3)).save(tmp_path / "full", format=fmt)
+    data = (tmp_path / "full").read_bytes()
+    (tmp_path / "cut.img").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ImageError, match=r"cut\.img"):
+        read_image(tmp_path / "cut.img")
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [(b"", "empty"), (b"hello, I am not a picture\n" * 10, "not a PNG"), (None, "no such file")],
+)
+def test_unreadable_files_raise_image_error(tmp_path: Path, content: bytes | None, reason: str) -> None:
+    path = tmp_path / "thing.png"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(ImageError, match=rf"thing\.png.*{reason}"):
+        read_image(path)
+
+
+def test_folder_is_not_an_image(tmp_path: Path) -> None:
+    (tmp_path / "dir.png").mkdir()
+    with pytest.raises(ImageError, match="folder"):
+        read_image(tmp_path / "dir.png")
+
+
+# ------------------------------------------------------------------------------------------------ writing
+
+
+def test_overwrite_refused_unless_asked(tmp_path: Path) -> None:
+    target = tmp_path / "out.png"
+    target.write_bytes(b"precious")
+    with pytest.raises(OutputExists, match=r"out\.png"):
+        write_image(target, _picture())
+    assert target.read_bytes() == b"precious"
+    write_image(target, _picture(), overwrite=True)
+    assert read_image(target).color.shape == (4, 5, 3)
+
+
+@pytest.mark.parametrize("error", [OSError("disk on fire"), KeyboardInterrupt()])
+def test_failed_write_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            error: BaseException) -> None:
+    def explode(im: Image.Image, fp: io.BufferedIOBase, *args: object, **kwargs: object) -> None:
+        fp.write(b"partial data")
+        raise error
+
+    monkeypatch.setattr(ImageFile, "_save", explode)
+    (tmp_path / "old.png").write_bytes(b"old")
+    with pytest.raises(type(error)):
+        write_image(tmp_path / "new.png", _picture())
+    with pytest.raises(type(error)):
+        write_image(tmp_path / "old.png", _picture(), overwrite=True)
+    assert sorted(os.listdir(tmp_path)) == ["old.png"]
+    assert (tmp_path / "old.png").read_bytes() == b"old"
+    if isinstance(error, OSError):
+        with pytest.raises(ImageError, match="disk on fire"):
+            write_image(tmp_path / "new.png", _picture())
+
+
+def test_failed_16bit_write_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[bytes] = []
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        calls.append(kind)
+        if kind == b"IDAT":
+            raise KeyboardInterrupt
+        return b"x" * 10
+
+    monkeypatch.setattr(image_io, "_png_chunk", chunk)
+    with pytest.raises(KeyboardInterrupt):
+        write_image(tmp_path / "out.png", _picture(bit_depth=16))
+    assert calls[0] == b"IHDR" and os.listdir(tmp_path) == []
+
+
+def test_temporary_file_is_hidden_beside_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[str, str]] = []
+    real_replace = os.replace
+
+    def spy(src: str, dst: str) -> None:
+        seen.append((src, dst))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", spy)
+    write_image(tmp_path / "out.png", _picture())
+    (src, dst), = seen
+    assert os.path.dirname(src) == str(tmp_path) and os.path.basename(src).startswith(".")
+    assert ".sst-tmp" in os.path.basename(src) and dst == str(tmp_path / "out.png")
+
+
+def test_missing_folder_is_an_image_error(tmp_path: Path) -> None:
+    with pytest.raises(ImageError, match="does not exist"):
+        write_image(tmp_path / "nope" / "out.png", _picture())
+
+
+def test_format_from_argument_or_extension(tmp_path: Path) -> None:
+    write_image(tmp_path / "out.data", _picture(), format="JPG")
+    with Image.open(tmp_path / "out.data") as im:
+        assert im.format == "JPEG"
+    with pytest.raises(ImageError, match=r"out\.gif"):
+        write_image(tmp_path / "out.gif", _picture())
+    with pytest.raises(ConfigError):
+        write_image(tmp_path / "out.png", _picture(), format="gif")
+
+
+def test_jpeg_with_alpha_is_refused(tmp_path: Path) -> None:
+    picture = _picture(alpha=np.ones((4, 5), np.float32))
+    with pytest.raises(ImageError, match="JPEG cannot store transparency"):
+        write_image(tmp_path / "out.jpg", picture)
+    with pytest.raises(ImageError, match="transparency"):
+        output_format(picture, "jpg")
+    assert os.listdir(tmp_path) == []
+
+
+def test_16bit_picture_written_as_8bit_jpeg(tmp_path: Path) -> None:
+    write_image(tmp_path / "out.jpg", _picture(bit_depth=16, color=np.full((4, 5, 3), 0.5, np.float32)))
+    assert read_image(tmp_path / "out.jpg").bit_depth == 8
+
+
+# ---------------------------------------------------------------------------------------- format choices
+
+
+def test_output_format_rules() -> None:
+    alpha = np.ones((4, 5), np.float32)
+    assert output_format(_picture(format="jpeg"), None) == "jpeg"
+    assert output_format(_picture(format="webp", alpha=alpha), None) == "webp"
+    assert output_format(_picture(format="tiff", bit_depth=16), None) == "tiff"
+    assert output_format(_picture(format="png", bit_depth=16), None) == "png"
+    assert output_format(_picture(format="jpeg", bit_depth=16), None) == "png"
+    assert output_format(_picture(format="webp", bit_depth=16), None) == "png"
+    assert output_format(_picture(format="bmp"), None) == "png"
+    assert output_format(_picture(format="jpeg"), ".WEBP") == "webp"
+    assert output_format(_picture(format="png"), "tif") == "tiff"
+    with pytest.raises(ConfigError):
+        output_format(_picture(), "gif")
+
+
+def test_extensions_and_is_image_file() -> None:
+    assert EXTENSIONS["jpeg"] == "jpg" and EXTENSIONS["png"] == "png"
+    assert all(is_image_file(f"a.{ext}") for ext in EXTENSIONS.values())
+    assert is_image_file("PHOTO.JPEG") and is_image_file(Path("x/scan.TIFF"))
+    assert not is_image_file("notes.txt") and not is_image_file(".out.png.1234abcd.sst-tmp")

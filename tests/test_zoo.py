@@ -1,0 +1,70 @@
+"""Every zoo entry against the official key lists and the published parameter counts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import GOLDEN, needs_golden
+
+from sst_cli import create_model, list_models
+from sst_cli.errors import ConfigError
+from sst_cli.zoo import SCALES, get_variant
+
+OFFICIAL_NAMES = {
+    "sst-light": "SSTlight",
+    "sst-light+": "SSTlight_Plus",
+    "sst": "SST",
+    "sst+": "SST_Plus",
+    "sst-l": "SSTLarge",
+    "sst-l+": "SSTLarge_Plus",
+    "sst-xl+": "SSTXL_Plus",
+}
+ENTRIES = [(name, scale) for name in list_models() for scale in SCALES]
+
+
+def test_zoo_has_the_seven_official_variants() -> None:
+    assert list_models() == list(OFFICIAL_NAMES)
+    assert len(ENTRIES) == 21
+
+
+@needs_golden
+@pytest.mark.parametrize("name,scale", ENTRIES)
+def test_keys_shapes_and_parameter_counts(name: str, scale: int) -> None:
+    with torch.device("meta"):
+        model = create_model(name, scale)
+    lines = (GOLDEN / "keys" / f"{OFFICIAL_NAMES[name]}_x{scale}.txt").read_text().splitlines()
+    official_count = int(lines[0].split(":")[1])
+    official = [tuple(line.split("\t")) for line in lines[1:]]
+    ours = [(key, str(list(value.shape))) for key, value in model.state_dict().items()]
+    assert ours == official
+    count = sum(p.numel() for p in model.parameters())
+    assert count == official_count == get_variant(name).params[scale]
+
+
+def test_published_counts_spot_check() -> None:
+    assert get_variant("sst-l").params[4] == 21_311_427
+    assert get_variant("sst-light").params[2] == 893_340
+
+
+def test_plus_variants_share_shapes_and_differ_in_windows() -> None:
+    for base in ("sst-light", "sst", "sst-l"):
+        with torch.device("meta"):
+            a, b = create_model(base, 4), create_model(base + "+", 4)
+        assert {k: v.shape for k, v in a.state_dict().items()} == {k: v.shape for k, v in b.state_dict().items()}
+        assert a.config.window_sizes != b.config.window_sizes
+        assert max(b.config.window_sizes) == 96
+
+
+def test_names_are_case_insensitive_and_unknown_ones_list_choices() -> None:
+    assert get_variant(" SST-L+ ").name == "sst-l+"
+    with pytest.raises(ConfigError, match="sst-light, sst-light\\+"):
+        get_variant("sst-huge")
+    with pytest.raises(ConfigError, match="scale must be one of 2, 3, 4"):
+        create_model("sst", 8)
+
+
+def test_create_model_is_untrained_and_runs() -> None:
+    model = create_model("sst-light", 2).eval()
+    assert model.scale == 2
+    with torch.no_grad():
+        assert model(torch.rand(1, 3, 8, 8)).shape == (1, 3, 16, 16)
