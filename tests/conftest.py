@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -28,3 +30,34 @@ def _two_threads() -> None:
 
 def golden_config(case: str) -> dict:
     return json.loads((GOLDEN / f"{case}.json").read_text())
+
+
+def add_to_cache(cache: Path, repo_id: str, commit: str, files: dict[str, bytes], ref: str | None = None) -> None:
+    """Lay files out exactly as hf_hub_download does: blobs/<sha256>, snapshots/<commit>/<name> -> blob."""
+    repo_dir = cache / ("models--" + repo_id.replace("/", "--"))
+    for name, data in files.items():
+        blob = repo_dir / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(data)
+        pointer = repo_dir / "snapshots" / commit / name
+        pointer.parent.mkdir(parents=True, exist_ok=True)
+        pointer.symlink_to(os.path.relpath(blob, pointer.parent))
+    if ref is not None:
+        (repo_dir / "refs").mkdir(parents=True, exist_ok=True)
+        (repo_dir / "refs" / ref).write_text(commit)  # no trailing newline: huggingface_hub does not strip
+
+
+@pytest.fixture
+def offline_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty Hugging Face cache with offline mode on (huggingface_hub reads both at import time)."""
+    from huggingface_hub import constants
+
+    root = tmp_path / "hf-cache"
+    root.mkdir()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(root))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(root))
+    for var in ("SST_HUB_REPO", "SST_WEIGHTS_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    return root

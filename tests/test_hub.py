@@ -19,6 +19,7 @@ from types import SimpleNamespace
 
 import huggingface_hub
 import pytest
+from conftest import add_to_cache
 from huggingface_hub import constants
 from huggingface_hub.utils import (
     EntryNotFoundError,
@@ -48,23 +49,6 @@ ZOO = {
     "sst-l+": "SSTLarge_Plus_DFLIP_X{s}.pth",
     "sst-xl+": "SSTXL_Plus_DFLIP_X{s}.pth",
 }
-
-
-def add_to_cache(
-    cache: Path, repo_id: str, commit: str, files: dict[str, bytes], ref: str | None = None
-) -> None:
-    """Lay files out exactly as hf_hub_download does: blobs/<sha256>, snapshots/<commit>/<name> -> blob."""
-    repo_dir = cache / ("models--" + repo_id.replace("/", "--"))
-    for name, data in files.items():
-        blob = repo_dir / "blobs" / hashlib.sha256(data).hexdigest()
-        blob.parent.mkdir(parents=True, exist_ok=True)
-        blob.write_bytes(data)
-        pointer = repo_dir / "snapshots" / commit / name
-        pointer.parent.mkdir(parents=True, exist_ok=True)
-        pointer.symlink_to(os.path.relpath(blob, pointer.parent))
-    if ref is not None:
-        (repo_dir / "refs").mkdir(parents=True, exist_ok=True)
-        (repo_dir / "refs" / ref).write_text(commit)  # no trailing newline: huggingface_hub does not strip
 
 
 def _no_network(*args: object, **kwargs: object) -> None:
@@ -293,9 +277,7 @@ def _bare(cls: type[Exception], status: int | None = None) -> Exception:
         (ConnectionError("boom"), "ConnectionError: boom"),
     ],
 )
-def test_online_errors_are_one_sentence(
-    monkeypatch: pytest.MonkeyPatch, error: Exception, fragment: str
-) -> None:
+def test_online_errors_are_one_sentence(monkeypatch: pytest.MonkeyPatch, error: Exception, fragment: str) -> None:
     def fake_download(*args: object, **kwargs: object) -> str:
         raise error
 
