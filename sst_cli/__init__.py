@@ -4,6 +4,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from .loader import load_model
 from .model import SST, SSTConfig
+from .upscaler import Upscaler
 from .zoo import create_model, list_models
 
 try:
@@ -11,4 +12,4 @@ try:
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0+unknown"
 
-__all__ = ["SST", "SSTConfig", "__version__", "create_model", "list_models", "load_model"]
+__all__ = ["SST", "SSTConfig", "Upscaler", "__version__", "create_model", "list_models", "load_model"]
