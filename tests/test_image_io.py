@@ -45,8 +45,15 @@ def _srgb_icc() -> bytes:
 
 
 def _picture(**changes: object) -> Picture:
-    base: dict[str, object] = dict(color=np.zeros((4, 5, 3), np.float32), alpha=None, grayscale=False,
-                                   bit_depth=8, icc_profile=None, exif=None, format="png")
+    base: dict[str, object] = dict(
+        color=np.zeros((4, 5, 3), np.float32),
+        alpha=None,
+        grayscale=False,
+        bit_depth=8,
+        icc_profile=None,
+        exif=None,
+        format="png",
+    )
     base.update(changes)
     return Picture(**base)  # type: ignore[arg-type]
 
@@ -147,8 +154,9 @@ def test_third_party_16bit_png_is_read_exactly(tmp_path: Path, color_type: int, 
     (tmp_path / "in.png").write_bytes(_reference_png16(values, color_type))
     picture = read_image(tmp_path / "in.png")
     assert picture.bit_depth == 16 and picture.grayscale == (channels == 2)
-    np.testing.assert_array_equal(_as_int(picture.color[..., : 1 if channels == 2 else 3], 65535),
-                                  values[..., : 1 if channels == 2 else 3])
+    np.testing.assert_array_equal(
+        _as_int(picture.color[..., : 1 if channels == 2 else 3], 65535), values[..., : 1 if channels == 2 else 3]
+    )
     if channels in (2, 4):
         assert picture.alpha is not None
         np.testing.assert_array_equal(_as_int(picture.alpha, 65535), values[..., -1])
@@ -159,8 +167,13 @@ def test_16bit_colour_round_trip_is_exact(tmp_path: Path, fmt: str, channels: in
     values = _u16(10, 12, channels)
     gray = channels == 2
     color = np.repeat(values[..., :1], 3, axis=2) if gray else values[..., :3]
-    picture = _picture(color=color.astype(np.float32) / 65535, grayscale=gray, bit_depth=16, format=fmt,
-                       alpha=values[..., -1].astype(np.float32) / 65535 if channels != 3 else None)
+    picture = _picture(
+        color=color.astype(np.float32) / 65535,
+        grayscale=gray,
+        bit_depth=16,
+        format=fmt,
+        alpha=values[..., -1].astype(np.float32) / 65535 if channels != 3 else None,
+    )
     write_image(tmp_path / f"out.{fmt}", picture)
     with Image.open(tmp_path / f"out.{fmt}") as im:  # Pillow's own 8-bit view checks the file independently
         view = np.asarray(im)
@@ -323,8 +336,12 @@ def test_unicode_path(tmp_path: Path) -> None:
 
 def test_bomb_refused_before_decoding(tmp_path: Path) -> None:
     header = struct.pack(">IIBBBBB", 100_000, 100_000, 8, 2, 0, 0, 0)
-    (tmp_path / "bomb.png").write_bytes(b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header)
-                                        + _png_chunk(b"IDAT", zlib.compress(b"")) + _png_chunk(b"IEND", b""))
+    (tmp_path / "bomb.png").write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + _png_chunk(b"IHDR", header)
+        + _png_chunk(b"IDAT", zlib.compress(b""))
+        + _png_chunk(b"IEND", b"")
+    )
     with pytest.raises(ImageError, match=r"bomb\.png.*100000x100000"):
         read_image(tmp_path / "bomb.png")
     Image.new("RGB", (20, 10)).save(tmp_path / "small.png")
@@ -384,8 +401,9 @@ def test_overwrite_refused_unless_asked(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("error", [OSError("disk on fire"), KeyboardInterrupt()])
-def test_failed_write_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                            error: BaseException) -> None:
+def test_failed_write_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: BaseException
+) -> None:
     def explode(im: Image.Image, fp: io.BufferedIOBase, *args: object, **kwargs: object) -> None:
         fp.write(b"partial data")
         raise error
@@ -428,7 +446,7 @@ def test_temporary_file_is_hidden_beside_target(tmp_path: Path, monkeypatch: pyt
 
     monkeypatch.setattr(os, "replace", spy)
     write_image(tmp_path / "out.png", _picture())
-    (src, dst), = seen
+    ((src, dst),) = seen
     assert os.path.dirname(src) == str(tmp_path) and os.path.basename(src).startswith(".")
     assert ".sst-tmp" in os.path.basename(src) and dst == str(tmp_path / "out.png")
 

@@ -119,12 +119,8 @@ def test_align_helpers() -> None:
 
 @pytest.mark.parametrize("blend", [False, True])
 @pytest.mark.parametrize("batch", [1, 3])
-@pytest.mark.parametrize(
-    ("h", "w", "tile", "overlap"), [(16, 16, 8, 0), (21, 13, 8, 3), (17, 30, 5, 2), (7, 9, 4, 6)]
-)
-def test_pointwise_tiled_equals_untiled(
-    h: int, w: int, tile: int, overlap: int, batch: int, blend: bool
-) -> None:
+@pytest.mark.parametrize(("h", "w", "tile", "overlap"), [(16, 16, 8, 0), (21, 13, 8, 3), (17, 30, 5, 2), (7, 9, 4, 6)])
+def test_pointwise_tiled_equals_untiled(h: int, w: int, tile: int, overlap: int, batch: int, blend: bool) -> None:
     img = image(3, h, w)
     want = pointwise(img[None])[0]
     got = run_tiles(pointwise, img, 2, plan_tiles(h, w, tile, overlap), batch=batch, blend=blend)

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__
-from . import models
+from . import models, upscale
 from .output import console
 
 HELP = """Upscale images with SST, the Scalable SR Transformer.
@@ -25,6 +25,7 @@ Examples:
 
 app = typer.Typer(help=HELP, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None)
 app.add_typer(models.app, name="models")
+app.command("upscale")(upscale.upscale)
 
 
 def _version(value: bool) -> None:

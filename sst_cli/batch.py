@@ -1,0 +1,393 @@
+"""Batches: turn INPUT arguments into jobs, name their outputs, and upscale them one by one.
+
+Nothing here prints. Each file ends as a ``FileResult`` (done / skipped / failed with a reason) so
+that one bad file never stops the batch; callbacks let a front end show progress as it happens.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from .errors import ConfigError, ImageError, OutputExists, SstError
+from .image_io import DEFAULT_MAX_PIXELS, EXTENSIONS, is_image_file, output_format, read_image, write_image
+from .upscaler import Upscaler
+
+#: Output name used when none is given; ``{outscale}`` replaces ``{scale}`` when an outscale is set.
+DEFAULT_TEMPLATE = "{stem}_{model}_x{scale}.{ext}"
+DEFAULT_OUTSCALE_TEMPLATE = "{stem}_{model}_x{outscale}.{ext}"
+#: Suffix of the default output folder made beside a folder input (``photos/`` -> ``photos_sst/``).
+FOLDER_SUFFIX = "_sst"
+TEMPLATE_FIELDS = ("stem", "model", "scale", "outscale", "ext")
+TEMP_SUFFIX = ".sst-tmp"
+WRITE_FORMATS = ("png", "jpeg", "webp", "tiff")
+
+Status = Literal["done", "skipped", "failed"]
+_MAGIC = re.compile(r"[*?[]")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One input file; ``base`` is the folder its output sub-path is measured from."""
+
+    source: Path
+    base: Path
+    from_folder: bool = False  # came from a folder INPUT: default output goes to the sibling <name>_sst folder
+    error: str | None = None  # known to fail before reading (e.g. the named file does not exist)
+
+    @property
+    def relative(self) -> Path:
+        """Path below ``base``: the sub-folder tree that is recreated in the output folder."""
+        try:
+            return self.source.relative_to(self.base)
+        except ValueError:
+            return Path(self.source.name)
+
+
+# ------------------------------------------------------------------------------------------ discovery
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith(".") or name.endswith(TEMP_SUFFIX)
+
+
+def _folder_images(folder: Path, recursive: bool, exclude: Sequence[Path]) -> list[Path]:
+    """Image files in ``folder`` (the whole tree with ``recursive``), skipping hidden and temp files."""
+    excluded = {os.path.realpath(p) for p in exclude}
+    found: list[Path] = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = (
+            []
+            if not recursive
+            else [d for d in dirs if not _hidden(d) and os.path.realpath(os.path.join(root, d)) not in excluded]
+        )
+        found.extend(Path(root, f) for f in files if not _hidden(f) and is_image_file(f))
+    return sorted(found, key=lambda p: p.as_posix())
+
+
+def _glob_root(pattern: str) -> Path:
+    """The literal folder in front of the first wildcard: the tree below it is kept in the output."""
+    parts = Path(pattern).parts
+    literal: list[str] = []
+    for part in parts[:-1]:
+        if _MAGIC.search(part):
+            break
+        literal.append(part)
+    return Path(*literal) if literal else Path(".")
+
+
+def _expand(item: str, recursive: bool, exclude: Sequence[Path]) -> list[Job]:
+    path = Path(item)
+    if path.is_dir():
+        return [Job(p, path, True) for p in _folder_images(path, recursive, exclude)]
+    if path.exists() or os.path.islink(item):
+        return [Job(path, path.parent)]  # named explicitly: tried whatever its name, so errors are reported
+    if not _MAGIC.search(item):
+        return [Job(path, path.parent, error=f"cannot read '{item}': no such file or folder")]
+    root = _glob_root(item)
+    jobs: list[Job] = []
+    for match in sorted(glob.glob(item, recursive=True)):
+        found = Path(match)
+        if found.is_dir():
+            jobs.extend(Job(p, root) for p in _folder_images(found, recursive, exclude))
+        elif found.is_file() and is_image_file(found) and not _hidden(found.name):
+            jobs.append(Job(found, root))
+    if not jobs:
+        return [Job(path, root, error=f"no image files match '{item}'")]
+    return jobs
+
+
+def discover_inputs(inputs: Iterable[str], recursive: bool = False, *, exclude: Sequence[Path] = ()) -> list[Job]:
+    """Jobs for INPUT items (files, folders, globs), in argument order, each expansion sorted, no duplicates.
+
+    A missing file becomes a failed job so the rest of the batch still runs. Folders in ``exclude``
+    (the output folder) are not searched, so a rerun does not pick up its own results as inputs.
+    Raises ConfigError when nothing at all is found, since there is nothing to report on.
+    """
+    items = list(inputs)
+    jobs: list[Job] = []
+    seen: set[str] = set()
+    for item in items:
+        for job in _expand(item, recursive, exclude):
+            key = os.path.realpath(job.source) if job.error is None else f"missing:{job.source}"
+            if key not in seen:
+                seen.add(key)
+                jobs.append(job)
+    if not jobs:
+        folders = [i for i in items if Path(i).is_dir()]
+        nested = any(any(p.is_dir() and not _hidden(p.name) for p in Path(f).iterdir()) for f in folders)
+        kinds = ", ".join(sorted(set(EXTENSIONS.values()) | {"jpeg", "tiff"}))
+        hint = "; they have sub-folders: add --recursive to search them" if nested and not recursive else ""
+        raise ConfigError(f"no image files found in {', '.join(repr(i) for i in items)} (looked for {kinds}){hint}")
+    return jobs
+
+
+# --------------------------------------------------------------------------------------------- naming
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"
+
+
+def check_template(template: str) -> None:
+    """Refuse unknown fields and folder separators up front, before any model is loaded."""
+    values = dict.fromkeys(TEMPLATE_FIELDS, "x")
+    try:
+        name = template.format(**values)
+    except KeyError as exc:
+        known = ", ".join("{" + f + "}" for f in TEMPLATE_FIELDS)
+        raise ConfigError(f"unknown field {{{exc.args[0]}}} in the name template; use {known}") from None
+    except (ValueError, IndexError) as exc:
+        raise ConfigError(f"the name template {template!r} is not valid: {exc}") from None
+    if "/" in name or "\\" in name or name in ("", ".", ".."):
+        raise ConfigError(f"the name template {template!r} must give a plain file name (no folders)")
+
+
+@dataclass(frozen=True)
+class Naming:
+    """Where each job's output goes: one exact file, or a folder (or the default folders) plus a template."""
+
+    model: str
+    scale: int
+    outscale: float | None = None
+    template: str | None = None  # None: DEFAULT_TEMPLATE, or DEFAULT_OUTSCALE_TEMPLATE with an outscale
+    folder: Path | None = None  # -o OUT as a folder; None: default folders
+    file: Path | None = None  # -o OUT as the one output file of a single input
+
+    def name(self, job: Job, fmt: str) -> str:
+        template = self.template or (DEFAULT_OUTSCALE_TEMPLATE if self.outscale is not None else DEFAULT_TEMPLATE)
+        outscale = self.outscale if self.outscale is not None else self.scale
+        return template.format(
+            stem=job.source.stem, model=self.model, scale=self.scale, outscale=_number(outscale), ext=EXTENSIONS[fmt]
+        )
+
+    def folder_for(self, job: Job) -> Path:
+        """``-o`` folder + sub-path; else ``<base>_sst/`` + sub-path for folder inputs, else beside the file."""
+        if self.folder is not None:
+            return self.folder / job.relative.parent
+        if job.from_folder:
+            base = Path(os.path.abspath(job.base))
+            return base.parent / f"{base.name or 'root'}{FOLDER_SUFFIX}" / job.relative.parent
+        return job.source.parent
+
+    def target(self, job: Job, fmt: str) -> Path:
+        return self.file if self.file is not None else self.folder_for(job) / self.name(job, fmt)
+
+
+def plan_output(
+    jobs: Sequence[Job],
+    output: str | os.PathLike[str] | None,
+    *,
+    model: str,
+    scale: int,
+    outscale: float | None = None,
+    template: str | None = None,
+    format: str | None = None,
+) -> Naming:
+    """Decide what ``-o OUT`` means: a single image file for one named input file, else a folder."""
+    if template is not None:
+        check_template(template)
+    if output is None:
+        return Naming(model, scale, outscale, template)
+    out = Path(output)
+    if out.is_dir() or not is_image_file(out):
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"-o '{out}' is an existing file, not a folder or an image name")
+        return Naming(model, scale, outscale, template, folder=out)
+    if len(jobs) != 1 or jobs[0].from_folder:
+        inputs = "the input is a folder" if len(jobs) == 1 else f"there are {len(jobs)} inputs"
+        raise ConfigError(f"'{out}' names one image file, but {inputs}; give a folder with -o")
+    if template is not None:
+        raise ConfigError("--name does not apply when -o names the output file itself")
+    suffix_format = _canonical(out.suffix)
+    if suffix_format not in WRITE_FORMATS:
+        raise ConfigError(f"cannot write '{out}': name it .png, .jpg, .webp or .tif")
+    if format is not None and _canonical(format) != suffix_format:
+        raise ConfigError(f"--format {format} does not match the extension of '{out}'")
+    return Naming(model, scale, outscale, folder=None, file=out)
+
+
+def _canonical(fmt: str) -> str:
+    key = fmt.strip().lower().lstrip(".")
+    return {"jpg": "jpeg", "tif": "tiff"}.get(key, key)
+
+
+# -------------------------------------------------------------------------------------------- running
+
+
+@dataclass
+class FileResult:
+    """What happened to one input."""
+
+    source: Path
+    output: Path | None
+    status: Status
+    reason: str | None = None
+    error_type: str | None = None  # class name of the error, e.g. OutputExists, ImageError
+    megapixels: float = 0.0  # input size
+    seconds: float = 0.0
+    tile: int | None = None  # tile side used (0 = whole image)
+    traceback: str | None = field(default=None, repr=False, compare=False)  # text only: frames would pin images
+
+
+@dataclass
+class BatchResult:
+    """Per-file records plus totals; ``seconds`` is the wall time of the whole batch."""
+
+    files: list[FileResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def count(self, status: Status) -> int:
+        return sum(r.status == status for r in self.files)
+
+    @property
+    def done(self) -> int:
+        return self.count("done")
+
+    @property
+    def skipped(self) -> int:
+        return self.count("skipped")
+
+    @property
+    def failed(self) -> int:
+        return self.count("failed")
+
+    @property
+    def failures(self) -> list[FileResult]:
+        return [r for r in self.files if r.status == "failed"]
+
+    @property
+    def megapixels(self) -> float:
+        """Input megapixels upscaled (done files only)."""
+        return sum(r.megapixels for r in self.files if r.status == "done")
+
+    @property
+    def megapixels_per_second(self) -> float:
+        """Throughput over the time spent on files that were upscaled (skips and failures excluded)."""
+        busy = sum(r.seconds for r in self.files if r.status == "done")
+        return self.megapixels / busy if busy > 0 else 0.0
+
+
+class BatchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a batch: still a KeyboardInterrupt, carrying what was finished and what was running."""
+
+    def __init__(self, result: BatchResult, current: Job | None) -> None:
+        super().__init__("interrupted")
+        self.result, self.current = result, current
+
+
+class _Skip(Exception):
+    """Internal: the output exists and skip_existing is set."""
+
+
+FileStart = Callable[[Job, int, int], None]
+FileDone = Callable[[FileResult, int, int], None]
+TileProgress = Callable[[int, int], None]
+
+
+def run_batch(
+    jobs: Sequence[Job],
+    upscaler: Upscaler,
+    *,
+    naming: Naming,
+    format: str | None = None,
+    quality: int = 95,
+    overwrite: bool = False,
+    skip_existing: bool = False,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    on_file_start: FileStart | None = None,
+    on_tile: TileProgress | None = None,
+    on_file_done: FileDone | None = None,
+) -> BatchResult:
+    """Upscale every job, writing each output atomically; a failing file is recorded and the batch goes on.
+
+    Outputs never replace an input file or another job's output; existing files are an error unless
+    ``overwrite`` (replace) or ``skip_existing`` (leave, so a rerun resumes). Ctrl-C raises
+    BatchInterrupted with the partial result; the file being written is never left half-written.
+    """
+    if overwrite and skip_existing:
+        raise ConfigError("overwrite and skip_existing cannot be used together")
+    requested = format
+    if naming.file is not None and requested is None:
+        requested = naming.file.suffix.lstrip(".")
+    run = _Run(upscaler, naming, requested, quality, overwrite, skip_existing, max_pixels, on_tile)
+    run.inputs = {os.path.realpath(j.source): j.source for j in jobs if j.error is None}
+    result = BatchResult()
+    started = time.perf_counter()
+    total = len(jobs)
+    for index, job in enumerate(jobs):
+        if on_file_start:
+            on_file_start(job, index, total)
+        try:
+            record = run.one(job)
+        except KeyboardInterrupt:
+            result.seconds = time.perf_counter() - started
+            raise BatchInterrupted(result, job) from None
+        result.files.append(record)
+        if on_file_done:
+            on_file_done(record, index, total)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+@dataclass
+class _Run:
+    """Settings of one batch plus the outputs claimed so far (so two inputs never share an output)."""
+
+    upscaler: Upscaler
+    naming: Naming
+    requested: str | None
+    quality: int
+    overwrite: bool
+    skip_existing: bool
+    max_pixels: int | None
+    on_tile: TileProgress | None
+    inputs: dict[str, Path] = field(default_factory=dict)
+    claimed: dict[str, Path] = field(default_factory=dict)
+
+    def one(self, job: Job) -> FileResult:
+        started = time.perf_counter()
+        record = FileResult(job.source, None, "failed")
+        try:
+            if job.error is not None:
+                raise ImageError(job.error)
+            picture = read_image(job.source, max_pixels=self.max_pixels)
+            record.megapixels = picture.color.shape[0] * picture.color.shape[1] / 1e6
+            fmt = output_format(picture, self.requested)
+            target = record.output = self.naming.target(job, fmt)
+            self.claim(target, job)
+            os.makedirs(target.parent, exist_ok=True)
+            upscaled = self.upscaler.upscale_picture(picture, self.on_tile)
+            record.tile = self.upscaler.last_tile
+            write_image(target, upscaled, format=fmt, quality=self.quality, overwrite=self.overwrite)
+            record.status = "done"
+        except _Skip:
+            record.status = "skipped"
+            record.reason = f"'{record.output}' already exists"
+        except (SstError, OSError, RuntimeError, MemoryError) as exc:  # torch kernel failures are RuntimeErrors
+            record.reason = str(exc) if isinstance(exc, SstError) else f"{type(exc).__name__}: {exc}"
+            record.error_type = type(exc).__name__
+            record.traceback = "".join(traceback.format_exception(exc))
+        record.seconds = time.perf_counter() - started
+        return record
+
+    def claim(self, target: Path, job: Job) -> None:
+        """Refuse outputs that are an input or another job's output; then apply the existing-file policy."""
+        key = os.path.realpath(target)
+        if key in self.inputs:
+            raise OutputExists(f"'{target}' is an input file; refusing to write over it (change -o or --name)")
+        if key in self.claimed:
+            raise OutputExists(f"'{target}' is already the output of '{self.claimed[key]}' (change --name or -o)")
+        self.claimed[key] = job.source
+        if os.path.lexists(target):
+            if self.skip_existing:
+                raise _Skip
+            if not self.overwrite:
+                raise OutputExists(f"'{target}' already exists (use --overwrite to replace it or --skip-existing)")

@@ -1,0 +1,275 @@
+"""Tests for sst_cli.batch: input discovery, output naming, and the per-file policies of run_batch.
+
+A nearest-neighbour module stands in for the network: these tests are about files, not pixels.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torch import nn
+
+from sst_cli.batch import (
+    BatchInterrupted,
+    Job,
+    Naming,
+    check_template,
+    discover_inputs,
+    plan_output,
+    run_batch,
+)
+from sst_cli.errors import ConfigError
+from sst_cli.upscaler import Upscaler
+
+RNG = np.random.default_rng(7)
+
+
+class Nearest(nn.Module):
+    """x2 nearest-neighbour 'network': instant, and it has the ``scale`` attribute the Upscaler needs."""
+
+    scale = 2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(x, scale_factor=2, mode="nearest")
+
+
+@pytest.fixture
+def upscaler() -> Upscaler:
+    return Upscaler(Nearest(), device="cpu")
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # relative INPUT paths, as a user would type them
+
+
+def png(path: Path, size: tuple[int, int] = (6, 5), mode: str = "RGB") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    channels = {"RGB": 3, "RGBA": 4}[mode]
+    Image.fromarray(RNG.integers(0, 256, (size[1], size[0], channels), dtype=np.uint8), mode).save(path)
+    return path
+
+
+def naming(**kwargs: object) -> Naming:
+    return Naming(**{"model": "nn", "scale": 2, **kwargs})  # type: ignore[arg-type]
+
+
+def files_under(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+
+
+# ----------------------------------------------------------------------------------------- discovery
+
+
+def test_folder_lists_images_sorted_and_skips_hidden_temp_and_other_files() -> None:
+    for name in ("b.png", "a.JPG", "c.webp", ".hidden.png"):
+        png(Path("in", name))
+    Path("in/.a.png.1234abcd.sst-tmp").write_bytes(b"partial")
+    Path("in/x.png.sst-tmp").write_bytes(b"partial")
+    Path("in/notes.txt").write_text("x")
+    png(Path("in/sub/d.png"))
+    jobs = discover_inputs(["in"], recursive=False)
+    assert [j.source.as_posix() for j in jobs] == ["in/a.JPG", "in/b.png", "in/c.webp"]
+    assert all(j.from_folder and j.base == Path("in") and j.error is None for j in jobs)
+
+
+def test_recursive_walks_the_tree_but_not_hidden_or_excluded_folders() -> None:
+    png(Path("in/a.png"))
+    png(Path("in/sub/deeper/b.png"))
+    png(Path("in/.cache/c.png"))
+    png(Path("in/out/old.png"))
+    jobs = discover_inputs(["in"], recursive=True, exclude=[Path("in/out")])
+    assert [j.relative.as_posix() for j in jobs] == ["a.png", "sub/deeper/b.png"]
+
+
+def test_duplicates_are_dropped_and_argument_order_kept() -> None:
+    png(Path("in/a.png"))
+    png(Path("z.png"))
+    jobs = discover_inputs(["z.png", "in", "in/a.png", "./z.png"], recursive=False)
+    assert [j.source.as_posix() for j in jobs] == ["z.png", "in/a.png"]
+
+
+def test_glob_keeps_the_tree_below_its_literal_folder() -> None:
+    png(Path("in/x/a.png"))
+    png(Path("in/y/b.png"))
+    jobs = discover_inputs(["in/**/*.png"], recursive=False)
+    assert [(j.base.as_posix(), j.relative.as_posix()) for j in jobs] == [("in", "x/a.png"), ("in", "y/b.png")]
+    assert not any(j.from_folder for j in jobs)
+
+
+def test_missing_file_and_unmatched_glob_become_failed_jobs() -> None:
+    png(Path("a.png"))
+    jobs = discover_inputs(["a.png", "missing.png", "none/*.png"], recursive=False)
+    assert [j.error is None for j in jobs] == [True, False, False]
+    assert "no such file" in (jobs[1].error or "")
+    assert "no image files match" in (jobs[2].error or "")
+
+
+def test_nothing_found_is_a_clear_error_with_a_recursive_hint() -> None:
+    png(Path("in/sub/a.png"))
+    with pytest.raises(ConfigError, match=r"no image files found in 'in'.*--recursive"):
+        discover_inputs(["in"], recursive=False)
+
+
+# -------------------------------------------------------------------------------------------- naming
+
+
+def test_default_output_folders() -> None:
+    folder_job = Job(Path("photos/sub/a.png"), Path("photos"), from_folder=True)
+    file_job = Job(Path("dir/b.jpg"), Path("dir"))
+    n = naming()
+    assert n.target(folder_job, "png") == Path.cwd() / "photos_sst" / "sub" / "a_nn_x2.png"
+    assert n.target(file_job, "jpeg") == Path("dir/b_nn_x2.jpg")
+    out = naming(folder=Path("out"))
+    assert out.target(folder_job, "tiff") == Path("out/sub/a_nn_x2.tif")
+
+
+def test_name_template_fields_and_outscale_default() -> None:
+    job = Job(Path("a.png"), Path("."))
+    assert naming(template="{model}-{stem}-{scale}-{outscale}.{ext}").name(job, "webp") == "nn-a-2-2.webp"
+    assert naming(outscale=1.5).name(job, "png") == "a_nn_x1.5.png"
+
+
+@pytest.mark.parametrize(
+    ("template", "message"), [("{stem}_{size}.{ext}", "unknown field"), ("sub/{stem}.{ext}", "no folders")]
+)
+def test_bad_templates_are_refused(template: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        check_template(template)
+
+
+def test_plan_output_file_or_folder() -> None:
+    one = [Job(Path("a.png"), Path("."))]
+    assert plan_output(one, "x.webp", model="nn", scale=2).file == Path("x.webp")
+    assert plan_output(one, "outdir", model="nn", scale=2).folder == Path("outdir")
+    two = [*one, Job(Path("b.png"), Path("."))]
+    with pytest.raises(ConfigError, match="names one image file"):
+        plan_output(two, "x.png", model="nn", scale=2)
+    with pytest.raises(ConfigError, match="does not match"):
+        plan_output(one, "x.png", model="nn", scale=2, format="jpg")
+
+
+# ------------------------------------------------------------------------------------------- running
+
+
+def test_broken_files_fail_with_reasons_and_the_rest_is_written(upscaler: Upscaler) -> None:
+    png(Path("in/a.png"))
+    png(Path("in/z.png"))
+    Path("in/empty.png").write_bytes(b"")
+    Path("in/text.png").write_text("not an image")
+    Path("in/truncated.png").write_bytes(Path("in/a.png").read_bytes()[:60])
+    result = run_batch(discover_inputs(["in"]), upscaler, naming=naming(folder=Path("out")))
+    status = {r.source.name: (r.status, r.reason or "") for r in result.files}
+    assert status["a.png"][0] == status["z.png"][0] == "done"
+    assert "empty" in status["empty.png"][1]
+    assert "not a PNG" in status["text.png"][1]
+    assert "truncated" in status["truncated.png"][1] or "damaged" in status["truncated.png"][1]
+    assert (result.done, result.skipped, result.failed) == (2, 0, 3)
+    assert files_under(Path("out")) == ["a_nn_x2.png", "z_nn_x2.png"]
+    assert Image.open("out/a_nn_x2.png").size == (12, 10)
+    assert result.megapixels == pytest.approx(2 * 30 / 1e6) and result.megapixels_per_second > 0
+
+
+def test_existing_outputs_fail_are_skipped_or_overwritten(upscaler: Upscaler) -> None:
+    png(Path("a.png"))
+    png(Path("b.png"))
+    Path("out").mkdir()
+    Path("out/a_nn_x2.png").write_bytes(b"old")
+    jobs = discover_inputs(["a.png", "b.png"])
+    first = run_batch(jobs, upscaler, naming=naming(folder=Path("out")))
+    assert [r.status for r in first.files] == ["failed", "done"]
+    assert "already exists" in (first.files[0].reason or "") and first.files[0].error_type == "OutputExists"
+    assert Path("out/a_nn_x2.png").read_bytes() == b"old"
+    again = run_batch(jobs, upscaler, naming=naming(folder=Path("out")), skip_existing=True)
+    assert [r.status for r in again.files] == ["skipped", "skipped"]
+    forced = run_batch(jobs, upscaler, naming=naming(folder=Path("out")), overwrite=True)
+    assert [r.status for r in forced.files] == ["done", "done"]
+    assert Image.open("out/a_nn_x2.png").size == (12, 10)
+    with pytest.raises(ConfigError):
+        run_batch(jobs, upscaler, naming=naming(), overwrite=True, skip_existing=True)
+
+
+def test_never_writes_over_an_input(upscaler: Upscaler) -> None:
+    png(Path("in/a.png"))
+    png(Path("in/b.png"))
+    before = Path("in/a.png").read_bytes()
+    jobs = discover_inputs(["in"])
+    result = run_batch(jobs, upscaler, naming=naming(folder=Path("in"), template="{stem}.{ext}"), overwrite=True)
+    assert [r.status for r in result.files] == ["failed", "failed"]
+    assert "is an input file" in (result.files[0].reason or "")
+    assert Path("in/a.png").read_bytes() == before
+
+
+def test_two_inputs_with_one_output_name_fail_the_second(upscaler: Upscaler) -> None:
+    png(Path("in/a.png"))
+    Image.open("in/a.png").save("in/a.tif")  # TIFF input, but --format png makes both a_nn_x2.png
+    result = run_batch(discover_inputs(["in"]), upscaler, naming=naming(folder=Path("out")), format="png")
+    assert [r.status for r in result.files] == ["done", "failed"]
+    assert "already the output of" in (result.files[1].reason or "")
+
+
+def test_explicit_output_file_takes_its_format_from_the_extension(upscaler: Upscaler) -> None:
+    png(Path("a.png"))
+    jobs = discover_inputs(["a.png"])
+    result = run_batch(jobs, upscaler, naming=plan_output(jobs, "b.jpg", model="nn", scale=2))
+    assert result.done == 1
+    with Image.open("b.jpg") as im:
+        assert (im.format, im.size) == ("JPEG", (12, 10))
+
+
+def test_missing_input_is_reported_and_the_batch_goes_on(upscaler: Upscaler) -> None:
+    png(Path("a.png"))
+    result = run_batch(discover_inputs(["missing.png", "a.png"]), upscaler, naming=naming())
+    assert [r.status for r in result.files] == ["failed", "done"]
+    assert "no such file" in (result.failures[0].reason or "")
+
+
+def test_interrupt_while_writing_leaves_no_partial_or_temp_file(
+    upscaler: Upscaler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("a.png", "b.png", "c.png"):
+        png(Path("in", name))
+    real_save = Image.Image.save
+    calls = []
+
+    def save(self: Image.Image, fp: object, *args: object, **kwargs: object) -> None:
+        calls.append(fp)
+        if len(calls) == 2:
+            fp.write(b"\x89PNG partial")  # type: ignore[attr-defined]
+            raise KeyboardInterrupt
+        real_save(self, fp, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Image.Image, "save", save)
+    seen: list[str] = []
+    with pytest.raises(BatchInterrupted) as info:
+        run_batch(
+            discover_inputs(["in"]),
+            upscaler,
+            naming=naming(folder=Path("out")),
+            on_file_done=lambda record, index, total: seen.append(record.source.name),
+        )
+    assert isinstance(info.value, KeyboardInterrupt)
+    assert info.value.current is not None and info.value.current.source.name == "b.png"
+    assert [r.status for r in info.value.result.files] == ["done"] and seen == ["a.png"]
+    assert files_under(Path("out")) == ["a_nn_x2.png"]  # no b output, no hidden .sst-tmp file
+
+
+def test_callbacks_report_every_file_and_tiles(upscaler: Upscaler) -> None:
+    png(Path("a.png"))
+    png(Path("b.png"))
+    events: list[tuple[str, object]] = []
+    run_batch(
+        discover_inputs(["a.png", "b.png"]),
+        upscaler,
+        naming=naming(folder=Path("out")),
+        on_file_start=lambda job, i, n: events.append(("start", (job.source.name, i, n))),
+        on_tile=lambda done, total: events.append(("tile", (done, total))),
+        on_file_done=lambda record, i, n: events.append(("done", (record.status, i, n))),
+    )
+    assert events[0] == ("start", ("a.png", 0, 2)) and events[-1] == ("done", ("done", 1, 2))
+    assert ("tile", (1, 1)) in events

@@ -1,0 +1,270 @@
+"""End-to-end tests of ``sst upscale`` with the small golden x3 checkpoint (random weights, tiny images)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import GOLDEN, needs_golden
+from PIL import Image
+from typer.testing import CliRunner
+
+from sst_cli.cli import app
+from sst_cli.image_io import Picture, read_image, write_image
+from sst_cli.model import SST
+from sst_cli.upscaler import Upscaler
+
+pytestmark = needs_golden
+
+RNG = np.random.default_rng(11)
+MODEL = ["--weights", str(GOLDEN / "mini_x3.pth"), "--config", str(GOLDEN / "mini_x3.json"), "--device", "cpu"]
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    """The cores are shared and the images tiny: one thread is several times faster than two here."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SST_DEBUG", raising=False)
+
+
+def image(path: str | Path, size: tuple[int, int] = (16, 12), mode: str = "RGB") -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    channels = {"RGB": 3, "RGBA": 4}[mode]
+    Image.fromarray(RNG.integers(0, 256, (size[1], size[0], channels), dtype=np.uint8), mode).save(path)
+    return path
+
+
+def sst(*args: str) -> object:
+    return runner.invoke(app, ["upscale", *MODEL, *args])  # later options win
+
+
+def files_under(folder: str | Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in Path(folder).rglob("*") if p.is_file())
+
+
+@pytest.fixture
+def count_upscales(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record the size of every picture the network is asked to upscale."""
+    calls: list[int] = []
+    real = Upscaler.upscale_picture
+
+    def spy(self: Upscaler, picture: Picture, on_tile: object = None) -> Picture:
+        calls.append(picture.color.shape[1])
+        return real(self, picture, on_tile)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Upscaler, "upscale_picture", spy)
+    return calls
+
+
+def test_single_file_with_output_file_writes_exactly_that(tmp_path: Path) -> None:
+    image("a.png")
+    result = sst("a.png", "-o", "result.png", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert files_under(tmp_path) == ["a.png", "result.png"]
+    with Image.open("result.png") as im:
+        assert (im.size, im.mode) == ((48, 36), "RGB")
+
+
+def test_folder_batch_with_broken_files_reports_them_and_exits_1() -> None:
+    image("in/a.png")
+    image("in/c.jpg")
+    Path("in/empty.png").write_bytes(b"")
+    Path("in/text.png").write_text("hello")
+    Path("in/truncated.png").write_bytes(Path("in/a.png").read_bytes()[:70])
+    result = sst("in", "-o", "out")
+    assert result.exit_code == 1, result.output
+    assert files_under("out") == ["a_mini_x3_x3.png", "c_mini_x3_x3.jpg"]
+    failures = result.stderr
+    assert "3 failed" in failures
+    for name, reason in (("empty.png", "empty"), ("text.png", "not a PNG"), ("truncated.png", "truncated")):
+        assert any(f"in/{name}" in line and reason in line for line in failures.splitlines()), failures
+    assert "done" in result.stdout and "megapixels/s" in result.stdout  # the summary table
+
+
+def test_default_output_folder_and_recursive_tree() -> None:
+    image("photos/a.png")
+    image("photos/x/y/b.png")
+    image("photos/.thumbs/c.png")
+    result = sst("photos", "--recursive", "-q")
+    assert result.exit_code == 0, result.output
+    assert files_under("photos_sst") == ["a_mini_x3_x3.png", "x/y/b_mini_x3_x3.png"]
+
+
+def test_name_template_and_format() -> None:
+    image("a.png")
+    result = sst("a.png", "-o", "out", "--name", "{model}-{stem}-x{scale}.{ext}", "--format", "webp", "-q")
+    assert result.exit_code == 0, result.output
+    assert files_under("out") == ["mini_x3-a-x3.webp"]
+
+
+def test_existing_outputs_are_refused_and_skip_existing_resumes(count_upscales: list[int]) -> None:
+    image("in/a.png", (16, 12))
+    image("in/b.png", (17, 12))
+    Path("out").mkdir()
+    Path("out/a_mini_x3_x3.png").write_bytes(b"old")
+    refused = sst("in", "-o", "out", "-q")
+    assert refused.exit_code == 1
+    assert "already exists" in refused.stderr and "--skip-existing" in refused.stderr
+    assert Path("out/a_mini_x3_x3.png").read_bytes() == b"old"
+    Path("out/b_mini_x3_x3.png").unlink()
+    count_upscales.clear()
+    resumed = sst("in", "-o", "out", "--skip-existing", "--json-log")
+    assert resumed.exit_code == 0, resumed.output
+    assert count_upscales == [17]  # only the missing output was computed
+    summary = json.loads(resumed.stdout.splitlines()[-1])
+    assert (summary["done"], summary["skipped"], summary["failed"]) == (1, 1, 0)
+    replaced = sst("in", "-o", "out", "--overwrite", "-q")
+    assert replaced.exit_code == 0
+    assert Image.open("out/a_mini_x3_x3.png").size == (48, 36)
+
+
+def test_never_writes_over_an_input() -> None:
+    image("in/a.png")
+    before = Path("in/a.png").read_bytes()
+    result = sst("in", "-o", "in", "--name", "{stem}.{ext}", "--overwrite", "-q")
+    assert result.exit_code == 1
+    assert "is an input file" in result.stderr
+    assert Path("in/a.png").read_bytes() == before
+
+
+def test_interrupt_exits_130_without_partial_files_and_skip_existing_finishes(
+    monkeypatch: pytest.MonkeyPatch, count_upscales: list[int]
+) -> None:
+    for name in ("a.png", "b.png", "c.png"):
+        image(Path("in", name))
+    spy = Upscaler.upscale_picture
+
+    def second_file_interrupts(self: Upscaler, picture: Picture, on_tile: object = None) -> Picture:
+        if len(count_upscales) == 1:
+            raise KeyboardInterrupt
+        return spy(self, picture, on_tile)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Upscaler, "upscale_picture", second_file_interrupts)
+    stopped = sst("in", "-o", "out", "-q")
+    assert stopped.exit_code == 130, stopped.output
+    assert "interrupted" in stopped.stderr and "--skip-existing" in stopped.stderr
+    assert files_under("out") == ["a_mini_x3_x3.png"]  # nothing partial, no .sst-tmp
+    monkeypatch.setattr(Upscaler, "upscale_picture", spy)
+    count_upscales.clear()
+    resumed = sst("in", "-o", "out", "--skip-existing", "-q")
+    assert resumed.exit_code == 0, resumed.output
+    assert len(count_upscales) == 2
+    assert files_under("out") == ["a_mini_x3_x3.png", "b_mini_x3_x3.png", "c_mini_x3_x3.png"]
+
+
+def test_json_log_lines_parse() -> None:
+    image("a.png")
+    Path("bad.png").write_text("no")
+    result = sst("a.png", "bad.png", "missing.png", "-o", "out", "--json-log")
+    assert result.exit_code == 1
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [e["event"] for e in events] == ["file_start", "file_done"] * 3 + ["summary"]
+    done = [e for e in events if e["event"] == "file_done"]
+    assert [e["status"] for e in done] == ["done", "failed", "failed"]
+    assert done[0]["output"].endswith("a_mini_x3_x3.png") and done[0]["tile"] == 0
+    assert events[-1]["failed"] == 2 and events[-1]["exit_code"] == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--overwrite", "--skip-existing"], "exclude each other"),
+        (["--quality", "0"], "--quality"),
+        (["--format", "gif"], "--format"),
+        (["--tile", "-8"], "--tile"),
+        (["--tile", "big"], "--tile"),
+        (["--max-memory", "4X"], "--max-memory"),
+        (["--outscale", "-1"], "--outscale"),
+        (["--precision", "fp16"], "--precision"),
+        (["--attention", "magic"], "--attention"),
+        (["--alpha", "drop"], "--alpha"),
+        (["--batch", "0"], "--batch"),
+        (["--device", "tpu"], "unknown device"),
+        (["--name", "{stem}_{size}.{ext}"], "unknown field"),
+        (["-o", "x.png", "--format", "jpg"], "does not match"),
+    ],
+)
+def test_invalid_options_exit_2_with_a_message(args: list[str], message: str) -> None:
+    image("a.png")
+    result = sst("a.png", *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+
+
+def test_config_without_weights_and_unknown_model_exit_2() -> None:
+    image("a.png")
+    result = runner.invoke(app, ["upscale", "a.png", "--config", str(GOLDEN / "mini_x3.json")])
+    assert result.exit_code == 2 and "--weights" in result.stderr
+    result = runner.invoke(app, ["upscale", "a.png", "--model", "nope"])
+    assert result.exit_code == 2 and "unknown model" in result.stderr
+
+
+def test_empty_folder_is_a_clear_error() -> None:
+    Path("empty").mkdir()
+    result = sst("empty")
+    assert result.exit_code == 2 and "no image files found" in result.stderr
+
+
+def test_debug_shows_the_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SST_DEBUG", "0")  # restored afterwards; --debug sets it
+    image("a.png")
+    result = runner.invoke(app, ["upscale", "a.png", "--weights", "nowhere.pth", "--model", "sst-light", "--debug"])
+    assert result.exit_code != 0 and not isinstance(result.exception, SystemExit)
+
+
+def test_nan_output_fails_that_file_with_the_fp32_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    image("a.png")
+
+    def nan_forward(self: SST, x: torch.Tensor) -> torch.Tensor:
+        n, c, h, w = x.shape
+        return torch.full((n, c, h * self.scale, w * self.scale), float("nan"), dtype=x.dtype)
+
+    monkeypatch.setattr(SST, "forward", nan_forward)
+    result = sst("a.png", "--precision", "bf16", "-q")
+    assert result.exit_code == 1
+    assert "NaN" in result.stderr and "--precision fp32" in result.stderr
+    assert files_under(".") == ["a.png"]
+
+
+def test_outscale_gives_the_requested_size() -> None:
+    image("a.png", (16, 12))
+    result = sst("a.png", "--outscale", "2")
+    assert result.exit_code == 0, result.output
+    assert "native x3" in result.stderr and "antialias" in result.stderr
+    with Image.open("a_mini_x3_x2.png") as im:
+        assert im.size == (32, 24)
+
+
+def test_rgba_input_keeps_alpha() -> None:
+    rgba = RNG.integers(0, 256, (12, 16, 4), dtype=np.uint8)
+    rgba[..., 3] = np.linspace(0, 255, 16, dtype=np.uint8)[None, :]
+    Image.fromarray(rgba, "RGBA").save("a.png")
+    result = sst("a.png", "-o", "b.png", "-q")
+    assert result.exit_code == 0, result.output
+    with Image.open("b.png") as im:
+        assert (im.mode, im.size) == ("RGBA", (48, 36))
+        alpha = np.asarray(im)[..., 3].astype(int)
+    assert alpha[:, :6].mean() < 40 and alpha[:, -6:].mean() > 215  # the gradient survived
+
+
+def test_16_bit_png_stays_16_bit() -> None:
+    color = RNG.random((12, 16, 3), dtype=np.float32)
+    write_image("deep.png", Picture(color, None, False, 16, None, None, "png"))
+    result = sst("deep.png", "-q")
+    assert result.exit_code == 0, result.output
+    out = read_image("deep_mini_x3_x3.png")
+    assert out.bit_depth == 16 and out.color.shape == (36, 48, 3)

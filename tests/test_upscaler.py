@@ -1,0 +1,181 @@
+"""Upscaler: tiling exactness and seams on real photos, alpha / gray / arrays, memory planning, failures."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import GOLDEN, golden_config, needs_golden
+from PIL import Image
+
+from sst_cli import SST, SSTConfig, Upscaler
+from sst_cli.errors import ConfigError, NonFiniteOutput
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def _photo(height: int, width: int) -> np.ndarray:
+    """A real photo (bundled example), resized to the requested size, as float32 RGB."""
+    img = Image.open(EXAMPLES / "rocket.jpg").convert("RGB").resize((width, height), Image.LANCZOS)
+    return np.asarray(img, dtype=np.float32) / 255.0
+
+
+def _chw(array: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
+
+
+def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
+    mse = ((a.clamp(0, 1) - b.clamp(0, 1)) ** 2).mean().item()
+    return math.inf if mse == 0 else 10 * math.log10(1 / mse)
+
+
+def _tiny_sst(scale: int = 2) -> SST:
+    """Random small SST (windows 4, 8, 16; L = 16) with weights large enough that every layer matters."""
+    torch.manual_seed(0)
+    cfg = SSTConfig(
+        dim=12, window_sizes=(4, 8, 16), num_heads=2, ranks=(3, 3, 5), n_blocks=2,
+        exp_ratio=1.5, upscaling_factor=scale, upsampler_type="pixelshuffle",
+    )  # fmt: skip
+    model = SST(**cfg.to_kwargs())
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.3)
+    return model.eval()
+
+
+def _relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+def test_exact_tiling_matches_whole_image_tiny_model() -> None:
+    model = _tiny_sst()
+    x = _chw(_photo(64, 96))
+    whole = Upscaler(model, tile=0).run(x)
+    up = Upscaler(model, tile=32, exact=True)
+    plan = up.plan(64, 96)
+    assert plan.tile == 32 and plan.overlap == 48 and not plan.blend  # context 39 rounded up to L = 16
+    assert _relative_error(up.run(x), whole) <= 1e-6  # float32 rounding only (kernels see other sizes)
+    # with too little context the cut shows
+    assert _relative_error(Upscaler(model, tile=32, tile_overlap=16).run(x), whole) > 1e-3
+
+
+@needs_golden
+def test_exact_tiling_is_identical_to_whole_image_golden_model() -> None:
+    model = Upscaler("sst-light", weights=GOLDEN / "mini_x3.pth", config=golden_config("mini_x3"), tile=0).model
+    x = _chw(_photo(48, 256))  # the first tile's context ends at 224 < 256: a real cut
+    whole = Upscaler(model, tile=0).run(x)
+    up = Upscaler(model, tile=64, exact=True)
+    assert up.plan(48, 256).overlap == 160
+    assert torch.equal(up.run(x), whole)
+
+
+@needs_golden
+def test_default_overlap_is_seamless_on_a_real_photo() -> None:
+    model = Upscaler("sst-light", weights=GOLDEN / "mini_x3.pth", config=golden_config("mini_x3"), tile=0).model
+    x = _chw(_photo(64, 128))
+    whole = Upscaler(model, tile=0).run(x)
+    tiled = Upscaler(model, tile=32)
+    assert tiled.plan(64, 128).overlap == 32  # 1 x L
+    assert _psnr(tiled.run(x), whole) >= 45.0
+    no_overlap = Upscaler(model, tile=32, tile_overlap=0).run(x)
+    assert _psnr(no_overlap, whole) < 45.0  # the threshold is meaningful: no context shows seams
+
+
+def test_user_overlap_and_tile_are_aligned() -> None:
+    up = Upscaler(_tiny_sst(), tile=40, tile_overlap=5)
+    plan = up.plan(200, 200)
+    assert (plan.tile, plan.overlap, plan.align) == (32, 16, 16)
+
+
+def test_auto_tile_fits_the_memory_budget() -> None:
+    model = _tiny_sst()
+    assert Upscaler(model, tile="auto", max_memory=1 << 40).plan(500, 700).tile == 0
+    budget = model.activation_bytes(80, 80)
+    plan = Upscaler(model, tile="auto", max_memory=budget).plan(500, 700)
+    assert plan.tile > 0 and plan.tile % 16 == 0
+    side = plan.tile + 2 * plan.overlap
+    assert model.activation_bytes(side, side) <= budget
+
+
+def test_out_of_memory_halves_the_tile_and_reports_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    messages: list[str] = []
+    up = Upscaler(_tiny_sst(), tile=64, tile_overlap=16, on_message=messages.append)
+    x = _chw(_photo(70, 90))
+    expected = Upscaler(up.model, tile=32, tile_overlap=16).run(x)
+    real = up._forward
+
+    def limited(batch: torch.Tensor) -> torch.Tensor:
+        if batch.shape[-1] * batch.shape[-2] > 64 * 64:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(batch)
+
+    monkeypatch.setattr(up, "_forward", limited)
+    out = up.run(x)
+    assert up.last_tile == 32
+    assert messages and "32" in messages[0]
+    assert torch.equal(out, expected)
+
+
+def test_nan_output_is_an_error_with_a_hint() -> None:
+    class Broken(torch.nn.Module):
+        scale = 2
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.full((x.shape[0], 3, x.shape[2] * 2, x.shape[3] * 2), float("nan"))
+
+    with pytest.raises(NonFiniteOutput, match="NaN"):
+        Upscaler(Broken(), tile=0).upscale(np.zeros((8, 8, 3), np.uint8))
+
+
+def test_arrays_keep_dtype_layout_and_alpha() -> None:
+    up = Upscaler(_tiny_sst(), tile=0)
+    rgba = np.random.default_rng(0).integers(0, 256, (10, 12, 4), dtype=np.uint8)
+    out = up.upscale(rgba)
+    assert out.shape == (20, 24, 4) and out.dtype == np.uint8
+    gray16 = np.random.default_rng(1).integers(0, 65536, (10, 12), dtype=np.uint16)
+    out16 = up.upscale(gray16)
+    assert out16.shape == (20, 24) and out16.dtype == np.uint16
+    flt = np.random.default_rng(2).random((9, 7, 3)).astype(np.float32)
+    assert up.upscale(flt).dtype == np.float32
+    with pytest.raises(ConfigError, match="image array"):
+        up.upscale(np.zeros((4, 4, 5), np.uint8))
+
+
+def test_alpha_modes_and_constant_alpha_passes_through() -> None:
+    rng = np.random.default_rng(3)
+    rgba = rng.random((12, 12, 4)).astype(np.float32)
+    by_model = Upscaler(_tiny_sst(), tile=0, alpha="model").upscale(rgba)[..., 3]
+    resized = Upscaler(_tiny_sst(), tile=0, alpha="resize").upscale(rgba)[..., 3]
+    assert by_model.shape == resized.shape == (24, 24)
+    assert by_model.min() >= 0 and by_model.max() <= 1
+    assert not np.allclose(by_model, resized)
+    rgba[..., 3] = 0.25
+    assert np.all(Upscaler(_tiny_sst(), tile=0).upscale(rgba)[..., 3] == 0.25)
+
+
+def test_pil_gray_stays_gray_and_outscale_resizes() -> None:
+    up = Upscaler(_tiny_sst(), tile=0, outscale=1.5)
+    gray = Image.fromarray(np.random.default_rng(4).integers(0, 256, (10, 14), dtype=np.uint8))
+    out = up.upscale(gray)
+    assert out.mode == "L" and out.size == (21, 15)
+    palette = Image.new("P", (6, 6))
+    assert up.upscale(palette).mode == "RGBA"
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"alpha": "blend"}, "alpha mode"),
+        ({"batch": 0}, "batch"),
+        ({"outscale": -1.0}, "outscale"),
+        ({"tile": -3}, "tile"),
+        ({"precision": "fp8"}, "precision"),
+        ({"device": "tpu:9"}, "device"),
+    ],
+)
+def test_bad_options_are_named(kwargs: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Upscaler(_tiny_sst(), **kwargs)
