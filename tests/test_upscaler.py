@@ -165,6 +165,17 @@ def test_pil_gray_stays_gray_and_outscale_resizes() -> None:
     assert up.upscale(palette).mode == "RGBA"
 
 
+def test_bf16_precision_runs_and_stays_close_to_fp32() -> None:
+    model = _tiny_sst()
+    x = _photo(20, 24)
+    fp32 = Upscaler(model, tile=0, precision="fp32").upscale(x)
+    bf16 = Upscaler(_tiny_sst(), tile=0, precision="bf16")
+    assert bf16.dtype == torch.bfloat16
+    out = bf16.upscale(x)
+    assert out.shape == fp32.shape and np.isfinite(out).all()
+    assert np.abs(out - fp32).mean() < 0.05
+
+
 @pytest.mark.parametrize(
     "kwargs,message",
     [
