@@ -37,9 +37,7 @@ class HubFile:
 
     def __post_init__(self) -> None:
         if self.sha256 is not None and not _SHA256_RE.match(self.sha256):
-            raise ConfigError(
-                f"sha256 for {self.filename} must be 64 lowercase hex digits, got {self.sha256!r}"
-            )
+            raise ConfigError(f"sha256 for {self.filename} must be 64 lowercase hex digits, got {self.sha256!r}")
 
     @property
     def uri(self) -> str:
@@ -145,9 +143,7 @@ def manifest_entry(name: str, scale: int, *, repo_id: str | None = None) -> HubF
     if entry.get("bundled") and repo_id is None:
         return weights_dir() / entry["bundled"]
     repo = repo_id or os.environ.get("SST_HUB_REPO") or entry.get("repo_id") or manifest["default_repo_id"]
-    return HubFile(
-        repo_id=repo, filename=entry["filename"], revision=entry.get("revision"), sha256=entry.get("sha256")
-    )
+    return HubFile(repo_id=repo, filename=entry["filename"], revision=entry.get("revision"), sha256=entry.get("sha256"))
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -188,9 +184,7 @@ def _hub_error(file: HubFile, exc: Exception, pull_hint: str) -> Exception:
             f"cannot reach the Hugging Face Hub to download {what} and it is not cached: check the network, "
             f"{override}, or use HF_HUB_OFFLINE=1 with a cached copy"
         )
-    if isinstance(exc, GatedRepoError) or (
-        status in (401, 403) and not isinstance(exc, RepositoryNotFoundError)
-    ):
+    if isinstance(exc, GatedRepoError) or (status in (401, 403) and not isinstance(exc, RepositoryNotFoundError)):
         return WeightsNotFound(
             f"access to {file.repo_id} is gated or unauthorised: accept its terms on huggingface.co and set "
             f"HF_TOKEN to a token with read access, or {override}"
@@ -240,13 +234,9 @@ def download(file: HubFile, *, pull_hint: str | None = None) -> Path:
     """
     from huggingface_hub import hf_hub_download
 
-    hint = (
-        f"run `{pull_hint}`" if pull_hint else "run this command again (or `sst models pull NAME --scale S`)"
-    )
+    hint = f"run `{pull_hint}`" if pull_hint else "run this command again (or `sst models pull NAME --scale S`)"
     try:
-        local = Path(
-            hf_hub_download(file.repo_id, file.filename, revision=file.revision, library_name="sst-cli")
-        )
+        local = Path(hf_hub_download(file.repo_id, file.filename, revision=file.revision, library_name="sst-cli"))
     except Exception as exc:  # huggingface_hub/httpx2 raise many unrelated types; all become one sentence
         raise _hub_error(file, exc, hint) from exc
     if file.sha256:
@@ -272,8 +262,6 @@ def resolve_pretrained(name: str, scale: int, *, repo_id: str | None = None) -> 
     entry = manifest_entry(name, scale, repo_id=repo_id)
     if isinstance(entry, Path):
         if not entry.is_file():
-            raise WeightsNotFound(
-                f"bundled weights {entry} for {name} x{scale} are missing: reinstall sst-cli"
-            )
+            raise WeightsNotFound(f"bundled weights {entry} for {name} x{scale} are missing: reinstall sst-cli")
         return entry
     return download(entry, pull_hint=f"sst models pull {name.strip().lower()} --scale {scale}")

@@ -115,8 +115,9 @@ def read_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAULT
 
     values = _orient(values, orientation)
     if exif_bytes:
-        exif_bytes = _reset_orientation(exif_bytes if exif_bytes.startswith(_EXIF_HEADER) else
-                                        _EXIF_HEADER + exif_bytes)
+        exif_bytes = _reset_orientation(
+            exif_bytes if exif_bytes.startswith(_EXIF_HEADER) else _EXIF_HEADER + exif_bytes
+        )
     scaled = values.astype(np.float32)
     if maxval != 1:
         scaled /= np.float32(maxval)
@@ -176,8 +177,7 @@ def _tile_rawmode(im: Image.Image) -> str | None:
 
 def _decode_raw(im: Image.Image, rawmode: str) -> np.ndarray:
     """Load ``im`` unpacking its pixel bytes with ``rawmode`` instead of the one Pillow picked."""
-    im.tile = [t._replace(args=rawmode if isinstance(t.args, str) else (rawmode, *t.args[1:]))
-               for t in im.tile]
+    im.tile = [t._replace(args=rawmode if isinstance(t.args, str) else (rawmode, *t.args[1:])) for t in im.tile]
     im.load()
     return np.asarray(im)
 
@@ -256,7 +256,7 @@ def _orient(values: np.ndarray, orientation: int) -> np.ndarray:
 
 def _reset_orientation(exif: bytes) -> bytes:
     """Set the IFD0 orientation to 1 in place, keeping every other byte (maker notes included)."""
-    tiff = exif[len(_EXIF_HEADER):]
+    tiff = exif[len(_EXIF_HEADER) :]
     if len(tiff) < 8 or tiff[:2] not in (b"II", b"MM"):
         return exif
     order = "<" if tiff[:2] == b"II" else ">"
@@ -276,8 +276,14 @@ def _reset_orientation(exif: bytes) -> bytes:
 # ----------------------------------------------------------------------------------------------- writing
 
 
-def write_image(path: str | os.PathLike[str], picture: Picture, *, format: str | None = None,
-                quality: int = 95, overwrite: bool = False) -> None:
+def write_image(
+    path: str | os.PathLike[str],
+    picture: Picture,
+    *,
+    format: str | None = None,
+    quality: int = 95,
+    overwrite: bool = False,
+) -> None:
     """Encode ``picture`` atomically to ``path`` (format from ``format`` or else the file extension).
 
     16-bit pictures stay 16-bit in PNG and TIFF; JPEG and WebP get 8 bits. Grayscale pictures are
@@ -404,8 +410,9 @@ def _write_png16(fh: IO[bytes], samples: np.ndarray, icc: bytes | None, exif: by
     """Minimal 16-bit PNG encoder (gray, gray+alpha, RGB, RGBA) with the 'Sub' filter on every row."""
     height, width, channels = samples.shape
     color_type = {1: 0, 2: 4, 3: 2, 4: 6}[channels]
-    fh.write(b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 16, color_type,
-                                                                       0, 0, 0)))
+    fh.write(
+        b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 16, color_type, 0, 0, 0))
+    )
     if icc:
         fh.write(_png_chunk(b"iCCP", b"ICC profile\x00\x00" + zlib.compress(icc)))
     if exif:
@@ -414,7 +421,7 @@ def _write_png16(fh: IO[bytes], samples: np.ndarray, icc: bytes | None, exif: by
     rows = max(1, (1 << 22) // (width * step))
     packer = zlib.compressobj(6)
     for top in range(0, height, rows):
-        block = samples[top:top + rows].astype(">u2").reshape(-1, width * channels).view(np.uint8)
+        block = samples[top : top + rows].astype(">u2").reshape(-1, width * channels).view(np.uint8)
         filtered = block.copy()
         filtered[:, step:] -= block[:, :-step]  # uint8 arithmetic wraps modulo 256, as PNG wants
         lines = np.concatenate([np.ones((block.shape[0], 1), np.uint8), filtered], axis=1)
@@ -432,7 +439,7 @@ def _write_tiff16(fh: IO[bytes], samples: np.ndarray, icc: bytes | None) -> None
     offsets: list[int] = []
     counts: list[int] = []
     for top in range(0, height, rows):
-        block = samples[top:top + rows]
+        block = samples[top : top + rows]
         diff = block.copy()
         diff[:, 1:] -= block[:, :-1]  # predictor 2, in uint16 modulo arithmetic
         data = zlib.compress(diff.astype("<u2").tobytes(), 6)
@@ -442,9 +449,17 @@ def _write_tiff16(fh: IO[bytes], samples: np.ndarray, icc: bytes | None) -> None
         if fh.tell() > 0xFFFF0000:
             raise ImageError("the image is too large for a TIFF file (4 GiB); write PNG instead")
     tags: dict[int, tuple[int, list[int] | bytes]] = {
-        256: (4, [width]), 257: (4, [height]), 258: (3, [16] * channels), 259: (3, [8]),
-        262: (3, [2 if channels >= 3 else 1]), 273: (4, offsets), 277: (3, [channels]), 278: (4, [rows]),
-        279: (4, counts), 284: (3, [1]), 317: (3, [2]),
+        256: (4, [width]),
+        257: (4, [height]),
+        258: (3, [16] * channels),
+        259: (3, [8]),
+        262: (3, [2 if channels >= 3 else 1]),
+        273: (4, offsets),
+        277: (3, [channels]),
+        278: (4, [rows]),
+        279: (4, counts),
+        284: (3, [1]),
+        317: (3, [2]),
     }
     if channels == 4:
         tags[338] = (3, [2])  # unassociated alpha
@@ -452,8 +467,7 @@ def _write_tiff16(fh: IO[bytes], samples: np.ndarray, icc: bytes | None) -> None
         tags[34675] = (7, icc)
     entries = b""
     for tag, (kind, value) in sorted(tags.items()):
-        raw = value if isinstance(value, bytes) else struct.pack(f"<{len(value)}{'H' if kind == 3 else 'I'}",
-                                                                   *value)
+        raw = value if isinstance(value, bytes) else struct.pack(f"<{len(value)}{'H' if kind == 3 else 'I'}", *value)
         if len(raw) > 4:
             fh.write(b"\x00" * (fh.tell() % 2))
             field = struct.pack("<I", fh.tell())

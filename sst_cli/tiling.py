@@ -207,9 +207,7 @@ def _run(
             out = forward(x)
             h, w = chunk[0].context_shape
             if out.ndim != 4 or out.shape[0] != len(chunk) or tuple(out.shape[2:]) != (h * scale, w * scale):
-                raise ValueError(
-                    f"model returned shape {tuple(out.shape)} for input {tuple(x.shape)} at scale {scale}"
-                )
+                raise ValueError(f"model returned shape {tuple(out.shape)} for input {tuple(x.shape)} at scale {scale}")
             out = out.to("cpu", torch.float32)
             del x
             for i, t in enumerate(chunk):
@@ -248,9 +246,7 @@ class _Accumulator:
         assert self.out is not None
         want = (channels, self.height * self.scale, self.width * self.scale)
         if tuple(self.out.shape) != want or self.out.dtype != torch.float32 or self.out.device.type != "cpu":
-            raise ValueError(
-                f"canvas must be a CPU float32 tensor of shape {want}, got {tuple(self.out.shape)}"
-            )
+            raise ValueError(f"canvas must be a CPU float32 tensor of shape {want}, got {tuple(self.out.shape)}")
 
     def add(self, t: Tile, out: torch.Tensor) -> None:
         """Put one tile's (C_out, h*s, w*s) output into the canvas."""

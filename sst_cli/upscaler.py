@@ -82,13 +82,14 @@ class TilePlan:
 class Upscaler:
     """Upscale pictures, PIL images or arrays with an SST (or any scale-describing) network.
 
-    ``model`` is a zoo name or an ``nn.Module`` with a ``scale`` attribute. ``weights`` loads a
-    local file or ``hf://`` reference with the architecture of ``model`` (a zoo name) or ``config``.
+    ``model`` is a zoo name (default ``sst-light``) or an ``nn.Module`` with a ``scale`` attribute.
+    ``weights`` loads a local file or ``hf://`` reference with the architecture of ``model`` or
+    ``config``; with neither, the file must carry its config (as sst-cli's own safetensors do).
     """
 
     def __init__(
         self,
-        model: str | nn.Module = DEFAULT_MODEL,
+        model: str | nn.Module | None = None,
         scale: int | None = None,
         *,
         weights: str | os.PathLike[str] | None = None,
@@ -129,7 +130,7 @@ class Upscaler:
 
     def _load(
         self,
-        model: str | nn.Module,
+        model: str | nn.Module | None,
         scale: int | None,
         weights: str | os.PathLike[str] | None,
         config: ConfigSource | None,
@@ -146,7 +147,8 @@ class Upscaler:
             return load_model(weights, scale, config=config, variant=variant, device=self.device, dtype=self.dtype)
         if config is not None:
             raise ConfigError("--config describes an architecture; give the weights to load into it with --weights")
-        return load_model(model, scale or DEFAULT_SCALE, hub_repo=hub_repo, device=self.device, dtype=self.dtype)
+        name = model or DEFAULT_MODEL
+        return load_model(name, scale or DEFAULT_SCALE, hub_repo=hub_repo, device=self.device, dtype=self.dtype)
 
     # ----------------------------------------------------------------- tiling
     def plan(self, height: int, width: int) -> TilePlan:

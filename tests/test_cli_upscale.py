@@ -268,3 +268,13 @@ def test_16_bit_png_stays_16_bit() -> None:
     assert result.exit_code == 0, result.output
     out = read_image("deep_mini_x3_x3.png")
     assert out.bit_depth == 16 and out.color.shape == (36, 48, 3)
+
+
+def test_weights_without_model_or_config_say_which_architectures_fit(tmp_path: Path) -> None:
+    image = tmp_path / "in.png"
+    Image.new("RGB", (8, 8)).save(image)
+    result = runner.invoke(app, ["upscale", str(image), "--weights", str(GOLDEN / "light_x2.pth")])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "window sizes cannot be read" in text and "sst-light or sst-light+" in text
+    assert not (tmp_path / "in_light_x2_x2.png").exists()

@@ -59,11 +59,11 @@ def parse_tile(text: str) -> int | Literal["auto"]:
     return value
 
 
-def model_label(model: str, weights: str | None) -> str:
+def model_label(model: str | None, weights: str | None) -> str:
     """Name used for ``{model}`` in output names: the weights file's stem when weights are given."""
     if weights is None:
-        return model.strip().lower()
-    return Path(weights.split("@", 1)[0]).stem or model
+        return (model or DEFAULT_MODEL).strip().lower()
+    return Path(weights.split("@", 1)[0]).stem or model or DEFAULT_MODEL
 
 
 def show(path: Path | None) -> str:
@@ -95,7 +95,7 @@ def _validate(
     scale: int | None,
     weights: str | None,
     config: str | None,
-    model: str,
+    model: str | None,
 ) -> tuple[int | Literal["auto"], int | None]:
     """Check every option before anything is loaded; return the parsed tile and memory budget."""
     if overwrite and skip_existing:
@@ -132,7 +132,7 @@ def _validate(
         raise fail("--config describes an architecture; give the weights to load into it with --weights", 2)
     if scale is not None and scale < 1:
         raise fail(f"--scale must be a positive integer, got {scale}", 2)
-    if config is None:
+    if config is None and model is not None:
         get_variant(model)  # ConfigError (exit 2) naming the zoo models
         if scale is not None:
             check_scale(scale)
@@ -272,9 +272,15 @@ def upscale(
             "for a folder input, a sibling folder named <folder>_sst.",
         ),
     ] = None,
-    model: Annotated[str, typer.Option("--model", "-m", help="Zoo model name (sst-light, sst, sst-l, ...).")] = (
-        DEFAULT_MODEL
-    ),
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help=f"Zoo model name (sst-light, sst, sst-l, ...); default {DEFAULT_MODEL}. With --weights: "
+            "the architecture to load them into.",
+        ),
+    ] = None,
     weights: Annotated[
         str | None, typer.Option("--weights", help="Weights file or hf://OWNER/REPO/PATH[@REV] instead of the zoo's.")
     ] = None,
