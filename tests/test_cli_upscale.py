@@ -278,3 +278,37 @@ def test_weights_without_model_or_config_say_which_architectures_fit(tmp_path: P
     text = " ".join(result.output.split())
     assert "window sizes cannot be read" in text and "sst-light or sst-light+" in text
     assert not (tmp_path / "in_light_x2_x2.png").exists()
+
+
+def _srgb_icc() -> bytes:
+    from PIL import ImageCms
+
+    return ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+
+
+def test_gray_la_and_palette_keep_their_kind() -> None:
+    gray = RNG.integers(0, 256, (12, 16), dtype=np.uint8)
+    Image.fromarray(gray, "L").save("l.png")
+    Image.fromarray(np.dstack([gray, gray[::-1]]), "LA").save("la.png")
+    palette = Image.fromarray(RNG.integers(0, 256, (12, 16, 3), dtype=np.uint8)).quantize(16)
+    palette.info["transparency"] = 0
+    palette.save("p.png", transparency=0)
+    assert sst("l.png", "la.png", "p.png", "--quiet").exit_code == 0
+    assert Image.open("l_mini_x3_x3.png").mode == "L"
+    assert Image.open("la_mini_x3_x3.png").mode == "LA"
+    out = Image.open("p_mini_x3_x3.png")
+    assert out.mode == "RGBA" and out.size == (48, 36)
+
+
+def test_exif_rotation_is_applied_and_icc_and_exif_are_kept() -> None:
+    pixels = RNG.integers(0, 256, (12, 16, 3), dtype=np.uint8)  # stored landscape, shown portrait
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to display
+    exif[0x010F] = "sst-cli test camera"
+    Image.fromarray(pixels).save("rot.jpg", exif=exif.tobytes(), icc_profile=_srgb_icc(), quality=95)
+    assert sst("rot.jpg", "--quiet").exit_code == 0
+    out = Image.open("rot_mini_x3_x3.jpg")
+    assert out.size == (36, 48)  # upright (12 wide, 16 tall) times 3
+    assert out.info.get("icc_profile") == _srgb_icc()
+    tags = out.getexif()
+    assert tags.get(0x0112, 1) == 1 and tags.get(0x010F) == "sst-cli test camera"
