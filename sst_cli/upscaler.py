@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -61,6 +62,20 @@ def default_memory_budget(device: torch.device) -> int:
     except (OSError, KeyError, ValueError):
         available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
     return int(available * 0.5)
+
+
+@contextmanager
+def exact_fp32(device: torch.device, dtype: torch.dtype) -> Iterator[None]:
+    """On CUDA, fp32 means fp32: TF32 convolutions and matmuls (errors ~1e-3) are off while it runs."""
+    if device.type != "cuda" or dtype != torch.float32:
+        yield
+        return
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -188,7 +203,7 @@ class Upscaler:
 
     def _forward(self, batch: torch.Tensor) -> torch.Tensor:
         x = batch.to(self.device, self.dtype, non_blocking=True)
-        with torch.inference_mode():
+        with torch.inference_mode(), exact_fp32(self.device, self.dtype):
             y = self.model(x)
         return y.float().cpu()
 

@@ -13,6 +13,7 @@ from PIL import Image
 
 from sst_cli import SST, SSTConfig, Upscaler
 from sst_cli.errors import ConfigError, NonFiniteOutput
+from sst_cli.upscaler import exact_fp32
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -190,3 +191,12 @@ def test_bf16_precision_runs_and_stays_close_to_fp32() -> None:
 def test_bad_options_are_named(kwargs: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         Upscaler(_tiny_sst(), **kwargs)
+
+
+def test_fp32_on_cuda_turns_tf32_off_only_while_running() -> None:
+    before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    with exact_fp32(torch.device("cuda"), torch.float32):
+        assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+    assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == before
+    with exact_fp32(torch.device("cuda"), torch.bfloat16):
+        assert torch.backends.cudnn.allow_tf32 == before[0]
