@@ -185,7 +185,10 @@ def test_manifest_has_all_zoo_entries() -> None:
             entry = manifest["models"][name][str(scale)]
             assert entry["filename"] == pattern.format(s=scale)
             assert set(entry) >= {"filename", "repo_id", "revision", "sha256", "bundled"}
-            file = hub.manifest_entry(name, scale)
+            if entry["bundled"]:  # the default model ships with the package
+                assert (name, scale) == ("sst-light", 4)
+                assert hub.manifest_entry(name, scale) == hub.weights_dir() / entry["bundled"]
+            file = hub.manifest_entry(name, scale, repo_id="dslisleedh/SST")  # asking for a repo means the hub
             assert isinstance(file, hub.HubFile)
             assert (file.repo_id, file.filename, file.revision) == (
                 "dslisleedh/SST",
