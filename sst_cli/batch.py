@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Literal
 
 from .errors import ConfigError, ImageError, OutputExists, SstError
-from .image_io import DEFAULT_MAX_PIXELS, EXTENSIONS, is_image_file, output_format, read_image, write_image
+from .image_io import (
+    DEFAULT_MAX_PIXELS,
+    EXTENSIONS,
+    is_image_file,
+    normalise_format,
+    output_format,
+    read_image,
+    write_image,
+)
 from .upscaler import Upscaler
 
 #: Output name used when none is given; ``{outscale}`` replaces ``{scale}`` when an outscale is set.
@@ -27,7 +35,6 @@ DEFAULT_OUTSCALE_TEMPLATE = "{stem}_{model}_x{outscale}.{ext}"
 FOLDER_SUFFIX = "_sst"
 TEMPLATE_FIELDS = ("stem", "model", "scale", "outscale", "ext")
 TEMP_SUFFIX = ".sst-tmp"
-WRITE_FORMATS = ("png", "jpeg", "webp", "tiff")
 
 Status = Literal["done", "skipped", "failed"]
 _MAGIC = re.compile(r"[*?[]")
@@ -206,17 +213,13 @@ def plan_output(
         raise ConfigError(f"'{out}' names one image file, but {inputs}; give a folder with -o")
     if template is not None:
         raise ConfigError("--name does not apply when -o names the output file itself")
-    suffix_format = _canonical(out.suffix)
-    if suffix_format not in WRITE_FORMATS:
-        raise ConfigError(f"cannot write '{out}': name it .png, .jpg, .webp or .tif")
-    if format is not None and _canonical(format) != suffix_format:
+    try:
+        suffix_format = normalise_format(out.suffix)
+    except ConfigError:
+        raise ConfigError(f"cannot write '{out}': name it .png, .jpg, .webp or .tif") from None
+    if format is not None and normalise_format(format) != suffix_format:
         raise ConfigError(f"--format {format} does not match the extension of '{out}'")
     return Naming(model, scale, outscale, folder=None, file=out)
-
-
-def _canonical(fmt: str) -> str:
-    key = fmt.strip().lower().lstrip(".")
-    return {"jpg": "jpeg", "tif": "tiff"}.get(key, key)
 
 
 # -------------------------------------------------------------------------------------------- running

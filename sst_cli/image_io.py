@@ -70,7 +70,7 @@ def output_format(picture: Picture, requested: str | None) -> str:
     requested format cannot hold the picture (JPEG with alpha), before any expensive work is done.
     """
     if requested is not None:
-        fmt = _normalise_format(requested)
+        fmt = normalise_format(requested)
         _check_can_hold(picture, fmt, f"output format '{requested}'")
         return fmt
     fmt = picture.format if picture.format in _WRITE_FORMATS else "png"
@@ -294,7 +294,7 @@ def write_image(
     name = os.fspath(path)
     if not overwrite and os.path.lexists(name):
         raise OutputExists(f"refusing to overwrite '{name}': it already exists")
-    fmt = _normalise_format(format) if format else _format_from_name(name)
+    fmt = normalise_format(format) if format else _format_from_name(name)
     _check_can_hold(picture, fmt, f"'{name}'")
     if not 1 <= quality <= 100:
         raise ConfigError(f"quality must be between 1 and 100, not {quality}")
@@ -328,7 +328,7 @@ def write_image(
     _atomic_write(name, encode)
 
 
-def _normalise_format(fmt: str) -> str:
+def normalise_format(fmt: str) -> str:
     """Accept 'JPG', '.tif' and friends; ConfigError for formats sst-cli does not write."""
     key = fmt.strip().lower().lstrip(".")
     key = _ALIASES.get(key, key)
@@ -340,7 +340,7 @@ def _normalise_format(fmt: str) -> str:
 def _format_from_name(name: str) -> str:
     """Infer the format from the target's extension."""
     try:
-        return _normalise_format(os.path.splitext(name)[1] or "?")
+        return normalise_format(os.path.splitext(name)[1] or "?")
     except ConfigError:
         raise ImageError(f"cannot write '{name}': name it .png, .jpg, .webp or .tif, or give a format") from None
 
