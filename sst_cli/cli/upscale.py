@@ -26,13 +26,13 @@ from ..batch import (
     plan_output,
     run_batch,
 )
-from ..image_io import DEFAULT_MAX_PIXELS, is_image_file
+from ..errors import ConfigError
+from ..image_io import DEFAULT_MAX_PIXELS, is_image_file, normalise_format
 from ..model.attention import BACKENDS
 from ..upscaler import ALPHA_MODES, DEFAULT_MODEL, DEFAULT_SCALE, PRECISIONS, Upscaler, resolve_device
 from ..zoo import check_scale, get_variant
 from .output import console, err_console, fail, handle_errors
 
-FORMATS = ("png", "jpg", "jpeg", "webp", "tiff", "tif")
 _SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(i?b)?", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _RESUME_HINT = "rerun the same command with --skip-existing to resume"
@@ -102,8 +102,11 @@ def _validate(
         raise fail("--overwrite and --skip-existing exclude each other: replace existing outputs, or keep them", 2)
     if not 1 <= quality <= 100:
         raise fail(f"--quality must be between 1 and 100, got {quality}", 2)
-    if format is not None and format.lower() not in FORMATS:
-        raise fail(f"unknown --format {format!r}; choose png, jpg, webp or tiff", 2)
+    if format is not None:
+        try:
+            normalise_format(format)
+        except ConfigError:
+            raise fail(f"unknown --format {format!r}; choose png, jpg, webp or tiff", 2) from None
     try:
         parsed_tile = parse_tile(tile)
     except ValueError:
