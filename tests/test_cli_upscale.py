@@ -305,10 +305,11 @@ def test_exif_rotation_is_applied_and_icc_and_exif_are_kept() -> None:
     exif = Image.Exif()
     exif[0x0112] = 6  # rotate 90 degrees clockwise to display
     exif[0x010F] = "sst-cli test camera"
-    Image.fromarray(pixels).save("rot.jpg", exif=exif.tobytes(), icc_profile=_srgb_icc(), quality=95)
+    icc = _srgb_icc()  # made once: the profile carries its creation time
+    Image.fromarray(pixels).save("rot.jpg", exif=exif.tobytes(), icc_profile=icc, quality=95)
     assert sst("rot.jpg", "--quiet").exit_code == 0
     out = Image.open("rot_mini_x3_x3.jpg")
     assert out.size == (36, 48)  # upright (12 wide, 16 tall) times 3
-    assert out.info.get("icc_profile") == _srgb_icc()
+    assert out.info.get("icc_profile") == icc
     tags = out.getexif()
     assert tags.get(0x0112, 1) == 1 and tags.get(0x010F) == "sst-cli test camera"
