@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__
-from . import models, upscale
+from . import evaluate, models, upscale
 from .output import console
 
 HELP = """Upscale images with SST, the Scalable SR Transformer.
@@ -21,11 +21,14 @@ Examples:
   sst models                                  (list models and where their weights are)
 
   sst models pull sst-l --scale 2             (download for offline use)
+
+  sst eval --model bicubic --dataset Set5 --scale 4 --data-root datasets/
 """
 
 app = typer.Typer(help=HELP, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None)
 app.add_typer(models.app, name="models")
 app.command("upscale")(upscale.upscale)
+app.command("eval")(evaluate.eval_command)
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,289 @@
+"""Benchmark evaluation: find HR/LR pairs, super-resolve them, score them with the standard protocol.
+
+Nothing here prints. ``find_dataset`` resolves names and folders, ``check_pairs`` validates a whole
+dataset before any network runs (so a bad file fails in seconds, not after an hour), and
+``evaluate_dataset`` returns per-image and mean scores. The protocol itself lives in ``metrics``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from .errors import ConfigError, ImageError
+from .image_io import Picture, is_image_file, read_image, write_image
+from .metrics import SSIM_WINDOW, psnr, psnr_ssim_y, ssim
+from .resize import imresize
+
+DATA_ROOT_ENV = "SST_DATA_ROOT"
+
+# Canonical name -> folder names tried under the data root (the usual spellings in SR repositories).
+KNOWN_DATASETS: dict[str, tuple[str, ...]] = {
+    "Set5": ("Set5",),
+    "Set14": ("Set14",),
+    "B100": ("B100", "BSD100", "BSDS100"),
+    "Urban100": ("Urban100",),
+    "Manga109": ("Manga109",),
+    "DIV2K-val": ("DIV2K-val", "DIV2K_valid", "DIV2K_val", "DIV2K"),
+}
+_ALIASES = {folder.lower(): name for name, folders in KNOWN_DATASETS.items() for folder in (name, *folders)}
+
+# Y-channel weights of BT.601 without the studio-range offset: they sum to 1, so a network's output
+# for a gray input (three nearly equal channels) maps back onto the gray scale of the HR image.
+_GRAY_WEIGHTS = np.array([65.481, 128.553, 24.966]) / 219.0
+
+SrFunction = Callable[[np.ndarray, int], np.ndarray]
+"""(LR uint8 (H, W) or (H, W, 3), scale) -> SR uint8 of the same layout, ``scale`` times larger."""
+
+PROTOCOL: dict[str, str] = {
+    "hr": "modcropped to a multiple of the scale",
+    "lr": "LR_bicubic/X{s} files when present, else MATLAB bicubic imresize of the HR (uint8 per pass)",
+    "sr": "clamped to [0, 1], x255, rounded to uint8",
+    "crop_border": "scale pixels shaved from every border",
+    "y": "BT.601 studio range Y = 16 + 65.481 R + 128.553 G + 24.966 B (RGB in [0, 1]), not rounded; "
+    "gray images use their gray values as Y",
+    "psnr": "10 log10(255^2 / MSE), float64",
+    "ssim": "11x11 Gaussian window, sigma 1.5, C1 = (0.01*255)^2, C2 = (0.03*255)^2, valid region, mean",
+    "dataset": "mean of per-image scores",
+}
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A benchmark folder: ``HR/`` plus optional ``LR_bicubic/X{s}/`` (EDSR layout)."""
+
+    name: str
+    root: Path
+    hr_files: tuple[Path, ...]
+
+    def lr_file(self, hr: Path, scale: int) -> Path | None:
+        """The LR file of ``hr`` if the dataset has one: ``babyx4.png``, ``baby_x4.png`` or ``baby.png``."""
+        folder = self.root / "LR_bicubic" / f"X{scale}"
+        stems = (f"{hr.stem}x{scale}", f"{hr.stem}_x{scale}", hr.stem)
+        suffixes = dict.fromkeys((hr.suffix, ".png", ".bmp", ".jpg", ".tif"))
+        for stem in stems:
+            for suffix in suffixes:
+                candidate = folder / f"{stem}{suffix}"
+                if candidate.is_file():
+                    return candidate
+        return None
+
+
+@dataclass(frozen=True)
+class ImageScore:
+    name: str
+    psnr_y: float
+    ssim_y: float
+    psnr_rgb: float | None = None
+    ssim_rgb: float | None = None
+
+
+@dataclass
+class DatasetResult:
+    dataset: str
+    scale: int
+    model: str
+    images: list[ImageScore] = field(default_factory=list)
+
+    @property
+    def n_images(self) -> int:
+        return len(self.images)
+
+    def mean(self, metric: str) -> float | None:
+        values = [getattr(score, metric) for score in self.images]
+        if not values or any(v is None for v in values):
+            return None
+        return float(np.mean(values))
+
+    @property
+    def psnr_y(self) -> float:
+        return self.mean("psnr_y") or float("nan")
+
+    @property
+    def ssim_y(self) -> float:
+        return self.mean("ssim_y") or float("nan")
+
+    def to_dict(self) -> dict:
+        out: dict = {"dataset": self.dataset, "scale": self.scale, "model": self.model}
+        out.update(psnr_y=self.psnr_y, ssim_y=self.ssim_y)
+        if self.mean("psnr_rgb") is not None:
+            out.update(psnr_rgb=self.mean("psnr_rgb"), ssim_rgb=self.mean("ssim_rgb"))
+        out["n_images"] = self.n_images
+        out["images"] = [{k: v for k, v in vars(score).items() if v is not None} for score in self.images]
+        return out
+
+
+# ----------------------------------------------------------------------------------------- datasets
+def canonical_name(name: str) -> str | None:
+    """The known dataset a name means (``set5``, ``BSD100`` ...), or None."""
+    return _ALIASES.get(name.strip().lower())
+
+
+def find_dataset(spec: str, data_root: str | os.PathLike[str] | None = None) -> Dataset:
+    """A dataset from a folder path, or from a known name under ``data_root`` / ``$SST_DATA_ROOT``."""
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        return _open_dataset(canonical_name(path.name) or path.name, path)
+    known = canonical_name(spec)
+    if known is None:
+        names = ", ".join(KNOWN_DATASETS)
+        raise ConfigError(f"dataset {spec!r} is neither a folder nor a known name ({names})")
+    root = data_root if data_root is not None else os.environ.get(DATA_ROOT_ENV)
+    if not root:
+        raise ConfigError(f"where is {known}? pass --data-root DIR (holding {known}/) or set {DATA_ROOT_ENV}")
+    tried = [Path(root).expanduser() / folder for folder in KNOWN_DATASETS[known]]
+    for folder in tried:
+        if folder.is_dir():
+            return _open_dataset(known, folder)
+    raise ConfigError(f"dataset {known} not found: none of {', '.join(map(str, tried))} is a folder")
+
+
+def _open_dataset(name: str, root: Path) -> Dataset:
+    hr = root / "HR"
+    if not hr.is_dir():
+        raise ConfigError(f"dataset folder '{root}' has no HR/ folder (expected HR/ and optionally LR_bicubic/X2 ...)")
+    files = tuple(sorted((p for p in hr.iterdir() if p.is_file() and is_image_file(p)), key=lambda p: p.name))
+    if not files:
+        raise ConfigError(f"'{hr}' holds no images (png, jpg, webp, tiff or bmp)")
+    return Dataset(name, root, files)
+
+
+def _header_size(path: Path) -> tuple[int, int]:
+    """(width, height) from the file header, without decoding the pixels."""
+    try:
+        with Image.open(path) as im:
+            return im.size
+    except Exception as exc:
+        raise ImageError(f"cannot read '{path}': not a readable image ({exc})") from None
+
+
+def check_pairs(dataset: Dataset, scale: int) -> None:
+    """Fail before any work if an HR file is unreadable or too small, or an LR file has the wrong size."""
+    for hr in dataset.hr_files:
+        width, height = _header_size(hr)
+        smallest = 2 * scale + SSIM_WINDOW  # the SSIM window must fit once the borders are shaved
+        if min(width - width % scale, height - height % scale) < smallest:
+            raise ImageError(f"'{hr}' is {width}x{height}: too small to score at x{scale} (needs {smallest} px)")
+        lr = dataset.lr_file(hr, scale)
+        if lr is None:
+            continue
+        expected = (width // scale, height // scale)
+        found = _header_size(lr)
+        if found != expected:
+            raise ImageError(
+                f"'{lr}' is {found[0]}x{found[1]}, but its HR '{hr.name}' ({width}x{height}) at x{scale} "
+                f"needs {expected[0]}x{expected[1]}"
+            )
+
+
+def read_uint8(path: Path) -> np.ndarray:
+    """8-bit pixels exactly as stored: (H, W) for gray files, (H, W, 3) for colour (alpha dropped)."""
+    picture = read_image(path)
+    values = np.round(picture.color * 255.0).astype(np.uint8)
+    return values[..., 0] if picture.grayscale else values
+
+
+def load_pair(dataset: Dataset, hr_path: Path, scale: int) -> tuple[np.ndarray, np.ndarray]:
+    """(HR modcropped, LR) as uint8; the LR is made with MATLAB bicubic when the dataset has none."""
+    hr = read_uint8(hr_path)
+    hr = hr[: hr.shape[0] - hr.shape[0] % scale, : hr.shape[1] - hr.shape[1] % scale]
+    lr_path = dataset.lr_file(hr_path, scale)
+    if lr_path is None:
+        return hr, imresize(hr, 1.0 / scale)
+    lr = read_uint8(lr_path)
+    if lr.ndim != hr.ndim:  # a gray HR with an RGB LR file, or the reverse: follow the HR
+        lr = lr[..., 0] if hr.ndim == 2 else np.repeat(lr[..., None], 3, axis=2)
+    if lr.shape[:2] != (hr.shape[0] // scale, hr.shape[1] // scale):
+        raise ImageError(f"'{lr_path}' has size {lr.shape[1]}x{lr.shape[0]}, which does not match its HR at x{scale}")
+    return hr, lr
+
+
+# -------------------------------------------------------------------------------- super-resolution
+def bicubic(lr: np.ndarray, scale: int) -> np.ndarray:
+    """The classical baseline: MATLAB-compatible bicubic upscaling of the uint8 LR."""
+    return imresize(lr, float(scale))
+
+
+def dihedral(image: torch.Tensor, index: int, *, inverse: bool = False) -> torch.Tensor:
+    """One of the 8 flips/rotations of a (C, H, W) tensor, or its inverse."""
+    flip, turns = index >= 4, index % 4
+    if not inverse:
+        image = image.flip(-1) if flip else image
+        return torch.rot90(image, turns, dims=(-2, -1))
+    image = torch.rot90(image, -turns, dims=(-2, -1))
+    return image.flip(-1) if flip else image
+
+
+def network_sr(run: Callable[[torch.Tensor], torch.Tensor], *, self_ensemble: bool = False) -> SrFunction:
+    """Wrap a (C, H, W) float network runner into an SR function on uint8 arrays.
+
+    Gray images go through the network as three equal channels; the output is mapped back to gray
+    with the BT.601 luma weights, so it can be compared with the gray HR as MATLAB scripts do.
+    """
+
+    def sr(lr: np.ndarray, scale: int) -> np.ndarray:
+        rgb = np.repeat(lr[..., None], 3, axis=2) if lr.ndim == 2 else lr
+        x = torch.from_numpy(np.ascontiguousarray(rgb)).permute(2, 0, 1).float().div_(255.0)
+        views = range(8) if self_ensemble else range(1)
+        out = sum(dihedral(run(dihedral(x, i)), i, inverse=True) for i in views) / len(views)
+        values = out.clamp_(0.0, 1.0).permute(1, 2, 0).double().numpy() * 255.0
+        if lr.ndim == 2:
+            values = values @ _GRAY_WEIGHTS
+        return np.round(values).clip(0, 255).astype(np.uint8)
+
+    return sr
+
+
+# ---------------------------------------------------------------------------------------- scoring
+def score(sr: np.ndarray, hr: np.ndarray, scale: int, *, rgb: bool = False) -> tuple[float, ...]:
+    """(PSNR-Y, SSIM-Y[, PSNR-RGB, SSIM-RGB]) of one uint8 image pair, ``scale`` pixels shaved."""
+    if sr.shape != hr.shape:
+        raise ImageError(f"the SR output is {sr.shape[1]}x{sr.shape[0]}, the HR {hr.shape[1]}x{hr.shape[0]}")
+    y = psnr_ssim_y(sr, hr, scale)
+    if not rgb:
+        return y
+    a = sr[scale:-scale, scale:-scale].astype(np.float64)
+    b = hr[scale:-scale, scale:-scale].astype(np.float64)
+    if a.ndim == 2:
+        return (*y, psnr(a, b), ssim(a, b))
+    return (*y, psnr(a, b), float(np.mean([ssim(a[..., c], b[..., c]) for c in range(3)])))
+
+
+def evaluate_dataset(
+    sr: SrFunction,
+    dataset: Dataset,
+    scale: int,
+    model: str,
+    *,
+    rgb: bool = False,
+    save_dir: Path | None = None,
+    on_image: Callable[[ImageScore], None] | None = None,
+) -> DatasetResult:
+    """Score every image of ``dataset`` at ``scale``; optionally save each SR output as PNG."""
+    check_pairs(dataset, scale)
+    result = DatasetResult(dataset.name, scale, model)
+    for hr_path in dataset.hr_files:
+        hr, lr = load_pair(dataset, hr_path, scale)
+        out = sr(lr, scale)
+        entry = ImageScore(hr_path.stem, *score(out, hr, scale, rgb=rgb))
+        result.images.append(entry)
+        if save_dir is not None:
+            save_sr(out, save_dir / dataset.name / f"x{scale}" / f"{hr_path.stem}.png")
+        if on_image is not None:
+            on_image(entry)
+    return result
+
+
+def save_sr(values: np.ndarray, path: Path) -> None:
+    """Write an SR result as 8-bit PNG (gray stays gray), replacing an earlier run's file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    gray = values.ndim == 2
+    rgb = np.repeat(values[..., None], 3, axis=2) if gray else values
+    picture = Picture(rgb.astype(np.float32) / 255.0, None, gray, 8, None, None, "png")
+    write_image(path, picture, format="png", overwrite=True)

@@ -1,0 +1,91 @@
+"""``sst eval`` end to end: tables, JSON/CSV reports, saved images, and clear failures."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import DATASETS, GOLDEN, needs_datasets, needs_golden
+from PIL import Image
+from typer.testing import CliRunner
+
+from sst_cli.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SST_DEBUG", raising=False)
+    monkeypatch.delenv("SST_DATA_ROOT", raising=False)
+
+
+def _crop_dataset(root: Path, size: int = 48) -> Path:
+    """Two small crops of Set5 HR images, so a network evaluates in seconds."""
+    for name in ("baby", "bird"):
+        hr = Image.open(DATASETS / "Set5" / "HR" / f"{name}.png").crop((100, 100, 100 + size, 100 + size))
+        (root / "HR").mkdir(parents=True, exist_ok=True)
+        hr.save(root / "HR" / f"{name}.png")
+    return root
+
+
+@needs_datasets
+def test_bicubic_set5_table_json_and_csv(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app,
+        ["eval", "--model", "bicubic", "-d", "Set5", "-s", "2", "-s", "4", "--data-root", str(DATASETS),
+         "--json", "r.json", "--csv", "r.csv", "--rgb", "-q"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "33.6" in result.output and "28.4" in result.output and "Protocol" in result.output
+    report = json.loads(Path("r.json").read_text())
+    assert [(r["dataset"], r["scale"]) for r in report["results"]] == [("Set5", 2), ("Set5", 4)]
+    x4 = report["results"][1]
+    assert x4["model"] == "bicubic" and x4["n_images"] == 5 and len(x4["images"]) == 5
+    assert abs(x4["psnr_y"] - 28.42) <= 0.02 and abs(x4["ssim_y"] - 0.8104) <= 0.001
+    assert x4["published"]["psnr_y"] == 28.42 and "psnr_rgb" in x4
+    assert "crop_border" in report["protocol"]
+    rows = list(csv.DictReader(Path("r.csv").read_text().splitlines()))
+    assert len(rows) == 10 and rows[0]["image"] == "baby" and float(rows[0]["psnr_y"]) > 30
+
+
+@needs_golden
+@needs_datasets
+def test_network_eval_self_ensemble_saved_images_and_scale_from_weights(tmp_path: Path) -> None:
+    data = _crop_dataset(tmp_path / "tiny", size=30)
+    model = ["--weights", str(GOLDEN / "mini_x3.pth"), "--config", str(GOLDEN / "mini_x3.json"), "--device", "cpu"]
+    args = ["eval", "-d", str(data), *model, "--self-ensemble", "--save-images", "sr", "--json", "r.json", "-q"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    entry = json.loads(Path("r.json").read_text())["results"][0]
+    assert entry["scale"] == 3 and entry["model"] == "mini_x3" and entry["n_images"] == 2
+    assert np.asarray(Image.open(Path("sr") / "tiny" / "x3" / "baby.png")).shape == (30, 30, 3)
+
+
+def test_bad_datasets_and_options_fail_cleanly(tmp_path: Path) -> None:
+    def run(*args: str) -> tuple[int, str]:
+        result = runner.invoke(app, ["eval", *args, "--json", "r.json"])
+        return result.exit_code, result.output
+
+    code, out = run("-d", "Set5")
+    assert code == 2 and "--data-root" in out
+    (tmp_path / "flat").mkdir()
+    code, out = run("-d", "flat", "--model", "bicubic")
+    assert code == 2 and "has no HR/ folder" in out
+    code, out = run("-d", "flat", "--model", "bicubic", "--self-ensemble")
+    assert code == 2 and "needs a network" in out
+    code, out = run("-d", "flat", "--model", "sst-xxl")
+    assert code == 2 and "unknown model" in out
+    code, out = run("-d", "flat", "--model", "sst", "--scale", "5")
+    assert code == 2 and "scale" in out
+    (tmp_path / "ds" / "HR").mkdir(parents=True)
+    Image.new("RGB", (20, 20)).save(tmp_path / "ds" / "HR" / "a.png")
+    (tmp_path / "ds" / "LR_bicubic" / "X2").mkdir(parents=True)
+    Image.new("RGB", (9, 9)).save(tmp_path / "ds" / "LR_bicubic" / "X2" / "ax2.png")
+    code, out = run("-d", "ds", "--model", "bicubic", "--scale", "2")
+    assert code == 1 and "ax2.png" in out and "Traceback" not in out
+    assert not Path("r.json").exists()
