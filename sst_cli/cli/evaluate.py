@@ -237,10 +237,12 @@ def eval_command(
                     )
                 )
 
+    order = {ds.name: i for i, ds in enumerate(datasets)}
+    results.sort(key=lambda r: (order[r.dataset], r.scale))  # one dataset's scales together
     console.print(_table(results, rgb, label))
     ensemble = ", self-ensemble x8" if self_ensemble else ""
     console.print(
-        f"[dim]Protocol: HR modcropped; SR clamped, x255, rounded to uint8; {{scale}} px shaved; Y = BT.601 studio "
+        f"[dim]Protocol: HR modcropped; SR clamped, x255, rounded to uint8; scale px shaved; Y = BT.601 studio "
         f"range (MATLAB rgb2ycbcr), gray images as Y; SSIM 11x11 Gaussian σ=1.5, valid; mean over images{ensemble}. "
         "LR from LR_bicubic/ when present, else MATLAB bicubic.[/]",
         soft_wrap=True,
