@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sst_cli.errors import CheckpointError, ConfigError, WeightsNotFound
+from sst_cli.zoo import VARIANTS
 
 HF_SCHEME = "hf://"
 HF_REFERENCE_FORM = "hf://OWNER/REPO/PATH/IN/REPO.pth[@REVISION]"
@@ -130,6 +131,8 @@ def manifest_entry(name: str, scale: int, *, repo_id: str | None = None) -> HubF
 
     Repo id precedence: ``repo_id`` argument, SST_HUB_REPO, the entry's repo_id, default_repo_id.
     An explicit ``repo_id`` argument also bypasses a bundled file: asking for a repo means "download".
+    Entries with no Hub file (weights trained by sst-cli) are bundled only: a ``repo_id`` is refused,
+    and when nothing is bundled yet the error says how to train them.
     """
     manifest = load_manifest()
     models: dict = manifest["models"]
@@ -137,13 +140,45 @@ def manifest_entry(name: str, scale: int, *, repo_id: str | None = None) -> HubF
     if key not in models:
         raise ConfigError(f"unknown model {name!r}; choose one of: {', '.join(models)}")
     entry = models[key].get(str(scale))
-    if not isinstance(entry, dict) or not entry.get("filename"):
+    if not isinstance(entry, dict):
         scales = ", ".join(sorted(models[key], key=lambda s: (len(s), s)))
         raise ConfigError(f"model {key!r} has no x{scale} weights; available scales: {scales}")
-    if entry.get("bundled") and repo_id is None:
-        return weights_dir() / entry["bundled"]
+    bundled, filename = entry.get("bundled"), entry.get("filename")
+    if not filename:
+        if not bundled:
+            raise WeightsNotFound(_not_trained_message(key, scale, models[key]))
+        if repo_id is not None:
+            raise ConfigError(
+                f"{key} weights are trained by sst-cli and bundled with it, not on the Hugging Face Hub: "
+                "drop --hub-repo, or choose an official model to download"
+            )
+    if bundled and repo_id is None:
+        return weights_dir() / bundled
     repo = repo_id or os.environ.get("SST_HUB_REPO") or entry.get("repo_id") or manifest["default_repo_id"]
-    return HubFile(repo_id=repo, filename=entry["filename"], revision=entry.get("revision"), sha256=entry.get("sha256"))
+    return HubFile(repo_id=repo, filename=filename, revision=entry.get("revision"), sha256=entry.get("sha256"))
+
+
+def _not_trained_message(key: str, scale: int, scales: dict) -> str:
+    """One sentence for a bundled-only entry whose weights do not exist yet, saying how to make them."""
+    variant = VARIANTS.get(key)
+    arch = variant.base if variant is not None and variant.base else key
+    shipped = [f"x{s}" for s, e in sorted(scales.items()) if isinstance(e, dict) and e.get("bundled")]
+    have = f" (only {', '.join(shipped)} ships so far)" if shipped else ""
+    return (
+        f"{key} x{scale} weights are not trained yet{have}: make them with `sst train --model {arch} "
+        f"--scale {scale} --data DIR --iters N --out {key}_x{scale}.safetensors` and load that file with "
+        f"--weights, or use the official weights with --model {arch} --scale {scale}"
+    )
+
+
+def bundled_models() -> list[tuple[str, int]]:
+    """(name, scale) of every zoo entry whose weights ship with sst-cli, to suggest when the Hub is out of reach."""
+    found = []
+    for name, scales in load_manifest()["models"].items():
+        for scale, entry in scales.items():
+            if isinstance(entry, dict) and entry.get("bundled") and (weights_dir() / entry["bundled"]).is_file():
+                found.append((name, int(scale)))
+    return found
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -258,10 +293,23 @@ def cached_path(file: HubFile) -> Path | None:
 
 
 def resolve_pretrained(name: str, scale: int, *, repo_id: str | None = None) -> Path:
-    """Local path of zoo weights: the bundled file, else a (possibly cached) Hub download."""
+    """Local path of zoo weights: the bundled file (sha256-checked when the manifest has one), else a Hub download."""
     entry = manifest_entry(name, scale, repo_id=repo_id)
     if isinstance(entry, Path):
         if not entry.is_file():
             raise WeightsNotFound(f"bundled weights {entry} for {name} x{scale} are missing: reinstall sst-cli")
+        expected = load_manifest()["models"][name.strip().lower()][str(scale)].get("sha256")
+        if expected and sha256_of(entry) != expected.lower():
+            raise CheckpointError(
+                f"bundled weights {entry} do not match the sha256 in the manifest (changed or damaged): "
+                "reinstall sst-cli, or update the manifest if you replaced them on purpose"
+            )
         return entry
-    return download(entry, pull_hint=f"sst models pull {name.strip().lower()} --scale {scale}")
+    try:
+        return download(entry, pull_hint=f"sst models pull {name.strip().lower()} --scale {scale}")
+    except WeightsNotFound as exc:
+        offline = [f"{n} x{s}" for n, s in bundled_models()]
+        if not offline:
+            raise
+        hint = f" (without the Hub, the bundled {' / '.join(offline)} works: trained by sst-cli, not the paper's)"
+        raise WeightsNotFound(str(exc) + hint) from exc

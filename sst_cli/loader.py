@@ -14,7 +14,7 @@ from . import hub
 from .checkpoint import compare_architecture, infer_architecture, load_state, read_weights
 from .errors import ConfigError
 from .model import SST, SSTConfig
-from .zoo import VARIANTS, check_scale, get_variant
+from .zoo import VARIANTS, check_scale, get_variant, list_models
 
 ConfigSource = Mapping[str, Any] | str | os.PathLike[str]
 
@@ -43,8 +43,11 @@ def is_zoo_name(source: str | os.PathLike[str]) -> bool:
 
 
 def _matching_variants(arch: Mapping[str, Any]) -> list[str]:
+    """Official variants the tensors fit (entries reusing an official architecture would only repeat them)."""
     names = []
     for name, variant in VARIANTS.items():
+        if not variant.official:
+            continue
         cfg = variant.config(arch["upscaling_factor"]) if arch["upscaling_factor"] in (2, 3, 4) else None
         if cfg is None:
             continue
@@ -74,7 +77,8 @@ def _choose_config(
     if stored is not None:
         return stored
     matches = _matching_variants(arch)
-    hint = f"it fits {' or '.join(matches)}" if matches else f"zoo models: {', '.join(VARIANTS)}"
+    official = ", ".join(list_models(official_only=True))
+    hint = f"it fits {' or '.join(matches)}" if matches else f"zoo models: {official}"
     raise ConfigError(
         f"{source}: window sizes cannot be read from the weights; name the architecture with --model ({hint}) "
         "or pass --config with the constructor keywords"

@@ -19,7 +19,7 @@ from .image_io import Picture
 from .loader import ConfigSource, load_model
 from .tiling import align_overlap, align_tile_size, run_tiles_adaptive
 
-DEFAULT_MODEL = "sst-light"
+DEFAULT_MODEL = "sst-light-291"  # bundled: weights trained by sst-cli on 291 images, not the paper's
 DEFAULT_SCALE = 4
 PRECISIONS = ("auto", "fp32", "bf16")
 ALPHA_MODES = ("model", "resize")
@@ -97,7 +97,8 @@ class TilePlan:
 class Upscaler:
     """Upscale pictures, PIL images or arrays with an SST (or any scale-describing) network.
 
-    ``model`` is a zoo name (default ``sst-light``) or an ``nn.Module`` with a ``scale`` attribute.
+    ``model`` is a zoo name (default ``sst-light-291``, the bundled weights) or an ``nn.Module`` with a
+    ``scale`` attribute.
     ``weights`` loads a local file or ``hf://`` reference with the architecture of ``model`` or
     ``config``; with neither, the file must carry its config (as sst-cli's own safetensors do).
     """

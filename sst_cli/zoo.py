@@ -1,13 +1,17 @@
-"""The official SST variants: one typed table, one factory.
+"""The SST model zoo: one typed table, one factory.
 
 Hyper-parameters and parameter counts are those of the authors' option files (commit bcd6132).
 A ``+`` variant has exactly the shapes of its base; only its window sizes differ, which is why
 window sizes come from the variant name and can never be read from a checkpoint.
+
+Besides the seven official variants (the paper's weights, from the hub), the zoo has entries whose
+weights sst-cli trained itself, such as ``sst-light-291``: an official architecture (``base``) with
+other weights. They get their own names so that an official name always means the paper's weights.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import ConfigError
 from .model import SST, SSTConfig
@@ -21,7 +25,11 @@ WINDOWS_PLUS = (16, 32, 48, 32, 48, 96)
 
 @dataclass(frozen=True)
 class Variant:
-    """One official architecture; ``params`` maps scale to the published parameter count."""
+    """One zoo entry; ``params`` maps scale to the published parameter count.
+
+    ``base`` is None for the official variants; for entries whose weights sst-cli trained, it names
+    the official variant whose architecture they use, and ``note`` says where the weights come from.
+    """
 
     name: str
     title: str
@@ -34,6 +42,13 @@ class Variant:
     upsampler_type: str
     intermediate_dim: int
     params: dict[int, int]
+    base: str | None = None
+    note: str = "the paper's weights (authors' checkpoints)"
+
+    @property
+    def official(self) -> bool:
+        """True for the paper's variants; False for entries with weights trained by sst-cli."""
+        return self.base is None
 
     def config(self, scale: int) -> SSTConfig:
         check_scale(scale)
@@ -65,28 +80,37 @@ def _large(name: str, title: str, windows: tuple[int, ...]) -> Variant:
     return Variant(name, title, 192, 8, windows, 6, (16, 16, 16, 32, 32, 32), 2.0, "pixelshuffle", 96, counts)
 
 
+def _ours(base: Variant, name: str, title: str, note: str) -> Variant:
+    """An official architecture under its own name, for weights trained by sst-cli (never the paper's)."""
+    return replace(base, name=name, title=title, base=base.name, note=note)
+
+
 _XL_PLUS = Variant(
     "sst-xl+", "SST-XL+", 224, 10, WINDOWS_PLUS, 7, (16, 16, 16, 32, 32, 32), 2.0, "pixelshuffle", 96,
     {2: 33_892_195, 3: 34_307_395, 4: 34_888_675},
 )  # fmt: skip
 
+_LIGHT = _light("sst-light", "SST-light", WINDOWS_LIGHT)
+TRAINED_291 = "trained by sst-cli on 291 images (T91 + BSD200), not the paper's weights"
+
 VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in (
-        _light("sst-light", "SST-light", WINDOWS_LIGHT),
+        _LIGHT,
         _light("sst-light+", "SST-light+", WINDOWS_PLUS),
         _base("sst", "SST", WINDOWS),
         _base("sst+", "SST+", WINDOWS_PLUS),
         _large("sst-l", "SST-L", WINDOWS),
         _large("sst-l+", "SST-L+", WINDOWS_PLUS),
         _XL_PLUS,
+        _ours(_LIGHT, "sst-light-291", "SST-light (sst-cli, 291 images)", TRAINED_291),
     )
 }
 
 
-def list_models() -> list[str]:
-    """Zoo names, smallest first."""
-    return list(VARIANTS)
+def list_models(*, official_only: bool = False) -> list[str]:
+    """Zoo names: the official variants smallest first, then the entries with weights trained by sst-cli."""
+    return [name for name, v in VARIANTS.items() if v.official or not official_only]
 
 
 def check_scale(scale: int) -> int:

@@ -28,12 +28,25 @@ def test_version() -> None:
 
 
 def test_models_table_lists_every_variant(offline_cache: Path) -> None:
-    result = runner.invoke(app, ["models"], env={"COLUMNS": "200"})
+    result = runner.invoke(app, ["models"], env={"COLUMNS": "300"})
     assert result.exit_code == 0, result.output
-    for name in ("sst-light", "sst-light+", "sst-l+", "sst-xl+"):
+    for name in ("sst-light", "sst-light+", "sst-l+", "sst-xl+", "sst-light-291"):
         assert name in result.output
     assert "21.31M" in result.output  # sst-l x4
     assert "16 32 48 32 48 96" in result.output
+    row = next(line for line in result.output.splitlines() if "sst-light-291" in line)
+    assert "not trained / not trained / bundled" in row and "trained by sst-cli on 291 images" in row
+    assert "not the paper's weights" in row
+    official = next(line for line in result.output.splitlines() if "│ sst-light " in line)
+    assert "hub / hub / hub" in official and "the paper's authors" in official
+
+
+def test_models_info_of_our_weights(offline_cache: Path) -> None:
+    result = runner.invoke(app, ["models", "info", "sst-light-291"], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert "not the paper's weights" in result.output and "sst-light (identical)" in result.output
+    assert "x2: 893,340 parameters; weights not trained yet (sst train --model sst-light --scale 2" in result.output
+    assert "sst-light-291_x4.safetensors (bundled)" in result.output
 
 
 def test_models_info(offline_cache: Path) -> None:

@@ -40,6 +40,7 @@ FILE = "SST_DF2K_X4.pth"
 DATA_A = b"weights at commit A"
 DATA_B = b"weights at commit B, different"
 ROOT = Path(__file__).resolve().parent.parent
+OURS = ("sst-light-291",)  # weights trained by sst-cli: bundled only, never from the Hub
 ZOO = {
     "sst-light": "SSTlight_DFLIP_X{s}.pth",
     "sst-light+": "SSTlight_Plus_DFLIP_X{s}.pth",
@@ -177,7 +178,7 @@ def test_manifest_has_all_zoo_entries() -> None:
     manifest = hub.load_manifest()
     assert manifest["format"] == 1
     assert manifest["default_repo_id"] == "dslisleedh/SST"
-    assert set(manifest["models"]) == set(ZOO)
+    assert set(manifest["models"]) == set(ZOO) | set(OURS)
     count = 0
     for name, pattern in ZOO.items():
         assert set(manifest["models"][name]) == {"2", "3", "4"}
@@ -185,9 +186,7 @@ def test_manifest_has_all_zoo_entries() -> None:
             entry = manifest["models"][name][str(scale)]
             assert entry["filename"] == pattern.format(s=scale)
             assert set(entry) >= {"filename", "repo_id", "revision", "sha256", "bundled"}
-            if entry["bundled"]:  # the default model ships with the package
-                assert (name, scale) == ("sst-light", 4)
-                assert hub.manifest_entry(name, scale) == hub.weights_dir() / entry["bundled"]
+            assert entry["bundled"] is None  # official names always mean the authors' weights, from the Hub
             file = hub.manifest_entry(name, scale, repo_id="dslisleedh/SST")  # asking for a repo means the hub
             assert isinstance(file, hub.HubFile)
             assert (file.repo_id, file.filename, file.revision) == (
@@ -197,6 +196,37 @@ def test_manifest_has_all_zoo_entries() -> None:
             )
             count += 1
     assert count == 21
+
+
+def test_sst_cli_trained_entries_are_bundled_only() -> None:
+    entries = hub.load_manifest()["models"]["sst-light-291"]
+    assert set(entries) == {"2", "3", "4"} and all(e["filename"] is None for e in entries.values())
+    bundled = hub.resolve_pretrained("sst-light-291", 4)
+    assert bundled == hub.weights_dir() / "sst-light-291_x4.safetensors" == hub.manifest_entry("SST-Light-291", 4)
+    assert hub.sha256_of(bundled) == entries["4"]["sha256"]
+    with pytest.raises(ConfigError, match="bundled with it, not on the Hugging Face Hub"):
+        hub.manifest_entry("sst-light-291", 4, repo_id="dslisleedh/SST")
+    for scale in (2, 3):
+        with pytest.raises(WeightsNotFound, match=r"not trained yet \(only x4 ships so far\): make them with `sst"):
+            hub.resolve_pretrained("sst-light-291", scale)
+    assert ("sst-light-291", 4) in hub.bundled_models()
+
+
+def test_offline_official_weights_point_at_the_bundled_default(cache: Path) -> None:
+    with pytest.raises(WeightsNotFound, match=r"without the Hub, the bundled sst-light-291 x4 works"):
+        hub.resolve_pretrained("sst-light", 4)
+
+
+def test_bundled_file_is_checked_against_its_sha256(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "w"
+    entry = {"filename": None, "repo_id": None, "revision": None, "bundled": "tiny_x4.safetensors"}
+    _write_manifest(folder, {**entry, "sha256": hashlib.sha256(b"right").hexdigest()})
+    monkeypatch.setenv("SST_WEIGHTS_DIR", str(folder))
+    (folder / "tiny_x4.safetensors").write_bytes(b"right")
+    assert hub.resolve_pretrained("tiny", 4) == folder / "tiny_x4.safetensors"
+    (folder / "tiny_x4.safetensors").write_bytes(b"wrong")
+    with pytest.raises(CheckpointError, match="do not match the sha256 in the manifest"):
+        hub.resolve_pretrained("tiny", 4)
 
 
 def test_manifest_is_the_repo_weights_folder() -> None:

@@ -19,12 +19,21 @@ OFFICIAL_NAMES = {
     "sst-l+": "SSTLarge_Plus",
     "sst-xl+": "SSTXL_Plus",
 }
+OURS = ["sst-light-291"]  # official architectures with weights trained by sst-cli
 ENTRIES = [(name, scale) for name in list_models() for scale in SCALES]
 
 
-def test_zoo_has_the_seven_official_variants() -> None:
-    assert list_models() == list(OFFICIAL_NAMES)
-    assert len(ENTRIES) == 21
+def test_zoo_has_the_seven_official_variants_then_ours() -> None:
+    assert list_models(official_only=True) == list(OFFICIAL_NAMES)
+    assert list_models() == [*OFFICIAL_NAMES, *OURS]
+    assert len(ENTRIES) == 24
+
+
+def test_sst_light_291_is_sst_light_with_other_weights() -> None:
+    ours, official = get_variant("sst-light-291"), get_variant("sst-light")
+    assert official.official and not ours.official and ours.base == "sst-light"
+    assert all(ours.config(s) == official.config(s) and ours.params == official.params for s in SCALES)
+    assert "sst-cli" in ours.note and "291" in ours.note and "not the paper's" in ours.note
 
 
 @needs_golden
@@ -32,7 +41,8 @@ def test_zoo_has_the_seven_official_variants() -> None:
 def test_keys_shapes_and_parameter_counts(name: str, scale: int) -> None:
     with torch.device("meta"):
         model = create_model(name, scale)
-    lines = (GOLDEN / "keys" / f"{OFFICIAL_NAMES[name]}_x{scale}.txt").read_text().splitlines()
+    official_name = OFFICIAL_NAMES[get_variant(name).base or name]
+    lines = (GOLDEN / "keys" / f"{official_name}_x{scale}.txt").read_text().splitlines()
     official_count = int(lines[0].split(":")[1])
     official = [tuple(line.split("\t")) for line in lines[1:]]
     ours = [(key, str(list(value.shape))) for key, value in model.state_dict().items()]

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__
-from . import evaluate, models, upscale
+from . import evaluate, models, train, upscale
 from .output import console
 
 HELP = """Upscale images with SST, the Scalable SR Transformer.
@@ -22,6 +22,8 @@ Examples:
 
   sst models pull sst-l --scale 2             (download for offline use)
 
+  sst train --scale 2 --data train291/ --iters 20000 --out my_x2.safetensors   (train your own weights)
+
   sst eval --model bicubic --dataset Set5 --scale 4 --data-root datasets/
 """
 
@@ -29,6 +31,7 @@ app = typer.Typer(help=HELP, no_args_is_help=True, pretty_exceptions_enable=Fals
 app.add_typer(models.app, name="models")
 app.command("upscale")(upscale.upscale)
 app.command("eval")(evaluate.eval_command)
+app.command("train")(train.train)
 
 
 def _version(value: bool) -> None:

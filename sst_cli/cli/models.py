@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from .. import hub
+from ..errors import WeightsNotFound
 from ..zoo import SCALES, VARIANTS, get_variant
 from .output import console, handle_errors
 
@@ -22,7 +23,10 @@ HubRepo = Annotated[
 
 def weights_status(name: str, scale: int) -> str:
     """Where the weights of one zoo entry would come from, without touching the network."""
-    entry = hub.manifest_entry(name, scale)
+    try:
+        entry = hub.manifest_entry(name, scale)
+    except WeightsNotFound:  # sst-cli's own entries before their weights are trained
+        return "not trained"
     if isinstance(entry, Path):
         return "bundled" if entry.is_file() else "missing"
     return "cached" if hub.cached_path(entry) else "hub"
@@ -35,14 +39,19 @@ def list_models(ctx: typer.Context) -> None:
     if ctx.invoked_subcommand is not None:
         return
     table = Table(title="SST model zoo")
-    for column in ("model", "params x2 / x3 / x4", "window sizes", "blocks", "dim", "weights x2 / x3 / x4"):
+    columns = ("model", "params x2 / x3 / x4", "window sizes", "blocks", "dim", "weights x2 / x3 / x4", "weights by")
+    for column in columns:
         table.add_column(column)
     for name, v in VARIANTS.items():
         params = " / ".join(f"{v.params[s] / 1e6:.2f}M" for s in SCALES)
         status = " / ".join(weights_status(name, s) for s in SCALES)
-        table.add_row(name, params, " ".join(map(str, v.window_sizes)), str(v.n_blocks), str(v.dim), status)
+        origin = "the paper's authors" if v.official else v.note
+        table.add_row(name, params, " ".join(map(str, v.window_sizes)), str(v.n_blocks), str(v.dim), status, origin)
     console.print(table)
-    console.print("bundled: shipped with sst-cli; cached: in the Hugging Face cache; hub: downloaded on first use")
+    console.print(
+        "bundled: shipped with sst-cli; cached: in the Hugging Face cache; hub: downloaded on first use; "
+        "not trained: no weights yet (make them with `sst train`)"
+    )
 
 
 @app.command("info")
@@ -51,7 +60,10 @@ def info(name: Annotated[str, typer.Argument(help="Zoo name, e.g. sst-l+.")]) ->
     """Hyper-parameters, parameter counts and weight files of one zoo model."""
     v = get_variant(name)
     console.print(f"[bold]{v.title}[/] ({v.name})")
-    rows = {
+    rows: dict[str, object] = {"weights": v.note}
+    if v.base is not None:
+        rows["architecture"] = f"{v.base} (identical)"
+    rows |= {
         "dim": v.dim,
         "residual groups": v.n_blocks,
         "window sizes": list(v.window_sizes),
@@ -63,12 +75,18 @@ def info(name: Annotated[str, typer.Argument(help="Zoo name, e.g. sst-l+.")]) ->
     if v.upsampler_type == "pixelshuffle":
         rows["upsampler width"] = v.intermediate_dim
     for key, value in rows.items():
-        console.print(f"  {key:<16} {value}")
+        console.print(f"  {key:<16} {value}", markup=False)
     for scale in SCALES:
-        entry = hub.manifest_entry(v.name, scale)
+        try:
+            entry = hub.manifest_entry(v.name, scale)
+        except WeightsNotFound:
+            arch = v.base or v.name
+            hint = f"sst train --model {arch} --scale {scale} --data DIR --iters N --out FILE"
+            console.print(f"  x{scale}: {v.params[scale]:,} parameters; weights not trained yet ({hint})", markup=False)
+            continue
         where = entry if isinstance(entry, Path) else entry.uri
         status = weights_status(v.name, scale)
-        console.print(f"  x{scale}: {v.params[scale]:,} parameters; weights {where} ({status})")
+        console.print(f"  x{scale}: {v.params[scale]:,} parameters; weights {where} ({status})", markup=False)
 
 
 @app.command("pull")

@@ -1,0 +1,230 @@
+"""``sst train``: check options, run the training API, show progress, log lines and a summary."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
+
+from ..loader import read_config
+from ..train import (
+    EMA_DECAY,
+    MILESTONES,
+    PATCH,
+    TrainConfig,
+    TrainingInterrupted,
+    TrainProgress,
+    TrainResult,
+)
+from ..train import (
+    train as run_training,
+)
+from .output import console, err_console, fail, handle_errors
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+class TrainReporter:
+    """Progress bar on a terminal, a log line every ``log_every`` seconds, notes on stderr."""
+
+    def __init__(self, *, quiet: bool, log_every: float) -> None:
+        self.quiet, self.log_every = quiet, log_every
+        self.progress: Progress | None = None
+        self.task: TaskID | None = None
+        self.last_log = float("-inf")
+        self.seen, self.loss_sum, self.loss_count = 0, 0.0, 0  # training L1 since the last log line
+
+    @contextmanager
+    def running(self, total: int) -> Iterator[None]:
+        if self.quiet or not err_console.is_terminal:
+            yield
+            return
+        columns = (
+            TextColumn("training"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]}"),
+            TimeRemainingColumn(),
+        )
+        with Progress(*columns, console=err_console, transient=True) as progress:
+            self.progress, self.task = progress, progress.add_task("train", total=total, loss="-")
+            try:
+                yield
+            finally:
+                self.progress = None
+
+    def start(self, plan: dict[str, Any]) -> None:
+        """The resolved settings, once the data is loaded: what is about to run."""
+        if self.quiet:
+            return
+        iters, scale, patch = plan["iters"], plan["scale"], plan["patch"]
+        milestones = ", ".join(str(round(m * iters)) for m in MILESTONES)
+        resumed = f", resuming at iteration {plan['iteration']}" if plan["iteration"] else ""
+        console.print(
+            f"training {plan['model']} x{scale} on {plan['images']} images from {', '.join(plan['data'])}: "
+            f"{iters} iterations{resumed}, batch {plan['batch']}, LR patch {patch} (HR {patch * scale}), "
+            f"lr {plan['lr']:g} (warm-up {plan['warmup']}, halved at {milestones}), EMA {plan['ema_decay']}, "
+            f"{plan['device']} ({plan['precision']})",
+            markup=False,
+            soft_wrap=True,
+        )
+        self.seen = plan["iteration"]
+        if self.progress is not None and self.task is not None:
+            self.progress.update(self.task, completed=plan["iteration"])
+
+    def note(self, text: str) -> None:
+        if not self.quiet:
+            err_console.print(f"[yellow]note:[/] {text}", soft_wrap=True)
+
+    def update(self, p: TrainProgress) -> None:
+        if self.progress is not None and self.task is not None:
+            self.progress.update(self.task, completed=p.iteration, loss=f"{p.loss:.4f}")
+        steps, self.seen = p.iteration - self.seen, p.iteration
+        self.loss_sum, self.loss_count = self.loss_sum + p.loss * steps, self.loss_count + steps
+        now = time.monotonic()
+        if self.quiet or (now - self.last_log < self.log_every and p.iteration != p.iters):
+            return
+        loss = self.loss_sum / max(self.loss_count, 1)
+        self.last_log, self.loss_sum, self.loss_count = now, 0.0, 0
+        left = _minutes((p.iters - p.iteration) / p.rate) if p.rate > 0 else "?"
+        console.print(
+            f"iter {p.iteration:>7}/{p.iters}  loss {loss:.4f}  lr {p.lr:.2e}  {p.rate:.2f} it/s  "
+            f"elapsed {_minutes(p.elapsed)}  left {left}",
+            markup=False,
+            soft_wrap=True,
+        )
+
+
+def _summary(result: TrainResult, half: bool) -> None:
+    tail = result.losses[-100:]
+    loss = f"; training L1 {sum(tail) / len(tail):.4f} (mean of the last {len(tail)})" if tail else ""
+    kind = "float16" if half else "float32"
+    if result.finished:
+        console.print(
+            f"done: {result.iteration} iterations, {_minutes(result.seconds)} of training{loss}", soft_wrap=True
+        )
+    else:
+        console.print(
+            f"stopped by the time limit at iteration {result.iteration} of {result.iters}{loss}; "
+            "continue with the same command plus --resume",
+            soft_wrap=True,
+        )
+    console.print(f"EMA weights ({kind}): {result.out}", markup=False, soft_wrap=True)
+    console.print(f"training state: {result.state}", markup=False, soft_wrap=True)
+
+
+@handle_errors
+def train(
+    data: Annotated[
+        list[Path],
+        typer.Option(
+            "--data", metavar="DIR", help="Folder of training images (searched recursively); repeat for several."
+        ),
+    ],
+    iters: Annotated[
+        int, typer.Option("--iters", metavar="N", help="Iterations of the whole run (the lr schedule spans them).")
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", metavar="FILE", help="Weights to write: .safetensors (recommended) or .pth.")
+    ],
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", metavar="NAME", help="Zoo architecture to train (default sst-light).")
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", metavar="JSON", help="JSON of SST constructor keywords instead of --model."),
+    ] = None,
+    scale: Annotated[int | None, typer.Option("--scale", "-s", help="Upscaling factor: 2, 3 or 4 (default 4).")] = (
+        None
+    ),
+    init: Annotated[
+        Path | None,
+        typer.Option(
+            "--init", metavar="FILE", help="Start from these weights (e.g. x2 for x3); the upsampler is adapted."
+        ),
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the run saved in <out stem>.state.pth beside --out.")
+    ] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Start over, replacing --out and its state.")] = False,
+    patch: Annotated[int, typer.Option("--patch", help="LR patch side in pixels (HR = patch x scale).")] = PATCH,
+    batch: Annotated[int | None, typer.Option("--batch", help="Patches per step (default 16 on GPU, 4 on CPU).")] = (
+        None
+    ),
+    lr: Annotated[
+        float | None, typer.Option("--lr", help="Peak learning rate (default 5e-4; 2.5e-4 with --init).")
+    ] = None,
+    warmup: Annotated[
+        int | None, typer.Option("--warmup", help="Linear warm-up iterations (default 4% of --iters).")
+    ] = None,
+    ema_decay: Annotated[float, typer.Option("--ema-decay", help="EMA decay of the saved weights.")] = EMA_DECAY,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the initialisation and of the patches.")] = 0,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
+    checkpoint_every: Annotated[
+        float, typer.Option("--checkpoint-every", help="Seconds between saves of the training state.")
+    ] = 300.0,
+    time_limit: Annotated[
+        float | None,
+        typer.Option(
+            "--time-limit", metavar="MINUTES", help="Stop cleanly (saving everything) after this many minutes."
+        ),
+    ] = None,
+    half: Annotated[bool, typer.Option("--half", help="Save the final weights as float16.")] = False,
+    log_every: Annotated[float, typer.Option("--log-every", help="Seconds between log lines.")] = 30.0,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only errors and the final summary.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+) -> None:
+    """Train an SST network on your images (L1, AdamW, EMA; the authors' schedule scaled to --iters).
+
+    LR patches are made from random HR crops with MATLAB-compatible bicubic downscaling; benchmark test
+    sets (Set5, Set14, B100, Urban100, Manga109) are refused as training data. The state is saved every
+    --checkpoint-every seconds, at the end and on Ctrl-C, so --resume continues across sessions.
+    Exit status: 0 done (or stopped by --time-limit), 2 invalid options, 130 interrupted (state saved).
+    """
+    if debug:
+        os.environ["SST_DEBUG"] = "1"  # handle_errors then re-raises with the traceback
+    if model is not None and config is not None:
+        raise fail("give --model or --config, not both", 2)
+    arch = read_config(config) if config is not None else (model or "sst-light")
+    settings = TrainConfig(
+        data=tuple(data),
+        out=out,
+        iters=iters,
+        model=arch,
+        scale=scale,
+        patch=patch,
+        batch=batch,
+        lr=lr,
+        warmup=warmup,
+        ema_decay=ema_decay,
+        seed=seed,
+        device=device,
+        checkpoint_every=checkpoint_every,
+        time_limit=None if time_limit is None else time_limit * 60.0,
+        init=init,
+        resume=resume,
+        overwrite=overwrite,
+        half=half,
+    )
+    reporter = TrainReporter(quiet=quiet, log_every=log_every)
+    with reporter.running(iters):
+        try:
+            result = run_training(
+                settings, on_progress=reporter.update, on_message=reporter.note, on_start=reporter.start
+            )
+        except TrainingInterrupted as stop:
+            r = stop.result
+            raise fail(
+                f"interrupted at iteration {r.iteration} of {r.iters}; training state saved to {r.state}: "
+                "rerun the same command with --resume to continue",
+                130,
+            ) from None
+    _summary(result, half)

@@ -1,0 +1,682 @@
+"""Training SST networks, the engine behind ``sst train``. Nothing here prints: progress goes to callbacks.
+
+The recipe is the authors' (their ``options/train/SSTlight_*.yaml``, repository dslisleedh/SST at 407d7d9):
+L1 loss; AdamW, betas (0.9, 0.9), no weight decay; lr 5e-4 from scratch and 2.5e-4 when x3 / x4 start
+from x2 / x3 weights; a linear warm-up; the lr halved at fixed fractions of the run (MultiStepLR,
+milestones 250k/400k/450k/475k/490k of 500k); an EMA of the weights (decay 0.999), which is what is
+saved and used. Pairs are made on the fly: a random HR crop of ``patch * scale`` pixels with a random
+flip / transpose, and its LR by MATLAB-compatible bicubic ``imresize`` of the uint8 crop, which is how
+the benchmark LR images are made.
+
+A run is resumable across sessions: every ``checkpoint_every`` seconds, on Ctrl-C / SIGTERM and at the end
+a state file ``<out stem>.state.pth`` is written atomically in the authors' layout (``params``,
+``params_ema``) plus optimizer, iteration, RNG states and settings, so ``resume=True`` continues exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .checkpoint import read_weights
+from .errors import CheckpointError, ConfigError, OutputExists
+from .image_io import is_image_file, read_image
+from .model import SST, SSTConfig
+from .resize import imresize
+from .upscaler import resolve_device
+from .zoo import check_scale, get_variant
+
+# The authors' SST-light schedule (options/train/SSTlight_DFLIP_X{2,3,4}.yaml), as fractions of the run.
+LR_SCRATCH = 5e-4
+LR_FROM_INIT = 2.5e-4  # x3 from x2 and x4 from x3 weights
+BETAS = (0.9, 0.9)
+WEIGHT_DECAY = 0.0
+MILESTONES = (0.5, 0.8, 0.9, 0.95, 0.98)  # 250k, 400k, 450k, 475k, 490k of 500k iterations
+LR_GAMMA = 0.5
+WARMUP_FRACTION = 0.04  # 20k of 500k iterations
+EMA_DECAY = 0.999
+PATCH = 64  # LR pixels: HR crops are 128 / 192 / 256 at x2 / x3 / x4, as in the paper
+BATCH_CUDA = 16  # per GPU in the authors' runs (4 GPUs, so 64 in all)
+BATCH_CPU = 4
+CHECKPOINT_EVERY = 300.0
+REPORT_EVERY = 1.0  # seconds between progress reports (each one waits for the GPU)
+MIN_INIT_FRACTION = 0.5  # --init must fill at least this share of the network's tensors
+STATE_FORMAT = "sst-cli-train/1"
+WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt")
+# Benchmark test sets: never trained on. Compared with each folder name, lower-case, without - _ and spaces.
+TEST_SETS = ("set5", "set14", "b100", "bsd100", "bsds100", "urban100", "manga109", "div2kvalid", "div2kval")
+
+Message = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run. ``model`` is a zoo name or an explicit architecture; ``None`` fields pick defaults."""
+
+    data: tuple[Path, ...]
+    out: Path
+    iters: int
+    model: str | SSTConfig = "sst-light"
+    scale: int | None = None  # default: the SSTConfig's scale, or 4 for a zoo name
+    patch: int = PATCH
+    batch: int | None = None  # default BATCH_CUDA on a GPU, BATCH_CPU on the CPU
+    lr: float | None = None  # default LR_SCRATCH, or LR_FROM_INIT with ``init``
+    warmup: int | None = None  # iterations; default WARMUP_FRACTION of ``iters``
+    ema_decay: float = EMA_DECAY
+    seed: int = 0
+    device: str = "auto"
+    checkpoint_every: float = CHECKPOINT_EVERY
+    time_limit: float | None = None  # seconds of training in this session
+    init: Path | None = None
+    resume: bool = False
+    overwrite: bool = False
+    half: bool = False  # save the final weights as float16
+    report_every: float = REPORT_EVERY
+
+    def __post_init__(self) -> None:
+        """Accept str / PathLike paths and any sequence of folders from API callers."""
+        object.__setattr__(self, "data", tuple(Path(p) for p in self.data))
+        object.__setattr__(self, "out", Path(self.out))
+        if self.init is not None:
+            object.__setattr__(self, "init", Path(self.init))
+
+
+@dataclass(frozen=True)
+class TrainProgress:
+    """One progress report: ``loss`` is the mean training L1 (pixels in [0, 1]) since the last report."""
+
+    iteration: int
+    iters: int
+    loss: float
+    lr: float
+    elapsed: float  # training seconds, earlier sessions included
+    rate: float  # iterations per second in this session
+
+
+@dataclass(frozen=True)
+class InitReport:
+    """What ``init_from`` did with each tensor of the network."""
+
+    source: Path
+    loaded: list[str]
+    resized: list[str]  # sub-pixel convs mapped from another scale
+    reinitialised: list[str]
+    unused: list[str]  # tensors in the file that the network has no place for
+
+    def summary(self) -> str:
+        """One line for logs: counts, and the names of what was not simply loaded."""
+        parts = [f"{len(self.loaded)} tensors loaded"]
+        if self.resized:
+            parts.append(f"resized from the other scale: {', '.join(self.resized)}")
+        parts.append(f"re-initialised: {', '.join(self.reinitialised) or 'none'}")
+        if self.unused:
+            parts.append(f"{len(self.unused)} in the file unused")
+        return f"init from {self.source}: " + "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """How a run ended: ``finished`` when it reached ``iters``; ``out`` is None when it was interrupted."""
+
+    out: Path | None
+    state: Path
+    iteration: int
+    iters: int
+    seconds: float
+    losses: list[float] = field(repr=False)  # per-iteration training L1 of this session
+    finished: bool
+    stopped_by: str  # "done", "time limit" or "interrupted"
+    images: int
+    init: InitReport | None = None
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM: the state was saved first; still a KeyboardInterrupt, carrying the result."""
+
+    def __init__(self, result: TrainResult) -> None:
+        super().__init__("interrupted")
+        self.result = result
+
+
+# ----------------------------------------------------------------------------------------------- data
+
+
+def state_path(out: str | os.PathLike[str]) -> Path:
+    """Where the training state of a run writing ``out`` lives: beside it, ``<stem>.state.pth``."""
+    out = Path(out)
+    return out.with_name(out.stem + ".state.pth")
+
+
+def benchmark_in_path(path: str | os.PathLike[str]) -> str | None:
+    """The benchmark test-set folder named in ``path`` (any component), or None."""
+    for part in Path(path).parts:
+        key = "".join(ch for ch in part.lower() if ch.isalnum())
+        if key in TEST_SETS or key.startswith("div2kvalid"):
+            return part
+    return None
+
+
+def find_images(folders: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """Every image file under each folder (recursive, sorted); refuses test sets and empty folders."""
+    found: list[Path] = []
+    for folder in map(Path, folders):
+        named = benchmark_in_path(folder) or benchmark_in_path(folder.resolve())
+        if named:
+            raise ConfigError(f"--data {folder}: '{named}' is a benchmark test set, and test sets are never trained on")
+        if not folder.is_dir():
+            raise ConfigError(f"--data {folder} is not a folder")
+        files = sorted(p for p in folder.rglob("*") if is_image_file(p) and p.is_file())
+        inside = sorted({n for p in files if (n := benchmark_in_path(p.relative_to(folder).parent))})
+        if inside:
+            raise ConfigError(
+                f"--data {folder} contains the benchmark test set(s) {', '.join(inside)}, which are never trained "
+                "on: point --data at the training images only"
+            )
+        if not files:
+            raise ConfigError(f"--data {folder}: no images (png, jpg, webp, tif, bmp) found in it or below it")
+        found += files
+    return found
+
+
+def load_images(files: Sequence[Path], min_side: int, on_message: Message | None = None) -> list[np.ndarray]:
+    """Decode each file once to (H, W, 3) uint8; images smaller than ``min_side`` are skipped, and said so."""
+    images: list[np.ndarray] = []
+    small: list[str] = []
+    for path in files:
+        picture = read_image(path)
+        if min(picture.color.shape[:2]) < min_side:
+            small.append(path.name)
+            continue
+        images.append(np.round(picture.color * 255.0).astype(np.uint8))
+    if small and on_message is not None:
+        more = f" and {len(small) - 5} more" if len(small) > 5 else ""
+        names = ", ".join(small[:5]) + more
+        on_message(f"skipped {len(small)} image(s) smaller than the {min_side}x{min_side} HR patch: {names}")
+    if not images:
+        folders = ", ".join(sorted({str(p.parent) for p in files}))
+        raise ConfigError(f"no training image is at least {min_side}x{min_side} pixels (the HR patch) in {folders}")
+    return images
+
+
+class PatchSampler:
+    """Random (LR, HR) training pairs from uint8 images; all randomness comes from one seeded generator."""
+
+    def __init__(self, images: Sequence[np.ndarray], patch: int, scale: int, seed: int) -> None:
+        self.images, self.patch, self.scale = list(images), patch, scale
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def _int(self, high: int) -> int:
+        return int(torch.randint(high, (1,), generator=self.generator))
+
+    def sample(self, batch: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(LR, HR) float32 NCHW in [0, 1]; LR is MATLAB bicubic of the uint8 HR crop, rounded per pass."""
+        size = self.patch * self.scale
+        crops = []
+        for _ in range(batch):
+            image = self.images[self._int(len(self.images))]
+            top, left = self._int(image.shape[0] - size + 1), self._int(image.shape[1] - size + 1)
+            crop = image[top : top + size, left : left + size]
+            hflip, vflip, transpose = torch.randint(2, (3,), generator=self.generator).tolist()
+            if hflip:
+                crop = crop[:, ::-1]
+            if vflip:
+                crop = crop[::-1]
+            if transpose:  # with the flips: all 8 rotations / reflections
+                crop = crop.transpose(1, 0, 2)
+            crops.append(crop)
+        hr = torch.from_numpy(np.ascontiguousarray(np.stack(crops))).permute(0, 3, 1, 2).to(device)
+        lr = imresize(hr, size=(self.patch, self.patch))
+        return lr.float().div_(255.0), hr.float().div_(255.0)
+
+
+# --------------------------------------------------------------------------------------------- schedule
+
+
+def learning_rate(iteration: int, iters: int, base: float, warmup: int) -> float:
+    """lr of the step after ``iteration`` completed steps: linear warm-up, halved at MILESTONES of ``iters``."""
+    halvings = sum(iteration >= round(m * iters) for m in MILESTONES)
+    ramp = min(1.0, (iteration + 1) / warmup) if warmup > 0 else 1.0
+    return base * ramp * LR_GAMMA**halvings
+
+
+# ------------------------------------------------------------------------------------------------ init
+
+
+def _subpixel_resize(weight: torch.Tensor, groups: int, scale: int) -> torch.Tensor | None:
+    """Map a pixel-shuffle conv's output channels (group, sub-pixel) to ``scale`` by nearest sub-pixel."""
+    old = math.isqrt(weight.shape[0] // groups) if weight.shape[0] % groups == 0 else 0
+    if old < 1 or old * old * groups != weight.shape[0]:
+        return None
+    index = []
+    for g in range(groups):
+        for i in range(scale):
+            for j in range(scale):  # the old sub-pixel whose centre is nearest to this one's
+                oi, oj = int((i + 0.5) * old / scale), int((j + 0.5) * old / scale)
+                index.append(g * old * old + oi * old + oj)
+    return weight[torch.tensor(index)].clone()
+
+
+def init_from(model: SST, path: str | os.PathLike[str]) -> InitReport:
+    """Start ``model`` from weights of another scale (x2 -> x3 -> x4 as the paper does).
+
+    Tensors whose shapes match are loaded (``params_ema`` first, as the authors' training does); the
+    upsampler conv whose width depends on the scale is resized sub-pixel by sub-pixel; anything else
+    keeps its fresh initialisation. Raises when less than half of the network's tensors fit.
+    """
+    state, _ = read_weights(path)
+    target = model.state_dict()
+    scale = model.config.scale
+    new: dict[str, torch.Tensor] = {}
+    loaded, resized, fresh = [], [], []
+    for key, value in target.items():
+        src = state.get(key)
+        if src is not None and src.shape == value.shape:
+            new[key] = src
+            loaded.append(key)
+            continue
+        mapped = None
+        if src is not None and key.startswith("upsampler.up_conv.") and src.shape[1:] == value.shape[1:]:
+            mapped = _subpixel_resize(src, value.shape[0] // (scale * scale), scale)
+        if mapped is not None and mapped.shape == value.shape:
+            new[key] = mapped
+            resized.append(key)
+        else:
+            fresh.append(key)
+    if len(loaded) < MIN_INIT_FRACTION * len(target):
+        raise CheckpointError(
+            f"--init {path}: only {len(loaded)} of the network's {len(target)} tensors fit it; it is not "
+            "weights of the same architecture (another model or config?)"
+        )
+    model.load_state_dict({k: v.to(target[k].dtype) for k, v in new.items()}, strict=False)
+    return InitReport(Path(path), loaded, resized, fresh, [k for k in state if k not in target])
+
+
+# ------------------------------------------------------------------------------------------------ files
+
+
+def _atomic(path: Path, write: Callable[[Path], None]) -> None:
+    """Write through a temporary file in the same folder, so an interrupted write never leaves a partial file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.touch()
+        mode = tmp.stat().st_mode  # the usual permissions: safetensors would leave the file private (0600)
+        write(tmp)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _cpu(obj: Any) -> Any:
+    """Tensors (nested in dicts / lists) moved to the CPU, so a state file loads anywhere."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().clone()
+    if isinstance(obj, dict):
+        return {k: _cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cpu(v) for v in obj)
+    return obj
+
+
+def save_weights(
+    path: Path, ema: dict[str, torch.Tensor], params: dict[str, torch.Tensor], metadata: dict[str, str], half: bool
+) -> None:
+    """The final weights: safetensors of the EMA (with sst_config metadata), or a .pth in the authors' layout."""
+    dtype = torch.float16 if half else torch.float32
+
+    def cast(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {k: (v.to(dtype) if v.is_floating_point() else v).detach().cpu().contiguous() for k, v in state.items()}
+
+    if path.suffix.lower() == ".safetensors":
+        from safetensors.torch import save_file
+
+        _atomic(path, lambda tmp: save_file(cast(ema), str(tmp), metadata=metadata))
+    else:
+        payload = {"params_ema": cast(ema), "params": cast(params), "meta": metadata}
+        _atomic(path, lambda tmp: torch.save(payload, tmp))
+
+
+def _package_version() -> str:
+    try:
+        return version("sst-cli")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+# ------------------------------------------------------------------------------------------------ train
+
+
+@contextlib.contextmanager
+def _stop_requests() -> Iterator[list[bool]]:
+    """Ctrl-C / SIGTERM ask the loop to stop after the current step (a second Ctrl-C stops at once)."""
+    flag = [False]
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def request(signum: int, frame: object) -> None:
+        if flag[0]:
+            raise KeyboardInterrupt
+        flag[0] = True
+
+    previous = {sig: signal.signal(sig, request) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield flag
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def _cudnn_benchmark(device: torch.device) -> Iterator[None]:
+    """Let cuDNN pick the fastest convolution kernels: every step has the same shapes."""
+    saved = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = saved or device.type == "cuda"
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = saved
+
+
+def _architecture(config: TrainConfig) -> tuple[str, SSTConfig]:
+    """(name recorded in files, constructor config) of the network to train."""
+    if isinstance(config.model, SSTConfig):
+        arch = config.model
+        if config.scale is not None:
+            arch = replace(arch, upscaling_factor=check_scale(config.scale))
+        return "custom", arch
+    variant = get_variant(config.model)
+    return variant.name, variant.config(config.scale if config.scale is not None else 4)
+
+
+def _check(config: TrainConfig) -> None:
+    """Refuse invalid settings before any image is read."""
+    checks = [
+        (config.iters >= 1, f"iters must be at least 1, got {config.iters}"),
+        (config.patch >= 1, f"patch must be at least 1 LR pixel, got {config.patch}"),
+        (config.batch is None or config.batch >= 1, f"batch must be at least 1, got {config.batch}"),
+        (config.lr is None or config.lr > 0, f"lr must be positive, got {config.lr}"),
+        (config.warmup is None or config.warmup >= 0, f"warmup must be >= 0 iterations, got {config.warmup}"),
+        (0.0 <= config.ema_decay < 1.0, f"ema decay must be in [0, 1), got {config.ema_decay}"),
+        (config.checkpoint_every >= 0, f"checkpoint interval must be >= 0 seconds, got {config.checkpoint_every}"),
+        (config.time_limit is None or config.time_limit > 0, f"time limit must be positive, got {config.time_limit}"),
+        (bool(config.data), "give at least one --data folder"),
+        (
+            config.out.suffix.lower() in WEIGHT_SUFFIXES,
+            f"--out {config.out}: name it .safetensors (recommended) or .pth",
+        ),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
+
+
+def _read_state(path: Path) -> dict[str, Any]:
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # pickle, zip and OS errors all mean "not a usable state file"
+        raise CheckpointError(f"{path}: not a readable training state ({exc})") from exc
+    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+        raise CheckpointError(f"{path}: not an sst-cli training state (format {STATE_FORMAT})")
+    return state
+
+
+def _check_resume(state: dict[str, Any], settings: dict[str, Any], path: Path, say: Message) -> None:
+    """Refuse a state file of another network; say which other settings changed."""
+    saved = state["settings"]
+    if saved["sst_config"] != settings["sst_config"] or saved["model"] != settings["model"]:
+        raise ConfigError(
+            f"--resume: {path} is a run of {saved['model']} x{saved['scale']}, not {settings['model']} "
+            f"x{settings['scale']}; use the same --model, --scale and --config, or another --out"
+        )
+    keys = ("iters", "batch", "patch", "lr", "warmup", "ema_decay", "data", "precision")
+    changed = [k for k in keys if saved.get(k) != settings[k]]
+    if changed:
+        say(f"resuming with changed {', '.join(changed)}: the run continues, but not exactly as planned")
+
+
+class _Run:
+    """The live objects of one run (network, EMA, optimizer, sampler) and their state file."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        arch: SSTConfig,
+        settings: dict[str, Any],
+        device: torch.device,
+        images: list[np.ndarray],
+        saved: dict[str, Any] | None,
+        say: Message,
+    ) -> None:
+        self.config, self.settings, self.device = config, settings, device
+        self.batch, self.warmup, self.base_lr = settings["batch"], settings["warmup"], settings["lr"]
+        self.state_file = state_path(config.out)
+        torch.manual_seed(config.seed)
+        self.model = SST(**arch.to_kwargs()).to(device)
+        self.init: InitReport | None = None
+        if saved is not None:
+            self.model.load_state_dict(saved["params"])
+        elif config.init is not None:
+            self.init = init_from(self.model, config.init)
+            say(self.init.summary())
+        self.live = list(self.model.state_dict().values())  # views of the parameters, updated in place
+        source = saved["params_ema"] if saved is not None else self.model.state_dict()
+        self.ema = {k: v.detach().to(device=device, dtype=torch.float32, copy=True) for k, v in source.items()}
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=self.base_lr, betas=BETAS, weight_decay=WEIGHT_DECAY
+        )
+        self.sampler = PatchSampler(images, config.patch, arch.scale, config.seed)
+        self.iteration, self.elapsed_before = 0, 0.0
+        if saved is not None:
+            self.optimizer.load_state_dict(saved["optimizer"])
+            self.iteration, self.elapsed_before = int(saved["iteration"]), float(saved["elapsed"])
+            self.sampler.generator.set_state(saved["rng"]["data"])
+            torch.set_rng_state(saved["rng"]["torch"])
+            if device.type == "cuda" and saved["rng"].get("cuda") is not None:
+                torch.cuda.set_rng_state(saved["rng"]["cuda"], device)
+        self.bf16 = settings["precision"] == "bf16 autocast"
+        self.start = time.monotonic()
+
+    def elapsed(self) -> float:
+        """Training seconds, earlier sessions included."""
+        return self.elapsed_before + time.monotonic() - self.start
+
+    def lr(self) -> float:
+        return learning_rate(self.iteration, self.config.iters, self.base_lr, self.warmup)
+
+    def step(self) -> torch.Tensor:
+        """One optimisation step and EMA update; returns the loss without waiting for the GPU."""
+        lr = self.lr()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        lr_img, hr_img = self.sampler.sample(self.batch, self.device)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            sr = self.model(lr_img)
+        loss = F.l1_loss(sr.float(), hr_img)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.iteration += 1
+        decay = min(self.config.ema_decay, (1 + self.iteration) / (10 + self.iteration))  # warmed up for short runs
+        with torch.no_grad():
+            torch._foreach_lerp_(list(self.ema.values()), self.live, 1.0 - decay)
+        return loss.detach()
+
+    def save_state(self) -> None:
+        """The resumable state, in the authors' layout (``params``, ``params_ema``) plus what resuming needs."""
+        cuda = self.device.type == "cuda"
+        rng = {
+            "data": self.sampler.generator.get_state(),
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state(self.device) if cuda else None,
+        }
+        scheduler = {
+            "milestones": [round(m * self.config.iters) for m in MILESTONES],
+            "gamma": LR_GAMMA,
+            "warmup": self.warmup,
+            "base_lr": self.base_lr,
+            "next_lr": self.lr(),
+        }
+        payload = {
+            "format": STATE_FORMAT,
+            "params": _cpu(self.model.state_dict()),
+            "params_ema": _cpu(self.ema),
+            "optimizer": _cpu(self.optimizer.state_dict()),
+            "scheduler": scheduler,
+            "iteration": self.iteration,
+            "elapsed": self.elapsed(),
+            "rng": rng,
+            "settings": self.settings,
+        }
+        _atomic(self.state_file, lambda tmp: torch.save(payload, tmp))
+
+    def save_weights(self, images: int) -> None:
+        """The EMA weights to ``out``, with metadata that says who trained them on what."""
+        settings = self.settings
+        device = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu"
+        metadata = {
+            "sst_config": json.dumps(settings["sst_config"]),
+            "variant": settings["model"],
+            "scale": str(settings["scale"]),
+            "trained_by": "sst-cli",
+            "sst_cli_version": _package_version(),
+            "weights": "params_ema",
+            "data": ", ".join(settings["data"]),
+            "images": str(images),
+            "iterations": str(self.iteration),
+            "planned_iterations": str(self.config.iters),
+            "batch": str(self.batch),
+            "patch": str(self.config.patch),
+            "lr": str(self.base_lr),
+            "ema_decay": str(self.config.ema_decay),
+            "seconds": str(round(self.elapsed())),
+            "device": device,
+            "init": Path(settings["init"]).name if settings["init"] else "",
+            "training_settings": json.dumps({k: v for k, v in settings.items() if k != "sst_config"}),
+        }
+        save_weights(self.config.out, self.ema, self.model.state_dict(), metadata, self.config.half)
+
+
+def planned_settings(config: TrainConfig) -> dict[str, Any]:
+    """Every setting of a run with its defaults resolved (recorded in its files), without reading any data."""
+    _check(config)
+    name, arch = _architecture(config)
+    device = resolve_device(config.device)
+    bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    return {
+        "model": name,
+        "scale": arch.scale,
+        "sst_config": arch.to_kwargs(),
+        "iters": config.iters,
+        "batch": config.batch or (BATCH_CUDA if device.type == "cuda" else BATCH_CPU),
+        "patch": config.patch,
+        "lr": config.lr or (LR_FROM_INIT if config.init is not None else LR_SCRATCH),
+        "warmup": config.warmup if config.warmup is not None else round(WARMUP_FRACTION * config.iters),
+        "ema_decay": config.ema_decay,
+        "seed": config.seed,
+        "data": [str(p) for p in config.data],
+        "init": None if config.init is None else str(config.init),
+        "device": str(device),
+        "precision": "bf16 autocast" if bf16 else "fp32",
+    }
+
+
+def train(
+    config: TrainConfig,
+    *,
+    on_progress: Callable[[TrainProgress], None] | None = None,
+    on_message: Message | None = None,
+    on_start: Callable[[dict[str, Any]], None] | None = None,
+) -> TrainResult:
+    """Train (or, with ``resume``, continue) one network and save its EMA weights to ``config.out``.
+
+    ``on_start`` gets the resolved settings (see ``planned_settings``, plus ``images`` and ``iteration``)
+    once the data is loaded and the network is ready. Raises TrainingInterrupted (a KeyboardInterrupt)
+    after saving the state when Ctrl-C or SIGTERM arrives.
+    """
+    say: Message = on_message or (lambda _text: None)
+    settings = planned_settings(config)
+    device = torch.device(settings["device"])
+    state_file = state_path(config.out)
+    saved: dict[str, Any] | None = None
+    if config.resume:
+        if not state_file.is_file():
+            raise ConfigError(f"--resume: there is no training state {state_file}; start without --resume")
+        saved = _read_state(state_file)
+        for key in ("batch", "lr", "warmup"):  # defaults follow the saved run, not this command's --init
+            if getattr(config, key) is None:
+                settings[key] = saved["settings"][key]
+        _check_resume(saved, settings, state_file, say)
+        settings["init"] = saved["settings"].get("init")
+    elif not config.overwrite:
+        for path in (config.out, state_file):
+            if path.exists():
+                raise OutputExists(f"{path} exists: pass --resume to continue that run, or --overwrite to start over")
+    images = load_images(find_images(config.data), config.patch * settings["scale"], say)
+    run = _Run(config, SSTConfig.from_kwargs(settings["sst_config"]), settings, device, images, saved, say)
+    if on_start is not None:
+        on_start({**settings, "images": len(images), "iteration": run.iteration, "state": str(state_file)})
+    first = run.iteration
+    losses: list[float] = []
+    pending: list[torch.Tensor] = []
+    last_report = last_save = run.start
+    stopped_by = "done"
+    run.model.train()
+    with _stop_requests() as stop, _cudnn_benchmark(device):
+        while run.iteration < config.iters:
+            if stop[0]:
+                stopped_by = "interrupted"
+                break
+            if config.time_limit is not None and time.monotonic() - run.start >= config.time_limit:
+                stopped_by = "time limit"
+                break
+            lr = run.lr()
+            pending.append(run.step())
+            now = time.monotonic()
+            if now - last_report >= config.report_every or run.iteration in (first + 1, config.iters):
+                values = torch.stack(pending).tolist()  # the one place the loop waits for the GPU
+                losses += values
+                pending.clear()
+                last_report = now
+                if on_progress is not None:
+                    rate = (run.iteration - first) / max(now - run.start, 1e-9)
+                    mean = sum(values) / len(values)
+                    on_progress(TrainProgress(run.iteration, config.iters, mean, lr, run.elapsed(), rate))
+            if now - last_save >= config.checkpoint_every and run.iteration < config.iters:
+                run.save_state()
+                say(f"checkpoint: iteration {run.iteration}, state saved to {state_file}")
+                last_save = time.monotonic()
+    if pending:
+        losses += torch.stack(pending).tolist()
+    run.save_state()
+    result = TrainResult(
+        out=None,
+        state=state_file,
+        iteration=run.iteration,
+        iters=config.iters,
+        seconds=run.elapsed(),
+        losses=losses,
+        finished=run.iteration >= config.iters,
+        stopped_by=stopped_by,
+        images=len(images),
+        init=run.init,
+    )
+    if stopped_by == "interrupted":
+        raise TrainingInterrupted(result)
+    run.save_weights(len(images))
+    return replace(result, out=config.out)

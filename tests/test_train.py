@@ -1,0 +1,222 @@
+"""``sst train`` and sst_cli.train on the CPU: a tiny network, tiny crops, a few dozen steps in all."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from safetensors import safe_open
+from safetensors.torch import save_file
+from typer.testing import CliRunner
+
+from sst_cli import create_model, load_model
+from sst_cli.checkpoint import read_weights
+from sst_cli.cli import app
+from sst_cli.errors import CheckpointError, ConfigError, OutputExists
+from sst_cli.model import SST, SSTConfig
+from sst_cli.train import (
+    LR_GAMMA,
+    MILESTONES,
+    TrainConfig,
+    TrainingInterrupted,
+    TrainProgress,
+    benchmark_in_path,
+    find_images,
+    init_from,
+    learning_rate,
+    load_images,
+    state_path,
+    train,
+)
+
+TINY = SSTConfig(
+    dim=8, window_sizes=(4,), num_heads=(2,), n_blocks=1, exp_ratio=1.5, upscaling_factor=2,
+    upsampler_type="pixelshuffle_direct", ranks=(2,), rib_hidden_dim=8, rib_n_freqs=2,
+)  # fmt: skip
+runner = CliRunner()
+
+
+def _write_images(folder: Path, count: int = 4, size: int = 40) -> Path:
+    """Smooth colour gradients with a few hard-edged squares: structure a network can learn quickly."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(7)
+    yy, xx = np.mgrid[0:size, 0:size] / size
+    for i in range(count):
+        img = np.stack([xx * (0.3 + 0.1 * i), yy * 0.6, 0.5 * (xx + yy) / 2], axis=-1) + 0.2
+        for _ in range(3):
+            top, left, side = *rng.integers(0, size - 8, 2), int(rng.integers(4, 10))
+            img[top : top + side, left : left + side] = rng.uniform(0, 1, 3)
+        Image.fromarray((np.clip(img, 0, 1) * 255).round().astype(np.uint8)).save(folder / f"img{i}.png")
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    """Tiny tensors: one thread is ~10x faster than two on a busy 2-core machine (no waiting on the other)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _write_images(tmp_path_factory.mktemp("train") / "images")
+
+
+def _config(data: Path, out: Path, **kw: object) -> TrainConfig:
+    base = TrainConfig(data=(data,), out=out, iters=6, model=TINY, patch=8, batch=2, device="cpu", report_every=0)
+    return replace(base, **kw)
+
+
+def test_loss_goes_down_and_weights_load_with_metadata(data: Path, tmp_path: Path) -> None:
+    seen: list[TrainProgress] = []
+    result = train(_config(data, tmp_path / "tiny_x2.safetensors", iters=30, batch=4), on_progress=seen.append)
+    assert result.finished and result.iteration == 30 and result.stopped_by == "done" and result.images == 4
+    assert len(result.losses) == 30 and [p.iteration for p in seen] == list(range(1, 31))
+    first, last = np.mean(result.losses[:5]), np.mean(result.losses[-5:])
+    assert last < 0.7 * first, (first, last)
+
+    model = load_model(result.out)  # the architecture comes from the file's sst_config metadata
+    assert model.config == TINY and not model.training
+    with safe_open(str(result.out), framework="pt") as f:
+        meta = f.metadata()
+    assert meta["trained_by"] == "sst-cli" and meta["iterations"] == "30" and meta["batch"] == "4"
+    assert meta["patch"] == "8" and meta["data"] == str(data) and int(meta["seconds"]) >= 0
+    assert json.loads(meta["sst_config"]) == TINY.to_kwargs() and meta["weights"] == "params_ema"
+    state = torch.load(state_path(result.out), weights_only=True)  # the authors' layout, loadable as weights
+    assert set(state) >= {"params", "params_ema", "optimizer", "iteration", "rng", "settings", "scheduler"}
+    assert state["iteration"] == 30
+    weights, _ = read_weights(state_path(result.out))  # params_ema wins, as in the official loader
+    assert all(torch.equal(weights[k], v) for k, v in model.state_dict().items())
+
+
+def test_interrupted_then_resumed_equals_one_straight_run(data: Path, tmp_path: Path) -> None:
+    straight = train(_config(data, tmp_path / "a.safetensors"))
+
+    def ctrl_c_at_3(p: TrainProgress) -> None:
+        if p.iteration == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    split = _config(data, tmp_path / "b.safetensors")
+    with pytest.raises(TrainingInterrupted) as stop:
+        train(split, on_progress=ctrl_c_at_3)
+    assert stop.value.result.iteration == 3 and stop.value.result.out is None
+    assert not split.out.exists() and state_path(split.out).is_file()
+    resumed = train(replace(split, resume=True))
+    assert resumed.iteration == 6 and resumed.losses == straight.losses[3:]
+    a, b = (torch.load(state_path(r.out), weights_only=True) for r in (straight, resumed))
+    for key in ("params", "params_ema"):
+        assert all(torch.equal(a[key][k], b[key][k]) for k in a[key]), key
+    ema_a, _ = read_weights(straight.out)
+    ema_b, _ = read_weights(resumed.out)
+    assert all(torch.equal(ema_a[k], ema_b[k]) for k in ema_a)
+
+
+def test_existing_run_needs_resume_or_overwrite_and_resume_needs_the_same_network(data: Path, tmp_path: Path) -> None:
+    config = _config(data, tmp_path / "run.pth", iters=1)
+    result = train(config)
+    saved = torch.load(result.out, weights_only=True)
+    assert set(saved) == {"params_ema", "params", "meta"}  # .pth: the authors' layout
+    with pytest.raises(OutputExists, match=r"--resume.*--overwrite"):
+        train(config)
+    with pytest.raises(ConfigError, match="is a run of custom x2, not custom x3"):
+        train(replace(config, resume=True, scale=3))
+    with pytest.raises(ConfigError, match="no training state"):
+        train(replace(config, out=tmp_path / "other.pth", resume=True))
+    assert train(replace(config, overwrite=True)).iteration == 1
+
+
+def test_time_limit_stops_cleanly_and_saves(data: Path, tmp_path: Path) -> None:
+    result = train(_config(data, tmp_path / "t.safetensors", iters=1000, time_limit=1e-9))
+    assert result.stopped_by == "time limit" and not result.finished and result.iteration == 0
+    assert result.out.is_file() and result.state.is_file()
+
+
+def test_init_from_x2_loads_everything_but_resizes_the_upsampler(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    x2 = create_model("sst-light", 2)
+    save_file(x2.state_dict(), str(tmp_path / "x2.safetensors"))
+    x3 = create_model("sst-light", 3)
+    report = init_from(x3, tmp_path / "x2.safetensors")
+    up = ["upsampler.up_conv.weight", "upsampler.up_conv.bias"]
+    assert report.resized == up and report.reinitialised == [] and report.unused == []
+    assert len(report.loaded) == len(x3.state_dict()) - 2
+    new, old = x3.state_dict(), x2.state_dict()
+    assert all(torch.equal(new[k], old[k]) for k in report.loaded)
+    # Sub-pixel (i, j) of x3 takes the x2 sub-pixel whose centre is nearest: colour 1, (2, 0) <- (1, 0).
+    assert torch.equal(new[up[0]][1 * 9 + 2 * 3 + 0], old[up[0]][1 * 4 + 1 * 2 + 0])
+    assert report.summary().startswith(f"init from {tmp_path / 'x2.safetensors'}: 676 tensors loaded; resized")
+
+    with pytest.raises(CheckpointError, match="only 0 of the network's"):
+        tiny = SST(**TINY.to_kwargs())
+        save_file(tiny.state_dict(), str(tmp_path / "tiny.safetensors"))
+        init_from(create_model("sst-light", 3), tmp_path / "tiny.safetensors")
+
+
+@pytest.mark.parametrize("name", ["Set5", "set14", "B100", "BSD100", "Urban100", "manga109", "DIV2K_valid_HR"])
+def test_benchmark_test_sets_are_refused(tmp_path: Path, name: str) -> None:
+    folder = _write_images(tmp_path / "datasets" / name / "HR", count=1)
+    with pytest.raises(ConfigError, match=f"'{name}' is a benchmark test set"):
+        find_images([folder])
+    with pytest.raises(ConfigError, match=f"contains the benchmark test set.*{name}"):
+        find_images([tmp_path / "datasets"])  # a parent folder would pull the test set in
+
+
+def test_training_folders_images_and_their_sizes(tmp_path: Path) -> None:
+    assert benchmark_in_path("/data/datasets/train291/t91") is None and benchmark_in_path("x/SET5/HR") == "SET5"
+    good = _write_images(tmp_path / "train291" / "t91", count=2, size=20)
+    _write_images(tmp_path / "train291" / "bsd200", count=1, size=40)
+    files = find_images([tmp_path / "train291"])
+    assert [f.parent.name for f in files] == ["bsd200", "t91", "t91"]
+    notes: list[str] = []
+    images = load_images(files, 24, notes.append)
+    assert len(images) == 1 and images[0].dtype == np.uint8 and images[0].shape == (40, 40, 3)
+    assert notes == ["skipped 2 image(s) smaller than the 24x24 HR patch: img0.png, img1.png"]
+    with pytest.raises(ConfigError, match="no training image is at least 48x48"):
+        load_images(files, 48)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="empty: no images"):
+        find_images([tmp_path / "empty"])
+    with pytest.raises(ConfigError, match="is not a folder"):
+        find_images([good / "img0.png"])
+
+
+def test_learning_rate_schedule() -> None:
+    base, iters, warmup = 5e-4, 1000, 40
+    assert learning_rate(0, iters, base, warmup) == pytest.approx(base / warmup)
+    assert learning_rate(39, iters, base, warmup) == pytest.approx(base)
+    assert learning_rate(499, iters, base, warmup) == pytest.approx(base)
+    for halvings, fraction in enumerate(MILESTONES, start=1):
+        assert learning_rate(round(fraction * iters), iters, base, warmup) == pytest.approx(base * LR_GAMMA**halvings)
+    assert learning_rate(999, iters, base, 0) == pytest.approx(base * LR_GAMMA ** len(MILESTONES))
+
+
+def test_cli_trains_end_to_end_and_reports_bad_data_in_one_line(data: Path, tmp_path: Path) -> None:
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY.to_kwargs()))
+    out = tmp_path / "cli_x2.safetensors"
+    args = ["train", "--config", str(config), "--data", str(data), "--iters", "3", "--out", str(out)]
+    result = runner.invoke(app, [*args, "--patch", "8", "--batch", "2", "--device", "cpu", "--half"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "training custom x2 on 4 images" in text and "done: 3 iterations" in text
+    with safe_open(str(out), framework="pt") as f:
+        assert all(f.get_tensor(k).dtype == torch.float16 for k in f.keys())  # noqa: SIM118
+    assert load_model(out).config == TINY
+
+    testset = _write_images(tmp_path / "Set14", count=1)
+    bad = runner.invoke(app, ["train", "--data", str(testset), "--iters", "3", "--out", str(tmp_path / "x.pth")])
+    assert bad.exit_code == 2
+    lines = [line for line in bad.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and "benchmark test set" in lines[0]
+    missing = runner.invoke(app, [*args[:3], "--data", str(tmp_path / "nowhere"), "--iters", "3", "--out", "y.pth"])
+    assert missing.exit_code == 2 and "is not a folder" in missing.output
