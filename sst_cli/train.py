@@ -22,7 +22,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -34,9 +34,8 @@ import torch.nn.functional as F
 
 from .checkpoint import read_weights
 from .errors import CheckpointError, ConfigError, OutputExists
-from .image_io import is_image_file, read_image
 from .model import SST, SSTConfig
-from .resize import imresize
+from .trainset import Message, PatchSampler, find_images, load_images
 from .upscaler import resolve_device
 from .zoo import check_scale, get_variant
 
@@ -57,10 +56,6 @@ REPORT_EVERY = 1.0  # seconds between progress reports (each one waits for the G
 MIN_INIT_FRACTION = 0.5  # --init must fill at least this share of the network's tensors
 STATE_FORMAT = "sst-cli-train/1"
 WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt")
-# Benchmark test sets: never trained on. Compared with each folder name, lower-case, without - _ and spaces.
-TEST_SETS = ("set5", "set14", "b100", "bsd100", "bsds100", "urban100", "manga109", "div2kvalid", "div2kval")
-
-Message = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -159,88 +154,6 @@ def state_path(out: str | os.PathLike[str]) -> Path:
     """Where the training state of a run writing ``out`` lives: beside it, ``<stem>.state.pth``."""
     out = Path(out)
     return out.with_name(out.stem + ".state.pth")
-
-
-def benchmark_in_path(path: str | os.PathLike[str]) -> str | None:
-    """The benchmark test-set folder named in ``path`` (any component), or None."""
-    for part in Path(path).parts:
-        key = "".join(ch for ch in part.lower() if ch.isalnum())
-        if key in TEST_SETS or key.startswith("div2kvalid"):
-            return part
-    return None
-
-
-def find_images(folders: Sequence[str | os.PathLike[str]]) -> list[Path]:
-    """Every image file under each folder (recursive, sorted); refuses test sets and empty folders."""
-    found: list[Path] = []
-    for folder in map(Path, folders):
-        named = benchmark_in_path(folder) or benchmark_in_path(folder.resolve())
-        if named:
-            raise ConfigError(f"--data {folder}: '{named}' is a benchmark test set, and test sets are never trained on")
-        if not folder.is_dir():
-            raise ConfigError(f"--data {folder} is not a folder")
-        files = sorted(p for p in folder.rglob("*") if is_image_file(p) and p.is_file())
-        inside = sorted({n for p in files if (n := benchmark_in_path(p.relative_to(folder).parent))})
-        if inside:
-            raise ConfigError(
-                f"--data {folder} contains the benchmark test set(s) {', '.join(inside)}, which are never trained "
-                "on: point --data at the training images only"
-            )
-        if not files:
-            raise ConfigError(f"--data {folder}: no images (png, jpg, webp, tif, bmp) found in it or below it")
-        found += files
-    return found
-
-
-def load_images(files: Sequence[Path], min_side: int, on_message: Message | None = None) -> list[np.ndarray]:
-    """Decode each file once to (H, W, 3) uint8; images smaller than ``min_side`` are skipped, and said so."""
-    images: list[np.ndarray] = []
-    small: list[str] = []
-    for path in files:
-        picture = read_image(path)
-        if min(picture.color.shape[:2]) < min_side:
-            small.append(path.name)
-            continue
-        images.append(np.round(picture.color * 255.0).astype(np.uint8))
-    if small and on_message is not None:
-        more = f" and {len(small) - 5} more" if len(small) > 5 else ""
-        names = ", ".join(small[:5]) + more
-        on_message(f"skipped {len(small)} image(s) smaller than the {min_side}x{min_side} HR patch: {names}")
-    if not images:
-        folders = ", ".join(sorted({str(p.parent) for p in files}))
-        raise ConfigError(f"no training image is at least {min_side}x{min_side} pixels (the HR patch) in {folders}")
-    return images
-
-
-class PatchSampler:
-    """Random (LR, HR) training pairs from uint8 images; all randomness comes from one seeded generator."""
-
-    def __init__(self, images: Sequence[np.ndarray], patch: int, scale: int, seed: int) -> None:
-        self.images, self.patch, self.scale = list(images), patch, scale
-        self.generator = torch.Generator().manual_seed(seed)
-
-    def _int(self, high: int) -> int:
-        return int(torch.randint(high, (1,), generator=self.generator))
-
-    def sample(self, batch: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """(LR, HR) float32 NCHW in [0, 1]; LR is MATLAB bicubic of the uint8 HR crop, rounded per pass."""
-        size = self.patch * self.scale
-        crops = []
-        for _ in range(batch):
-            image = self.images[self._int(len(self.images))]
-            top, left = self._int(image.shape[0] - size + 1), self._int(image.shape[1] - size + 1)
-            crop = image[top : top + size, left : left + size]
-            hflip, vflip, transpose = torch.randint(2, (3,), generator=self.generator).tolist()
-            if hflip:
-                crop = crop[:, ::-1]
-            if vflip:
-                crop = crop[::-1]
-            if transpose:  # with the flips: all 8 rotations / reflections
-                crop = crop.transpose(1, 0, 2)
-            crops.append(crop)
-        hr = torch.from_numpy(np.ascontiguousarray(np.stack(crops))).permute(0, 3, 1, 2).to(device)
-        lr = imresize(hr, size=(self.patch, self.patch))
-        return lr.float().div_(255.0), hr.float().div_(255.0)
 
 
 # --------------------------------------------------------------------------------------------- schedule

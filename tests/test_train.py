@@ -28,14 +28,12 @@ from sst_cli.train import (
     TrainConfig,
     TrainingInterrupted,
     TrainProgress,
-    benchmark_in_path,
-    find_images,
     init_from,
     learning_rate,
-    load_images,
     state_path,
     train,
 )
+from sst_cli.trainset import benchmark_in_path, find_images, load_images
 
 TINY = SSTConfig(
     dim=8, window_sizes=(4,), num_heads=(2,), n_blocks=1, exp_ratio=1.5, upscaling_factor=2,
