@@ -17,6 +17,7 @@ from torch import nn
 from .errors import ConfigError, NonFiniteOutput
 from .image_io import Picture
 from .loader import ConfigSource, load_model
+from .model.attention import describe_attention
 from .tiling import align_overlap, align_tile_size, run_tiles_adaptive
 
 DEFAULT_MODEL = "sst-light-291"  # bundled: weights trained by sst-cli on 291 images, not the paper's
@@ -76,6 +77,25 @@ def exact_fp32(device: torch.device, dtype: torch.dtype) -> Iterator[None]:
         yield
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def describe_kernel(
+    model: nn.Module, device: torch.device, dtype: torch.dtype, on_message: Callable[[str], None] | None = None
+) -> str | None:
+    """The one line saying which attention kernel runs (None for networks without SST attention).
+
+    Fallback notices (a requested kernel that cannot run here) and then this line go to ``on_message``;
+    the line starts with ``KERNEL_LINE_PREFIX`` so that a front end can show it only when asked.
+    """
+    sizes = getattr(model, "attention_head_sizes", None)
+    if not sizes:
+        return None
+    report = describe_attention(getattr(model, "attention_backend", "auto"), device, dtype, sizes)
+    if on_message is not None:
+        for notice in report.notices:
+            on_message(notice)
+        on_message(report.line)
+    return report.line
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -138,6 +158,7 @@ class Upscaler:
         self.model = self._load(model, scale, weights, config, hub_repo)
         if hasattr(self.model, "set_attention_backend"):
             self.model.set_attention_backend(attention)
+        self.attention_kernel = describe_kernel(self.model, self.device, self.dtype, on_message)
         self.scale: int = int(self.model.scale)
         self.tile, self.tile_overlap, self.exact, self.batch = tile, tile_overlap, exact, batch
         self.max_memory, self.alpha, self.outscale = max_memory, alpha, outscale

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__
-from . import evaluate, models, train, upscale
+from . import bench, evaluate, models, train, upscale
 from .output import console
 
 HELP = """Upscale images with SST, the Scalable SR Transformer.
@@ -25,6 +25,8 @@ Examples:
   sst train --scale 2 --data train291/ --iters 20000 --out my_x2.safetensors   (train your own weights)
 
   sst eval --model bicubic --dataset Set5 --scale 4 --data-root datasets/
+
+  sst bench --device cuda --reference        (speed and memory, the paper's protocol)
 """
 
 app = typer.Typer(help=HELP, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None)
@@ -32,6 +34,7 @@ app.add_typer(models.app, name="models")
 app.command("upscale")(upscale.upscale)
 app.command("eval")(evaluate.eval_command)
 app.command("train")(train.train)
+app.command("bench")(bench.bench)
 
 
 def _version(value: bool) -> None:

@@ -6,7 +6,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -28,7 +28,7 @@ from ..batch import (
 )
 from ..errors import ConfigError
 from ..image_io import DEFAULT_MAX_PIXELS, is_image_file, normalise_format
-from ..model.attention import BACKENDS
+from ..model.attention import BACKENDS, KERNEL_LINE_PREFIX, NOTICE_PREFIX
 from ..upscaler import ALPHA_MODES, DEFAULT_MODEL, DEFAULT_SCALE, PRECISIONS, Upscaler, resolve_device
 from ..zoo import check_scale, get_variant
 from .output import console, err_console, fail, handle_errors
@@ -250,6 +250,21 @@ class Reporter:
                 err_console.print("existing outputs were kept: add --overwrite to replace them or --skip-existing")
 
 
+def upscaler_messages(reporter: Reporter, verbose: bool) -> Callable[[str], None]:
+    """Route the Upscaler's messages: the kernel line only with -v, fallback notices always, the rest as warnings."""
+
+    def on_message(text: str) -> None:
+        if text.startswith(KERNEL_LINE_PREFIX):
+            if verbose:
+                reporter.note(text)
+        elif text.startswith(NOTICE_PREFIX):
+            reporter.note(text)
+        else:
+            reporter.message(text)
+
+    return on_message
+
+
 def _record_fields(record: FileResult) -> dict[str, Any]:
     return {
         "input": str(record.source),
@@ -337,6 +352,9 @@ def upscale(
         int, typer.Option("--max-pixels", help="Refuse larger inputs (decompression bombs); 0 = no limit.")
     ] = DEFAULT_MAX_PIXELS,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no per-file lines.")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Also say which attention kernel runs, and in what precision.")
+    ] = False,
     json_log: Annotated[
         bool, typer.Option("--json-log", help="One JSON object per line on stdout per file and a final summary.")
     ] = False,
@@ -392,7 +410,7 @@ def upscale(
         max_memory=memory,
         alpha=alpha,
         outscale=outscale,
-        on_message=reporter.message,
+        on_message=upscaler_messages(reporter, verbose),
     )
     naming = replace(naming, scale=upscaler.scale)
     if outscale is not None and outscale != upscaler.scale:

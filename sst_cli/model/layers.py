@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import attend
+from .attention import AttentionPlan, plan_attention, run_plan
 from .rib import RibParameters
 
 
@@ -59,6 +59,7 @@ class WindowAttention(RibParameters):
         if dim % heads:
             raise ValueError(f"dim {dim} is not divisible by {heads} heads")
         self.heads = heads
+        self.head_dim = dim // heads
         self.window = window
         self.shift = shift
         self.backend = "auto"
@@ -67,32 +68,65 @@ class WindowAttention(RibParameters):
         self.to_out = nn.Conv2d(dim, dim, 1)
         self.gate = local_gate(dim)
 
+    @property
+    def head_sizes(self) -> tuple[int, int]:
+        """(q/k, v) channels per head that reach the attention kernel: D + R and D."""
+        return self.head_dim + self.rank, self.head_dim
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, c, h, w = x.shape
-        ws, heads = self.window, self.heads
-        d = c // heads
+        h, w = x.shape[-2:]
+        ws = self.window
         gate = torch.sigmoid(self.gate(x))
         pad_h, pad_w = -h % ws, -w % ws
         if pad_h or pad_w:
             x = F.pad(x, (0, pad_w, 0, pad_h), mode="reflect")
         if self.shift:
             x = torch.roll(x, shifts=(-(ws // 2), -(ws // 2)), dims=(2, 3))
-        hp, wp = h + pad_h, w + pad_w
-        nh, nw = hp // ws, wp // ws
-
-        qkv = self.to_qkv(x).view(b, 3, heads, d, nh, ws, nw, ws)
-        qkv = qkv.permute(1, 0, 4, 6, 2, 5, 7, 3).reshape(3, b * nh * nw, heads, ws * ws, d)
-        q, k, v = qkv.unbind(0)
-        pos_q, pos_k = self.positional_factors(ws, q.dtype)
-        n = q.shape[0]
-        q = torch.cat([q * d**-0.5, (pos_q * self.rank**-0.5).expand(n, -1, -1, -1)], dim=-1)
-        k = torch.cat([k, pos_k.expand(n, -1, -1, -1)], dim=-1)
-        out = attend(q, k, v, self.backend)
-
-        out = out.view(b, nh, nw, heads, ws, ws, d).permute(0, 3, 6, 1, 4, 2, 5).reshape(b, c, hp, wp)
+        plan = plan_attention(self.backend, x.device, x.dtype, *self.head_sizes)
+        q, k, v = self._partition(self.to_qkv(x), plan)
+        channels_last = x.stride(1) == 1 and x.shape[1] > 1
+        out = self._merge(run_plan(plan, q, k, v), x.shape, x.dtype, channels_last)
         if self.shift:
             out = torch.roll(out, shifts=(ws // 2, ws // 2), dims=(2, 3))
         return self.to_out(out[:, :, :h, :w] * gate)
+
+    def _partition(self, qkv: torch.Tensor, plan: AttentionPlan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Window tokens of q, k, v, each written once into a buffer at the kernel's width and dtype.
+
+        One strided copy per tensor plus the cached positional tails replace what the plain formulation
+        does per forward: a permute copy, scaling q, two concatenations, zero padding and a dtype cast.
+        """
+        b, _, hp, wp = qkv.shape
+        ws, heads = self.window, self.heads
+        d = qkv.shape[1] // (3 * heads)
+        nh, nw = hp // ws, wp // ws
+        qkv[:, : heads * d].mul_(d**-0.5)  # the conv output is not needed by autograd: scale in place
+        windows = qkv.view(b, 3, heads, d, nh, ws, nw, ws).permute(1, 0, 4, 6, 2, 5, 7, 3)
+        tails = self.positional_tails(ws, qkv.dtype, plan.dtype, plan.qk_width - d)
+        parts = []
+        # Three buffers, not one: CPU allocations above 32 MB are fresh mmaps, page-faulted on every call.
+        for i, width in enumerate((plan.qk_width, plan.qk_width, plan.v_width)):
+            part = qkv.new_empty((b * nh * nw, heads, ws * ws, width), dtype=plan.dtype)
+            part[..., :d].view(b, nh, nw, heads, ws, ws, d).copy_(windows[i])
+            if i < 2:
+                part[..., d:].copy_(tails[i])  # broadcast over windows
+            elif width > d:
+                part[..., d:].zero_()
+            parts.append(part)
+        return parts[0], parts[1], parts[2]
+
+    def _merge(self, out: torch.Tensor, shape: torch.Size, dtype: torch.dtype, channels_last: bool) -> torch.Tensor:
+        """Windows back to an image in the network's dtype: one copy that also drops padded channels."""
+        b, c, hp, wp = shape
+        ws, heads = self.window, self.heads
+        d = c // heads
+        nh, nw = hp // ws, wp // ws
+        # Keep a channels-last network channels-last: the copy then moves runs of d contiguous values.
+        layout = torch.channels_last if channels_last else torch.contiguous_format
+        image = torch.empty((b, c, hp, wp), dtype=dtype, device=out.device, memory_format=layout)
+        windows = out[..., :d].view(b, nh, nw, heads, ws, ws, d).permute(0, 3, 6, 1, 4, 2, 5)
+        image.view(b, heads, d, nh, ws, nw, ws).copy_(windows)
+        return image
 
 
 class TransformerLayer(nn.Module):

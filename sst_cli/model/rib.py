@@ -9,7 +9,10 @@ inference computes them once and reuses them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -48,7 +51,7 @@ class RibParameters(nn.Module):
         self.hidden_b = nn.Parameter(torch.empty(1, hidden))
         self.to_q = nn.Parameter(torch.empty(heads, hidden, rank))
         self.to_k = nn.Parameter(torch.empty(heads, hidden, rank))
-        self._rib_cache: dict[tuple, tuple[tuple, tuple[torch.Tensor, torch.Tensor]]] = {}
+        self._rib_cache: dict[tuple, tuple[tuple, tuple[torch.Tensor, ...]]] = {}
         if not self.to_hidden.is_meta:
             for p in (self.to_hidden, self.to_q, self.to_k):
                 nn.init.trunc_normal_(p, std=0.02)
@@ -61,20 +64,48 @@ class RibParameters(nn.Module):
         hidden = torch.relu(feats @ self.to_hidden.float() + self.hidden_b.float())
         return hidden @ self.to_q.float(), hidden @ self.to_k.float()
 
-    def positional_factors(self, window: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """Factors in ``dtype``; cached per (window, dtype, device) outside training."""
-        if self.training and torch.is_grad_enabled():
-            q, k = self.compute_factors(window)
-            return q.to(dtype), k.to(dtype)
+    def _cached(self, key: tuple, build: Callable[[], tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, ...]:
+        """``build()`` once per key outside training (gradients need a fresh graph there).
+
+        The weights' storage and version are part of the validity check: loading new weights invalidates it.
+        """
+        if (self.training and torch.is_grad_enabled()) or torch.compiler.is_compiling():
+            return build()  # compiled graphs cannot check the weights' identity: the MLP is traced instead
         params = (self.to_hidden, self.hidden_b, self.to_q, self.to_k)
-        # The weights' storage and version are part of the key: loading new weights invalidates it.
         weights_id = tuple((p.data_ptr(), p._version) for p in params)
-        key = (window, dtype, self.to_hidden.device)
         hit = self._rib_cache.get(key)
         if hit is not None and hit[0] == weights_id:
             return hit[1]
         with torch.no_grad():
+            value = build()
+        self._rib_cache[key] = (weights_id, value)
+        return value
+
+    def positional_factors(self, window: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Factors in ``dtype``; cached per (window, dtype, device) outside training."""
+
+        def build() -> tuple[torch.Tensor, torch.Tensor]:
             q, k = self.compute_factors(window)
-        factors = (q.to(dtype), k.to(dtype))
-        self._rib_cache[key] = (weights_id, factors)
-        return factors
+            return q.to(dtype), k.to(dtype)
+
+        return self._cached(("factors", window, dtype, self.to_hidden.device), build)  # type: ignore[return-value]
+
+    def positional_tails(
+        self, window: int, dtype: torch.dtype, kernel_dtype: torch.dtype, width: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """What follows the content channels of q and k: ``[pos_q * R**-0.5, 0...]`` and ``[pos_k, 0...]``.
+
+        (heads, tokens, ``width``) in the kernel's dtype, scaled in the network's ``dtype`` first (as the
+        plain concatenation would), zero channels included: the layer copies them in once, with no
+        per-forward scaling, concatenation or padding.
+        """
+
+        def build() -> tuple[torch.Tensor, torch.Tensor]:
+            pos_q, pos_k = self.positional_factors(window, dtype)
+            tails = []
+            for pos in (pos_q * self.rank**-0.5, pos_k):
+                tails.append(F.pad(pos, (0, width - self.rank)).to(kernel_dtype))
+            return tails[0], tails[1]
+
+        key = ("tails", window, dtype, kernel_dtype, width, self.to_hidden.device)
+        return self._cached(key, build)  # type: ignore[return-value]

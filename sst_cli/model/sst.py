@@ -105,6 +105,9 @@ class SST(nn.Module):
         super().__init__()
         cfg = SSTConfig.from_kwargs(kwargs)
         self.config = cfg
+        # Activations in channels-last layout: None = on the CPU only, where it measured faster (the
+        # layer norms then need no copies and window partitions move contiguous runs); GPUs: unmeasured.
+        self.channels_last: bool | None = None
         dim = cfg.dim
         self.proj = nn.Conv2d(3, dim, 3, padding=1)
         groups: list[nn.Module] = []
@@ -165,6 +168,16 @@ class SST(nn.Module):
         head = 2 * inner * cfg.scale**2 + 6 * cfg.scale**2
         return elem * max(body * padded, head * height * width)
 
+    @property
+    def attention_head_sizes(self) -> tuple[tuple[int, int], ...]:
+        """Distinct (q/k, v) head sizes of the attention layers, for planning and describing kernels."""
+        return tuple(sorted({m.head_sizes for m in self.modules() if isinstance(m, WindowAttention)}))
+
+    @property
+    def attention_backend(self) -> str:
+        """The requested attention backend (``attention.plan_attention`` says which kernel that runs)."""
+        return next((m.backend for m in self.modules() if isinstance(m, WindowAttention)), "auto")
+
     def set_attention_backend(self, backend: str) -> None:
         """Choose the attention kernel (a runtime choice; it does not change what is computed)."""
         check_backend(backend)
@@ -180,6 +193,8 @@ class SST(nn.Module):
             # Upstream raises here; padding only these inputs keeps every other size identical to it.
             mode = "reflect" if pad_h < h and pad_w < w else "replicate"
             x = F.pad(x, (0, pad_w, 0, pad_h), mode=mode)
+        if self.channels_last or (self.channels_last is None and x.device.type == "cpu"):
+            x = x.contiguous(memory_format=torch.channels_last)  # every later op keeps the layout
         feat = self.proj(x)
         feat = feat + self.body(feat)
         out = self.upsampler(feat, x)

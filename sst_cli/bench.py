@@ -1,0 +1,525 @@
+"""Inference speed and memory: the paper's protocol (Table S4), a reference path, tiled throughput.
+
+Protocol (Lee et al., Table S4): restore a 1280x720 output at each scale from a random LR input of
+``ceil(1280/s) x ceil(720/s)`` pixels (427x240 at x3 gives 1281x720: no LR size gives 1280 exactly),
+warm-up runs, then the median of 10 timed runs (``torch.cuda.synchronize`` around each on CUDA) and
+``torch.cuda.max_memory_allocated`` after a reset (weights, input and activations). On the CPU the
+memory figure is the growth of the peak resident set over the timed runs (``VmHWM`` after resetting
+it through ``/proc/self/clear_refs``), or None where that is not available. Weights are random
+(seeded), which is fine for timing. Nothing here prints: results come back as dataclasses.
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import math
+import os
+import platform
+import statistics
+import time
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext, suppress
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .errors import ConfigError
+from .model.attention import describe_attention, plan_attention, run_plan
+from .model.layers import WindowAttention
+from .tiling import plan_tiles
+from .upscaler import Upscaler, exact_fp32, resolve_device, resolve_precision
+from .zoo import check_scale, create_model, get_variant
+
+PAPER_SIZE = (1280, 720)  # (width, height) of the restored output
+PAPER_MODELS = ("sst-light", "sst", "sst-l")
+PAPER_SCALES = (2, 3, 4)
+BENCH_PRECISIONS = ("fp32", "bf16")
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
+MIB = 1 << 20
+Progress = Callable[[str], None]
+
+
+# ----------------------------------------------------------------------------- settings
+@dataclass(frozen=True)
+class BenchSettings:
+    """What to measure. ``size``/``tiled`` are output sizes (width, height); ``tile`` is in LR pixels."""
+
+    models: tuple[str, ...] = PAPER_MODELS
+    scales: tuple[int, ...] = PAPER_SCALES
+    precisions: tuple[str, ...] = BENCH_PRECISIONS
+    size: tuple[int, int] | None = PAPER_SIZE
+    runs: int = 10
+    warmup: int = 3
+    device: str = "auto"
+    attention: str = "auto"
+    reference: bool = False
+    tiled: tuple[int, int] | None = None
+    tile: int | Literal["auto"] = "auto"
+    compile: str = "none"
+    tf32: bool = False
+    input: str | None = None
+    seed: int = 0
+
+    def validate(self) -> BenchSettings:
+        """Refuse bad values with one sentence each, before any model is built."""
+        for name in self.models:
+            get_variant(name)
+        for scale in self.scales:
+            check_scale(scale)
+        for precision in self.precisions:
+            if precision not in BENCH_PRECISIONS:
+                raise ConfigError(f"unknown precision {precision!r}; choose {' or '.join(BENCH_PRECISIONS)}")
+        if not (self.models and self.scales and self.precisions):
+            raise ConfigError("give at least one model, scale and precision")
+        if self.runs < 1 or self.warmup < 0:
+            raise ConfigError(f"runs must be >= 1 and warm-up >= 0, got {self.runs} and {self.warmup}")
+        if self.size is None and self.tiled is None:
+            raise ConfigError("nothing to measure: give an output size, a tiled size, or both")
+        for size in (self.size, self.tiled):
+            if size is not None and min(size) < 1:
+                raise ConfigError(f"sizes must be positive, got {size[0]}x{size[1]}")
+        if self.compile not in COMPILE_MODES:
+            raise ConfigError(f"unknown compile mode {self.compile!r}; choose one of {', '.join(COMPILE_MODES)}")
+        if self.tile != "auto" and (not isinstance(self.tile, int) or self.tile < 0):
+            raise ConfigError(f"tile must be 'auto', 0 or a positive size, got {self.tile!r}")
+        plan_attention(self.attention, "cpu", torch.float32, 8, 8)  # validates the backend name
+        return self
+
+
+def quick_cpu_settings(**overrides: Any) -> BenchSettings:
+    """A CPU run that ends in about a minute on 2 cores: sst-light, 320x180 output, x2 and x4, 3 runs."""
+    base = {"models": ("sst-light",), "scales": (2, 4), "size": (320, 180), "runs": 3, "warmup": 1}
+    return BenchSettings(**(base | overrides))
+
+
+def lr_size(width: int, height: int, scale: int) -> tuple[int, int]:
+    """LR (width, height) whose x``scale`` output covers ``width x height``: ceil of each side."""
+    return -(-width // scale), -(-height // scale)
+
+
+# ----------------------------------------------------------------------------- results
+@dataclass
+class Measurement:
+    """One (model, scale, precision, path) timing. ``path`` is ``ours`` or ``reference``."""
+
+    model: str
+    scale: int
+    precision: str
+    path: str
+    lr: tuple[int, int]
+    output: tuple[int, int]
+    median_ms: float
+    times_ms: list[float]
+    warmup_s: float
+    memory_mib: float | None
+    params: int
+    speedup: float | None = None  # reference median / ours median (on the ``ours`` row)
+    max_abs_diff: float | None = None  # ours vs reference output (on the ``reference`` row)
+    psnr_vs_fp32: float | None = None  # bf16 output vs the fp32 output, raw values, peak 1.0
+
+
+@dataclass
+class TiledMeasurement:
+    """Throughput of the Upscaler's tiled path on a large output, CPU canvas and transfers included."""
+
+    model: str
+    scale: int
+    precision: str
+    lr: tuple[int, int]
+    output: tuple[int, int]
+    tile: int
+    overlap: int
+    tiles: int
+    median_s: float
+    times_s: list[float]
+    megapixels_per_s: float
+    memory_mib: float | None
+
+
+@dataclass
+class BenchReport:
+    """Everything one ``run_bench`` measured, with the facts needed to compare it later."""
+
+    device: str
+    device_type: str
+    torch: str
+    date: str
+    threads: int
+    protocol: str
+    memory_kind: str
+    kernels: dict[str, str] = field(default_factory=dict)
+    notices: list[str] = field(default_factory=list)
+    results: list[Measurement] = field(default_factory=list)
+    tiled: list[TiledMeasurement] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ----------------------------------------------------------------------------- the reference path
+def _round8(width: int) -> int:
+    return -(-width // 8) * 8
+
+
+def _reference_forward(self: WindowAttention, x: torch.Tensor) -> torch.Tensor:
+    """``WindowAttention.forward`` written the plain way the authors' code works.
+
+    Per forward: RIB coordinates, features and MLP recomputed; q scaled and concatenated with expanded
+    positional factors; q, k and v each cast and zero-padded to one multiple of 8 by separate copies;
+    windows split and merged with reshape copies. Same kernel as the optimised path.
+    """
+    b, c, h, w = x.shape
+    ws, heads = self.window, self.heads
+    d = c // heads
+    gate = torch.sigmoid(self.gate(x))
+    pad_h, pad_w = -h % ws, -w % ws
+    if pad_h or pad_w:
+        x = F.pad(x, (0, pad_w, 0, pad_h), mode="reflect")
+    if self.shift:
+        x = torch.roll(x, shifts=(-(ws // 2), -(ws // 2)), dims=(2, 3))
+    hp, wp = x.shape[-2:]
+    nh, nw = hp // ws, wp // ws
+    qkv = self.to_qkv(x).view(b, 3, heads, d, nh, ws, nw, ws)
+    q, k, v = qkv.permute(1, 0, 4, 6, 2, 5, 7, 3).reshape(3, b * nh * nw, heads, ws * ws, d).unbind(0)
+    pos_q, pos_k = self.compute_factors(ws)
+    pos_q, pos_k = pos_q.to(q.dtype), pos_k.to(q.dtype)
+    n = q.shape[0]
+    q = torch.cat([q * d**-0.5, (pos_q * self.rank**-0.5).expand(n, -1, -1, -1)], dim=-1)
+    k = torch.cat([k, pos_k.expand(n, -1, -1, -1)], dim=-1)
+    kernel_dtype = plan_attention(self.backend, x.device, x.dtype, d + self.rank, d).dtype
+    width = _round8(q.shape[-1])
+    q, k, v = (F.pad(t.to(kernel_dtype), (0, width - t.shape[-1])) for t in (q, k, v))
+    plan = plan_attention(self.backend, x.device, kernel_dtype, width, width)
+    out = run_plan(plan, q, k, v)[..., :d].to(x.dtype)
+    out = out.reshape(b, nh, nw, heads, ws, ws, d).permute(0, 3, 6, 1, 4, 2, 5).reshape(b, c, hp, wp)
+    if self.shift:
+        out = torch.roll(out, shifts=(ws // 2, ws // 2), dims=(2, 3))
+    out = out[:, :, :h, :w].contiguous()
+    return self.to_out(out * gate)
+
+
+@contextmanager
+def reference_path(model: nn.Module) -> Iterator[nn.Module]:
+    """Run ``model``'s attention layers the authors' way (same weights, same kernel) inside the block.
+
+    The baseline for the side-by-side ratio; it must give the same output as the optimised path.
+    """
+    layers = [m for m in model.modules() if isinstance(m, WindowAttention)]
+    for layer in layers:
+        layer.forward = types.MethodType(_reference_forward, layer)  # type: ignore[method-assign]
+    try:
+        yield model
+    finally:
+        for layer in layers:
+            del layer.forward
+
+
+# ----------------------------------------------------------------------------- measuring
+def device_name(device: torch.device) -> str:
+    """GPU name and compute capability, or the CPU model and the cores this process may use."""
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        return f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor})"
+    name = platform.processor() or platform.machine() or "CPU"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            name = next((line.split(":", 1)[1].strip() for line in fh if line.lower().startswith("model name")), name)
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{name} ({cores} cores available)"
+
+
+def _status_kib(field_name: str) -> int | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _malloc_trim() -> None:
+    with suppress(OSError, AttributeError):  # glibc only
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+class _PeakMemory:
+    """CUDA: ``max_memory_allocated`` since a reset. CPU: peak RSS growth since a reset of ``VmHWM``."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.base_kib: int | None = None
+
+    def reset(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return
+        _malloc_trim()  # memory freed by earlier runs but kept by the C allocator would hide this run's peak
+        try:
+            with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
+                fh.write("5")  # Linux: reset the peak RSS to the current RSS
+            self.base_kib = _status_kib("VmRSS")
+        except OSError:
+            self.base_kib = None
+
+    def peak_mib(self) -> float | None:
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / MIB
+        peak = _status_kib("VmHWM")
+        if peak is None or self.base_kib is None:
+            return None
+        return max(0, peak - self.base_kib) / 1024
+
+
+def memory_kind(device: torch.device) -> str:
+    if device.type == "cuda":
+        return "torch.cuda.max_memory_allocated (weights + input + activations), MiB"
+    if _status_kib("VmHWM") is None:
+        return "not available on this system"
+    return "peak RSS growth from the first warm-up run on (VmHWM reset via /proc/self/clear_refs), MiB"
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@contextmanager
+def _precision_context(device: torch.device, dtype: torch.dtype, tf32: bool) -> Iterator[None]:
+    """fp32 means fp32 (TF32 off, as in the Upscaler) unless ``tf32`` asks for PyTorch's TF32 paths."""
+    if not tf32:
+        with exact_fp32(device, dtype):
+            yield
+        return
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def time_runs(
+    forward: Callable[[], torch.Tensor], device: torch.device, runs: int, warmup: int
+) -> tuple[list[float], float, float | None, torch.Tensor]:
+    """Warm up, then time ``runs`` calls. Returns (seconds per run, warm-up seconds, peak MiB, last output).
+
+    The CUDA peak (live tensors) is reset after the warm-up. The CPU peak is the resident set's: it is
+    reset after the first warm-up run (first-use allocations excluded), so that later warm-up runs,
+    whose memory the C allocator may keep, count too.
+    """
+    memory = _PeakMemory(device)
+    start = time.perf_counter()
+    for i in range(warmup):
+        forward()
+        if i == 0 and device.type != "cuda":
+            memory.reset()
+    _sync(device)
+    warmup_s = time.perf_counter() - start
+    if device.type == "cuda" or warmup == 0:
+        memory.reset()
+    times, out = [], None
+    for _ in range(runs):
+        _sync(device)
+        t0 = time.perf_counter()
+        out = forward()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    assert out is not None
+    return times, warmup_s, memory.peak_mib(), out
+
+
+def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
+    """PSNR of raw float outputs with peak 1.0 (random-weight outputs are not clamped to [0, 1])."""
+    mse = F.mse_loss(a.double(), b.double()).item()
+    return math.inf if mse == 0 else 10 * math.log10(1.0 / mse)
+
+
+def _input_image(settings: BenchSettings, width: int, height: int) -> torch.Tensor:
+    """(3, H, W) float32 in [0, 1]: seeded noise, or ``settings.input`` resized to cover and centre-cropped."""
+    if settings.input is None:
+        return torch.rand(3, height, width, generator=torch.Generator().manual_seed(settings.seed))
+    from .image_io import read_image
+
+    color = torch.from_numpy(read_image(Path(settings.input)).color.copy()).permute(2, 0, 1)
+    factor = max(width / color.shape[2], height / color.shape[1])
+    size = (max(height, round(color.shape[1] * factor)), max(width, round(color.shape[2] * factor)))
+    resized = F.interpolate(color[None], size=size, mode="bicubic", antialias=True, align_corners=False)[0]
+    top, left = (size[0] - height) // 2, (size[1] - width) // 2
+    return resized[:, top : top + height, left : left + width].clamp(0, 1).contiguous()
+
+
+def _make_model(name: str, scale: int, seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return create_model(name, scale).eval()
+
+
+def _compiled(model: nn.Module, mode: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    if mode == "none":
+        return model
+    return torch.compile(model, mode=None if mode == "default" else mode)  # type: ignore[return-value]
+
+
+def run_bench(settings: BenchSettings, on_progress: Progress | None = None) -> BenchReport:
+    """Measure every (model, scale, precision) of ``settings``; see the module docstring for the protocol."""
+    settings.validate()
+    say = on_progress or (lambda _text: None)
+    device = resolve_device(settings.device)
+    report = BenchReport(
+        device=device_name(device),
+        device_type=device.type,
+        torch=torch.__version__,
+        date=datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+        threads=torch.get_num_threads(),
+        protocol=_protocol(settings),
+        memory_kind=memory_kind(device),
+    )
+    for name in settings.models:
+        for scale in settings.scales:
+            base = _make_model(name, scale, settings.seed)
+            outputs: dict[str, tuple[Measurement, torch.Tensor]] = {}
+            for precision in settings.precisions:
+                dtype = resolve_precision(precision, device)
+                model = copy.deepcopy(base).to(device, dtype)
+                model.set_attention_backend(settings.attention)
+                kernel = describe_attention(settings.attention, device, dtype, model.attention_head_sizes)
+                report.kernels[f"{name} {precision}"] = kernel.line
+                report.notices.extend(n for n in kernel.notices if n not in report.notices)
+                if settings.size is not None:
+                    rows, out = _measure_forward(model, name, scale, precision, dtype, device, settings, say)
+                    report.results.extend(rows)
+                    outputs[precision] = rows[0], out
+                if settings.tiled is not None:
+                    report.tiled.append(_measure_tiled(model, name, scale, precision, device, settings, say))
+                del model
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+            if "fp32" in outputs and "bf16" in outputs:
+                outputs["bf16"][0].psnr_vs_fp32 = psnr(outputs["bf16"][1], outputs["fp32"][1])
+    return report
+
+
+def _measure_forward(
+    model: nn.Module,
+    name: str,
+    scale: int,
+    precision: str,
+    dtype: torch.dtype,
+    device: torch.device,
+    settings: BenchSettings,
+    say: Progress,
+) -> tuple[list[Measurement], torch.Tensor]:
+    """Our path (and the reference path with ``settings.reference``); returns the rows and our output."""
+    assert settings.size is not None
+    lr_w, lr_h = lr_size(*settings.size, scale)
+    x = _input_image(settings, lr_w, lr_h)[None].to(device, dtype)
+    params = sum(p.numel() for p in model.parameters())
+    rows: list[Measurement] = []
+    outputs: list[torch.Tensor] = []
+    for path in ("ours", "reference") if settings.reference else ("ours",):
+        say(f"{name} x{scale} {precision} {path}: {lr_w}x{lr_h} -> {lr_w * scale}x{lr_h * scale}")
+        forward = _compiled(model, settings.compile) if path == "ours" else model
+        swap = reference_path(model) if path == "reference" else nullcontext()
+        with torch.inference_mode(), _precision_context(device, dtype, settings.tf32), swap:
+            times, warm, memory, out = time_runs(lambda f=forward: f(x), device, settings.runs, settings.warmup)
+        outputs.append(out.float().cpu())
+        rows.append(
+            Measurement(
+                model=name,
+                scale=scale,
+                precision=precision,
+                path=path,
+                lr=(lr_w, lr_h),
+                output=(lr_w * scale, lr_h * scale),
+                median_ms=statistics.median(times) * 1e3,
+                times_ms=[t * 1e3 for t in times],
+                warmup_s=warm,
+                memory_mib=memory,
+                params=params,
+            )
+        )
+    if settings.reference:
+        rows[0].speedup = rows[1].median_ms / rows[0].median_ms
+        rows[1].max_abs_diff = (outputs[0] - outputs[1]).abs().max().item()
+    return rows, outputs[0]
+
+
+def _measure_tiled(
+    model: nn.Module,
+    name: str,
+    scale: int,
+    precision: str,
+    device: torch.device,
+    settings: BenchSettings,
+    say: Progress,
+) -> TiledMeasurement:
+    assert settings.tiled is not None
+    lr_w, lr_h = lr_size(*settings.tiled, scale)
+    image = _input_image(settings, lr_w, lr_h)
+    upscaler = Upscaler(
+        _compiled(model, settings.compile),  # type: ignore[arg-type]
+        device=str(device),
+        precision=precision,
+        attention=settings.attention,
+        tile=settings.tile,
+    )
+    plan = upscaler.plan(lr_h, lr_w)
+    tiles = len(plan_tiles(lr_h, lr_w, plan.tile, plan.overlap, plan.align))
+    side = plan.tile + 2 * plan.overlap if plan.tile else max(lr_h, lr_w)
+    warm_image = image[:, : min(lr_h, side), : min(lr_w, side)]
+    say(f"{name} x{scale} {precision} tiled: {lr_w}x{lr_h} -> {lr_w * scale}x{lr_h * scale}, {tiles} tile(s)")
+    for _ in range(max(1, settings.warmup)):
+        upscaler.run(warm_image)
+    memory = _PeakMemory(device)
+    memory.reset()
+    times = []
+    for _ in range(settings.runs):
+        _sync(device)
+        t0 = time.perf_counter()
+        upscaler.run(image)
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    median = statistics.median(times)
+    return TiledMeasurement(
+        model=name,
+        scale=scale,
+        precision=precision,
+        lr=(lr_w, lr_h),
+        output=(lr_w * scale, lr_h * scale),
+        tile=upscaler.last_tile if upscaler.last_tile is not None else plan.tile,
+        overlap=plan.overlap,
+        tiles=tiles,
+        median_s=median,
+        times_s=times,
+        megapixels_per_s=lr_w * scale * lr_h * scale / 1e6 / median,
+        memory_mib=memory.peak_mib(),
+    )
+
+
+def _protocol(settings: BenchSettings) -> str:
+    parts = []
+    if settings.size is not None:
+        w, h = settings.size
+        parts.append(
+            f"output {w}x{h} (LR = ceil({w}/s) x ceil({h}/s)), {settings.warmup} warm-up + median of "
+            f"{settings.runs} timed runs, batch 1"
+        )
+    if settings.tiled is not None:
+        parts.append(f"tiled {settings.tiled[0]}x{settings.tiled[1]} output, tile {settings.tile}")
+    parts.append("random weights (seeded)")
+    parts.append("fp32 with TF32 allowed" if settings.tf32 else "fp32 with TF32 off")
+    if settings.compile != "none":
+        parts.append(f"torch.compile mode {settings.compile}")
+    if settings.input is not None:
+        parts.append(f"input {settings.input}")
+    return "; ".join(parts)

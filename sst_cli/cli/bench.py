@@ -1,0 +1,248 @@
+"""``sst bench``: the paper's speed/memory protocol (Table S4), a reference path side by side, tiled throughput."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from ..bench import (
+    BENCH_PRECISIONS,
+    COMPILE_MODES,
+    BenchReport,
+    BenchSettings,
+    quick_cpu_settings,
+    run_bench,
+)
+from ..model.attention import BACKENDS
+from ..upscaler import resolve_device
+from ..zoo import VARIANTS
+from .output import console, err_console, fail, handle_errors
+from .upscale import parse_tile
+
+_SIZE = re.compile(r"\s*(\d+)\s*[xX]\s*(\d+)\s*")
+
+
+def parse_wxh(text: str, option: str) -> tuple[int, int]:
+    """'1280x720' -> (1280, 720); a usage error (exit 2) otherwise."""
+    match = _SIZE.fullmatch(text)
+    if not match or min(int(match[1]), int(match[2])) < 1:
+        raise fail(f"{option} must be WIDTHxHEIGHT in pixels, e.g. 1280x720, got {text!r}", 2)
+    return int(match[1]), int(match[2])
+
+
+def _settings(
+    *,
+    device: str,
+    models: list[str] | None,
+    scales: list[int] | None,
+    precisions: list[str] | None,
+    size: str | None,
+    tiled: str | None,
+    runs: int | None,
+    warmup: int | None,
+    attention: str,
+    reference: bool,
+    tile: str,
+    compile_mode: str,
+    tf32: bool,
+    input_image: Path | None,
+) -> tuple[BenchSettings, bool]:
+    """The paper's protocol on a GPU; quick defaults on the CPU. Returns the settings and whether CPU defaults apply."""
+    if attention not in BACKENDS:
+        raise fail(f"unknown --attention {attention!r}; choose one of {', '.join(BACKENDS)}", 2)
+    if compile_mode not in COMPILE_MODES:
+        raise fail(f"unknown --compile {compile_mode!r}; choose one of {', '.join(COMPILE_MODES)}", 2)
+    for precision in precisions or ():
+        if precision not in BENCH_PRECISIONS:
+            raise fail(f"unknown --precision {precision!r}; choose {' or '.join(BENCH_PRECISIONS)}", 2)
+    try:
+        parsed_tile = parse_tile(tile)
+    except ValueError:
+        raise fail(f"--tile must be auto, 0 (whole image) or a tile size in pixels, got {tile!r}", 2) from None
+    if input_image is not None and not input_image.is_file():
+        raise fail(f"--input {input_image} is not a file", 2)
+    cpu = resolve_device(device).type != "cuda"
+    given: dict[str, Any] = {"device": device, "attention": attention, "reference": reference, "tf32": tf32}
+    given |= {"tile": parsed_tile, "compile": compile_mode, "input": None if input_image is None else str(input_image)}
+    if models:
+        given["models"] = tuple(m.strip().lower() for m in models)
+    if scales:
+        given["scales"] = tuple(scales)
+    if precisions:
+        given["precisions"] = tuple(precisions)
+    if runs is not None:
+        given["runs"] = runs
+    if warmup is not None:
+        given["warmup"] = warmup
+    if tiled is not None:
+        given["tiled"] = parse_wxh(tiled, "--tiled")
+        given["size"] = None  # --tiled alone measures only the tiled path
+    if size is not None:
+        given["size"] = parse_wxh(size, "--size")
+    quick = cpu and not ({"models", "size", "runs"} & given.keys())
+    settings = quick_cpu_settings(**given) if quick else BenchSettings(**given)
+    if quick and tiled is not None:
+        settings = replace(settings, size=None)
+    return settings, quick
+
+
+def _ms(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def _opt(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else format(value, fmt)
+
+
+def _results_table(report: BenchReport) -> Table:
+    table = Table(title="sst bench: one forward pass, median")
+    for name in ("model", "scale", "precision", "path", "LR", "ms", "MiB", "compared"):
+        table.add_column(name, justify="left" if name in ("model", "precision", "path", "compared") else "right")
+    fp32 = {(r.model, r.scale): r.median_ms for r in report.results if r.precision == "fp32" and r.path == "ours"}
+    for r in report.results:
+        notes = []
+        if r.precision == "bf16" and r.path == "ours" and (r.model, r.scale) in fp32:
+            notes.append(f"{fp32[(r.model, r.scale)] / r.median_ms:.2f}x fp32 speed")
+            if r.psnr_vs_fp32 is not None:
+                notes.append(f"{r.psnr_vs_fp32:.1f} dB vs fp32")
+        if r.speedup is not None:
+            notes.append(f"{r.speedup:.2f}x reference speed")
+        if r.max_abs_diff is not None:
+            notes.append(f"max diff {r.max_abs_diff:.1e}")
+        row = (r.model, f"x{r.scale}", r.precision, r.path, f"{r.lr[0]}x{r.lr[1]}", _ms(r.median_ms))
+        table.add_row(*row, _opt(r.memory_mib, ",.0f"), ", ".join(notes))
+    return table
+
+
+def _tiled_table(report: BenchReport) -> Table:
+    table = Table(title="sst bench: tiled upscaling throughput (median)")
+    for name in ("model", "scale", "precision", "output", "tile", "tiles", "s", "MP/s", "MiB"):
+        table.add_column(name, justify="left" if name in ("model", "precision") else "right")
+    for t in report.tiled:
+        table.add_row(
+            t.model,
+            f"x{t.scale}",
+            t.precision,
+            f"{t.output[0]}x{t.output[1]}",
+            f"{t.tile or 'whole'}+{t.overlap}",
+            str(t.tiles),
+            f"{t.median_s:.2f}",
+            f"{t.megapixels_per_s:.3f}",
+            _opt(t.memory_mib, ",.0f"),
+        )
+    return table
+
+
+def print_report(report: BenchReport) -> None:
+    """Header facts, the kernel lines, notices, then the tables (stdout)."""
+    for key, value in (
+        ("device", report.device),
+        ("torch", f"{report.torch}, {report.threads} CPU threads"),
+        ("date", report.date),
+        ("protocol", report.protocol),
+        ("memory", report.memory_kind),
+    ):
+        console.print(f"{key}: {value}", markup=False, soft_wrap=True)
+    for line in dict.fromkeys(f"{k}: {v}" for k, v in report.kernels.items()):
+        console.print(line, markup=False, soft_wrap=True)
+    for notice in report.notices:
+        err_console.print(notice, markup=False, soft_wrap=True)
+    if report.results:
+        console.print(_results_table(report))
+        console.print("ms: median of the timed runs; MiB: see 'memory' above; LR x scale = output size.")
+        if any(r.speedup is not None for r in report.results):
+            console.print(
+                "reference: the same network and kernel run the authors' way (RIB MLP every forward, "
+                "concatenation and padding by separate copies); 'Nx reference speed' = reference median / ours."
+            )
+    if report.tiled:
+        console.print(_tiled_table(report))
+        console.print("tile: LR tile side + context overlap; s: median seconds per image; MP/s: output megapixels/s.")
+
+
+@handle_errors
+def bench(
+    model: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model", "-m", help=f"Zoo model, repeatable ({', '.join(VARIANTS)}). Default sst-light, sst, sst-l."
+        ),
+    ] = None,
+    scale: Annotated[
+        list[int] | None, typer.Option("--scale", "-s", help="Scale, repeatable. Default 2, 3, 4.")
+    ] = None,
+    precision: Annotated[
+        list[str] | None, typer.Option("--precision", help="fp32 or bf16, repeatable. Default both.")
+    ] = None,
+    size: Annotated[
+        str | None, typer.Option("--size", help="Output size WxH of the forward-pass test (default 1280x720).")
+    ] = None,
+    runs: Annotated[int | None, typer.Option("--runs", help="Timed runs; the median is reported (default 10).")] = None,
+    warmup: Annotated[int | None, typer.Option("--warmup", help="Untimed warm-up runs (default 3).")] = None,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
+    attention: Annotated[
+        str, typer.Option("--attention", help="auto, sdpa, sdpa-flash, sdpa-cudnn, flash-attn, fa3 or math.")
+    ] = "auto",
+    reference: Annotated[
+        bool,
+        typer.Option("--reference", help="Also time the authors' way of running the same network; print the ratio."),
+    ] = False,
+    tiled: Annotated[
+        str | None,
+        typer.Option("--tiled", help="Also measure tiled upscaling to this output size WxH, e.g. 3840x2160 (MP/s)."),
+    ] = None,
+    tile: Annotated[str, typer.Option("--tile", help="Tile side for --tiled: auto, 0 (whole) or LR pixels.")] = "auto",
+    compile_mode: Annotated[
+        str,
+        typer.Option(
+            "--compile", help="torch.compile our path: none, default, reduce-overhead (CUDA graphs), max-autotune."
+        ),
+    ] = "none",
+    tf32: Annotated[
+        bool, typer.Option("--tf32", help="Allow TF32 in fp32 runs (off by default, as in upscale).")
+    ] = False,
+    input_image: Annotated[
+        Path | None, typer.Option("--input", help="A photo to use as the LR input (resized) instead of noise.")
+    ] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Also write all figures to this JSON file.")] = None,
+) -> None:
+    """Time SST inference with random weights: the paper's protocol (Table S4) and tiled throughput.
+
+    On a GPU the defaults are the paper's: sst-light, sst and sst-l at x2/x3/x4, fp32 and bf16, a
+    1280x720 output, 3 warm-up and 10 timed runs. On the CPU, without --model/--size/--runs, a quick
+    check runs instead (sst-light, 320x180, x2 and x4, 3 runs); pass a small --size for CPU runs.
+    """
+    settings, quick = _settings(
+        device=device,
+        models=model,
+        scales=scale,
+        precisions=precision,
+        size=size,
+        tiled=tiled,
+        runs=runs,
+        warmup=warmup,
+        attention=attention,
+        reference=reference,
+        tile=tile,
+        compile_mode=compile_mode,
+        tf32=tf32,
+        input_image=input_image,
+    )
+    if quick:
+        err_console.print(
+            "CPU: quick defaults (sst-light, 320x180 output, x2 and x4, 3 runs); the paper's protocol needs a GPU "
+            "or explicit --model/--size/--runs",
+            markup=False,
+            soft_wrap=True,
+        )
+    report = run_bench(settings, on_progress=lambda text: err_console.print(f"running {text}", style="dim"))
+    print_report(report)
+    if json_path is not None:
+        json_path.write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+        err_console.print(f"wrote {json_path}", markup=False)

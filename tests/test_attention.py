@@ -1,0 +1,309 @@
+"""Attention kernels: the backend policy and its fallbacks, the kernel line, numerics of every CPU path."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+import torch
+from conftest import GOLDEN, golden_config, needs_golden
+from typer.testing import CliRunner
+
+from sst_cli import SST, SSTConfig, Upscaler
+from sst_cli.bench import reference_path
+from sst_cli.model import attention
+from sst_cli.model.attention import (
+    BACKENDS,
+    KERNEL_LINE_PREFIX,
+    NOTICE_PREFIX,
+    AttentionPlan,
+    attend,
+    describe_attention,
+    plan_attention,
+    run_plan,
+)
+from sst_cli.model.layers import WindowAttention
+
+CUDA = torch.device("cuda", 0)  # a device object is enough for planning; nothing runs on it here
+
+
+@pytest.fixture(autouse=True)
+def _fresh_plans() -> Iterator[None]:
+    attention.reset_attention_plans()
+    yield
+    attention.reset_attention_plans()
+
+
+def _fake_flash(calls: list[dict], returns_tuple: bool = False) -> Callable:
+    """A CPU stand-in for flash_attn_func: (batch, tokens, heads, channels), softmax_scale, bf16 only."""
+
+    def kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float) -> object:
+        calls.append({"shape": tuple(q.shape), "v": tuple(v.shape), "dtype": q.dtype})
+        assert q.dtype == k.dtype == v.dtype == torch.bfloat16 and q.shape[-1] == v.shape[-1]
+        scores = torch.einsum("bqhc,bkhc->bhqk", q.float(), k.float()) * softmax_scale
+        out = torch.einsum("bhqk,bkhc->bqhc", scores.softmax(-1), v.float()).to(q.dtype)
+        return (out, None) if returns_tuple else out
+
+    return kernel
+
+
+def _gpu(monkeypatch: pytest.MonkeyPatch, capability: tuple[int, int], fa2: bool, fa3: bool) -> list[dict]:
+    """Pretend to be on a CUDA GPU of ``capability`` with the given packages installed."""
+    calls: list[dict] = []
+    monkeypatch.setattr(attention, "_cuda_capability", lambda device: capability)
+    monkeypatch.setattr(attention, "flash_attn_func", lambda: _fake_flash(calls) if fa2 else None)
+    monkeypatch.setattr(attention, "fa3_func", lambda: _fake_flash(calls, returns_tuple=True) if fa3 else None)
+    monkeypatch.setattr(attention, "_sdpa_choice", lambda device, dtype, qk, v: "flash")
+    monkeypatch.setattr(attention, "_sdpa_check", lambda kernel, device, dtype, width: True)
+    monkeypatch.setattr(attention, "_flash_probe", lambda kernel, device, width: None)
+    return calls
+
+
+def _exact(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(q.double() @ k.double().transpose(-1, -2), -1) @ v.double()
+
+
+# ----------------------------------------------------------------------------- policy
+def test_cpu_runs_sdpa_in_the_network_dtype_with_v_padded_to_q() -> None:
+    plan = plan_attention("auto", "cpu", torch.float32, 44, 16)
+    assert (plan.kernel, plan.dtype, plan.qk_width, plan.v_width, plan.notice) == ("sdpa", torch.float32, 44, 44, None)
+    assert plan.label == "PyTorch SDPA (CPU flash kernel, fp32)"  # PyTorch's own dispatcher says so
+    assert plan_attention("auto", "cpu", torch.bfloat16, 44, 16).dtype == torch.bfloat16
+    exact = plan_attention("math", "cpu", torch.float32, 44, 16)
+    assert (exact.kernel, exact.qk_width, exact.v_width) == ("math", 44, 16)  # no padding where none is needed
+    assert "exact" in exact.label
+
+
+@pytest.mark.parametrize("backend", ["flash-attn", "fa3", "sdpa-flash", "sdpa-cudnn"])
+def test_gpu_kernels_on_the_cpu_fall_back_to_sdpa_with_one_notice(
+    monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    monkeypatch.setattr(attention, "flash_attn_func", lambda: None)
+    monkeypatch.setattr(attention, "fa3_func", lambda: None)
+    plan = plan_attention(backend, "cpu", torch.float32, 32, 16)
+    assert plan.kernel == "sdpa" and plan.dtype == torch.float32
+    assert plan.notice is not None and "\n" not in plan.notice
+    assert plan.notice.startswith(NOTICE_PREFIX) and plan.notice.endswith("using PyTorch SDPA (CPU flash kernel, fp32)")
+    expected = {
+        "flash-attn": "flash-attn not installed",
+        "fa3": "fa3 not installed (flash_attn_interface)",
+        "sdpa-flash": "sdpa-flash needs a CUDA GPU",
+        "sdpa-cudnn": "sdpa-cudnn needs a CUDA GPU",
+    }[backend]
+    assert plan.notice == f"attention: {expected}; using PyTorch SDPA (CPU flash kernel, fp32)"
+
+
+def test_installed_flash_attn_on_the_cpu_says_it_needs_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(attention, "flash_attn_func", lambda: _fake_flash([]))
+    assert "flash-attn needs a CUDA GPU" in (plan_attention("flash-attn", "cpu", torch.float32, 32, 16).notice or "")
+
+
+def test_gpu_auto_prefers_fa3_then_fa2_then_sdpa_all_in_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    _gpu(monkeypatch, (9, 0), fa2=True, fa3=True)
+    plan = plan_attention("auto", CUDA, torch.float32, 44, 30)
+    assert (plan.kernel, plan.dtype, plan.qk_width, plan.v_width) == ("fa3", torch.bfloat16, 48, 48)
+    assert plan.notice is None and plan.label == "FlashAttention-3 (bf16 inside an fp32 network)"
+    attention.reset_attention_plans()
+    _gpu(monkeypatch, (8, 0), fa2=True, fa3=True)  # FA3 needs Hopper
+    assert plan_attention("auto", CUDA, torch.float32, 44, 30).kernel == "flash-attn"
+    attention.reset_attention_plans()
+    _gpu(monkeypatch, (9, 0), fa2=False, fa3=False)
+    plan = plan_attention("auto", CUDA, torch.float32, 44, 30)
+    assert (plan.kernel, plan.dtype, plan.notice) == ("sdpa", torch.bfloat16, None)  # auto falls back silently
+    assert plan.label == "PyTorch SDPA (flash kernel, bf16 inside an fp32 network)"
+    bf16 = plan_attention("auto", CUDA, torch.bfloat16, 44, 30)
+    assert bf16.label == "PyTorch SDPA (flash kernel, bf16)"
+
+
+def test_gpu_math_is_exact_fp32_and_unpadded(monkeypatch: pytest.MonkeyPatch) -> None:
+    _gpu(monkeypatch, (9, 0), fa2=True, fa3=True)
+    plan = plan_attention("math", CUDA, torch.float32, 44, 30)
+    assert (plan.kernel, plan.dtype, plan.qk_width, plan.v_width) == ("math", torch.float32, 44, 30)
+
+
+def test_old_gpus_keep_fp32_attention(monkeypatch: pytest.MonkeyPatch) -> None:
+    _gpu(monkeypatch, (7, 5), fa2=True, fa3=False)
+    plan = plan_attention("flash-attn", CUDA, torch.float32, 44, 30)
+    assert (plan.kernel, plan.dtype) == ("sdpa", torch.float32)
+    assert plan.notice and "compute capability 8.0 or newer, this GPU is 7.5" in plan.notice
+
+
+def test_explicit_requests_fall_back_along_the_chain(monkeypatch: pytest.MonkeyPatch) -> None:
+    _gpu(monkeypatch, (8, 6), fa2=True, fa3=True)
+    plan = plan_attention("fa3", CUDA, torch.float32, 48, 30)
+    assert plan.kernel == "flash-attn"
+    assert plan.notice is not None and plan.notice.startswith(
+        "attention: fa3 needs a Hopper GPU (compute capability 9.x), this one is 8.6; using FlashAttention-2"
+    )
+    monkeypatch.setattr(attention, "_sdpa_check", lambda kernel, device, dtype, width: kernel != "sdpa-cudnn")
+    cudnn = plan_attention("sdpa-cudnn", CUDA, torch.float32, 48, 30)
+    assert cudnn.kernel == "sdpa" and "cannot run its cudnn kernel" in (cudnn.notice or "")
+    flash = plan_attention("sdpa-flash", CUDA, torch.float32, 48, 30)
+    assert (flash.kernel, flash.notice, flash.label) == (
+        "sdpa-flash",
+        None,
+        "PyTorch SDPA (flash kernel, forced, bf16 inside an fp32 network)",
+    )
+    wide = plan_attention("flash-attn", CUDA, torch.float32, 300, 200)
+    assert wide.kernel == "sdpa" and "up to 256" in (wide.notice or "")
+    attention.reset_attention_plans()
+    _gpu(monkeypatch, (9, 0), fa2=True, fa3=True)  # a Hopper GPU, so fa3 gets as far as the probe
+    monkeypatch.setattr(attention, "_flash_probe", lambda kernel, device, width: "RuntimeError: head size 48")
+    broken = plan_attention("auto", CUDA, torch.float32, 48, 30)  # a build that cannot run this head size
+    assert (broken.kernel, broken.notice) == ("sdpa", None)
+    assert "fa3 failed on head size 48 (RuntimeError: head size 48)" in (
+        plan_attention("fa3", CUDA, torch.float32, 48, 30).notice or ""
+    )
+
+
+def test_unknown_backends_are_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="unknown attention backend 'xformers'"):
+        plan_attention("xformers", "cpu", torch.float32, 8, 8)
+
+
+# ----------------------------------------------------------------------------- numerics
+@pytest.mark.parametrize("dq,dv", [(40, 16), (13, 13), (9, 6)])
+def test_every_backend_agrees_on_the_cpu(dq: int, dv: int) -> None:
+    gen = torch.Generator().manual_seed(dq)
+    q, k, v = (torch.randn(3, 2, 64, n, generator=gen) for n in (dq, dq, dv))
+    q = q * dq**-0.5  # logits of order 1, as in the network
+    expected = _exact(q, k, v)
+    for backend in BACKENDS:  # GPU-only kernels run through their CPU fallback
+        out = attend(q, k, v, backend)
+        assert out.shape == v.shape and out.dtype == torch.float32
+        assert torch.allclose(out.double(), expected, atol=1e-5), backend
+        low = attend(q.bfloat16(), k.bfloat16(), v.bfloat16(), backend)
+        assert low.dtype == torch.bfloat16 and (low.double() - expected).abs().max() < 0.05, backend
+
+
+@pytest.mark.parametrize("kernel", ["flash-attn", "fa3"])
+def test_flash_kernels_get_bf16_equal_widths_in_their_layout(monkeypatch: pytest.MonkeyPatch, kernel: str) -> None:
+    calls = _gpu(monkeypatch, (9, 0), fa2=True, fa3=True)
+    plan = AttentionPlan(kernel, kernel, "cuda", torch.float32, torch.bfloat16, 13, 6, 16, 16)
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(4, 3, 32, n, generator=gen) for n in (13, 13, 6))
+    out = run_plan(plan, q, k, v)
+    assert calls == [{"shape": (4, 32, 3, 16), "v": (4, 32, 3, 16), "dtype": torch.bfloat16}]
+    assert out.shape == (4, 3, 32, 16) and out.dtype == torch.bfloat16
+    assert (out[..., :6].double() - _exact(q, k, v)).abs().max() < 0.05
+    assert out[..., 6:].abs().max() == 0  # zero v channels stay zero
+
+
+def _small_sst(dim: int = 16, ranks: tuple[int, ...] = (8, 8, 8)) -> SST:
+    """Random small SST whose RIB weights are large enough that the positional factors matter."""
+    torch.manual_seed(0)
+    cfg = SSTConfig(
+        dim=dim, window_sizes=(4, 8, 16), num_heads=2, ranks=ranks, n_blocks=2, exp_ratio=1.5,
+        upscaling_factor=2, upsampler_type="pixelshuffle_direct",
+    )  # fmt: skip
+    model = SST(**cfg.to_kwargs()).eval()
+    for layer in model.modules():
+        if isinstance(layer, WindowAttention):
+            for p in (layer.to_hidden, layer.to_q, layer.to_k):
+                p.data.normal_(0, 0.3)
+    return model
+
+
+@pytest.mark.parametrize("backend", ["auto", "math"])
+def test_reference_path_gives_the_same_output(backend: str) -> None:
+    model = _small_sst()  # q/k widths 16: the reference's multiple-of-8 padding adds nothing
+    model.set_attention_backend(backend)
+    x = torch.rand(1, 3, 23, 37)
+    with torch.inference_mode():
+        ours = model(x)
+        with reference_path(model):
+            reference = model(x)
+        assert torch.equal(model(x), ours)  # the context restored the optimised path
+    assert (ours - reference).abs().max().item() <= 1e-6
+    # Unaligned widths (9, 11): the reference's extra zero channels only change float32 rounding.
+    odd = _small_sst(dim=12, ranks=(3, 3, 5))
+    with torch.inference_mode():
+        ours = odd(x)
+        with reference_path(odd):
+            reference = odd(x)
+    assert (ours - reference).abs().max().item() <= 1e-6 * ours.abs().max().item()
+
+
+def test_training_gradients_match_the_reference_path() -> None:
+    model = _small_sst().train()
+    x = torch.rand(2, 3, 20, 20)
+    model(x).square().mean().backward()
+    ours = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    with reference_path(model):
+        model(x).square().mean().backward()
+    assert ours.keys() == {n for n, p in model.named_parameters() if p.grad is not None}
+    for name, p in model.named_parameters():
+        assert torch.allclose(ours[name], p.grad, atol=1e-6, rtol=1e-5), name
+
+
+def test_channels_last_switch_changes_the_layout_not_the_result() -> None:
+    model = _small_sst()
+    x = torch.rand(1, 3, 30, 26)
+    with torch.inference_mode():
+        auto = model(x)  # CPU default: channels-last
+        model.channels_last = False
+        plain = model(x)
+    assert auto.is_contiguous(memory_format=torch.channels_last) and plain.is_contiguous()
+    assert (auto - plain).abs().max().item() <= 1e-5
+
+
+@needs_golden
+def test_math_backend_reproduces_the_golden_vectors_exactly() -> None:
+    from safetensors.torch import load_file
+
+    from sst_cli import load_model
+
+    model = load_model(GOLDEN / "mini_x3.safetensors", config=golden_config("mini_x3"))
+    model.set_attention_backend("math")
+    io = load_file(str(GOLDEN / "mini_x3_io.safetensors"))
+    with torch.no_grad():
+        assert (model(io["input_b"]) - io["output_b"]).abs().max().item() <= 5e-5
+
+
+# ----------------------------------------------------------------------------- describing it
+def test_the_kernel_line_names_the_kernel_and_the_padding() -> None:
+    model = _small_sst(dim=12, ranks=(3, 3, 5))
+    assert model.attention_head_sizes == ((9, 6), (11, 6))
+    report = describe_attention("auto", "cpu", torch.float32, model.attention_head_sizes)
+    assert report.notices == ()
+    assert report.line == (
+        f"{KERNEL_LINE_PREFIX}PyTorch SDPA (CPU flash kernel, fp32); head sizes q,k/v 9/6 -> 9/9, 11/6 -> 11/11"
+    )
+    exact = describe_attention("math", "cpu", torch.float32, model.attention_head_sizes)
+    assert exact.line.endswith("(matmul + softmax, fp32, exact); head sizes q,k/v 9/6, 11/6")
+
+
+def test_upscaler_reports_notices_then_the_kernel_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(attention, "flash_attn_func", lambda: None)
+    messages: list[str] = []
+    up = Upscaler(_small_sst(), device="cpu", attention="flash-attn", on_message=messages.append)
+    assert messages == [
+        "attention: flash-attn not installed; using PyTorch SDPA (CPU flash kernel, fp32)",
+        up.attention_kernel,
+    ]
+    assert up.attention_kernel is not None and up.attention_kernel.startswith(KERNEL_LINE_PREFIX)
+
+
+@needs_golden
+def test_sst_upscale_verbose_prints_the_kernel_line(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+    from PIL import Image
+
+    from sst_cli.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(attention, "flash_attn_func", lambda: None)
+    Image.fromarray(np.zeros((12, 16, 3), dtype=np.uint8)).save("a.png")
+    model = ["--weights", str(GOLDEN / "mini_x3.pth"), "--config", str(GOLDEN / "mini_x3.json"), "--device", "cpu"]
+    runner = CliRunner()
+    quiet = runner.invoke(app, ["upscale", *model, "a.png", "-o", "b.png"])
+    assert quiet.exit_code == 0, quiet.output
+    assert "attention" not in quiet.output
+    verbose = runner.invoke(app, ["upscale", *model, "a.png", "-o", "c.png", "-v"])
+    assert verbose.exit_code == 0, verbose.output
+    assert "attention kernel: PyTorch SDPA (CPU flash kernel, fp32); head sizes q,k/v" in verbose.output
+    fallback = runner.invoke(app, ["upscale", *model, "a.png", "-o", "d.png", "--attention", "flash-attn"])
+    assert fallback.exit_code == 0, fallback.output
+    assert "attention: flash-attn not installed; using PyTorch SDPA (CPU flash kernel, fp32)" in fallback.output
+    assert "attention kernel:" not in fallback.output and "warning" not in fallback.output

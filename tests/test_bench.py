@@ -1,0 +1,125 @@
+"""``sst bench``: the API returns the paper's protocol figures (tiny sizes here), the CLI prints and saves them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from sst_cli.bench import BenchSettings, lr_size, quick_cpu_settings, reference_path, run_bench
+from sst_cli.cli import app
+from sst_cli.cli.bench import _settings
+from sst_cli.errors import ConfigError
+from sst_cli.model.layers import WindowAttention
+from sst_cli.zoo import create_model
+
+TINY = {"models": ("sst-light",), "scales": (4,), "size": (64, 48), "runs": 2, "warmup": 1, "device": "cpu"}
+runner = CliRunner()
+
+
+def test_lr_size_covers_the_output() -> None:
+    assert lr_size(1280, 720, 2) == (640, 360)
+    assert lr_size(1280, 720, 3) == (427, 240)  # 1281x720: no LR size gives 1280 exactly
+    assert lr_size(1280, 720, 4) == (320, 180)
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        ({"models": ("sst-xxl",)}, "unknown model"),
+        ({"scales": (5,)}, "scale must be"),
+        ({"precisions": ("fp16",)}, "unknown precision"),
+        ({"runs": 0}, "runs must be"),
+        ({"size": None}, "nothing to measure"),
+        ({"compile": "fast"}, "compile mode"),
+        ({"attention": "xformers"}, "attention backend"),
+    ],
+)
+def test_bad_settings_are_named(overrides: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        BenchSettings(**(TINY | overrides)).validate()
+
+
+def test_paper_protocol_is_the_default_and_cpu_gets_a_quick_one() -> None:
+    paper = BenchSettings()
+    assert (paper.size, paper.runs, paper.warmup, paper.scales) == ((1280, 720), 10, 3, (2, 3, 4))
+    assert set(paper.models) == {"sst-light", "sst", "sst-l"} and paper.precisions == ("fp32", "bf16")
+    quick = quick_cpu_settings()
+    assert quick.size == (320, 180) and quick.models == ("sst-light",)
+    options = {
+        "device": "cpu", "models": None, "scales": None, "precisions": None, "size": None, "tiled": None,
+        "runs": None, "warmup": None, "attention": "auto", "reference": False, "tile": "auto",
+        "compile_mode": "none", "tf32": False, "input_image": None,
+    }  # fmt: skip
+    assert _settings(**options) == (quick_cpu_settings(device="cpu"), True)
+    chosen, is_quick = _settings(**(options | {"models": ["SST"], "size": "320x180"}))
+    assert not is_quick and chosen.models == ("sst",) and chosen.size == (320, 180) and chosen.runs == 10
+    tiled_only, _ = _settings(**(options | {"models": ["sst"], "tiled": "640x360"}))
+    assert tiled_only.size is None and tiled_only.tiled == (640, 360)
+
+
+def test_reference_path_is_swapped_in_and_out() -> None:
+    model = create_model("sst-light", 2).eval()
+    layer = next(m for m in model.modules() if isinstance(m, WindowAttention))
+    with reference_path(model):
+        assert "forward" in vars(layer)
+    assert "forward" not in vars(layer)
+
+
+def test_run_bench_measures_ours_and_the_reference() -> None:
+    progress: list[str] = []
+    settings = BenchSettings(**(TINY | {"runs": 1, "warmup": 0}), precisions=("fp32", "bf16"), reference=True)
+    report = run_bench(settings, progress.append)
+    assert report.device_type == "cpu" and report.torch == torch.__version__ and report.threads >= 1
+    assert "median of 1 timed runs" in report.protocol and "LR = ceil(64/s) x ceil(48/s)" in report.protocol
+    assert report.kernels["sst-light fp32"].startswith("attention kernel: PyTorch SDPA (CPU flash kernel, fp32)")
+    assert [(r.precision, r.path) for r in report.results] == [
+        ("fp32", "ours"), ("fp32", "reference"), ("bf16", "ours"), ("bf16", "reference"),
+    ]  # fmt: skip
+    for row in report.results:
+        assert row.lr == (16, 12) and row.output == (64, 48) and len(row.times_ms) == 1
+        assert row.median_ms > 0 and row.params == 908_928
+    ours, ref, bf16, _ = report.results
+    assert ours.speedup == pytest.approx(ref.median_ms / ours.median_ms)
+    assert ref.max_abs_diff is not None and ref.max_abs_diff <= 1e-5
+    assert bf16.psnr_vs_fp32 is not None and bf16.psnr_vs_fp32 > 30
+    assert len(progress) == 4 and progress[0].startswith("sst-light x4 fp32 ours")
+    json.dumps(report.to_dict())  # plain data all the way down
+
+
+def test_run_bench_tiled_throughput() -> None:
+    settings = BenchSettings(**(TINY | {"size": None, "runs": 1}), precisions=("fp32",), tiled=(256, 192), tile=64)
+    (tiled,) = run_bench(settings).tiled
+    assert tiled.lr == (64, 48) and tiled.output == (256, 192)
+    assert tiled.tile == 64 and tiled.overlap == 64 and tiled.tiles == 1
+    assert tiled.megapixels_per_s == pytest.approx(256 * 192 / 1e6 / tiled.median_s)
+
+
+def test_cli_prints_the_table_and_writes_json(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    args = ["bench", "-m", "sst-light", "-s", "4", "--size", "64x48", "--runs", "1", "--warmup", "0"]
+    result = runner.invoke(app, [*args, "--precision", "fp32", "--device", "cpu", "--reference", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    for text in ("device:", "torch:", "date:", "attention kernel: PyTorch SDPA", "sst-light", "reference speed"):
+        assert text in result.output
+    data = json.loads(out.read_text())
+    assert [r["path"] for r in data["results"]] == ["ours", "reference"]
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--size", "big"], "--size must be WIDTHxHEIGHT"),
+        (["--precision", "fp16"], "unknown --precision"),
+        (["--attention", "magic"], "unknown --attention"),
+        (["--compile", "fast"], "unknown --compile"),
+        (["--model", "nope", "--size", "64x48"], "unknown model"),
+    ],
+)
+def test_cli_refuses_bad_options(args: list[str], message: str) -> None:
+    result = runner.invoke(app, ["bench", "--device", "cpu", *args])
+    assert result.exit_code == 2
+    assert message in result.output
