@@ -65,6 +65,7 @@ class BenchSettings:
     compile: str = "none"
     tf32: bool = False
     input: str | None = None
+    channels_last: bool | None = None  # None: the model's default (on the CPU only)
     seed: int = 0
 
     def validate(self) -> BenchSettings:
@@ -392,6 +393,7 @@ def run_bench(settings: BenchSettings, on_progress: Progress | None = None) -> B
                 dtype = resolve_precision(precision, device)
                 model = copy.deepcopy(base).to(device, dtype)
                 model.set_attention_backend(settings.attention)
+                model.channels_last = settings.channels_last
                 kernel = describe_attention(settings.attention, device, dtype, model.attention_head_sizes)
                 report.kernels[f"{name} {precision}"] = kernel.line
                 report.notices.extend(n for n in kernel.notices if n not in report.notices)
@@ -520,6 +522,8 @@ def _protocol(settings: BenchSettings) -> str:
     parts.append("fp32 with TF32 allowed" if settings.tf32 else "fp32 with TF32 off")
     if settings.compile != "none":
         parts.append(f"torch.compile mode {settings.compile}")
+    if settings.channels_last is not None:
+        parts.append("channels-last " + ("on" if settings.channels_last else "off"))
     if settings.input is not None:
         parts.append(f"input {settings.input}")
     return "; ".join(parts)

@@ -116,6 +116,7 @@ def test_cli_prints_the_table_and_writes_json(tmp_path: Path) -> None:
         (["--precision", "fp16"], "unknown --precision"),
         (["--attention", "magic"], "unknown --attention"),
         (["--compile", "fast"], "unknown --compile"),
+        (["--channels-last", "maybe"], "unknown --channels-last"),
         (["--model", "nope", "--size", "64x48"], "unknown model"),
     ],
 )

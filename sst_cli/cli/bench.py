@@ -52,6 +52,7 @@ def _settings(
     compile_mode: str,
     tf32: bool,
     input_image: Path | None,
+    channels_last: str = "auto",
 ) -> tuple[BenchSettings, bool]:
     """The paper's protocol on a GPU; quick defaults on the CPU. Returns the settings and whether CPU defaults apply."""
     if attention not in BACKENDS:
@@ -67,9 +68,13 @@ def _settings(
         raise fail(f"--tile must be auto, 0 (whole image) or a tile size in pixels, got {tile!r}", 2) from None
     if input_image is not None and not input_image.is_file():
         raise fail(f"--input {input_image} is not a file", 2)
+    layouts = {"auto": None, "on": True, "off": False}
+    if channels_last not in layouts:
+        raise fail(f"unknown --channels-last {channels_last!r}; choose auto, on or off", 2)
     cpu = resolve_device(device).type != "cuda"
     given: dict[str, Any] = {"device": device, "attention": attention, "reference": reference, "tf32": tf32}
     given |= {"tile": parsed_tile, "compile": compile_mode, "input": None if input_image is None else str(input_image)}
+    given["channels_last"] = layouts[channels_last]
     if models:
         given["models"] = tuple(m.strip().lower() for m in models)
     if scales:
@@ -195,7 +200,10 @@ def bench(
     ] = False,
     tiled: Annotated[
         str | None,
-        typer.Option("--tiled", help="Also measure tiled upscaling to this output size WxH, e.g. 3840x2160 (MP/s)."),
+        typer.Option(
+            "--tiled",
+            help="Measure tiled upscaling to this output size WxH, e.g. 3840x2160 (MP/s); alone unless --size.",
+        ),
     ] = None,
     tile: Annotated[str, typer.Option("--tile", help="Tile side for --tiled: auto, 0 (whole) or LR pixels.")] = "auto",
     compile_mode: Annotated[
@@ -204,6 +212,9 @@ def bench(
             "--compile", help="torch.compile our path: none, default, reduce-overhead (CUDA graphs), max-autotune."
         ),
     ] = "none",
+    channels_last: Annotated[
+        str, typer.Option("--channels-last", help="Activation layout: auto (channels-last on the CPU only), on, off.")
+    ] = "auto",
     tf32: Annotated[
         bool, typer.Option("--tf32", help="Allow TF32 in fp32 runs (off by default, as in upscale).")
     ] = False,
@@ -233,6 +244,7 @@ def bench(
         compile_mode=compile_mode,
         tf32=tf32,
         input_image=input_image,
+        channels_last=channels_last,
     )
     if quick:
         err_console.print(
