@@ -4,9 +4,12 @@ Protocol (Lee et al., Table S4): restore a 1280x720 output at each scale from a 
 ``ceil(1280/s) x ceil(720/s)`` pixels (427x240 at x3 gives 1281x720: no LR size gives 1280 exactly),
 warm-up runs, then the median of 10 timed runs (``torch.cuda.synchronize`` around each on CUDA) and
 ``torch.cuda.max_memory_allocated`` after a reset (weights, input and activations). On the CPU the
-memory figure is the growth of the peak resident set over the timed runs (``VmHWM`` after resetting
-it through ``/proc/self/clear_refs``), or None where that is not available. Weights are random
-(seeded), which is fine for timing. Nothing here prints: results come back as dataclasses.
+memory figure is the growth of the peak resident set from the first warm-up run on (``VmHWM`` after
+resetting it through ``/proc/self/clear_refs``), or None where that is not available. Weights are
+random (seeded), which is fine for timing. Nothing here prints: results come back as dataclasses.
+
+``reference_path`` runs the same network the way the authors' code does (RIB factors recomputed in every
+forward, concatenation and padding by separate copies), for the side-by-side ratio.
 """
 
 from __future__ import annotations
@@ -95,7 +98,7 @@ class BenchSettings:
 
 
 def quick_cpu_settings(**overrides: Any) -> BenchSettings:
-    """A CPU run that ends in about a minute on 2 cores: sst-light, 320x180 output, x2 and x4, 3 runs."""
+    """A CPU run of a few minutes on 2 cores: sst-light, 320x180 output, x2 and x4, fp32 and bf16, 3 runs."""
     base = {"models": ("sst-light",), "scales": (2, 4), "size": (320, 180), "runs": 3, "warmup": 1}
     return BenchSettings(**(base | overrides))
 

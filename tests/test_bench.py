@@ -59,6 +59,8 @@ def test_paper_protocol_is_the_default_and_cpu_gets_a_quick_one() -> None:
     assert not is_quick and chosen.models == ("sst",) and chosen.size == (320, 180) and chosen.runs == 10
     tiled_only, _ = _settings(**(options | {"models": ["sst"], "tiled": "640x360"}))
     assert tiled_only.size is None and tiled_only.tiled == (640, 360)
+    quick_tiled, is_quick = _settings(**(options | {"tiled": "640x360"}))
+    assert is_quick and quick_tiled.size is None and quick_tiled.models == ("sst-light",)
 
 
 def test_reference_path_is_swapped_in_and_out() -> None:

@@ -90,7 +90,7 @@ def _settings(
         given["size"] = None  # --tiled alone measures only the tiled path
     if size is not None:
         given["size"] = parse_wxh(size, "--size")
-    quick = cpu and not ({"models", "size", "runs"} & given.keys())
+    quick = cpu and not models and size is None and runs is None
     settings = quick_cpu_settings(**given) if quick else BenchSettings(**given)
     if quick and tiled is not None:
         settings = replace(settings, size=None)
