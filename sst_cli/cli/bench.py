@@ -22,7 +22,7 @@ from ..bench import (
 from ..model.attention import BACKENDS
 from ..upscaler import resolve_device
 from ..zoo import VARIANTS
-from .output import console, err_console, fail, handle_errors
+from .output import DeviceOption, console, err_console, fail, handle_errors
 from .upscale import parse_tile
 
 _SIZE = re.compile(r"\s*(\d+)\s*[xX]\s*(\d+)\s*")
@@ -190,7 +190,7 @@ def bench(
     ] = None,
     runs: Annotated[int | None, typer.Option("--runs", help="Timed runs; the median is reported (default 10).")] = None,
     warmup: Annotated[int | None, typer.Option("--warmup", help="Untimed warm-up runs (default 3).")] = None,
-    device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
+    device: DeviceOption = "auto",
     attention: Annotated[
         str, typer.Option("--attention", help="auto, sdpa, sdpa-flash, sdpa-cudnn, flash-attn, fa3 or math.")
     ] = "auto",

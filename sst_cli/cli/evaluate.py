@@ -20,7 +20,18 @@ from ..model.attention import BACKENDS
 from ..published import published
 from ..upscaler import DEFAULT_MODEL, DEFAULT_SCALE, PRECISIONS, Upscaler
 from ..zoo import check_scale, get_variant
-from .output import console, err_console, fail, handle_errors
+from .output import (
+    AttentionOption,
+    ConfigOption,
+    DeviceOption,
+    HubRepoOption,
+    PrecisionOption,
+    WeightsOption,
+    console,
+    err_console,
+    fail,
+    handle_errors,
+)
 from .upscale import parse_size, parse_tile
 
 BICUBIC = "bicubic"
@@ -144,15 +155,9 @@ def eval_command(
     scale: Annotated[
         list[int] | None, typer.Option("--scale", "-s", help=f"Scale, repeatable (default {DEFAULT_SCALE}).")
     ] = None,
-    weights: Annotated[
-        str | None, typer.Option("--weights", help="Weights file or hf://OWNER/REPO/PATH[@REV] instead of the zoo's.")
-    ] = None,
-    config: Annotated[
-        str | None, typer.Option("--config", help="JSON file of SST constructor keywords for --weights.")
-    ] = None,
-    hub_repo: Annotated[
-        str | None, typer.Option("--hub-repo", help="Hugging Face repo OWNER/REPO to download zoo weights from.")
-    ] = None,
+    weights: WeightsOption = None,
+    config: ConfigOption = None,
+    hub_repo: HubRepoOption = None,
     data_root: Annotated[
         Path | None, typer.Option("--data-root", help="Folder holding the named datasets (or set SST_DATA_ROOT).")
     ] = None,
@@ -165,9 +170,9 @@ def eval_command(
     save_images: Annotated[
         Path | None, typer.Option("--save-images", help="Save SR outputs as DIR/<dataset>/x<scale>/<name>.png.")
     ] = None,
-    device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
-    precision: Annotated[str, typer.Option("--precision", help="auto, fp32 or bf16.")] = "auto",
-    attention: Annotated[str, typer.Option("--attention", help="auto, sdpa, flash-attn, fa3 or math.")] = "auto",
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = "auto",
+    attention: AttentionOption = "auto",
     tile: Annotated[str, typer.Option("--tile", help="0 (whole image, default), auto or a tile side.")] = "0",
     tile_overlap: Annotated[int | None, typer.Option("--tile-overlap", help="Context pixels around tiles.")] = None,
     exact: Annotated[bool, typer.Option("--exact", help="Tiles overlap by the full receptive field.")] = False,

@@ -11,15 +11,9 @@ from rich.table import Table
 from .. import hub
 from ..errors import WeightsNotFound
 from ..zoo import SCALES, VARIANTS, get_variant
-from .output import console, handle_errors
+from .output import HubRepoOption, console, handle_errors
 
 app = typer.Typer(help="List, inspect and download pretrained SST weights.", no_args_is_help=False)
-
-HubRepo = Annotated[
-    str | None,
-    typer.Option("--hub-repo", help="Hugging Face repo OWNER/REPO to download from (overrides the manifest)."),
-]
-
 
 def weights_status(name: str, scale: int) -> str:
     """Where the weights of one zoo entry would come from, without touching the network."""
@@ -94,7 +88,7 @@ def info(name: Annotated[str, typer.Argument(help="Zoo name, e.g. sst-l+.")]) ->
 def pull(
     name: Annotated[str, typer.Argument(help="Zoo name, e.g. sst-l+.")],
     scale: Annotated[int, typer.Option("--scale", "-s", help="Upscaling factor: 2, 3 or 4.")] = 4,
-    hub_repo: HubRepo = None,
+    hub_repo: HubRepoOption = None,
 ) -> None:
     """Download one model's weights into the Hugging Face cache (for later offline use)."""
     path = hub.resolve_pretrained(get_variant(name).name, scale, repo_id=hub_repo)

@@ -5,17 +5,33 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 
 from ..errors import SstError
+from ..model.attention import BACKENDS
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# Options that several commands take, declared once so that their names and help stay the same.
+WeightsOption = Annotated[
+    str | None, typer.Option("--weights", help="Weights file or hf://OWNER/REPO/PATH[@REV] instead of the zoo's.")
+]
+ConfigOption = Annotated[
+    str | None, typer.Option("--config", help="JSON file of SST constructor keywords for --weights.")
+]
+HubRepoOption = Annotated[
+    str | None,
+    typer.Option("--hub-repo", help="Hugging Face repo OWNER/REPO for zoo weights (overrides the manifest)."),
+]
+DeviceOption = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
+PrecisionOption = Annotated[str, typer.Option("--precision", help="auto, fp32 or bf16.")]
+AttentionOption = Annotated[str, typer.Option("--attention", help=f"Attention kernel: {', '.join(BACKENDS)}.")]
 
 
 def debug_enabled() -> bool:

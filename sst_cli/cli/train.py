@@ -25,7 +25,7 @@ from ..train import (
 from ..train import (
     train as run_training,
 )
-from .output import console, err_console, fail, handle_errors
+from .output import DeviceOption, console, err_console, fail, handle_errors
 
 
 def _minutes(seconds: float) -> str:
@@ -167,7 +167,7 @@ def train(
     ] = None,
     ema_decay: Annotated[float, typer.Option("--ema-decay", help="EMA decay of the saved weights.")] = EMA_DECAY,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the initialisation and of the patches.")] = 0,
-    device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
+    device: DeviceOption = "auto",
     checkpoint_every: Annotated[
         float, typer.Option("--checkpoint-every", help="Seconds between saves of the training state.")
     ] = 300.0,

@@ -31,7 +31,18 @@ from ..image_io import DEFAULT_MAX_PIXELS, is_image_file, normalise_format
 from ..model.attention import BACKENDS, KERNEL_LINE_PREFIX, NOTICE_PREFIX
 from ..upscaler import ALPHA_MODES, DEFAULT_MODEL, DEFAULT_SCALE, PRECISIONS, Upscaler, resolve_device
 from ..zoo import check_scale, get_variant
-from .output import console, err_console, fail, handle_errors
+from .output import (
+    AttentionOption,
+    ConfigOption,
+    DeviceOption,
+    HubRepoOption,
+    PrecisionOption,
+    WeightsOption,
+    console,
+    err_console,
+    fail,
+    handle_errors,
+)
 
 _SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(i?b)?", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -299,18 +310,12 @@ def upscale(
             "the architecture to load them into.",
         ),
     ] = None,
-    weights: Annotated[
-        str | None, typer.Option("--weights", help="Weights file or hf://OWNER/REPO/PATH[@REV] instead of the zoo's.")
-    ] = None,
-    config: Annotated[
-        str | None, typer.Option("--config", help="JSON file of SST constructor keywords for --weights.")
-    ] = None,
+    weights: WeightsOption = None,
+    config: ConfigOption = None,
     scale: Annotated[int | None, typer.Option("--scale", "-s", help=f"Upscaling factor (default {DEFAULT_SCALE}).")] = (
         None
     ),
-    hub_repo: Annotated[
-        str | None, typer.Option("--hub-repo", help="Hugging Face repo OWNER/REPO to download zoo weights from.")
-    ] = None,
+    hub_repo: HubRepoOption = None,
     recursive: Annotated[bool, typer.Option("--recursive", "-r", help="Search folder inputs' sub-folders too.")] = (
         False
     ),
@@ -330,9 +335,9 @@ def upscale(
     skip_existing: Annotated[
         bool, typer.Option("--skip-existing", help="Leave existing outputs alone (resume a batch).")
     ] = False,
-    device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
-    precision: Annotated[str, typer.Option("--precision", help="auto, fp32 or bf16.")] = "auto",
-    attention: Annotated[str, typer.Option("--attention", help="auto, sdpa, flash-attn, fa3 or math.")] = "auto",
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = "auto",
+    attention: AttentionOption = "auto",
     tile: Annotated[str, typer.Option("--tile", help="auto, 0 (whole image) or tile side in pixels.")] = "auto",
     tile_overlap: Annotated[int | None, typer.Option("--tile-overlap", help="Context pixels around each tile.")] = None,
     exact: Annotated[
