@@ -15,6 +15,7 @@ from .output import HubRepoOption, console, handle_errors
 
 app = typer.Typer(help="List, inspect and download pretrained SST weights.", no_args_is_help=False)
 
+
 def weights_status(name: str, scale: int) -> str:
     """Where the weights of one zoo entry would come from, without touching the network."""
     try:
