@@ -391,7 +391,11 @@ class _Run:
         source = saved["params_ema"] if saved is not None else self.model.state_dict()
         self.ema = {k: v.detach().to(device=device, dtype=torch.float32, copy=True) for k, v in source.items()}
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=self.base_lr, betas=BETAS, weight_decay=WEIGHT_DECAY
+            self.model.parameters(),
+            lr=self.base_lr,
+            betas=BETAS,
+            weight_decay=WEIGHT_DECAY,
+            fused=device.type == "cuda" or None,  # one kernel for all parameters instead of several per tensor
         )
         self.sampler = PatchSampler(images, config.patch, arch.scale, config.seed)
         self.iteration, self.elapsed_before = 0, 0.0
@@ -482,6 +486,10 @@ class _Run:
             "init": Path(settings["init"]).name if settings["init"] else "",
             "training_settings": json.dumps({k: v for k, v in settings.items() if k != "sst_config"}),
         }
+        if settings["model"] != "custom":  # a zoo name: say whose architecture, and that the weights are ours
+            variant = get_variant(settings["model"])
+            metadata["architecture"] = variant.base or variant.name
+            metadata["source"] = f"trained by sst-cli ({metadata['data']}), not the paper's weights"
         save_weights(self.config.out, self.ema, self.model.state_dict(), metadata, self.config.half)
 
 

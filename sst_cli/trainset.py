@@ -101,6 +101,9 @@ class PatchSampler:
             if transpose:  # with the flips: all 8 rotations / reflections
                 crop = crop.transpose(1, 0, 2)
             crops.append(crop)
-        hr = torch.from_numpy(np.ascontiguousarray(np.stack(crops))).permute(0, 3, 1, 2).to(device)
+        hr = torch.from_numpy(np.ascontiguousarray(np.stack(crops)))
+        if device.type == "cuda":  # a pageable copy would wait for the GPU to finish the previous step
+            hr = hr.pin_memory()
+        hr = hr.to(device, non_blocking=True).permute(0, 3, 1, 2)
         lr = imresize(hr, size=(self.patch, self.patch))
         return lr.float().div_(255.0), hr.float().div_(255.0)

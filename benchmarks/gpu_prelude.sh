@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# First thing in every call on the device machine (run from the checkout there): install sst-cli without
+# dependencies (the machine has them and no network), link ../shared to .gpu/shared when the real one is
+# absent, and copy the staged data (benchmarks/gpu_stage.py) to /tmp/sst, which lasts while the machine
+# stays warm, so that later calls need not carry it again.
+set -eu
+cd "$(dirname "$0")/.."
+python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/sst-pip.log 2>&1 || {
+  cat /tmp/sst-pip.log
+  exit 1
+}
+[ -e ../shared ] || { [ -d .gpu/shared ] && ln -s "$PWD/.gpu/shared" ../shared; }
+mkdir -p /tmp/sst/eval
+[ -d .gpu/train291 ] && cp -rn .gpu/train291 /tmp/sst/
+[ -d .gpu/shared/datasets ] && cp -rn .gpu/shared/datasets/Set5 .gpu/shared/datasets/Set14 /tmp/sst/eval/
+[ -d .gpu/eval/B100 ] && cp -rn .gpu/eval/B100 /tmp/sst/eval/
+echo "prelude: sst-cli $(python3 -c 'import sst_cli; print(sst_cli.__version__)'), torch $(python3 -c 'import torch; print(torch.__version__)'); /tmp/sst: $(ls /tmp/sst /tmp/sst/eval | tr '\n' ' ')"

@@ -1,0 +1,91 @@
+"""Stage what a GPU session needs from ``../shared`` into the ignored folder ``.gpu/`` of the checkout.
+
+The device tool sends the working tree and the ignored paths named in ``carry`` (64 MiB per call in all);
+``../shared`` beside the checkout does not travel. This copies the pieces each kind of call needs:
+
+* ``check``: ``.gpu/shared/`` with the authors' benchmark (``bench/``), the SST golden vectors and Set5 /
+  Set14 (PNG, as they are), laid out like ``../shared`` so that the tests find them through a
+  ``../shared`` link on the device (``benchmarks/gpu_check.sh`` makes it).
+* ``train``: ``.gpu/train291/`` as lossless WebP (the same pixels, about two thirds of the PNG size).
+* ``eval``: ``.gpu/eval/B100/HR`` as lossless WebP (its LR is then made by the MATLAB-compatible bicubic;
+  the datasets' README puts the difference from the SelfExSR LR files at <= 0.001 dB). Set5 and Set14
+  come with ``check``.
+
+    python benchmarks/gpu_stage.py check train eval      # then: du -sh .gpu/*
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+STAGE = ROOT / ".gpu"
+GOLDEN_FILES = ("README.md", "manifest.json", "keys")  # plus every light_x2* / mini_x3* file
+
+
+def _webp(pair: tuple[Path, Path]) -> int:
+    src, dst = pair
+    if not dst.exists():
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        with Image.open(src) as image:
+            image.save(dst, lossless=True, quality=100, method=4)
+        with Image.open(src) as a, Image.open(dst) as b:  # lossless means the same pixels
+            if a.convert("RGB").tobytes() != b.convert("RGB").tobytes():
+                raise SystemExit(f"{dst}: WebP pixels differ from {src}")
+    return dst.stat().st_size
+
+
+def _to_webp(src_root: Path, dst_root: Path, pattern: str = "*.png") -> None:
+    pairs = [(p, dst_root / p.relative_to(src_root).with_suffix(".webp")) for p in sorted(src_root.rglob(pattern))]
+    with ProcessPoolExecutor() as pool:
+        total = sum(pool.map(_webp, pairs))
+    print(f"{dst_root}: {len(pairs)} images, {total / 2**20:.1f} MiB")
+
+
+def _copy(src: Path, dst: Path) -> None:
+    if src.is_dir():
+        shutil.copytree(src, dst, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+    else:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+
+
+def stage_check() -> None:
+    _copy(SHARED / "bench", STAGE / "shared" / "bench")
+    golden = SHARED / "golden"
+    for path in golden.iterdir():
+        if path.name in GOLDEN_FILES or path.name.startswith(("light_x2", "mini_x3")):
+            _copy(path, STAGE / "shared" / "golden" / path.name)
+    for name in ("Set5", "Set14"):  # PNG as they are: Set14's bridge is grayscale, which the protocol keeps
+        _copy(SHARED / "datasets" / name, STAGE / "shared" / "datasets" / name)
+
+
+def stage_train() -> None:
+    _to_webp(SHARED / "datasets" / "train291", STAGE / "train291")
+
+
+def stage_eval() -> None:
+    _to_webp(SHARED / "datasets" / "B100" / "HR", STAGE / "eval" / "B100" / "HR")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("parts", nargs="+", choices=("check", "train", "eval"))
+    args = parser.parse_args()
+    if not SHARED.is_dir():
+        raise SystemExit(f"{SHARED} not found: this stages files from ../shared beside the checkout")
+    for part in args.parts:
+        {"check": stage_check, "train": stage_train, "eval": stage_eval}[part]()
+    for path in sorted(STAGE.iterdir()):
+        size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+        print(f".gpu/{path.name}: {size / 2**20:.1f} MiB")
+
+
+if __name__ == "__main__":
+    main()
