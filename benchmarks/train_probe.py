@@ -2,8 +2,9 @@
 
 Each configuration runs ``sst train``'s engine (``sst_cli.train.train``) in fresh processes for
 ``--seconds``; the rate is the slope of iterations over the second half of the run (start-up, data loading
-and cuDNN's autotuning excluded). ``--procs N`` also runs N trainings at once, with the last batch size, (one per scale in a real run)
-to see whether one run leaves the GPU idle. On CUDA, nvidia-smi's utilisation is sampled meanwhile.
+and cuDNN's autotuning excluded). ``--procs N`` also runs N trainings at once with the last batch size (one
+per scale in a real run), to see whether one run leaves the GPU idle. On CUDA, nvidia-smi's utilisation is
+sampled meanwhile.
 
     python benchmarks/train_probe.py --data .gpu/train291/t91 --batches 16 32 64 --procs 3 --json probe.json
 """
