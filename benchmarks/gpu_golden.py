@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from sst_cli import load_model
-from sst_cli.model.attention import available_backends, describe_attention
+from sst_cli.archs.attention import available_backends, describe_attention
 from sst_cli.upscaler import exact_fp32
 
 GOLDEN = Path(__file__).resolve().parents[2] / "shared" / "golden"

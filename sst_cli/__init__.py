@@ -2,8 +2,8 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
+from .archs.sst import SST, SSTConfig
 from .loader import load_model
-from .model import SST, SSTConfig
 from .upscaler import Upscaler
 from .zoo import create_model, list_models
 

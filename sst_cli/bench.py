@@ -33,9 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .archs.attention import describe_attention, plan_attention, run_plan
+from .archs.sst.layers import WindowAttention
 from .errors import ConfigError
-from .model.attention import describe_attention, plan_attention, run_plan
-from .model.layers import WindowAttention
 from .tiling import plan_tiles
 from .upscaler import Upscaler, exact_fp32, resolve_device, resolve_precision
 from .zoo import check_scale, create_model, get_variant

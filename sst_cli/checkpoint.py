@@ -20,8 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .archs.sst import SSTConfig
 from .errors import CheckpointError, WeightsNotFound
-from .model import SSTConfig
 
 WRAPPER_KEYS = ("params_ema", "params", "state_dict")
 SUFFIXES = (".pth", ".pt", ".safetensors")

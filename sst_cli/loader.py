@@ -11,9 +11,9 @@ from typing import Any
 import torch
 
 from . import hub
+from .archs.sst import SST, SSTConfig
 from .checkpoint import compare_architecture, infer_architecture, load_state, read_weights
 from .errors import ConfigError
-from .model import SST, SSTConfig
 from .zoo import VARIANTS, check_scale, get_variant, list_models
 
 ConfigSource = Mapping[str, Any] | str | os.PathLike[str]

@@ -32,9 +32,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .archs.sst import SST, SSTConfig
 from .checkpoint import read_weights
 from .errors import CheckpointError, ConfigError, OutputExists
-from .model import SST, SSTConfig
 from .trainset import Message, PatchSampler, find_images, load_images
 from .upscaler import resolve_device
 from .zoo import check_scale, get_variant

@@ -14,10 +14,10 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
+from .archs.attention import describe_attention
 from .errors import ConfigError, NonFiniteOutput
 from .image_io import Picture
 from .loader import ConfigSource, load_model
-from .model.attention import describe_attention
 from .tiling import align_overlap, align_tile_size, run_tiles_adaptive
 
 DEFAULT_MODEL = "sst-light-291"  # bundled: weights trained by sst-cli on 291 images, not the paper's

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from .archs.sst import SST, SSTConfig
 from .errors import ConfigError
-from .model import SST, SSTConfig
 
 SCALES = (2, 3, 4)
 

@@ -10,9 +10,8 @@ from conftest import GOLDEN, golden_config, needs_golden
 from typer.testing import CliRunner
 
 from sst_cli import SST, SSTConfig, Upscaler
-from sst_cli.bench import reference_path
-from sst_cli.model import attention
-from sst_cli.model.attention import (
+from sst_cli.archs import attention
+from sst_cli.archs.attention import (
     BACKENDS,
     KERNEL_LINE_PREFIX,
     NOTICE_PREFIX,
@@ -22,7 +21,8 @@ from sst_cli.model.attention import (
     plan_attention,
     run_plan,
 )
-from sst_cli.model.layers import WindowAttention
+from sst_cli.archs.sst.layers import WindowAttention
+from sst_cli.bench import reference_path
 
 CUDA = torch.device("cuda", 0)  # a device object is enough for planning; nothing runs on it here
 

@@ -9,11 +9,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from sst_cli.archs.sst.layers import WindowAttention
 from sst_cli.bench import BenchSettings, lr_size, quick_cpu_settings, reference_path, run_bench
 from sst_cli.cli import app
 from sst_cli.cli.bench import _settings
 from sst_cli.errors import ConfigError
-from sst_cli.model.layers import WindowAttention
 from sst_cli.zoo import create_model
 
 TINY = {"models": ("sst-light",), "scales": (4,), "size": (64, 48), "runs": 2, "warmup": 1, "device": "cpu"}

@@ -13,9 +13,9 @@ from conftest import GOLDEN, golden_config, needs_golden
 from safetensors.torch import save_file
 
 from sst_cli import load_model
+from sst_cli.archs.sst import SST, SSTConfig
 from sst_cli.checkpoint import infer_architecture, read_weights
 from sst_cli.errors import CheckpointError, ConfigError, WeightsNotFound
-from sst_cli.model import SST, SSTConfig
 
 pytestmark = needs_golden
 

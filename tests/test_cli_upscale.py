@@ -13,9 +13,9 @@ from conftest import GOLDEN, needs_golden
 from PIL import Image
 from typer.testing import CliRunner
 
+from sst_cli.archs.sst import SST
 from sst_cli.cli import app
 from sst_cli.image_io import Picture, read_image, write_image
-from sst_cli.model import SST
 from sst_cli.upscaler import Upscaler
 
 pytestmark = needs_golden

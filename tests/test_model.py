@@ -7,10 +7,10 @@ import torch
 from conftest import GOLDEN, golden_config, needs_golden
 
 from sst_cli import SST, SSTConfig, load_model
+from sst_cli.archs.attention import attend, check_backend
+from sst_cli.archs.sst.layers import WindowAttention
+from sst_cli.archs.sst.rib import fourier_features, window_coordinates
 from sst_cli.errors import ConfigError
-from sst_cli.model.attention import attend, check_backend
-from sst_cli.model.layers import WindowAttention
-from sst_cli.model.rib import fourier_features, window_coordinates
 
 TOLERANCE = 5e-5  # golden/README.md: about 30x the float32 noise floor
 

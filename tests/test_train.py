@@ -18,10 +18,10 @@ from safetensors.torch import save_file
 from typer.testing import CliRunner
 
 from sst_cli import create_model, load_model
+from sst_cli.archs.sst import SST, SSTConfig
 from sst_cli.checkpoint import read_weights
 from sst_cli.cli import app
 from sst_cli.errors import CheckpointError, ConfigError, OutputExists
-from sst_cli.model import SST, SSTConfig
 from sst_cli.train import (
     LR_GAMMA,
     MILESTONES,

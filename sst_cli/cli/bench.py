@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from ..archs.attention import BACKENDS
 from ..bench import (
     BENCH_PRECISIONS,
     COMPILE_MODES,
@@ -19,7 +20,6 @@ from ..bench import (
     quick_cpu_settings,
     run_bench,
 )
-from ..model.attention import BACKENDS
 from ..upscaler import resolve_device
 from ..zoo import VARIANTS
 from .output import DeviceOption, console, err_console, fail, handle_errors

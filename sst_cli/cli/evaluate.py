@@ -14,9 +14,9 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from ..archs.attention import BACKENDS
 from ..evaluate import PROTOCOL, DatasetResult, SrFunction, bicubic, check_pairs, evaluate_dataset, find_dataset
 from ..evaluate import network_sr as make_network_sr
-from ..model.attention import BACKENDS
 from ..published import published
 from ..upscaler import DEFAULT_MODEL, DEFAULT_SCALE, PRECISIONS, Upscaler
 from ..zoo import check_scale, get_variant

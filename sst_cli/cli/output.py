@@ -10,8 +10,8 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
+from ..archs.attention import BACKENDS
 from ..errors import SstError
-from ..model.attention import BACKENDS
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)

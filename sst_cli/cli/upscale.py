@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from ..archs.attention import BACKENDS, KERNEL_LINE_PREFIX, NOTICE_PREFIX
 from ..batch import (
     BatchInterrupted,
     BatchResult,
@@ -28,7 +29,6 @@ from ..batch import (
 )
 from ..errors import ConfigError
 from ..image_io import DEFAULT_MAX_PIXELS, is_image_file, normalise_format
-from ..model.attention import BACKENDS, KERNEL_LINE_PREFIX, NOTICE_PREFIX
 from ..upscaler import ALPHA_MODES, DEFAULT_MODEL, DEFAULT_SCALE, PRECISIONS, Upscaler, resolve_device
 from ..zoo import check_scale, get_variant
 from .output import (

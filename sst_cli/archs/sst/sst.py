@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import ConfigError
-from .attention import check_backend
+from ...errors import ConfigError
+from ..attention import check_backend
 from .layers import (
     DirectUpsampler,
     LayerNorm2d,

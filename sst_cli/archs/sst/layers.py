@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import AttentionPlan, plan_attention, run_plan
+from ..attention import AttentionPlan, plan_attention, run_plan
 from .rib import RibParameters
 
 

@@ -1,0 +1,1 @@
+"""The networks sst-cli runs, one room per architecture, and the attention kernels they share."""
