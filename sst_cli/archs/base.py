@@ -1,0 +1,133 @@
+"""What every architecture room provides, so that the engine never branches on the architecture.
+
+A room (``archs/sst``, ``archs/dat``, ...) exports one ``Architecture``: how to recognise its checkpoints
+(``detect``), what the tensors say about the constructor keywords (``infer``), how to validate keywords into
+its config (``make_config``) and how to build the network (``build``). Its network subclasses ``SRNetwork``
+and describes itself with a ``ModelDescriptor``: the tiler, the Upscaler, eval and bench read that and
+nothing else. A third architecture is one new room plus one line in ``archs.ARCHITECTURES``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from ..errors import CheckpointError
+
+StateDict = Mapping[str, torch.Tensor]
+
+
+class ArchConfig(Protocol):
+    """A room's validated constructor keywords (a frozen dataclass in practice)."""
+
+    @property
+    def scale(self) -> int: ...
+
+    def to_kwargs(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class ModelDescriptor:
+    """What a network says about itself.
+
+    ``size_multiple``: tiles whose origins are multiples of it see the same window grid as the whole image
+    (1 = any origin). ``exact_context``: LR pixels of context beyond a tile edge that make tiled output equal
+    whole-image output (None: unknown, tiles are blended instead). ``default_context``: the context used
+    when the user asks for none. ``attention_head_sizes``: (q/k, v) channels per head reaching the shared
+    attention kernels, for planning and describing them. ``bf16_safe``: whether bfloat16 inference keeps
+    its output close to fp32.
+    """
+
+    architecture: str
+    scale: int
+    size_multiple: int = 1
+    exact_context: int | None = None
+    default_context: int = 16
+    attention_head_sizes: tuple[tuple[int, int], ...] = ()
+    bf16_safe: bool = True
+    parameters: int = 0
+    notes: tuple[str, ...] = field(default=())
+
+
+class SRNetwork(nn.Module):
+    """Base class of every network: NCHW RGB in [0, 1] to NCHW RGB ``scale`` times larger, any input size."""
+
+    attention_backend: str = "auto"
+
+    def describe(self) -> ModelDescriptor:
+        raise NotImplementedError
+
+    @property
+    def scale(self) -> int:
+        return self.describe().scale
+
+    def activation_bytes(self, height: int, width: int, dtype: torch.dtype = torch.float32) -> int:
+        """Rough peak activation memory of one forward pass (no grad) on a ``height x width`` input."""
+        raise NotImplementedError
+
+    def set_attention_backend(self, backend: str) -> None:
+        """Choose the attention kernel (a runtime choice; what the network computes stays the same)."""
+        from .attention import check_backend
+
+        check_backend(backend)
+        self.attention_backend = backend
+        for module in self.modules():
+            if hasattr(module, "backend"):
+                module.backend = backend
+
+
+def describe(model: nn.Module) -> ModelDescriptor:
+    """A network's own descriptor; a foreign module with a ``scale`` attribute gets a generic one."""
+    if isinstance(model, SRNetwork):
+        return model.describe()
+    scale = getattr(model, "scale", None)
+    if not isinstance(scale, int) or scale < 1:
+        raise TypeError(f"{type(model).__name__} does not say its scale: give it an integer 'scale' attribute")
+    return ModelDescriptor(architecture=type(model).__name__, scale=scale)
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One row of the architecture table.
+
+    ``detect(state)``: True when the keys are this architecture's. ``infer(state)``: the constructor keywords
+    the tensors determine, and whether they are all of them (SST's window sizes, for one, are not in any
+    tensor). ``make_config(kwargs)``: validated config (unknown keys refused by name). ``check(inferred,
+    config, source)``: raise a readable CheckpointError where the file and the config disagree.
+    ``scale_key``: the keyword holding the upscaling factor. ``config_key``: the safetensors metadata key
+    under which sst-cli stores the keywords of files it writes.
+    """
+
+    name: str
+    title: str
+    scale_key: str
+    detect: Callable[[StateDict], bool]
+    infer: Callable[[StateDict], tuple[dict[str, Any], bool]]
+    make_config: Callable[[Mapping[str, Any]], ArchConfig]
+    build: Callable[[ArchConfig], SRNetwork]
+    check: Callable[[Mapping[str, Any], ArchConfig, str], None] | None = None
+
+    @property
+    def config_key(self) -> str:
+        return f"{self.name}_config"
+
+    def compare(self, inferred: Mapping[str, Any], config: ArchConfig, source: str) -> None:
+        """The room's own check, or a field-by-field comparison of the inferred keywords."""
+        if self.check is not None:
+            self.check(inferred, config, source)
+            return
+        wanted = config.to_kwargs()
+        if inferred.get(self.scale_key, config.scale) != config.scale:
+            raise CheckpointError(
+                f"{source} holds x{inferred[self.scale_key]} weights but x{config.scale} was requested; "
+                f"use --scale {inferred[self.scale_key]} or weights for x{config.scale}"
+            )
+        diffs = [f"{k}: file has {v}, model needs {wanted[k]}" for k, v in inferred.items() if wanted.get(k, v) != v]
+        if diffs:
+            raise CheckpointError(
+                f"{source} does not match the requested {self.title} architecture: " + "; ".join(diffs)
+            )
