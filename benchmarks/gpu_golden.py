@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 
 from sst_cli import load_model
 from sst_cli.archs.attention import available_backends, describe_attention
-from sst_cli.upscaler import exact_fp32
+from sst_cli.runtime import fp32_mode
 
 GOLDEN = Path(__file__).resolve().parents[2] / "shared" / "golden"
 CASES = ("light_x2", "mini_x3")
@@ -44,7 +44,7 @@ def main() -> None:
                 kernel = describe_attention(backend, device, dtype, model.attention_head_sizes).line
                 for name in ("a", "b"):
                     x = io[f"input_{name}"].to(device, dtype)
-                    with torch.inference_mode(), exact_fp32(device, dtype):
+                    with torch.inference_mode(), fp32_mode(device, dtype):
                         out = model(x).float().cpu()
                     diff = (out - io[f"output_{name}"]).abs()
                     row = {

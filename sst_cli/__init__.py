@@ -1,15 +1,55 @@
-"""sst-cli: super-resolution with SST (Scalable SR Transformer with rank-factorized implicit neural bias)."""
+"""sst-cli: super-resolution with SST (Scalable SR Transformer with rank-factorized implicit neural bias).
 
+The public API is imported on first use (PEP 562), so that ``import sst_cli`` and the CLI's ``--help``
+do not pay for importing torch.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
-
-from .archs.sst import SST, SSTConfig
-from .loader import load_model
-from .upscaler import Upscaler
-from .zoo import create_model, list_models
+from typing import TYPE_CHECKING, Any
 
 try:
     __version__ = version("sst-cli")
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0+unknown"
 
-__all__ = ["SST", "SSTConfig", "Upscaler", "__version__", "create_model", "list_models", "load_model"]
+_EXPORTS = {
+    "SST": "sst_cli.archs.sst",
+    "SSTConfig": "sst_cli.archs.sst",
+    "ModelSpec": "sst_cli.loader",
+    "load_model": "sst_cli.loader",
+    "Upscaler": "sst_cli.upscaler",
+    "UpscaleOptions": "sst_cli.upscaler",
+    "create_model": "sst_cli.zoo",
+    "list_models": "sst_cli.zoo",
+}
+
+if TYPE_CHECKING:
+    from .archs.sst import SST, SSTConfig
+    from .loader import ModelSpec, load_model
+    from .upscaler import UpscaleOptions, Upscaler
+    from .zoo import create_model, list_models
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sst_cli' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "SST",
+    "ModelSpec",
+    "SSTConfig",
+    "UpscaleOptions",
+    "Upscaler",
+    "__version__",
+    "create_model",
+    "list_models",
+    "load_model",
+]

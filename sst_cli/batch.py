@@ -12,10 +12,11 @@ import re
 import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from .choices import DEFAULT_MODEL, DEFAULT_SCALE
 from .errors import ConfigError, ImageError, OutputExists, SstError
 from .image_io import (
     DEFAULT_MAX_PIXELS,
@@ -26,7 +27,8 @@ from .image_io import (
     read_image,
     write_image,
 )
-from .upscaler import Upscaler
+from .loader import ModelSpec
+from .upscaler import UpscaleOptions, Upscaler
 
 #: Output name used when none is given; ``{outscale}`` replaces ``{scale}`` when an outscale is set.
 DEFAULT_TEMPLATE = "{stem}_{model}_x{scale}.{ext}"
@@ -137,6 +139,42 @@ def discover_inputs(inputs: Iterable[str], recursive: bool = False, *, exclude: 
 
 
 # --------------------------------------------------------------------------------------------- naming
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """How outputs are named and written, checked on construction (before any model is loaded).
+
+    ``format``: png, jpg, webp or tiff (None: as the input when it fits); ``name``: output name template
+    (fields ``TEMPLATE_FIELDS``); ``max_pixels``: larger inputs are refused (decompression bombs; 0 = no
+    limit); ``overwrite`` replaces existing outputs, ``skip_existing`` keeps them (a rerun resumes).
+    """
+
+    format: str | None = None
+    quality: int = 95
+    overwrite: bool = False
+    skip_existing: bool = False
+    name: str | None = None
+    max_pixels: int = DEFAULT_MAX_PIXELS
+
+    def __post_init__(self) -> None:
+        if self.overwrite and self.skip_existing:
+            raise ConfigError("overwrite and skip-existing exclude each other: replace existing outputs, or keep them")
+        if not 1 <= self.quality <= 100:
+            raise ConfigError(f"quality must be between 1 and 100, got {self.quality}")
+        if self.format is not None:
+            normalise_format(self.format)
+        if self.name is not None:
+            check_template(self.name)
+        if self.max_pixels < 0:
+            raise ConfigError(f"max pixels must be 0 (no limit) or a pixel count, got {self.max_pixels}")
+
+
+def model_label(spec: ModelSpec) -> str:
+    """Name used for ``{model}`` in output names: the weights file's stem when weights are given."""
+    if spec.weights is None:
+        return (spec.model or DEFAULT_MODEL).strip().lower()
+    return Path(str(spec.weights).split("@", 1)[0]).stem or spec.model or DEFAULT_MODEL
 
 
 def _number(value: float) -> str:
@@ -281,9 +319,9 @@ class BatchResult:
 class BatchInterrupted(KeyboardInterrupt):
     """Ctrl-C during a batch: still a KeyboardInterrupt, carrying what was finished and what was running."""
 
-    def __init__(self, result: BatchResult, current: Job | None) -> None:
+    def __init__(self, result: BatchResult, current: Job | None, total: int) -> None:
         super().__init__("interrupted")
-        self.result, self.current = result, current
+        self.result, self.current, self.total = result, current, total
 
 
 class _Skip(Exception):
@@ -295,16 +333,76 @@ FileDone = Callable[[FileResult, int, int], None]
 TileProgress = Callable[[int, int], None]
 
 
+@dataclass(frozen=True)
+class BatchEvents:
+    """What a front end may want to hear about while a batch runs; every callback is optional.
+
+    ``note``: remarks (e.g. the model's native scale differs from ``--outscale``); ``warning``: things that
+    went wrong but were handled (out-of-memory retries); ``ready``: the model is loaded and ``total`` files
+    are about to run; then ``file_start`` / ``tile`` / ``file_done`` per file.
+    """
+
+    note: Callable[[str], None] | None = None
+    warning: Callable[[str], None] | None = None
+    ready: Callable[[Upscaler, int], None] | None = None
+    file_start: FileStart | None = None
+    tile: TileProgress | None = None
+    file_done: FileDone | None = None
+
+
+def upscale_files(
+    inputs: Sequence[str],
+    output: str | os.PathLike[str] | None,
+    *,
+    model: ModelSpec,
+    options: UpscaleOptions,
+    writing: WriteOptions,
+    recursive: bool = False,
+    events: BatchEvents | None = None,
+) -> BatchResult:
+    """``sst upscale`` as a library call: find the inputs, plan their outputs, load the model once, run.
+
+    Everything that can be refused (no inputs, an output that cannot be named) is refused before the model
+    is loaded. Raises BatchInterrupted on Ctrl-C with what was finished.
+    """
+    events = events or BatchEvents()
+    exclude = [Path(output)] if output is not None and not is_image_file(output) else []
+    jobs = discover_inputs(inputs, recursive, exclude=exclude)
+    naming = plan_output(
+        jobs,
+        output,
+        model=model_label(model),
+        scale=model.scale or DEFAULT_SCALE,
+        outscale=options.outscale,
+        template=writing.name,
+        format=writing.format,
+    )
+    upscaler = Upscaler(model, options=options, on_message=events.warning)
+    naming = replace(naming, scale=upscaler.scale)
+    if options.outscale is not None and options.outscale != upscaler.scale and events.note is not None:
+        events.note(
+            f"the model runs at its native x{upscaler.scale}; the result is then resized to x{options.outscale:g} "
+            "with an antialiasing (bicubic) filter"
+        )
+    if events.ready is not None:
+        events.ready(upscaler, len(jobs))
+    return run_batch(
+        jobs,
+        upscaler,
+        naming=naming,
+        writing=writing,
+        on_file_start=events.file_start,
+        on_tile=events.tile,
+        on_file_done=events.file_done,
+    )
+
+
 def run_batch(
     jobs: Sequence[Job],
     upscaler: Upscaler,
     *,
     naming: Naming,
-    format: str | None = None,
-    quality: int = 95,
-    overwrite: bool = False,
-    skip_existing: bool = False,
-    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    writing: WriteOptions | None = None,
     on_file_start: FileStart | None = None,
     on_tile: TileProgress | None = None,
     on_file_done: FileDone | None = None,
@@ -312,15 +410,13 @@ def run_batch(
     """Upscale every job, writing each output atomically; a failing file is recorded and the batch goes on.
 
     Outputs never replace an input file or another job's output; existing files are an error unless
-    ``overwrite`` (replace) or ``skip_existing`` (leave, so a rerun resumes). Ctrl-C raises
+    ``writing.overwrite`` (replace) or ``writing.skip_existing`` (leave, so a rerun resumes). Ctrl-C raises
     BatchInterrupted with the partial result; the file being written is never left half-written.
     """
-    if overwrite and skip_existing:
-        raise ConfigError("overwrite and skip_existing cannot be used together")
-    requested = format
-    if naming.file is not None and requested is None:
-        requested = naming.file.suffix.lstrip(".")
-    run = _Run(upscaler, naming, requested, quality, overwrite, skip_existing, max_pixels, on_tile)
+    writing = writing or WriteOptions()
+    if naming.file is not None and writing.format is None:
+        writing = replace(writing, format=naming.file.suffix.lstrip("."))
+    run = _Run(upscaler, naming, writing, on_tile)
     run.inputs = {os.path.realpath(j.source): j.source for j in jobs if j.error is None}
     result = BatchResult()
     started = time.perf_counter()
@@ -332,7 +428,7 @@ def run_batch(
             record = run.one(job)
         except KeyboardInterrupt:
             result.seconds = time.perf_counter() - started
-            raise BatchInterrupted(result, job) from None
+            raise BatchInterrupted(result, job, total) from None
         result.files.append(record)
         if on_file_done:
             on_file_done(record, index, total)
@@ -346,11 +442,7 @@ class _Run:
 
     upscaler: Upscaler
     naming: Naming
-    requested: str | None
-    quality: int
-    overwrite: bool
-    skip_existing: bool
-    max_pixels: int | None
+    writing: WriteOptions
     on_tile: TileProgress | None
     inputs: dict[str, Path] = field(default_factory=dict)
     claimed: dict[str, Path] = field(default_factory=dict)
@@ -361,15 +453,14 @@ class _Run:
         try:
             if job.error is not None:
                 raise ImageError(job.error)
-            picture = read_image(job.source, max_pixels=self.max_pixels)
+            picture = read_image(job.source, max_pixels=self.writing.max_pixels or None)
             record.megapixels = picture.color.shape[0] * picture.color.shape[1] / 1e6
-            fmt = output_format(picture, self.requested)
+            fmt = output_format(picture, self.writing.format)
             target = record.output = self.naming.target(job, fmt)
             self.claim(target, job)
             os.makedirs(target.parent, exist_ok=True)
-            upscaled = self.upscaler.upscale_picture(picture, self.on_tile)
-            record.tile = self.upscaler.last_tile
-            write_image(target, upscaled, format=fmt, quality=self.quality, overwrite=self.overwrite)
+            upscaled, record.tile = self.upscaler.upscale_picture(picture, self.on_tile)
+            write_image(target, upscaled, format=fmt, quality=self.writing.quality, overwrite=self.writing.overwrite)
             record.status = "done"
         except _Skip:
             record.status = "skipped"
@@ -390,7 +481,7 @@ class _Run:
             raise OutputExists(f"'{target}' is already the output of '{self.claimed[key]}' (change --name or -o)")
         self.claimed[key] = job.source
         if os.path.lexists(target):
-            if self.skip_existing:
+            if self.writing.skip_existing:
                 raise _Skip
-            if not self.overwrite:
+            if not self.writing.overwrite:
                 raise OutputExists(f"'{target}' already exists (use --overwrite to replace it or --skip-existing)")

@@ -8,7 +8,7 @@ memory figure is the growth of the peak resident set from the first warm-up run 
 resetting it through ``/proc/self/clear_refs``), or None where that is not available. Weights are
 random (seeded), which is fine for timing. Nothing here prints: results come back as dataclasses.
 
-``reference_path`` runs the same network the way the authors' code does (RIB factors recomputed in every
+A network's ``reference_path()`` runs it the way the authors' code does (RIB factors recomputed in every
 forward, concatenation and padding by separate copies), for the side-by-side ratio.
 """
 
@@ -17,13 +17,10 @@ from __future__ import annotations
 import copy
 import ctypes
 import math
-import os
-import platform
 import statistics
 import time
-import types
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext, suppress
+from collections.abc import Callable
+from contextlib import nullcontext, suppress
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -31,20 +28,19 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from .archs.attention import describe_attention, plan_attention, run_plan
-from .archs.sst.layers import WindowAttention
+from .archs import SRNetwork
+from .archs.attention import check_backend, describe_attention
+from .choices import BENCH_PRECISIONS, COMPILE_MODES
 from .errors import ConfigError
+from .runtime import device_name, fp32_mode, resolve_device, resolve_precision, synchronize
 from .tiling import plan_tiles
-from .upscaler import Upscaler, exact_fp32, resolve_device, resolve_precision
+from .upscaler import Upscaler
 from .zoo import check_scale, create_model, get_variant
 
 PAPER_SIZE = (1280, 720)  # (width, height) of the restored output
 PAPER_MODELS = ("sst-light", "sst", "sst-l")
 PAPER_SCALES = (2, 3, 4)
-BENCH_PRECISIONS = ("fp32", "bf16")
-COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
 MIB = 1 << 20
 Progress = Callable[[str], None]
 
@@ -71,6 +67,9 @@ class BenchSettings:
     channels_last: bool | None = None  # None: the model's default (on the CPU only)
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        self.validate()
+
     def validate(self) -> BenchSettings:
         """Refuse bad values with one sentence each, before any model is built."""
         for name in self.models:
@@ -93,7 +92,9 @@ class BenchSettings:
             raise ConfigError(f"unknown compile mode {self.compile!r}; choose one of {', '.join(COMPILE_MODES)}")
         if self.tile != "auto" and (not isinstance(self.tile, int) or self.tile < 0):
             raise ConfigError(f"tile must be 'auto', 0 or a positive size, got {self.tile!r}")
-        plan_attention(self.attention, "cpu", torch.float32, 8, 8)  # validates the backend name
+        check_backend(self.attention)
+        if self.input is not None and not Path(self.input).is_file():
+            raise ConfigError(f"the input image {self.input} is not a file")
         return self
 
 
@@ -167,80 +168,7 @@ class BenchReport:
         return asdict(self)
 
 
-# ----------------------------------------------------------------------------- the reference path
-def _round8(width: int) -> int:
-    return -(-width // 8) * 8
-
-
-def _reference_forward(self: WindowAttention, x: torch.Tensor) -> torch.Tensor:
-    """``WindowAttention.forward`` written the plain way the authors' code works.
-
-    Per forward: RIB coordinates, features and MLP recomputed; q scaled and concatenated with expanded
-    positional factors; q, k and v each cast and zero-padded to one multiple of 8 by separate copies;
-    windows split and merged with reshape copies. Same kernel as the optimised path.
-    """
-    b, c, h, w = x.shape
-    ws, heads = self.window, self.heads
-    d = c // heads
-    gate = torch.sigmoid(self.gate(x))
-    pad_h, pad_w = -h % ws, -w % ws
-    if pad_h or pad_w:
-        x = F.pad(x, (0, pad_w, 0, pad_h), mode="reflect")
-    if self.shift:
-        x = torch.roll(x, shifts=(-(ws // 2), -(ws // 2)), dims=(2, 3))
-    hp, wp = x.shape[-2:]
-    nh, nw = hp // ws, wp // ws
-    qkv = self.to_qkv(x).view(b, 3, heads, d, nh, ws, nw, ws)
-    q, k, v = qkv.permute(1, 0, 4, 6, 2, 5, 7, 3).reshape(3, b * nh * nw, heads, ws * ws, d).unbind(0)
-    pos_q, pos_k = self.compute_factors(ws)
-    pos_q, pos_k = pos_q.to(q.dtype), pos_k.to(q.dtype)
-    n = q.shape[0]
-    q = torch.cat([q * d**-0.5, (pos_q * self.rank**-0.5).expand(n, -1, -1, -1)], dim=-1)
-    k = torch.cat([k, pos_k.expand(n, -1, -1, -1)], dim=-1)
-    kernel_dtype = plan_attention(self.backend, x.device, x.dtype, d + self.rank, d).dtype
-    width = _round8(q.shape[-1])
-    q, k, v = (F.pad(t.to(kernel_dtype), (0, width - t.shape[-1])) for t in (q, k, v))
-    plan = plan_attention(self.backend, x.device, kernel_dtype, width, width)
-    out = run_plan(plan, q, k, v)[..., :d].to(x.dtype)
-    out = out.reshape(b, nh, nw, heads, ws, ws, d).permute(0, 3, 6, 1, 4, 2, 5).reshape(b, c, hp, wp)
-    if self.shift:
-        out = torch.roll(out, shifts=(ws // 2, ws // 2), dims=(2, 3))
-    out = out[:, :, :h, :w].contiguous()
-    return self.to_out(out * gate)
-
-
-@contextmanager
-def reference_path(model: nn.Module) -> Iterator[nn.Module]:
-    """Run ``model``'s attention layers the authors' way (same weights, same kernel) inside the block.
-
-    The baseline for the side-by-side ratio; it must give the same output as the optimised path.
-    """
-    layers = [m for m in model.modules() if isinstance(m, WindowAttention)]
-    for layer in layers:
-        layer.forward = types.MethodType(_reference_forward, layer)  # type: ignore[method-assign]
-    try:
-        yield model
-    finally:
-        for layer in layers:
-            del layer.forward
-
-
 # ----------------------------------------------------------------------------- measuring
-def device_name(device: torch.device) -> str:
-    """GPU name and compute capability, or the CPU model and the cores this process may use."""
-    if device.type == "cuda":
-        major, minor = torch.cuda.get_device_capability(device)
-        return f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor})"
-    name = platform.processor() or platform.machine() or "CPU"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            name = next((line.split(":", 1)[1].strip() for line in fh if line.lower().startswith("model name")), name)
-    except OSError:
-        pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{name} ({cores} cores available)"
-
-
 def _status_kib(field_name: str) -> int | None:
     try:
         with open("/proc/self/status", encoding="ascii") as fh:
@@ -293,26 +221,6 @@ def memory_kind(device: torch.device) -> str:
     return "peak RSS growth from the first warm-up run on (VmHWM reset via /proc/self/clear_refs), MiB"
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-@contextmanager
-def _precision_context(device: torch.device, dtype: torch.dtype, tf32: bool) -> Iterator[None]:
-    """fp32 means fp32 (TF32 off, as in the Upscaler) unless ``tf32`` asks for PyTorch's TF32 paths."""
-    if not tf32:
-        with exact_fp32(device, dtype):
-            yield
-        return
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
-
-
 def time_runs(
     forward: Callable[[], torch.Tensor], device: torch.device, runs: int, warmup: int
 ) -> tuple[list[float], float, float | None, torch.Tensor]:
@@ -328,16 +236,16 @@ def time_runs(
         forward()
         if i == 0 and device.type != "cuda":
             memory.reset()
-    _sync(device)
+    synchronize(device)
     warmup_s = time.perf_counter() - start
     if device.type == "cuda" or warmup == 0:
         memory.reset()
     times, out = [], None
     for _ in range(runs):
-        _sync(device)
+        synchronize(device)
         t0 = time.perf_counter()
         out = forward()
-        _sync(device)
+        synchronize(device)
         times.append(time.perf_counter() - t0)
     assert out is not None
     return times, warmup_s, memory.peak_mib(), out
@@ -363,12 +271,12 @@ def _input_image(settings: BenchSettings, width: int, height: int) -> torch.Tens
     return resized[:, top : top + height, left : left + width].clamp(0, 1).contiguous()
 
 
-def _make_model(name: str, scale: int, seed: int) -> nn.Module:
+def _make_model(name: str, scale: int, seed: int) -> SRNetwork:
     torch.manual_seed(seed)
     return create_model(name, scale).eval()
 
 
-def _compiled(model: nn.Module, mode: str) -> Callable[[torch.Tensor], torch.Tensor]:
+def _compiled(model: SRNetwork, mode: str) -> Callable[[torch.Tensor], torch.Tensor]:
     if mode == "none":
         return model
     return torch.compile(model, mode=None if mode == "default" else mode)  # type: ignore[return-value]
@@ -415,7 +323,7 @@ def run_bench(settings: BenchSettings, on_progress: Progress | None = None) -> B
 
 
 def _measure_forward(
-    model: nn.Module,
+    model: SRNetwork,
     name: str,
     scale: int,
     precision: str,
@@ -434,8 +342,8 @@ def _measure_forward(
     for path in ("ours", "reference") if settings.reference else ("ours",):
         say(f"{name} x{scale} {precision} {path}: {lr_w}x{lr_h} -> {lr_w * scale}x{lr_h * scale}")
         forward = _compiled(model, settings.compile) if path == "ours" else model
-        swap = reference_path(model) if path == "reference" else nullcontext()
-        with torch.inference_mode(), _precision_context(device, dtype, settings.tf32), swap:
+        swap = model.reference_path() if path == "reference" else nullcontext()
+        with torch.inference_mode(), fp32_mode(device, dtype, allow_tf32=settings.tf32), swap:
             times, warm, memory, out = time_runs(lambda f=forward: f(x), device, settings.runs, settings.warmup)
         outputs.append(out.float().cpu())
         rows.append(
@@ -460,7 +368,7 @@ def _measure_forward(
 
 
 def _measure_tiled(
-    model: nn.Module,
+    model: SRNetwork,
     name: str,
     scale: int,
     precision: str,
@@ -485,14 +393,15 @@ def _measure_tiled(
     say(f"{name} x{scale} {precision} tiled: {lr_w}x{lr_h} -> {lr_w * scale}x{lr_h * scale}, {tiles} tile(s)")
     for _ in range(max(1, settings.warmup)):
         upscaler.run(warm_image)
+    used = plan.tile
     memory = _PeakMemory(device)
     memory.reset()
     times = []
     for _ in range(settings.runs):
-        _sync(device)
+        synchronize(device)
         t0 = time.perf_counter()
-        upscaler.run(image)
-        _sync(device)
+        used = upscaler.run(image).tile
+        synchronize(device)
         times.append(time.perf_counter() - t0)
     median = statistics.median(times)
     return TiledMeasurement(
@@ -501,7 +410,7 @@ def _measure_tiled(
         precision=precision,
         lr=(lr_w, lr_h),
         output=(lr_w * scale, lr_h * scale),
-        tile=upscaler.last_tile if upscaler.last_tile is not None else plan.tile,
+        tile=used,
         overlap=plan.overlap,
         tiles=tiles,
         median_s=median,

@@ -1,17 +1,15 @@
-"""Reading weights files safely and matching them to the network.
+"""Reading weights files safely, whatever the architecture, and loading them strictly into a network.
 
 Pickled files are only ever opened with ``weights_only=True``. Wrappers are unwrapped the way
 the official (basicsr) loader does: ``params_ema``, then ``params``, then ``state_dict``, and a
-``module.`` prefix is stripped. Everything the tensors determine is inferred and compared with
-what the user asked for, so a mismatch is explained in words instead of a shape dump.
+``module.`` prefix is stripped. What the tensors say about the architecture is each room's business
+(``archs/<name>/``); a strict load here reports missing, unexpected and mis-shaped tensors in words.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
-import re
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,12 +18,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from .archs.sst import SSTConfig
 from .errors import CheckpointError, WeightsNotFound
 
 WRAPPER_KEYS = ("params_ema", "params", "state_dict")
 SUFFIXES = (".pth", ".pt", ".safetensors")
-CONFIG_METADATA_KEY = "sst_config"
 
 StateDict = dict[str, torch.Tensor]
 
@@ -67,91 +63,19 @@ def unwrap(obj: Any, source: str = "checkpoint") -> StateDict:
     return {k.removeprefix("module."): v for k, v in obj.items()}
 
 
-def read_weights(path: str | os.PathLike[str]) -> tuple[StateDict, SSTConfig | None]:
-    """State dict of a ``.pth``/``.pt``/``.safetensors`` file, and the config stored in its metadata, if any."""
+def read_weights(path: str | os.PathLike[str]) -> tuple[StateDict, dict[str, str]]:
+    """State dict of a ``.pth``/``.pt``/``.safetensors`` file, and its safetensors metadata (empty for pickles)."""
     path = Path(path)
     if not path.is_file():
         raise WeightsNotFound(f"weights file not found: {path}")
     if path.stat().st_size == 0:
         raise CheckpointError(f"{path}: the file is empty")
-    config = None
+    metadata: dict[str, str] = {}
     if path.suffix.lower() == ".safetensors":
         state, metadata = _read_safetensors(path)
-        if CONFIG_METADATA_KEY in metadata:
-            try:
-                config = SSTConfig.from_kwargs(json.loads(metadata[CONFIG_METADATA_KEY]))
-            except (ValueError, TypeError) as exc:
-                raise CheckpointError(f"{path}: invalid {CONFIG_METADATA_KEY} metadata: {exc}") from exc
     else:
         state = _read_pickle(path)
-    return unwrap(state, str(path)), config
-
-
-_LAYER_KEY = re.compile(r"^body\.(\d+)\.(\d+)\.attn\.to_q$")
-
-
-def infer_architecture(state: Mapping[str, torch.Tensor]) -> dict[str, Any]:
-    """The constructor kwargs that the tensors determine (everything except window sizes)."""
-    try:
-        dim = state["proj.weight"].shape[0]
-        layers: dict[int, dict[int, torch.Size]] = {}
-        for key, value in state.items():
-            match = _LAYER_KEY.match(key)
-            if match:
-                layers.setdefault(int(match[1]), {})[int(match[2])] = value.shape
-        if not layers:
-            raise KeyError("body.0.0.attn.to_q")
-        first = layers[0]
-        per_layer = [first[i] for i in sorted(first)]
-        hidden_ffn = state["body.0.0.ffn.proj.weight"].shape[0]
-        to_hidden = state["body.0.0.attn.to_hidden"].shape
-        up = state["upsampler.up_conv.weight"].shape
-    except KeyError as exc:
-        raise CheckpointError(f"not an SST checkpoint: key {exc.args[0]!r} is missing") from exc
-    arch: dict[str, Any] = {
-        "dim": dim,
-        "n_blocks": len(layers),
-        "layers_per_block": len(per_layer),
-        "num_heads": [s[0] for s in per_layer],
-        "ranks": [s[2] for s in per_layer],
-        "rib_hidden_dim": to_hidden[1],
-        "rib_n_freqs": (to_hidden[0] - 2) // 4,
-        "exp_ratio": _exp_ratio(dim, hidden_ffn),
-    }
-    if "upsampler.final_conv.weight" in state:
-        inner = state["upsampler.feature_conv.weight"].shape[0]
-        arch |= {"upsampler_type": "pixelshuffle", "intermediate_dim": inner, "upscaling_factor": _root(up[0] // inner)}
-    else:
-        arch |= {"upsampler_type": "pixelshuffle_direct", "upscaling_factor": _root(up[0] // 3)}
-    return arch
-
-
-def _exp_ratio(dim: int, hidden: int) -> float:
-    ratio = hidden / dim
-    # int(dim * ratio) must give back the hidden width, as in the constructor.
-    return ratio if int(dim * ratio) == hidden else (hidden + 0.5) / dim
-
-
-def _root(n: int) -> int:
-    r = round(n**0.5)
-    if r * r != n:
-        raise CheckpointError(f"upsampler has {n} channels per colour, which is not a square scale factor")
-    return r
-
-
-def compare_architecture(arch: Mapping[str, Any], config: SSTConfig, source: str) -> None:
-    """Explain, field by field, where the weights disagree with the requested architecture."""
-    wanted = config.to_kwargs() | {"layers_per_block": len(config.window_sizes)}
-    if config.upsampler_type == "pixelshuffle_direct":
-        wanted.pop("intermediate_dim")
-    diffs = [f"{k}: file has {arch[k]}, model needs {wanted[k]}" for k in arch if arch[k] != wanted[k]]
-    if arch["upscaling_factor"] != config.scale:
-        raise CheckpointError(
-            f"{source} holds x{arch['upscaling_factor']} weights but x{config.scale} was requested; "
-            f"use --scale {arch['upscaling_factor']} or weights for x{config.scale}"
-        )
-    if diffs:
-        raise CheckpointError(f"{source} does not match the requested architecture: " + "; ".join(diffs))
+    return unwrap(state, str(path)), metadata
 
 
 def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], source: str) -> None:

@@ -31,6 +31,10 @@ class ImageError(SstError, OSError):
     """An image cannot be read or written."""
 
 
+class WriteError(SstError, OSError):
+    """An output file (weights, state, report) cannot be written."""
+
+
 class OutputExists(SstError, FileExistsError):
     """Writing would overwrite a file the user did not ask to overwrite."""
 

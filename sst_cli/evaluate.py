@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
 
+from .choices import DEFAULT_MODEL, DEFAULT_SCALE
 from .errors import ConfigError, ImageError
 from .image_io import Picture, is_image_file, read_image, write_image
+from .loader import ModelSpec
 from .metrics import SSIM_WINDOW, psnr, psnr_ssim_y, ssim
 from .resize import imresize
+from .upscaler import UpscaleOptions, Upscaler
+from .zoo import get_variant
 
 DATA_ROOT_ENV = "SST_DATA_ROOT"
 
@@ -287,3 +291,117 @@ def save_sr(values: np.ndarray, path: Path) -> None:
     rgb = np.repeat(values[..., None], 3, axis=2) if gray else values
     picture = Picture(rgb.astype(np.float32) / 255.0, None, gray, 8, None, None, "png")
     write_image(path, picture, format="png", overwrite=True)
+
+
+# ------------------------------------------------------------------------------------------ the run
+BICUBIC = "bicubic"
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """One ``sst eval`` run, checked on construction (before any file is read or model loaded).
+
+    ``models``: ``ModelSpec``s and/or ``"bicubic"``, each measured on every dataset and scale; ``scales``
+    empty means the default scale, or the scale of the first model's weights when ``weights`` are given.
+    ``options``: how the networks run (tiling defaults to the whole image, as the literature does).
+    """
+
+    datasets: tuple[str, ...]
+    models: tuple[ModelSpec | str, ...] = (BICUBIC,)
+    scales: tuple[int, ...] = ()
+    options: UpscaleOptions = field(default_factory=lambda: UpscaleOptions(tile=0))
+    data_root: Path | None = None
+    rgb: bool = False
+    self_ensemble: bool = False
+    save_images: Path | None = None
+
+    def __post_init__(self) -> None:
+        if not self.datasets:
+            raise ConfigError("give at least one dataset")
+        if not self.models:
+            raise ConfigError("give at least one model (or bicubic)")
+        for model in self.models:
+            if isinstance(model, str) and model != BICUBIC:
+                raise ConfigError(f"a model is a ModelSpec or {BICUBIC!r}, not {model!r}")
+        networks = [m for m in self.models if isinstance(m, ModelSpec)]
+        if self.self_ensemble and not networks:
+            raise ConfigError("self-ensemble needs a network, not bicubic alone")
+        for s in self.scales:
+            if s < 2:
+                raise ConfigError(f"scale must be 2 or more, got {s}")
+            for spec in networks:
+                if spec.model is not None and spec.config is None:
+                    get_variant(spec.model).config(s)
+
+
+def model_label(model: ModelSpec | str) -> str:
+    """How a model is named in tables and reports: the zoo name, the weights file's stem, or bicubic."""
+    if isinstance(model, str):
+        return model
+    if model.weights is not None:
+        return Path(str(model.weights).split("@", 1)[0]).stem
+    return (model.model or DEFAULT_MODEL).strip().lower()
+
+
+def run_evaluation(
+    settings: EvalSettings,
+    *,
+    on_start: Callable[[int], None] | None = None,
+    on_image: Callable[[str, int, ImageScore], None] | None = None,
+) -> list[DatasetResult]:
+    """Score every (model, scale, dataset); every file is checked before the first forward pass.
+
+    ``on_start(total_images)`` once the inputs are known; ``on_image(dataset, scale, score)`` per image.
+    Results come one dataset's scales together, in the order of ``settings.datasets``, per model.
+    """
+    datasets = [find_dataset(spec, settings.data_root) for spec in dict.fromkeys(settings.datasets)]
+    scales = list(dict.fromkeys(settings.scales))
+    loaded: dict[tuple[int, int], Upscaler] = {}
+    if not scales:
+        first = next((m for m in settings.models if isinstance(m, ModelSpec)), None)
+        if first is not None and first.weights is not None and first.scale is None:
+            upscaler = Upscaler(first, options=settings.options)  # the weights say which scale they are
+            loaded[(settings.models.index(first), upscaler.scale)] = upscaler
+            scales = [upscaler.scale]
+        else:
+            scales = [DEFAULT_SCALE]
+    for s in scales:
+        for ds in datasets:
+            check_pairs(ds, s)
+    if on_start is not None:
+        on_start(sum(len(ds.hr_files) for ds in datasets) * len(scales) * len(settings.models))
+    order = {ds.name: i for i, ds in enumerate(datasets)}
+    results: list[DatasetResult] = []
+    for index, model in enumerate(settings.models):
+        label = model_label(model)
+        found: list[DatasetResult] = []
+        for s in scales:
+            sr = bicubic if isinstance(model, str) else _network(model, s, settings, loaded.pop((index, s), None))
+            for ds in datasets:
+                found.append(
+                    evaluate_dataset(
+                        sr,
+                        ds,
+                        s,
+                        label,
+                        rgb=settings.rgb,
+                        save_dir=_save_dir(settings, label),
+                        on_image=None if on_image is None else lambda score, d=ds.name, s=s: on_image(d, s, score),
+                    )
+                )
+        found.sort(key=lambda r: (order[r.dataset], r.scale))  # one dataset's scales together
+        results += found
+    return results
+
+
+def _save_dir(settings: EvalSettings, label: str) -> Path | None:
+    """DIR/<dataset>/x<scale>/ for one model; DIR/<model>/<dataset>/x<scale>/ when several are compared."""
+    if settings.save_images is None:
+        return None
+    return settings.save_images / label if len(settings.models) > 1 else settings.save_images
+
+
+def _network(spec: ModelSpec, scale: int, settings: EvalSettings, upscaler: Upscaler | None) -> SrFunction:
+    if upscaler is None:
+        upscaler = Upscaler(replace(spec, scale=scale), options=settings.options)
+    return network_sr(lambda x: upscaler.run(x).image, self_ensemble=settings.self_ensemble)

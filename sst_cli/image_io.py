@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import os
 import re
-import secrets
 import stat
 import struct
 import sys
@@ -26,6 +25,7 @@ import numpy as np
 from PIL import Image, ImageCms, UnidentifiedImageError
 
 from sst_cli.errors import ConfigError, ImageError, OutputExists, SstError
+from sst_cli.files import atomic_write
 
 #: Largest input accepted by default, in pixels: Pillow's own decompression-bomb error threshold
 #: (2 * ``PIL.Image.MAX_IMAGE_PIXELS``), about 13400 x 13400. A float32 RGBA copy of it is ~2.9 GB.
@@ -325,7 +325,7 @@ def write_image(
             image = Image.fromarray(samples[..., 0] if samples.shape[2] == 1 else samples)
             image.save(fh, format=fmt.upper(), **params)
 
-    _atomic_write(name, encode)
+    atomic_write(name, encode, error=ImageError)
 
 
 def normalise_format(fmt: str) -> str:
@@ -366,40 +366,6 @@ def _quantise(picture: Picture, depth: int, name: str) -> np.ndarray:
     values *= full
     np.rint(values, out=values)
     return values.astype(np.uint8 if depth == 8 else np.uint16)
-
-
-def _atomic_write(name: str, encode: Callable[[IO[bytes]], None]) -> None:
-    """Encode into a hidden temporary file beside the target, then rename it over the target.
-
-    Any failure (KeyboardInterrupt included) removes the temporary file, so the target is either the old
-    file or the complete new one, never a partial write.
-    """
-    folder = os.path.dirname(os.path.abspath(name))
-    if not os.path.isdir(folder):
-        raise ImageError(f"cannot write '{name}': the folder '{folder}' does not exist")
-    base = os.path.basename(name)[:200]
-    while True:
-        temp = os.path.join(folder, f".{base}.{secrets.token_hex(4)}.sst-tmp")
-        try:
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-            break
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise ImageError(f"cannot write '{name}': {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            encode(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(temp, name)
-    except BaseException as exc:
-        with suppress(OSError):
-            os.unlink(temp)
-        if isinstance(exc, SstError) or not isinstance(exc, Exception):
-            raise
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ImageError(f"cannot write '{name}': {reason}") from exc
 
 
 def _png_chunk(kind: bytes, data: bytes) -> bytes:

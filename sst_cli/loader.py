@@ -1,28 +1,34 @@
-"""``load_model``: from a zoo name, a local file or a hub reference to a ready network."""
+"""``load_model``: from a zoo name, a local file or a hub reference to a ready network, down one staircase.
+
+source -> file (``hub``) -> state dict (``checkpoint``) -> architecture (``archs`` table) -> config -> network.
+``ModelSpec`` holds what a user asked for and checks it before anything is read, so that front ends can
+fail on bad options before the expensive part.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from . import hub
-from .archs.sst import SST, SSTConfig
-from .checkpoint import compare_architecture, infer_architecture, load_state, read_weights
-from .errors import ConfigError
-from .zoo import VARIANTS, check_scale, get_variant, list_models
+from .archs import ArchConfig, Architecture, SRNetwork, detect_architecture, get_architecture
+from .checkpoint import load_state, read_weights
+from .errors import CheckpointError, ConfigError
+from .zoo import VARIANTS, Variant, check_scale, get_variant
 
 ConfigSource = Mapping[str, Any] | str | os.PathLike[str]
 
 
-def read_config(config: ConfigSource) -> SSTConfig:
-    """Constructor kwargs from a mapping or a JSON file, as in the official option files."""
+def read_config_kwargs(config: ConfigSource) -> dict[str, Any]:
+    """Constructor keywords from a mapping or a JSON file (the official option files' keys)."""
     if isinstance(config, Mapping):
-        return SSTConfig.from_kwargs(config)
+        return dict(config)
     path = Path(config)
     try:
         kwargs = json.loads(path.read_text(encoding="utf-8"))
@@ -31,58 +37,125 @@ def read_config(config: ConfigSource) -> SSTConfig:
     except json.JSONDecodeError as exc:
         raise ConfigError(f"config {path} is not valid JSON: {exc}") from exc
     if not isinstance(kwargs, dict):
-        raise ConfigError(f"config {path} must hold a JSON object of SST constructor keywords")
-    try:
-        return SSTConfig.from_kwargs(kwargs)
-    except TypeError as exc:
-        raise ConfigError(f"config {path}: {exc}") from exc
+        raise ConfigError(f"config {path} must hold a JSON object of constructor keywords")
+    return kwargs
 
 
 def is_zoo_name(source: str | os.PathLike[str]) -> bool:
     return isinstance(source, str) and source.strip().lower() in VARIANTS and not Path(source).exists()
 
 
-def _matching_variants(arch: Mapping[str, Any]) -> list[str]:
-    """Official variants the tensors fit (entries reusing an official architecture would only repeat them)."""
+@dataclass(frozen=True)
+class ModelSpec:
+    """What to load: a zoo ``model`` (default: the caller's), or ``weights`` (file or ``hf://``) whose
+    architecture comes from ``config``, else ``model``, else the file itself; checked on construction."""
+
+    model: str | None = None
+    scale: int | None = None
+    weights: str | os.PathLike[str] | None = None
+    config: ConfigSource | None = None
+    hub_repo: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.config is not None and self.weights is None:
+            raise ConfigError("--config describes an architecture; give the weights to load into it with --weights")
+        if self.scale is not None and (isinstance(self.scale, bool) or self.scale < 1):
+            raise ConfigError(f"scale must be a positive integer, got {self.scale}")
+        if self.model is not None and self.config is None:
+            variant = get_variant(self.model)  # unknown names fail here, naming the zoo
+            if self.scale is not None:
+                variant.config(check_scale(self.scale))
+
+    def load(self, default_model: str, default_scale: int, *, device: torch.device, dtype: torch.dtype) -> SRNetwork:
+        """The network, on ``device`` in ``dtype``; a zoo model falls back to the given defaults."""
+        if self.weights is not None:
+            variant = None if self.config is not None else self.model
+            return load_model(self.weights, self.scale, config=self.config, variant=variant, device=device, dtype=dtype)
+        name = self.model or default_model
+        scale = self.scale or default_scale
+        return load_model(name, scale, hub_repo=self.hub_repo, device=device, dtype=dtype)
+
+
+def _weights_file(
+    source: str | os.PathLike[str], scale: int | None, hub_repo: str | None
+) -> tuple[Path, Variant | None]:
+    if is_zoo_name(source):
+        variant = get_variant(str(source))
+        if scale is None:
+            raise ConfigError(f"pass a scale for {variant.name}: one of {', '.join(map(str, variant.scales))}")
+        variant.config(scale)  # the zoo entry must exist at this scale before anything is downloaded
+        return hub.resolve_pretrained(variant.name, scale, repo_id=hub_repo), variant
+    if isinstance(source, str) and hub.is_hf_reference(source):
+        return hub.download(hub.parse_hf_reference(source)), None
+    return Path(source), None
+
+
+def _matching_variants(arch: Architecture, inferred: Mapping[str, Any]) -> list[str]:
+    """Official zoo variants of this architecture that the tensors fit (to suggest with --model)."""
     names = []
+    scale = inferred.get(arch.scale_key)
     for name, variant in VARIANTS.items():
-        if not variant.official:
-            continue
-        cfg = variant.config(arch["upscaling_factor"]) if arch["upscaling_factor"] in (2, 3, 4) else None
-        if cfg is None:
+        if variant.arch != arch.name or not variant.official or scale not in variant.scales:
             continue
         try:
-            compare_architecture(arch, cfg, "")
-        except ValueError:
+            arch.compare(inferred, variant.config(scale), "")
+        except (CheckpointError, ConfigError):
             continue
         names.append(name)
     return names
 
 
+def _stored_config(arch: Architecture, metadata: Mapping[str, str], source: str) -> ArchConfig | None:
+    """The keywords sst-cli stores in the safetensors files it writes (``<arch>_config``), if present."""
+    text = metadata.get(arch.config_key)
+    if text is None:
+        return None
+    try:
+        return arch.make_config(json.loads(text))
+    except (ValueError, TypeError) as exc:
+        raise CheckpointError(f"{source}: invalid {arch.config_key} metadata: {exc}") from exc
+
+
 def _choose_config(
-    arch: Mapping[str, Any],
+    arch: Architecture,
+    inferred: Mapping[str, Any],
+    complete: bool,
+    metadata: Mapping[str, str],
     source: str,
     scale: int | None,
     config: ConfigSource | None,
     variant: str | None,
-    stored: SSTConfig | None,
-) -> SSTConfig:
+) -> ArchConfig:
+    """Precedence: an explicit config, a zoo variant, the config stored in the file, then the tensors alone."""
     if config is not None:
-        cfg = read_config(config)
-        if scale is not None and scale != cfg.scale:
-            raise ConfigError(f"the config is for x{cfg.scale} but x{scale} was requested")
-        return cfg
-    if variant is not None:
-        return get_variant(variant).config(scale if scale is not None else arch["upscaling_factor"])
-    if stored is not None:
-        return stored
-    matches = _matching_variants(arch)
-    official = ", ".join(list_models(official_only=True))
-    hint = f"it fits {' or '.join(matches)}" if matches else f"zoo models: {official}"
-    raise ConfigError(
-        f"{source}: window sizes cannot be read from the weights; name the architecture with --model ({hint}) "
-        "or pass --config with the constructor keywords"
-    )
+        try:
+            cfg = arch.make_config(read_config_kwargs(config))
+        except TypeError as exc:
+            raise ConfigError(f"config {config}: {exc}") from exc
+    elif variant is not None:
+        chosen = get_variant(variant)
+        if chosen.arch != arch.name:
+            raise CheckpointError(
+                f"{source} holds {arch.title} weights, but {chosen.name} is a {get_architecture(chosen.arch).title} "
+                f"model: drop --model, or name a {arch.title} model"
+            )
+        return chosen.config(scale if scale is not None else int(inferred[arch.scale_key]))
+    else:
+        stored = _stored_config(arch, metadata, source)
+        if stored is not None:
+            cfg = stored
+        elif complete:
+            cfg = arch.make_config(inferred)
+        else:
+            matches = _matching_variants(arch, inferred)
+            hint = f"it fits {' or '.join(matches)}" if matches else "see `sst models`"
+            raise ConfigError(
+                f"{source}: {arch.undetermined or 'the architecture'} cannot be read from the {arch.title} weights; "
+                f"name the architecture with --model ({hint}) or pass --config with the constructor keywords"
+            )
+    if scale is not None and scale != cfg.scale:
+        raise ConfigError(f"{source}: the weights are for x{cfg.scale} but x{scale} was requested")
+    return cfg
 
 
 def load_model(
@@ -94,30 +167,23 @@ def load_model(
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
     hub_repo: str | None = None,
-) -> SST:
-    """An eval-mode SST with weights, mapping NCHW RGB in [0, 1] to NCHW RGB.
+) -> SRNetwork:
+    """An eval-mode network with weights, mapping NCHW RGB in [0, 1] to NCHW RGB ``scale`` times larger.
 
     ``source`` is a zoo name (pretrained weights: bundled, or from the hub via the manifest), a
-    ``.pth``/``.pt``/``.safetensors`` path, or ``hf://OWNER/REPO/PATH[@REVISION]``. The architecture
-    comes from ``config`` (kwargs or JSON path), else ``variant`` (a zoo name), else the zoo name of
-    ``source``, else the config stored in a safetensors file by sst-cli; window sizes are never guessed.
+    ``.pth``/``.pt``/``.safetensors`` path, or ``hf://OWNER/REPO/PATH[@REVISION]``. The architecture is
+    recognised from the keys; its configuration comes from ``config`` (kwargs or JSON path), else ``variant``
+    (a zoo name), else the zoo name of ``source``, else the config stored by sst-cli in a safetensors file,
+    else the tensors alone when they determine it (never guessed: SST's window sizes are in no tensor).
     """
-    if is_zoo_name(source):
-        name = str(source).strip().lower()
-        if scale is None:
-            raise ConfigError(f"pass a scale for {name}: one of 2, 3, 4")
-        check_scale(scale)
-        path = hub.resolve_pretrained(name, scale, repo_id=hub_repo)
-        variant = variant or name
-    elif isinstance(source, str) and hub.is_hf_reference(source):
-        path = hub.download(hub.parse_hf_reference(source))
-    else:
-        path = Path(source)
-    state, stored = read_weights(path)
-    arch = infer_architecture(state)
-    cfg = _choose_config(arch, str(source), scale, config, variant, stored)
-    compare_architecture(arch, cfg, str(source))
+    path, zoo_variant = _weights_file(source, scale, hub_repo)
+    state, metadata = read_weights(path)
+    arch = detect_architecture(state, str(source))
+    inferred, complete = arch.infer(state)
+    wanted = variant or (zoo_variant.name if zoo_variant is not None else None)
+    cfg = _choose_config(arch, inferred, complete, metadata, str(source), scale, config, wanted)
+    arch.compare(inferred, cfg, str(source))
     with torch.device("meta"):
-        model = SST(**cfg.to_kwargs())
+        model = arch.build(cfg)
     load_state(model, state, str(source))  # meta parameters are replaced by the file's tensors
     return model.to(device=device, dtype=dtype).eval()

@@ -24,7 +24,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -35,23 +34,25 @@ import torch.nn.functional as F
 from .archs.sst import SST, SSTConfig
 from .checkpoint import read_weights
 from .errors import CheckpointError, ConfigError, OutputExists
+from .files import atomic_save
+from .recipe import (
+    BATCH_CPU,
+    BATCH_CUDA,
+    BETAS,
+    CHECKPOINT_EVERY,
+    EMA_DECAY,
+    LR_FROM_INIT,
+    LR_GAMMA,
+    LR_SCRATCH,
+    MILESTONES,
+    PATCH,
+    WARMUP_FRACTION,
+    WEIGHT_DECAY,
+)
+from .runtime import package_version, resolve_device
 from .trainset import Message, PatchSampler, find_images, load_images
-from .upscaler import resolve_device
 from .zoo import check_scale, get_variant
 
-# The authors' SST-light schedule (options/train/SSTlight_DFLIP_X{2,3,4}.yaml), as fractions of the run.
-LR_SCRATCH = 5e-4
-LR_FROM_INIT = 2.5e-4  # x3 from x2 and x4 from x3 weights
-BETAS = (0.9, 0.9)
-WEIGHT_DECAY = 0.0
-MILESTONES = (0.5, 0.8, 0.9, 0.95, 0.98)  # 250k, 400k, 450k, 475k, 490k of 500k iterations
-LR_GAMMA = 0.5
-WARMUP_FRACTION = 0.04  # 20k of 500k iterations
-EMA_DECAY = 0.999
-PATCH = 64  # LR pixels: HR crops are 128 / 192 / 256 at x2 / x3 / x4, as in the paper
-BATCH_CUDA = 16  # per GPU in the authors' runs (4 GPUs, so 64 in all)
-BATCH_CPU = 4
-CHECKPOINT_EVERY = 300.0
 REPORT_EVERY = 1.0  # seconds between progress reports (each one waits for the GPU)
 MIN_INIT_FRACTION = 0.5  # --init must fill at least this share of the network's tensors
 STATE_FORMAT = "sst-cli-train/1"
@@ -221,20 +222,6 @@ def init_from(model: SST, path: str | os.PathLike[str]) -> InitReport:
 # ------------------------------------------------------------------------------------------------ files
 
 
-def _atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """Write through a temporary file in the same folder, so an interrupted write never leaves a partial file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.touch()
-        mode = tmp.stat().st_mode  # the usual permissions: safetensors would leave the file private (0600)
-        write(tmp)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def _cpu(obj: Any) -> Any:
     """Tensors (nested in dicts / lists) moved to the CPU, so a state file loads anywhere."""
     if isinstance(obj, torch.Tensor):
@@ -258,17 +245,10 @@ def save_weights(
     if path.suffix.lower() == ".safetensors":
         from safetensors.torch import save_file
 
-        _atomic(path, lambda tmp: save_file(cast(ema), str(tmp), metadata=metadata))
+        atomic_save(path, lambda tmp: save_file(cast(ema), str(tmp), metadata=metadata))
     else:
         payload = {"params_ema": cast(ema), "params": cast(params), "meta": metadata}
-        _atomic(path, lambda tmp: torch.save(payload, tmp))
-
-
-def _package_version() -> str:
-    try:
-        return version("sst-cli")
-    except PackageNotFoundError:
-        return "unknown"
+        atomic_save(path, lambda tmp: torch.save(payload, tmp))
 
 
 # ------------------------------------------------------------------------------------------------ train
@@ -314,7 +294,11 @@ def _architecture(config: TrainConfig) -> tuple[str, SSTConfig]:
             arch = replace(arch, upscaling_factor=check_scale(config.scale))
         return "custom", arch
     variant = get_variant(config.model)
-    return variant.name, variant.config(config.scale if config.scale is not None else 4)
+    if variant.arch != "sst":
+        raise ConfigError(f"sst train trains SST networks; {variant.name} is another architecture")
+    arch = variant.config(config.scale if config.scale is not None else 4)
+    assert isinstance(arch, SSTConfig)
+    return variant.name, arch
 
 
 def _check(config: TrainConfig) -> None:
@@ -460,7 +444,7 @@ class _Run:
             "rng": rng,
             "settings": self.settings,
         }
-        _atomic(self.state_file, lambda tmp: torch.save(payload, tmp))
+        atomic_save(self.state_file, lambda tmp: torch.save(payload, tmp))
 
     def save_weights(self, images: int) -> None:
         """The EMA weights to ``out``, with metadata that says who trained them on what."""
@@ -471,7 +455,7 @@ class _Run:
             "variant": settings["model"],
             "scale": str(settings["scale"]),
             "trained_by": "sst-cli",
-            "sst_cli_version": _package_version(),
+            "sst_cli_version": package_version(),
             "weights": "params_ema",
             "data": ", ".join(settings["data"]),
             "images": str(images),
@@ -548,6 +532,10 @@ def train(
         for path in (config.out, state_file):
             if path.exists():
                 raise OutputExists(f"{path} exists: pass --resume to continue that run, or --overwrite to start over")
+    try:  # before the data is read: a folder that cannot be made is known now, not at the first save
+        config.out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out {config.out}: cannot create its folder ({exc.strerror or exc})") from None
     images = load_images(find_images(config.data), config.patch * settings["scale"], say)
     run = _Run(config, SSTConfig.from_kwargs(settings["sst_config"]), settings, device, images, saved, say)
     if on_start is not None:

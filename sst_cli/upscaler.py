@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -14,94 +14,63 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
-from .archs.attention import describe_attention
+from .archs import ModelDescriptor, SRNetwork, describe, network_of
+from .archs.attention import AttentionReport, check_backend, describe_attention
+from .choices import ALPHA_MODES, DEFAULT_MODEL, DEFAULT_SCALE
 from .errors import ConfigError, NonFiniteOutput
 from .image_io import Picture
-from .loader import ConfigSource, load_model
+from .loader import ConfigSource, ModelSpec
+from .runtime import (
+    fp32_mode,
+    is_out_of_memory,
+    memory_budget,
+    release_memory,
+    resolve_device,
+    resolve_precision,
+)
 from .tiling import align_overlap, align_tile_size, run_tiles_adaptive
 
-DEFAULT_MODEL = "sst-light-291"  # bundled: weights trained by sst-cli on 291 images, not the paper's
-DEFAULT_SCALE = 4
-PRECISIONS = ("auto", "fp32", "bf16")
-ALPHA_MODES = ("model", "resize")
-GENERIC_OVERLAP = 16  # context for models that do not describe their own receptive field
 Progress = Callable[[int, int], None]
 
 
-def resolve_device(device: str) -> torch.device:
-    """``auto`` is the first CUDA GPU when there is one, else the CPU."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        resolved = torch.device(device)
-    except RuntimeError as exc:
-        raise ConfigError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:N") from exc
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device {device!r} was requested but PyTorch sees no CUDA GPU; use --device cpu")
-    return resolved
+@dataclass(frozen=True)
+class UpscaleOptions:
+    """How to run a network on images, checked on construction, so front ends fail before loading anything.
 
-
-def resolve_precision(precision: str, device: torch.device) -> torch.dtype:
-    """``auto``: bfloat16 on GPUs that support it, float32 otherwise (and always on the CPU)."""
-    if precision not in PRECISIONS:
-        raise ConfigError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
-    if precision == "auto":
-        bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
-        return torch.bfloat16 if bf16 else torch.float32
-    return torch.bfloat16 if precision == "bf16" else torch.float32
-
-
-def default_memory_budget(device: torch.device) -> int:
-    """Bytes the activations of one tile may use: a safe fraction of free GPU memory or of available RAM."""
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(free * 0.7)
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            info = dict(line.split(":", 1) for line in fh)
-        available = int(info["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    return int(available * 0.5)
-
-
-@contextmanager
-def exact_fp32(device: torch.device, dtype: torch.dtype) -> Iterator[None]:
-    """On CUDA, fp32 means fp32: TF32 convolutions and matmuls (errors ~1e-3) are off while it runs."""
-    if device.type != "cuda" or dtype != torch.float32:
-        yield
-        return
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
-
-
-def describe_kernel(
-    model: nn.Module, device: torch.device, dtype: torch.dtype, on_message: Callable[[str], None] | None = None
-) -> str | None:
-    """The one line saying which attention kernel runs (None for networks without SST attention).
-
-    Fallback notices (a requested kernel that cannot run here) and then this line go to ``on_message``;
-    the line starts with ``KERNEL_LINE_PREFIX`` so that a front end can show it only when asked.
+    ``tile``: ``"auto"`` (whole image when it fits ``max_memory``, default a share of free memory), 0 (whole
+    image) or a tile side in LR pixels; ``tile_overlap``: context pixels around tiles (default: the model's
+    own); ``exact``: context covering the receptive field, so tiling leaves no trace; ``batch``: tiles per
+    forward pass; ``alpha``: transparency through the network (``model``) or bicubic (``resize``);
+    ``outscale``: resize the native output to this final scale.
     """
-    sizes = getattr(model, "attention_head_sizes", None)
-    if not sizes:
-        return None
-    report = describe_attention(getattr(model, "attention_backend", "auto"), device, dtype, sizes)
-    if on_message is not None:
-        for notice in report.notices:
-            on_message(notice)
-        on_message(report.line)
-    return report.line
 
+    device: str = "auto"
+    precision: str = "auto"
+    attention: str = "auto"
+    tile: int | Literal["auto"] = "auto"
+    tile_overlap: int | None = None
+    exact: bool = False
+    batch: int = 1
+    max_memory: int | None = None
+    alpha: str = "model"
+    outscale: float | None = None
 
-def _is_oom(exc: BaseException) -> bool:
-    return isinstance(exc, torch.OutOfMemoryError) or (
-        isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)
-    )
+    def __post_init__(self) -> None:
+        resolve_device(self.device)  # a device PyTorch cannot use here is an option error, said at once
+        resolve_precision(self.precision, torch.device("cpu"))
+        check_backend(self.attention)
+        if self.tile != "auto" and (isinstance(self.tile, bool) or not isinstance(self.tile, int) or self.tile < 0):
+            raise ConfigError(f"tile must be 'auto', 0 (whole image) or a positive size in pixels, got {self.tile!r}")
+        if self.tile_overlap is not None and self.tile_overlap < 0:
+            raise ConfigError(f"tile overlap must be 0 or more, got {self.tile_overlap}")
+        if self.batch < 1:
+            raise ConfigError(f"batch must be at least 1, got {self.batch}")
+        if self.max_memory is not None and self.max_memory <= 0:
+            raise ConfigError(f"the memory budget must be positive, got {self.max_memory}")
+        if self.alpha not in ALPHA_MODES:
+            raise ConfigError(f"unknown alpha mode {self.alpha!r}; choose one of {', '.join(ALPHA_MODES)}")
+        if self.outscale is not None and not (math.isfinite(self.outscale) and self.outscale > 0):
+            raise ConfigError(f"outscale must be a positive number, got {self.outscale}")
 
 
 @dataclass(frozen=True)
@@ -114,60 +83,57 @@ class TilePlan:
     blend: bool
 
 
-class Upscaler:
-    """Upscale pictures, PIL images or arrays with an SST (or any scale-describing) network.
+class Upscaled(NamedTuple):
+    """A run's output (C, H*scale, W*scale) and the tile side it used (0 = whole image), after any
+    out-of-memory halving."""
 
-    ``model`` is a zoo name (default ``sst-light-291``, the bundled weights) or an ``nn.Module`` with a
-    ``scale`` attribute.
-    ``weights`` loads a local file or ``hf://`` reference with the architecture of ``model`` or
-    ``config``; with neither, the file must carry its config (as sst-cli's own safetensors do).
+    image: torch.Tensor
+    tile: int
+
+
+class Upscaler:
+    """Upscale pictures, PIL images or arrays with a network that describes itself (``archs.SRNetwork``).
+
+    ``model`` is a zoo name (default ``sst-light-291``, the bundled weights), a ``ModelSpec`` or a loaded
+    module. ``weights`` loads a local file or ``hf://`` reference into the architecture of ``model`` or
+    ``config``; with neither, the file itself says (sst-cli's own safetensors, DAT checkpoints, ...).
+    The remaining keywords are ``UpscaleOptions``. ``on_message`` receives warnings such as out-of-memory
+    retries; ``attention`` (an ``AttentionReport``) says which kernel runs and whether a request fell back.
     """
 
     def __init__(
         self,
-        model: str | nn.Module | None = None,
+        model: str | ModelSpec | nn.Module | None = None,
         scale: int | None = None,
         *,
         weights: str | os.PathLike[str] | None = None,
         config: ConfigSource | None = None,
         hub_repo: str | None = None,
-        device: str = "auto",
-        precision: str = "auto",
-        attention: str = "auto",
-        tile: int | Literal["auto"] = "auto",
-        tile_overlap: int | None = None,
-        exact: bool = False,
-        batch: int = 1,
-        max_memory: int | None = None,
-        alpha: str = "model",
-        outscale: float | None = None,
+        options: UpscaleOptions | None = None,
         on_message: Callable[[str], None] | None = None,
+        **option_values: Any,
     ) -> None:
-        if alpha not in ALPHA_MODES:
-            raise ConfigError(f"unknown alpha mode {alpha!r}; choose one of {', '.join(ALPHA_MODES)}")
-        if batch < 1:
-            raise ConfigError(f"batch must be at least 1, got {batch}")
-        if outscale is not None and not outscale > 0:
-            raise ConfigError(f"outscale must be a positive number, got {outscale}")
-        if tile != "auto" and (not isinstance(tile, int) or tile < 0):
-            raise ConfigError(f"tile must be 'auto', 0 (whole image) or a positive size in pixels, got {tile!r}")
-        if tile_overlap is not None and tile_overlap < 0:
-            raise ConfigError(f"tile overlap must be >= 0, got {tile_overlap}")
-        self.device = resolve_device(device)
-        self.dtype = resolve_precision(precision, self.device)
+        if options is not None and option_values:
+            raise ConfigError("pass either options=UpscaleOptions(...) or option keywords, not both")
+        self.options = options if options is not None else UpscaleOptions(**option_values)
+        self.device = resolve_device(self.options.device)
+        self.dtype = resolve_precision(self.options.precision, self.device)
         self.model = self._load(model, scale, weights, config, hub_repo)
-        if hasattr(self.model, "set_attention_backend"):
-            self.model.set_attention_backend(attention)
-        self.attention_kernel = describe_kernel(self.model, self.device, self.dtype, on_message)
-        self.scale: int = int(self.model.scale)
-        self.tile, self.tile_overlap, self.exact, self.batch = tile, tile_overlap, exact, batch
-        self.max_memory, self.alpha, self.outscale = max_memory, alpha, outscale
+        self.descriptor: ModelDescriptor = describe(self.model)
+        self.scale = self.descriptor.scale
+        self.attention: AttentionReport | None = None
+        network = network_of(self.model)
+        if isinstance(network, SRNetwork):
+            network.set_attention_backend(self.options.attention)
+            if self.descriptor.attention_head_sizes:
+                self.attention = describe_attention(
+                    self.options.attention, self.device, self.dtype, self.descriptor.attention_head_sizes
+                )
         self.on_message = on_message
-        self.last_tile: int | None = None
 
     def _load(
         self,
-        model: str | nn.Module | None,
+        model: str | ModelSpec | nn.Module | None,
         scale: int | None,
         weights: str | os.PathLike[str] | None,
         config: ConfigSource | None,
@@ -176,43 +142,49 @@ class Upscaler:
         if isinstance(model, nn.Module):
             if weights is not None or config is not None:
                 raise ConfigError("pass weights/config only with a model name, not with a loaded module")
-            if scale is not None and scale != getattr(model, "scale", None):
-                raise ConfigError(f"the module upscales x{getattr(model, 'scale', '?')}, not x{scale}")
+            if scale is not None and scale != describe(model).scale:
+                raise ConfigError(f"the module upscales x{describe(model).scale}, not x{scale}")
             return model.to(self.device, self.dtype).eval()
-        if weights is not None:
-            variant = None if config is not None else model
-            return load_model(weights, scale, config=config, variant=variant, device=self.device, dtype=self.dtype)
-        if config is not None:
-            raise ConfigError("--config describes an architecture; give the weights to load into it with --weights")
-        name = model or DEFAULT_MODEL
-        return load_model(name, scale or DEFAULT_SCALE, hub_repo=hub_repo, device=self.device, dtype=self.dtype)
+        if isinstance(model, ModelSpec):
+            if scale is not None or weights is not None or config is not None or hub_repo is not None:
+                raise ConfigError("a ModelSpec already says what to load: pass nothing else about the model")
+            spec = model
+        else:
+            spec = ModelSpec(model, scale, weights, config, hub_repo)
+        return spec.load(DEFAULT_MODEL, DEFAULT_SCALE, device=self.device, dtype=self.dtype)
+
+    def _say(self, text: str) -> None:
+        if self.on_message is not None:
+            self.on_message(text)
 
     # ----------------------------------------------------------------- tiling
     def plan(self, height: int, width: int) -> TilePlan:
         """Tile size and overlap for an image, from the model's own description and the options."""
-        align = int(getattr(self.model, "tile_align", 1))
+        d, o = self.descriptor, self.options
+        align = d.size_multiple
         blend = align == 1
-        context = getattr(self.model, "exact_context", None)
-        if self.exact and context is not None:
-            overlap = align_overlap(int(context), align)
-        elif self.tile_overlap is not None:
-            overlap = align_overlap(self.tile_overlap, align)
+        if o.exact and d.exact_context is not None:
+            overlap = align_overlap(d.exact_context, align)
+        elif o.tile_overlap is not None:
+            overlap = align_overlap(o.tile_overlap, align)
         else:
-            overlap = align if not blend else GENERIC_OVERLAP
-        if self.tile == "auto":
+            overlap = align_overlap(d.default_context, align) if not blend else d.default_context
+        if o.tile == "auto":
             tile = self._auto_tile(height, width, overlap, align)
         else:
-            tile = align_tile_size(self.tile, align) if self.tile else 0
+            tile = align_tile_size(o.tile, align) if o.tile else 0
         return TilePlan(tile, overlap, align, blend)
 
     def _activation_bytes(self, height: int, width: int) -> int:
-        estimate = getattr(self.model, "activation_bytes", None)
-        if estimate is None:  # unknown network: assume a few hundred float channels per pixel
-            return 1024 * height * width * self.batch * torch.finfo(self.dtype).bits // 8
-        return int(estimate(height, width, self.dtype)) * self.batch
+        network = network_of(self.model)
+        if isinstance(network, SRNetwork):
+            per_tile = network.activation_bytes(height, width, self.dtype)
+        else:  # a foreign module: assume a few hundred float channels per pixel
+            per_tile = 1024 * height * width * torch.finfo(self.dtype).bits // 8
+        return int(per_tile) * self.options.batch
 
     def _auto_tile(self, height: int, width: int, overlap: int, align: int) -> int:
-        budget = self.max_memory if self.max_memory is not None else default_memory_budget(self.device)
+        budget = self.options.max_memory if self.options.max_memory is not None else memory_budget(self.device)
         if self._activation_bytes(height, width) <= budget:
             return 0
         tile = align
@@ -225,17 +197,15 @@ class Upscaler:
 
     def _forward(self, batch: torch.Tensor) -> torch.Tensor:
         x = batch.to(self.device, self.dtype, non_blocking=True)
-        with torch.inference_mode(), exact_fp32(self.device, self.dtype):
+        with torch.inference_mode(), fp32_mode(self.device, self.dtype):
             y = self.model(x)
         return y.float().cpu()
 
     def _on_oom(self, new_tile: int) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-        if self.on_message:
-            self.on_message(f"out of memory: retrying with {new_tile}px tiles")
+        release_memory(self.device)
+        self._say(f"out of memory: retrying with {new_tile}px tiles")
 
-    def run(self, image: torch.Tensor, on_tile: Progress | None = None) -> torch.Tensor:
+    def run(self, image: torch.Tensor, on_tile: Progress | None = None) -> Upscaled:
         """(C, H, W) float32 CPU tensor -> (C, H*scale, W*scale), tiled as planned."""
         plan = self.plan(image.shape[-2], image.shape[-1])
         out, used = run_tiles_adaptive(
@@ -245,47 +215,49 @@ class Upscaler:
             tile=plan.tile,
             overlap=plan.overlap,
             align=plan.align,
-            batch=self.batch,
+            batch=self.options.batch,
             blend=plan.blend,
             on_tile=on_tile,
-            is_oom=_is_oom,
+            is_oom=is_out_of_memory,
             on_oom=self._on_oom,
         )
-        self.last_tile = used
         if not torch.isfinite(out).all():
-            hint = " (bf16 overflowed: try --precision fp32)" if self.dtype != torch.float32 else ""
+            hint = " (bf16 overflowed: try precision fp32)" if self.dtype != torch.float32 else ""
             raise NonFiniteOutput(f"the network produced NaN or Inf values{hint}")
-        return out
+        return Upscaled(out, used)
 
     # ----------------------------------------------------------------- images
     def _resize_to_outscale(self, t: torch.Tensor, height: int, width: int) -> torch.Tensor:
-        if self.outscale is None or self.outscale == self.scale:
+        outscale = self.options.outscale
+        if outscale is None or outscale == self.scale:
             return t
-        size = (max(1, round(height * self.outscale)), max(1, round(width * self.outscale)))
+        size = (max(1, round(height * outscale)), max(1, round(width * outscale)))
         return F.interpolate(t[None], size=size, mode="bicubic", antialias=True, align_corners=False)[0]
 
-    def upscale_picture(self, picture: Picture, on_tile: Progress | None = None) -> Picture:
-        """Colour through the network; alpha through the network as gray, or resized, or passed if constant."""
+    def upscale_picture(self, picture: Picture, on_tile: Progress | None = None) -> tuple[Picture, int]:
+        """Colour through the network; alpha through the network as gray, or resized, or passed if constant.
+
+        Returns the upscaled picture (metadata carried over) and the tile side used for the colour.
+        """
         h, w = picture.color.shape[:2]
         color = torch.from_numpy(np.ascontiguousarray(picture.color.transpose(2, 0, 1), dtype=np.float32))
-        color_out = self._resize_to_outscale(self.run(color, on_tile), h, w).clamp_(0, 1)
+        result = self.run(color, on_tile)
+        color_out = self._resize_to_outscale(result.image, h, w).clamp_(0, 1)
         alpha_out = None
         if picture.alpha is not None:
             alpha_out = self._upscale_alpha(picture.alpha, on_tile)
-        return replace(
-            picture,
-            color=color_out.permute(1, 2, 0).contiguous().numpy(),
-            alpha=alpha_out,
-        )
+        upscaled = replace(picture, color=color_out.permute(1, 2, 0).contiguous().numpy(), alpha=alpha_out)
+        return upscaled, result.tile
 
     def _upscale_alpha(self, alpha: np.ndarray, on_tile: Progress | None) -> np.ndarray:
         h, w = alpha.shape
+        factor = self.options.outscale or self.scale
         a = torch.from_numpy(np.ascontiguousarray(alpha, dtype=np.float32))[None]
         if float(a.min()) == float(a.max()):
-            size = (round(h * (self.outscale or self.scale)), round(w * (self.outscale or self.scale)))
+            size = (round(h * factor), round(w * factor))
             return np.full((max(1, size[0]), max(1, size[1])), float(a[0, 0, 0]), dtype=np.float32)
-        if self.alpha == "model":
-            up = self.run(a.expand(3, h, w).contiguous(), on_tile).mean(0, keepdim=True)
+        if self.options.alpha == "model":
+            up = self.run(a.expand(3, h, w).contiguous(), on_tile).image.mean(0, keepdim=True)
         else:
             size = (h * self.scale, w * self.scale)
             up = F.interpolate(a[None], size=size, mode="bicubic", align_corners=False)[0]
@@ -294,9 +266,9 @@ class Upscaler:
     def upscale(self, image: Image.Image | np.ndarray, on_tile: Progress | None = None) -> Any:
         """Upscale a PIL image (returns PIL) or an array (returns an array of the same dtype and layout)."""
         if isinstance(image, Image.Image):
-            return _to_pil(self.upscale_picture(_picture_from_pil(image), on_tile), image.mode)
+            return _to_pil(self.upscale_picture(_picture_from_pil(image), on_tile)[0], image.mode)
         array = np.asarray(image)
-        return _to_array(self.upscale_picture(_picture_from_array(array), on_tile), array)
+        return _to_array(self.upscale_picture(_picture_from_array(array), on_tile)[0], array)
 
 
 def _picture_from_array(array: np.ndarray) -> Picture:

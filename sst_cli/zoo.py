@@ -1,20 +1,26 @@
-"""The SST model zoo: one typed table, one factory.
+"""The model zoo: one typed table of names, one factory.
 
-Hyper-parameters and parameter counts are those of the authors' option files (commit bcd6132).
-A ``+`` variant has exactly the shapes of its base; only its window sizes differ, which is why
-window sizes come from the variant name and can never be read from a checkpoint.
+Each entry names an architecture (a room of ``archs``) and its constructor keywords; the weights'
+whereabouts are data in ``weights/manifest.json`` (``hub.py``). SST hyper-parameters and parameter counts
+are those of the authors' option files (commit bcd6132). A ``+`` variant has exactly the shapes of its
+base; only its window sizes differ, which is why window sizes come from the variant name and can never
+be read from a checkpoint.
 
-Besides the seven official variants (the paper's weights, from the hub), the zoo has entries whose
-weights sst-cli trained itself, such as ``sst-light-291``: an official architecture (``base``) with
-other weights. They get their own names so that an official name always means the paper's weights.
+Besides the official variants (the paper's weights), the zoo has entries whose weights sst-cli trained
+itself, such as ``sst-light-291``: an official architecture (``base``) with other weights. They get their
+own names so that an official name always means the paper's weights.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
-from .archs.sst import SST, SSTConfig
 from .errors import ConfigError
+
+if TYPE_CHECKING:  # the networks (torch) load on first use: listing the zoo stays instant
+    from .archs import ArchConfig, SRNetwork
 
 SCALES = (2, 3, 4)
 
@@ -25,59 +31,76 @@ WINDOWS_PLUS = (16, 32, 48, 32, 48, 96)
 
 @dataclass(frozen=True)
 class Variant:
-    """One zoo entry; ``params`` maps scale to the published parameter count.
+    """One zoo entry: ``arch`` (a key of ``archs.ARCHITECTURES``) with ``kwargs``, its constructor keywords
+    except the scale; ``params`` maps scale to the published parameter count.
 
-    ``base`` is None for the official variants; for entries whose weights sst-cli trained, it names
-    the official variant whose architecture they use, and ``note`` says where the weights come from.
+    ``base`` is None for the official variants; for entries whose weights sst-cli trained, it names the
+    official variant whose architecture they use, and ``note`` says where the weights come from.
     """
 
     name: str
     title: str
-    dim: int
-    n_blocks: int
-    window_sizes: tuple[int, ...]
-    heads: int
-    ranks: tuple[int, ...]
-    exp_ratio: float
-    upsampler_type: str
-    intermediate_dim: int
+    arch: str
+    kwargs: Mapping[str, Any]
     params: dict[int, int]
     base: str | None = None
     note: str = "the paper's weights (authors' checkpoints)"
+    scales: tuple[int, ...] = field(default=SCALES)
 
     @property
     def official(self) -> bool:
         """True for the paper's variants; False for entries with weights trained by sst-cli."""
         return self.base is None
 
-    def config(self, scale: int) -> SSTConfig:
-        check_scale(scale)
-        return SSTConfig(
-            dim=self.dim,
-            window_sizes=self.window_sizes,
-            num_heads=(self.heads,) * len(self.window_sizes),
-            n_blocks=self.n_blocks,
-            exp_ratio=self.exp_ratio,
-            upscaling_factor=scale,
-            upsampler_type=self.upsampler_type,
-            ranks=self.ranks,
-            intermediate_dim=self.intermediate_dim,
-        )
+    def config(self, scale: int) -> ArchConfig:
+        """Validated constructor config at ``scale``."""
+        from .archs import get_architecture
+
+        if scale not in self.scales:
+            raise ConfigError(f"{self.name} exists at x{' / x'.join(map(str, self.scales))}, not x{scale}")
+        arch = get_architecture(self.arch)
+        return arch.make_config({**self.kwargs, arch.scale_key: scale})
+
+
+def _sst(
+    name: str,
+    title: str,
+    dim: int,
+    n_blocks: int,
+    windows: tuple[int, ...],
+    heads: int,
+    ranks: tuple[int, ...],
+    exp_ratio: float,
+    upsampler: str,
+    intermediate: int,
+    params: dict[int, int],
+) -> Variant:
+    kwargs = {
+        "dim": dim,
+        "window_sizes": windows,
+        "num_heads": (heads,) * len(windows),
+        "n_blocks": n_blocks,
+        "exp_ratio": exp_ratio,
+        "upsampler_type": upsampler,
+        "ranks": ranks,
+        "intermediate_dim": intermediate,
+    }
+    return Variant(name, title, "sst", kwargs, params)
 
 
 def _light(name: str, title: str, windows: tuple[int, ...]) -> Variant:
     counts = {2: 893_340, 3: 899_835, 4: 908_928}
-    return Variant(name, title, 48, 5, windows, 3, (16, 16, 16, 24, 24, 24), 1.5, "pixelshuffle_direct", 64, counts)
+    return _sst(name, title, 48, 5, windows, 3, (16, 16, 16, 24, 24, 24), 1.5, "pixelshuffle_direct", 64, counts)
 
 
 def _base(name: str, title: str, windows: tuple[int, ...]) -> Variant:
     counts = {2: 11_676_707, 3: 11_861_347, 4: 12_119_843}
-    return Variant(name, title, 180, 6, windows, 6, (18, 18, 18, 34, 34, 34), 1.25, "pixelshuffle", 64, counts)
+    return _sst(name, title, 180, 6, windows, 6, (18, 18, 18, 34, 34, 34), 1.25, "pixelshuffle", 64, counts)
 
 
 def _large(name: str, title: str, windows: tuple[int, ...]) -> Variant:
     counts = {2: 20_314_947, 3: 20_730_147, 4: 21_311_427}
-    return Variant(name, title, 192, 8, windows, 6, (16, 16, 16, 32, 32, 32), 2.0, "pixelshuffle", 96, counts)
+    return _sst(name, title, 192, 8, windows, 6, (16, 16, 16, 32, 32, 32), 2.0, "pixelshuffle", 96, counts)
 
 
 def _ours(base: Variant, name: str, title: str, note: str) -> Variant:
@@ -85,7 +108,7 @@ def _ours(base: Variant, name: str, title: str, note: str) -> Variant:
     return replace(base, name=name, title=title, base=base.name, note=note)
 
 
-_XL_PLUS = Variant(
+_XL_PLUS = _sst(
     "sst-xl+", "SST-XL+", 224, 10, WINDOWS_PLUS, 7, (16, 16, 16, 32, 32, 32), 2.0, "pixelshuffle", 96,
     {2: 33_892_195, 3: 34_307_395, 4: 34_888_675},
 )  # fmt: skip
@@ -127,6 +150,9 @@ def get_variant(name: str) -> Variant:
     return variant
 
 
-def create_model(name: str, scale: int) -> SST:
+def create_model(name: str, scale: int) -> SRNetwork:
     """An untrained network of a zoo variant (works under ``torch.device('meta')``)."""
-    return SST(**get_variant(name).config(scale).to_kwargs())
+    from .archs import get_architecture
+
+    variant = get_variant(name)
+    return get_architecture(variant.arch).build(variant.config(scale))

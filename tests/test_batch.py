@@ -18,6 +18,7 @@ from sst_cli.batch import (
     BatchInterrupted,
     Job,
     Naming,
+    WriteOptions,
     check_template,
     discover_inputs,
     plan_output,
@@ -185,13 +186,13 @@ def test_existing_outputs_fail_are_skipped_or_overwritten(upscaler: Upscaler) ->
     assert [r.status for r in first.files] == ["failed", "done"]
     assert "already exists" in (first.files[0].reason or "") and first.files[0].error_type == "OutputExists"
     assert Path("out/a_nn_x2.png").read_bytes() == b"old"
-    again = run_batch(jobs, upscaler, naming=naming(folder=Path("out")), skip_existing=True)
+    again = run_batch(jobs, upscaler, naming=naming(folder=Path("out")), writing=WriteOptions(skip_existing=True))
     assert [r.status for r in again.files] == ["skipped", "skipped"]
-    forced = run_batch(jobs, upscaler, naming=naming(folder=Path("out")), overwrite=True)
+    forced = run_batch(jobs, upscaler, naming=naming(folder=Path("out")), writing=WriteOptions(overwrite=True))
     assert [r.status for r in forced.files] == ["done", "done"]
     assert Image.open("out/a_nn_x2.png").size == (12, 10)
-    with pytest.raises(ConfigError):
-        run_batch(jobs, upscaler, naming=naming(), overwrite=True, skip_existing=True)
+    with pytest.raises(ConfigError, match="exclude each other"):
+        WriteOptions(overwrite=True, skip_existing=True)
 
 
 def test_never_writes_over_an_input(upscaler: Upscaler) -> None:
@@ -199,7 +200,8 @@ def test_never_writes_over_an_input(upscaler: Upscaler) -> None:
     png(Path("in/b.png"))
     before = Path("in/a.png").read_bytes()
     jobs = discover_inputs(["in"])
-    result = run_batch(jobs, upscaler, naming=naming(folder=Path("in"), template="{stem}.{ext}"), overwrite=True)
+    writing = WriteOptions(overwrite=True)
+    result = run_batch(jobs, upscaler, naming=naming(folder=Path("in"), template="{stem}.{ext}"), writing=writing)
     assert [r.status for r in result.files] == ["failed", "failed"]
     assert "is an input file" in (result.files[0].reason or "")
     assert Path("in/a.png").read_bytes() == before
@@ -208,7 +210,8 @@ def test_never_writes_over_an_input(upscaler: Upscaler) -> None:
 def test_two_inputs_with_one_output_name_fail_the_second(upscaler: Upscaler) -> None:
     png(Path("in/a.png"))
     Image.open("in/a.png").save("in/a.tif")  # TIFF input, but --format png makes both a_nn_x2.png
-    result = run_batch(discover_inputs(["in"]), upscaler, naming=naming(folder=Path("out")), format="png")
+    writing = WriteOptions(format="png")
+    result = run_batch(discover_inputs(["in"]), upscaler, naming=naming(folder=Path("out")), writing=writing)
     assert [r.status for r in result.files] == ["done", "failed"]
     assert "already the output of" in (result.files[1].reason or "")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -15,13 +16,12 @@ import pytest
 import torch
 from conftest import DATASETS, needs_datasets
 from PIL import Image
-from safetensors import safe_open
 
-from sst_cli import Upscaler, load_model
+from sst_cli import SSTConfig, Upscaler, load_model
 from sst_cli.checkpoint import read_weights
+from sst_cli.choices import DEFAULT_MODEL, DEFAULT_SCALE
 from sst_cli.errors import WeightsNotFound
 from sst_cli.hub import HubFile, manifest_entry, sha256_of
-from sst_cli.upscaler import DEFAULT_MODEL, DEFAULT_SCALE
 from sst_cli.zoo import get_variant
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,10 +31,9 @@ def test_default_model_is_bundled_labelled_and_carries_its_config() -> None:
     assert (DEFAULT_MODEL, DEFAULT_SCALE) == ("sst-light-291", 4)
     entry = manifest_entry(DEFAULT_MODEL, DEFAULT_SCALE)
     assert entry == ROOT / "weights" / "sst-light-291_x4.safetensors" and entry.is_file()
-    _, config = read_weights(entry)
+    _, meta = read_weights(entry)
+    config = SSTConfig.from_kwargs(json.loads(meta["sst_config"]))
     assert config == get_variant("sst-light").config(4) == get_variant("sst-light-291").config(4)
-    with safe_open(str(entry), framework="pt") as f:
-        meta = f.metadata()
     assert meta["trained_by"] == "sst-cli" and meta["variant"] == "sst-light-291"
     assert "not the paper's" in meta["source"] and "train291" in meta["data"]
     model = load_model("sst-light-291", 4)

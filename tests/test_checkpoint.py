@@ -14,7 +14,8 @@ from safetensors.torch import save_file
 
 from sst_cli import load_model
 from sst_cli.archs.sst import SST, SSTConfig
-from sst_cli.checkpoint import infer_architecture, read_weights
+from sst_cli.archs.sst.infer import infer
+from sst_cli.checkpoint import read_weights
 from sst_cli.errors import CheckpointError, ConfigError, WeightsNotFound
 
 pytestmark = needs_golden
@@ -54,8 +55,8 @@ def test_wrappers_and_prefix(tmp_path: Path, light_state: dict) -> None:
 def test_safetensors_with_stored_config_needs_no_variant(tmp_path: Path, light_state: dict) -> None:
     path = tmp_path / "w.safetensors"
     save_file(light_state, str(path), metadata={"sst_config": json.dumps(golden_config("light_x2"))})
-    _, config = read_weights(path)
-    assert config == SSTConfig.from_kwargs(golden_config("light_x2"))
+    _, metadata = read_weights(path)
+    assert SSTConfig.from_kwargs(json.loads(metadata["sst_config"])) == SSTConfig.from_kwargs(golden_config("light_x2"))
     assert _same(load_model(path), light_state)
 
 
@@ -67,7 +68,7 @@ def test_window_sizes_are_never_guessed(light_state: dict, tmp_path: Path) -> No
 def test_wrong_scale_names_both(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="x2 weights but x4 was requested"):
         load_model(GOLDEN / "light_x2.pth", 4, variant="sst-light")
-    with pytest.raises(ConfigError, match="config is for x3 but x2"):
+    with pytest.raises(ConfigError, match="weights are for x3 but x2 was requested"):
         load_model(GOLDEN / "mini_x3.pth", 2, config=golden_config("mini_x3"))
 
 
@@ -77,13 +78,14 @@ def test_wrong_variant_is_explained_field_by_field() -> None:
 
 
 def test_infers_everything_the_tensors_determine(light_state: dict) -> None:
-    arch = infer_architecture(light_state)
+    arch, complete = infer(light_state)
+    assert not complete  # window sizes are in no tensor
     assert arch == {
         "dim": 48, "n_blocks": 5, "layers_per_block": 6, "num_heads": [3] * 6, "ranks": [16, 16, 16, 24, 24, 24],
         "rib_hidden_dim": 32, "rib_n_freqs": 10, "exp_ratio": 1.5,
         "upsampler_type": "pixelshuffle_direct", "upscaling_factor": 2,
     }  # fmt: skip
-    mini = infer_architecture(torch.load(GOLDEN / "mini_x3.pth", weights_only=True)["params_ema"])
+    mini, _ = infer(torch.load(GOLDEN / "mini_x3.pth", weights_only=True)["params_ema"])
     assert mini["upsampler_type"] == "pixelshuffle" and mini["intermediate_dim"] == 32
     assert mini["upscaling_factor"] == 3 and mini["exp_ratio"] == 1.25 and mini["ranks"] == [6, 6, 6, 10, 10, 10]
 
@@ -113,7 +115,7 @@ def test_truncated_empty_missing_and_unrelated(tmp_path: Path, light_state: dict
     with pytest.raises(WeightsNotFound, match="not found"):
         load_model(tmp_path / "nope.pth", variant="sst-light")
     resnet = {"conv1.weight": torch.zeros(64, 3, 7, 7), "fc.weight": torch.zeros(10, 512)}
-    with pytest.raises(CheckpointError, match="not an SST checkpoint"):
+    with pytest.raises(CheckpointError, match=r"not a checkpoint of an architecture sst-cli knows.*conv1\.weight"):
         load_model(_save(tmp_path / "resnet.pth", resnet), variant="sst-light")
 
 

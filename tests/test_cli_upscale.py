@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from sst_cli.archs.sst import SST
 from sst_cli.cli import app
+from sst_cli.errors import WeightsNotFound
 from sst_cli.image_io import Picture, read_image, write_image
 from sst_cli.upscaler import Upscaler
 
@@ -183,16 +184,16 @@ def test_json_log_lines_parse() -> None:
     ("args", "message"),
     [
         (["--overwrite", "--skip-existing"], "exclude each other"),
-        (["--quality", "0"], "--quality"),
-        (["--format", "gif"], "--format"),
+        (["--quality", "0"], "quality must be between 1 and 100"),
+        (["--format", "gif"], "unknown output format 'gif'"),
         (["--tile", "-8"], "--tile"),
         (["--tile", "big"], "--tile"),
         (["--max-memory", "4X"], "--max-memory"),
-        (["--outscale", "-1"], "--outscale"),
-        (["--precision", "fp16"], "--precision"),
-        (["--attention", "magic"], "--attention"),
-        (["--alpha", "drop"], "--alpha"),
-        (["--batch", "0"], "--batch"),
+        (["--outscale", "-1"], "outscale must be a positive number"),
+        (["--precision", "fp16"], "unknown precision 'fp16'"),
+        (["--attention", "magic"], "unknown attention backend 'magic'"),
+        (["--alpha", "drop"], "unknown alpha mode 'drop'"),
+        (["--batch", "0"], "batch must be at least 1"),
         (["--device", "tpu"], "unknown device"),
         (["--name", "{stem}_{size}.{ext}"], "unknown field"),
         (["-o", "x.png", "--format", "jpg"], "does not match"),
@@ -219,11 +220,15 @@ def test_empty_folder_is_a_clear_error() -> None:
     assert result.exit_code == 2 and "no image files found" in result.stderr
 
 
-def test_debug_shows_the_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SST_DEBUG", "0")  # restored afterwards; --debug sets it
+def test_debug_shows_the_traceback() -> None:
     image("a.png")
-    result = runner.invoke(app, ["upscale", "a.png", "--weights", "nowhere.pth", "--model", "sst-light", "--debug"])
-    assert result.exit_code != 0 and not isinstance(result.exception, SystemExit)
+    args = ["upscale", "a.png", "--weights", "nowhere.pth", "--model", "sst-light"]
+    plain = runner.invoke(app, args)
+    assert plain.exit_code == 1 and "weights file not found: nowhere.pth" in plain.stderr
+    assert isinstance(plain.exception, SystemExit) and "Traceback" not in plain.output
+    debug = runner.invoke(app, ["--debug", *args])
+    assert isinstance(debug.exception, WeightsNotFound) and "nowhere.pth" in str(debug.exception)
+    assert runner.invoke(app, args).exit_code == 1  # --debug does not stick to later commands
 
 
 def test_nan_output_fails_that_file_with_the_fp32_hint(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -236,7 +241,7 @@ def test_nan_output_fails_that_file_with_the_fp32_hint(monkeypatch: pytest.Monke
     monkeypatch.setattr(SST, "forward", nan_forward)
     result = sst("a.png", "--precision", "bf16", "-q")
     assert result.exit_code == 1
-    assert "NaN" in result.stderr and "--precision fp32" in result.stderr
+    assert "NaN" in result.stderr and "try precision fp32" in result.stderr
     assert files_under(".") == ["a.png"]
 
 

@@ -448,7 +448,7 @@ def test_temporary_file_is_hidden_beside_target(tmp_path: Path, monkeypatch: pyt
     write_image(tmp_path / "out.png", _picture())
     ((src, dst),) = seen
     assert os.path.dirname(src) == str(tmp_path) and os.path.basename(src).startswith(".")
-    assert ".sst-tmp" in os.path.basename(src) and dst == str(tmp_path / "out.png")
+    assert os.path.basename(src).endswith(".sst-tmp") and os.fspath(dst) == str(tmp_path / "out.png")
 
 
 def test_missing_folder_is_an_image_error(tmp_path: Path) -> None:

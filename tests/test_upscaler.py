@@ -13,7 +13,7 @@ from PIL import Image
 
 from sst_cli import SST, SSTConfig, Upscaler
 from sst_cli.errors import ConfigError, NonFiniteOutput
-from sst_cli.upscaler import exact_fp32
+from sst_cli.runtime import fp32_mode
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -54,34 +54,34 @@ def _relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
 def test_exact_tiling_matches_whole_image_tiny_model() -> None:
     model = _tiny_sst()
     x = _chw(_photo(64, 96))
-    whole = Upscaler(model, tile=0).run(x)
+    whole = Upscaler(model, tile=0).run(x).image
     up = Upscaler(model, tile=32, exact=True)
     plan = up.plan(64, 96)
     assert plan.tile == 32 and plan.overlap == 48 and not plan.blend  # context 39 rounded up to L = 16
-    assert _relative_error(up.run(x), whole) <= 1e-6  # float32 rounding only (kernels see other sizes)
+    assert _relative_error(up.run(x).image, whole) <= 1e-6  # float32 rounding only (kernels see other sizes)
     # with too little context the cut shows
-    assert _relative_error(Upscaler(model, tile=32, tile_overlap=16).run(x), whole) > 1e-3
+    assert _relative_error(Upscaler(model, tile=32, tile_overlap=16).run(x).image, whole) > 1e-3
 
 
 @needs_golden
 def test_exact_tiling_is_identical_to_whole_image_golden_model() -> None:
     model = Upscaler("sst-light", weights=GOLDEN / "mini_x3.pth", config=golden_config("mini_x3"), tile=0).model
     x = _chw(_photo(48, 256))  # the first tile's context ends at 224 < 256: a real cut
-    whole = Upscaler(model, tile=0).run(x)
+    whole = Upscaler(model, tile=0).run(x).image
     up = Upscaler(model, tile=64, exact=True)
     assert up.plan(48, 256).overlap == 160
-    assert torch.equal(up.run(x), whole)
+    assert torch.equal(up.run(x).image, whole)
 
 
 @needs_golden
 def test_default_overlap_is_seamless_on_a_real_photo() -> None:
     model = Upscaler("sst-light", weights=GOLDEN / "mini_x3.pth", config=golden_config("mini_x3"), tile=0).model
     x = _chw(_photo(64, 128))
-    whole = Upscaler(model, tile=0).run(x)
+    whole = Upscaler(model, tile=0).run(x).image
     tiled = Upscaler(model, tile=32)
     assert tiled.plan(64, 128).overlap == 32  # 1 x L
-    assert _psnr(tiled.run(x), whole) >= 45.0
-    no_overlap = Upscaler(model, tile=32, tile_overlap=0).run(x)
+    assert _psnr(tiled.run(x).image, whole) >= 45.0
+    no_overlap = Upscaler(model, tile=32, tile_overlap=0).run(x).image
     assert _psnr(no_overlap, whole) < 45.0  # the threshold is meaningful: no context shows seams
 
 
@@ -105,7 +105,7 @@ def test_out_of_memory_halves_the_tile_and_reports_it(monkeypatch: pytest.Monkey
     messages: list[str] = []
     up = Upscaler(_tiny_sst(), tile=64, tile_overlap=16, on_message=messages.append)
     x = _chw(_photo(70, 90))
-    expected = Upscaler(up.model, tile=32, tile_overlap=16).run(x)
+    expected = Upscaler(up.model, tile=32, tile_overlap=16).run(x).image
     real = up._forward
 
     def limited(batch: torch.Tensor) -> torch.Tensor:
@@ -114,10 +114,9 @@ def test_out_of_memory_halves_the_tile_and_reports_it(monkeypatch: pytest.Monkey
         return real(batch)
 
     monkeypatch.setattr(up, "_forward", limited)
-    out = up.run(x)
-    assert up.last_tile == 32
-    oom = [m for m in messages if "out of memory" in m]  # the first message says which attention kernel runs
-    assert oom and "32" in oom[0]
+    out, used = up.run(x)
+    assert used == 32
+    assert messages == ["out of memory: retrying with 32px tiles"]
     assert torch.equal(out, expected)
 
 
@@ -196,8 +195,8 @@ def test_bad_options_are_named(kwargs: dict, message: str) -> None:
 
 def test_fp32_on_cuda_turns_tf32_off_only_while_running() -> None:
     before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    with exact_fp32(torch.device("cuda"), torch.float32):
+    with fp32_mode(torch.device("cuda"), torch.float32):
         assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
     assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == before
-    with exact_fp32(torch.device("cuda"), torch.bfloat16):
+    with fp32_mode(torch.device("cuda"), torch.bfloat16):
         assert torch.backends.cudnn.allow_tf32 == before[0]

@@ -69,7 +69,7 @@ def test_names_are_case_insensitive_and_unknown_ones_list_choices() -> None:
     assert get_variant(" SST-L+ ").name == "sst-l+"
     with pytest.raises(ConfigError, match="sst-light, sst-light\\+"):
         get_variant("sst-huge")
-    with pytest.raises(ConfigError, match="scale must be one of 2, 3, 4"):
+    with pytest.raises(ConfigError, match="sst exists at x2 / x3 / x4, not x8"):
         create_model("sst", 8)
 
 

@@ -1,1 +1,50 @@
-"""The networks sst-cli runs, one room per architecture, and the attention kernels they share."""
+"""The networks sst-cli runs, one room per architecture, and the table that recognises their checkpoints.
+
+Adding an architecture: a new room exporting an ``Architecture`` (see ``base.py``) and one line here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from ..errors import CheckpointError
+from .base import ArchConfig, Architecture, ModelDescriptor, SRNetwork, describe, network_of
+from .sst import ARCH as SST_ARCH
+
+ARCHITECTURES: dict[str, Architecture] = {arch.name: arch for arch in (SST_ARCH,)}
+
+
+def get_architecture(name: str) -> Architecture:
+    try:
+        return ARCHITECTURES[name]
+    except KeyError:
+        raise CheckpointError(f"unknown architecture {name!r}; known: {', '.join(ARCHITECTURES)}") from None
+
+
+def detect_architecture(state: Mapping[str, torch.Tensor], source: str) -> Architecture:
+    """The one architecture whose keys these are; otherwise a CheckpointError saying what the keys look like."""
+    found = [arch for arch in ARCHITECTURES.values() if arch.detect(state)]
+    if len(found) == 1:
+        return found[0]
+    if found:  # two rooms claiming one file is a bug in their detect functions
+        raise CheckpointError(f"{source}: the keys fit several architectures ({', '.join(a.title for a in found)})")
+    sample = ", ".join(list(state)[:4])
+    known = ", ".join(arch.title for arch in ARCHITECTURES.values())
+    raise CheckpointError(
+        f"{source}: not a checkpoint of an architecture sst-cli knows ({known}); its first keys are {sample}"
+    )
+
+
+__all__ = [
+    "ARCHITECTURES",
+    "ArchConfig",
+    "Architecture",
+    "ModelDescriptor",
+    "SRNetwork",
+    "describe",
+    "detect_architecture",
+    "get_architecture",
+    "network_of",
+]

@@ -30,9 +30,9 @@ from functools import cache
 import torch
 import torch.nn.functional as F
 
+from ..choices import BACKENDS
 from ..errors import ConfigError
 
-BACKENDS = ("auto", "sdpa", "sdpa-flash", "sdpa-cudnn", "flash-attn", "fa3", "math")
 KERNEL_LINE_PREFIX = "attention kernel: "  # the descriptive line (front ends show it on request)
 NOTICE_PREFIX = "attention: "  # a requested kernel fell back (front ends always show it)
 

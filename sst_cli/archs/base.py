@@ -10,13 +10,14 @@ nothing else. A third architecture is one new room plus one line in ``archs.ARCH
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 from torch import nn
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, ConfigError
 
 StateDict = Mapping[str, torch.Tensor]
 
@@ -69,6 +70,11 @@ class SRNetwork(nn.Module):
         """Rough peak activation memory of one forward pass (no grad) on a ``height x width`` input."""
         raise NotImplementedError
 
+    def reference_path(self) -> AbstractContextManager[nn.Module]:
+        """A context in which the network runs the plain way of its authors' code (the baseline of ``sst bench
+        --reference``); the same function, so outputs agree to rounding."""
+        raise ConfigError(f"{type(self).__name__} has no reference path to compare with")
+
     def set_attention_backend(self, backend: str) -> None:
         """Choose the attention kernel (a runtime choice; what the network computes stays the same)."""
         from .attention import check_backend
@@ -80,10 +86,17 @@ class SRNetwork(nn.Module):
                 module.backend = backend
 
 
+def network_of(model: nn.Module) -> nn.Module:
+    """The network itself, also when ``torch.compile`` wrapped it."""
+    inner = getattr(model, "_orig_mod", None)
+    return inner if isinstance(inner, nn.Module) else model
+
+
 def describe(model: nn.Module) -> ModelDescriptor:
     """A network's own descriptor; a foreign module with a ``scale`` attribute gets a generic one."""
-    if isinstance(model, SRNetwork):
-        return model.describe()
+    network = network_of(model)
+    if isinstance(network, SRNetwork):
+        return network.describe()
     scale = getattr(model, "scale", None)
     if not isinstance(scale, int) or scale < 1:
         raise TypeError(f"{type(model).__name__} does not say its scale: give it an integer 'scale' attribute")
@@ -98,6 +111,7 @@ class Architecture:
     the tensors determine, and whether they are all of them (SST's window sizes, for one, are not in any
     tensor). ``make_config(kwargs)``: validated config (unknown keys refused by name). ``check(inferred,
     config, source)``: raise a readable CheckpointError where the file and the config disagree.
+    ``undetermined``: what the tensors never say (named in the error when no config is given), if anything.
     ``scale_key``: the keyword holding the upscaling factor. ``config_key``: the safetensors metadata key
     under which sst-cli stores the keywords of files it writes.
     """
@@ -110,6 +124,7 @@ class Architecture:
     make_config: Callable[[Mapping[str, Any]], ArchConfig]
     build: Callable[[ArchConfig], SRNetwork]
     check: Callable[[Mapping[str, Any], ArchConfig, str], None] | None = None
+    undetermined: str = ""
 
     @property
     def config_key(self) -> str:

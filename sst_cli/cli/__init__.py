@@ -1,4 +1,8 @@
-"""Command-line interface: the only place that imports typer and rich. It only calls the API."""
+"""Command-line interface: the only place that imports typer and rich. It only calls the API.
+
+Command modules import the library inside their commands, so that ``sst --help``, ``--version`` and
+option errors answer without importing torch.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import typer
 
 from .. import __version__
 from . import bench, evaluate, models, train, upscale
-from .output import console
+from .output import console, set_debug
 
 HELP = """Upscale images with SST, the Scalable SR Transformer.
 
@@ -27,6 +31,8 @@ Examples:
   sst eval --model bicubic --dataset Set5 --scale 4 --data-root datasets/
 
   sst bench --device cuda --reference        (speed and memory, the paper's protocol)
+
+  sst --debug upscale photo.png              (tracebacks instead of one-line errors)
 """
 
 app = typer.Typer(help=HELP, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None)
@@ -48,8 +54,10 @@ def root(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
     ] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")] = False,
 ) -> None:
     """Upscale images with SST."""
+    set_debug(debug)
 
 
 def main() -> None:

@@ -3,37 +3,19 @@
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
-from ..archs.attention import BACKENDS
-from ..bench import (
-    BENCH_PRECISIONS,
-    COMPILE_MODES,
-    BenchReport,
-    BenchSettings,
-    quick_cpu_settings,
-    run_bench,
-)
-from ..upscaler import resolve_device
+from ..errors import ConfigError
 from ..zoo import VARIANTS
-from .output import DeviceOption, console, err_console, fail, handle_errors
-from .upscale import parse_tile
+from ._options import DeviceOption, parse_tile, parse_wxh
+from .output import console, err_console, handle_errors
 
-_SIZE = re.compile(r"\s*(\d+)\s*[xX]\s*(\d+)\s*")
-
-
-def parse_wxh(text: str, option: str) -> tuple[int, int]:
-    """'1280x720' -> (1280, 720); a usage error (exit 2) otherwise."""
-    match = _SIZE.fullmatch(text)
-    if not match or min(int(match[1]), int(match[2])) < 1:
-        raise fail(f"{option} must be WIDTHxHEIGHT in pixels, e.g. 1280x720, got {text!r}", 2)
-    return int(match[1]), int(match[2])
+if TYPE_CHECKING:
+    from ..bench import BenchReport, BenchSettings
 
 
 def _settings(
@@ -55,26 +37,16 @@ def _settings(
     channels_last: str = "auto",
 ) -> tuple[BenchSettings, bool]:
     """The paper's protocol on a GPU; quick defaults on the CPU. Returns the settings and whether CPU defaults apply."""
-    if attention not in BACKENDS:
-        raise fail(f"unknown --attention {attention!r}; choose one of {', '.join(BACKENDS)}", 2)
-    if compile_mode not in COMPILE_MODES:
-        raise fail(f"unknown --compile {compile_mode!r}; choose one of {', '.join(COMPILE_MODES)}", 2)
-    for precision in precisions or ():
-        if precision not in BENCH_PRECISIONS:
-            raise fail(f"unknown --precision {precision!r}; choose {' or '.join(BENCH_PRECISIONS)}", 2)
-    try:
-        parsed_tile = parse_tile(tile)
-    except ValueError:
-        raise fail(f"--tile must be auto, 0 (whole image) or a tile size in pixels, got {tile!r}", 2) from None
-    if input_image is not None and not input_image.is_file():
-        raise fail(f"--input {input_image} is not a file", 2)
+    from ..bench import BenchSettings, quick_cpu_settings
+    from ..runtime import resolve_device
+
     layouts = {"auto": None, "on": True, "off": False}
     if channels_last not in layouts:
-        raise fail(f"unknown --channels-last {channels_last!r}; choose auto, on or off", 2)
+        raise ConfigError(f"unknown --channels-last {channels_last!r}; choose auto, on or off")
     cpu = resolve_device(device).type != "cuda"
     given: dict[str, Any] = {"device": device, "attention": attention, "reference": reference, "tf32": tf32}
-    given |= {"tile": parsed_tile, "compile": compile_mode, "input": None if input_image is None else str(input_image)}
-    given["channels_last"] = layouts[channels_last]
+    given |= {"tile": parse_tile(tile), "compile": compile_mode, "channels_last": layouts[channels_last]}
+    given["input"] = None if input_image is None else str(input_image)
     if models:
         given["models"] = tuple(m.strip().lower() for m in models)
     if scales:
@@ -91,9 +63,9 @@ def _settings(
     if size is not None:
         given["size"] = parse_wxh(size, "--size")
     quick = cpu and not models and size is None and runs is None
-    settings = quick_cpu_settings(**given) if quick else BenchSettings(**given)
     if quick and tiled is not None:
-        settings = replace(settings, size=None)
+        given["size"] = None
+    settings = quick_cpu_settings(**given) if quick else BenchSettings(**given)
     return settings, quick
 
 
@@ -253,8 +225,11 @@ def bench(
             markup=False,
             soft_wrap=True,
         )
+    from ..bench import run_bench
+    from ..files import atomic_write_text
+
     report = run_bench(settings, on_progress=lambda text: err_console.print(f"running {text}", style="dim"))
     print_report(report)
     if json_path is not None:
-        json_path.write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+        atomic_write_text(json_path, json.dumps(report.to_dict(), indent=2) + "\n")
         err_console.print(f"wrote {json_path}", markup=False)

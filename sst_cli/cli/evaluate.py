@@ -5,73 +5,32 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from ..archs.attention import BACKENDS
-from ..evaluate import PROTOCOL, DatasetResult, SrFunction, bicubic, check_pairs, evaluate_dataset, find_dataset
-from ..evaluate import network_sr as make_network_sr
-from ..published import published
-from ..upscaler import DEFAULT_MODEL, DEFAULT_SCALE, PRECISIONS, Upscaler
-from ..zoo import check_scale, get_variant
-from .output import (
+from ..choices import DEFAULT_MODEL, DEFAULT_SCALE
+from ._options import (
     AttentionOption,
+    BatchOption,
     ConfigOption,
     DeviceOption,
+    ExactOption,
     HubRepoOption,
+    MaxMemoryOption,
     PrecisionOption,
+    TileOverlapOption,
     WeightsOption,
-    console,
-    err_console,
-    fail,
-    handle_errors,
+    parse_size,
+    parse_tile,
 )
-from .upscale import parse_size, parse_tile
+from .output import console, err_console, handle_errors
 
-BICUBIC = "bicubic"
-
-
-def _check_options(
-    model: str | None, weights: str | None, config: str | None, scales: list[int], self_ensemble: bool,
-    precision: str, attention: str, tile: str, batch: int, tile_overlap: int | None,
-) -> None:  # fmt: skip
-    if _is_bicubic(model):
-        if weights or config:
-            raise fail("--model bicubic takes no --weights or --config", 2)
-        if self_ensemble:
-            raise fail("--self-ensemble needs a network, not --model bicubic", 2)
-        for s in scales:
-            if s < 2:
-                raise fail(f"--scale must be 2 or more, got {s}", 2)
-        return
-    if config is not None and weights is None:
-        raise fail("--config describes an architecture; give the weights to load into it with --weights", 2)
-    if config is None and model is not None:
-        get_variant(model)
-    for s in scales:
-        check_scale(s)
-    if precision not in PRECISIONS:
-        raise fail(f"unknown --precision {precision!r}; choose one of {', '.join(PRECISIONS)}", 2)
-    if attention not in BACKENDS:
-        raise fail(f"unknown --attention {attention!r}; choose one of {', '.join(BACKENDS)}", 2)
-    try:
-        parse_tile(tile)
-    except ValueError:
-        raise fail(f"--tile must be auto, 0 (whole image) or a tile size in pixels, got {tile!r}", 2) from None
-    if tile_overlap is not None and tile_overlap < 0:
-        raise fail(f"--tile-overlap must be 0 or more, got {tile_overlap}", 2)
-    if batch < 1:
-        raise fail(f"--batch must be at least 1, got {batch}", 2)
-
-
-def _is_bicubic(model: str | None) -> bool:
-    return model is not None and model.strip().lower() == BICUBIC
+if TYPE_CHECKING:
+    from ..evaluate import DatasetResult
 
 
 def _fmt(value: float | None, digits: int) -> str:
@@ -79,6 +38,8 @@ def _fmt(value: float | None, digits: int) -> str:
 
 
 def _table(results: list[DatasetResult], rgb: bool, label: str) -> Table:
+    from ..published import published
+
     table = Table(title=f"{label}: PSNR (dB) / SSIM on the Y channel")
     for name in ("dataset", "scale", "images", "PSNR-Y", "SSIM-Y"):
         table.add_column(name, justify="left" if name == "dataset" else "right")
@@ -100,7 +61,9 @@ def _table(results: list[DatasetResult], rgb: bool, label: str) -> Table:
     return table
 
 
-def _report(results: list[DatasetResult], options: dict) -> dict:
+def _report(results: list[DatasetResult], options: dict, protocol: dict[str, str]) -> dict:
+    from ..published import published
+
     entries = []
     for r in results:
         entry = r.to_dict()
@@ -108,7 +71,7 @@ def _report(results: list[DatasetResult], options: dict) -> dict:
         if paper is not None:
             entry["published"] = {"psnr_y": paper.psnr, "ssim_y": paper.ssim, "source": paper.source}
         entries.append(entry)
-    return {"results": entries, "protocol": {**PROTOCOL, **options}}
+    return {"results": entries, "protocol": {**protocol, **options}}
 
 
 def _csv_text(results: list[DatasetResult], rgb: bool) -> str:
@@ -123,19 +86,6 @@ def _csv_text(results: list[DatasetResult], rgb: bool) -> str:
                 row += [f"{s.psnr_rgb:.6f}", f"{s.ssim_rgb:.6f}"]
             writer.writerow(row)
     return buffer.getvalue()
-
-
-def _write_text(path: Path, text: str) -> None:
-    """Write a report atomically: a failed or interrupted run leaves no half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @handle_errors
@@ -174,76 +124,57 @@ def eval_command(
     precision: PrecisionOption = "auto",
     attention: AttentionOption = "auto",
     tile: Annotated[str, typer.Option("--tile", help="0 (whole image, default), auto or a tile side.")] = "0",
-    tile_overlap: Annotated[int | None, typer.Option("--tile-overlap", help="Context pixels around tiles.")] = None,
-    exact: Annotated[bool, typer.Option("--exact", help="Tiles overlap by the full receptive field.")] = False,
-    batch: Annotated[int, typer.Option("--batch", help="Tiles per forward pass.")] = 1,
-    max_memory: Annotated[
-        str | None, typer.Option("--max-memory", help="Memory budget for --tile auto, e.g. 4G.")
-    ] = None,
+    tile_overlap: TileOverlapOption = None,
+    exact: ExactOption = False,
+    batch: BatchOption = 1,
+    max_memory: MaxMemoryOption = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Measure PSNR/SSIM on benchmark sets with the standard SR protocol (Y channel, border = scale).
 
     Example: sst eval --model bicubic --dataset Set5 --dataset Set14 --scale 2 --scale 4 --data-root datasets/
     """
-    scales = list(dict.fromkeys(scale or []))
-    _check_options(model, weights, config, scales, self_ensemble, precision, attention, tile, batch, tile_overlap)
-    memory = None
-    if max_memory is not None:
-        try:
-            memory = parse_size(max_memory)
-        except ValueError:
-            raise fail(f"--max-memory must be a size such as 4G or 512M, got {max_memory!r}", 2) from None
-    is_bicubic = _is_bicubic(model)
-    datasets = [find_dataset(spec, data_root) for spec in dict.fromkeys(dataset)]
+    from ..errors import ConfigError
+    from ..evaluate import BICUBIC, PROTOCOL, EvalSettings, model_label, run_evaluation
+    from ..files import atomic_write_text
+    from ..loader import ModelSpec
+    from ..upscaler import UpscaleOptions
 
-    def load(s: int | None) -> Upscaler:
-        return Upscaler(
-            None if config else model, s, weights=weights, config=config, hub_repo=hub_repo, device=device,
-            precision=precision, attention=attention, tile=parse_tile(tile), tile_overlap=tile_overlap,
-            exact=exact, batch=batch, max_memory=memory,
-        )  # fmt: skip
-
-    first: Upscaler | None = None
-    if not scales:
-        if weights is not None and not is_bicubic:
-            first = load(None)  # the weights say which scale they are
-            scales = [first.scale]
-        else:
-            scales = [DEFAULT_SCALE]
-    for s in scales:
-        for ds in datasets:
-            check_pairs(ds, s)  # every file checked before the first forward pass
-
-    if is_bicubic:
-        label = BICUBIC
-    elif weights:
-        label = Path(weights.split("@", 1)[0]).stem
-    else:
-        label = (model or DEFAULT_MODEL).strip().lower()
-    results: list[DatasetResult] = []
-    total = sum(len(ds.hr_files) for ds in datasets) * len(scales)
+    is_bicubic = model is not None and model.strip().lower() == BICUBIC
+    if is_bicubic and (weights or config):
+        raise ConfigError("--model bicubic takes no --weights or --config")
+    options = UpscaleOptions(
+        device=device,
+        precision=precision,
+        attention=attention,
+        tile=parse_tile(tile),
+        tile_overlap=tile_overlap,
+        exact=exact,
+        batch=batch,
+        max_memory=parse_size(max_memory),
+    )
+    chosen = BICUBIC if is_bicubic else ModelSpec(None if config else model, None, weights, config, hub_repo)
+    settings = EvalSettings(
+        datasets=tuple(dataset),
+        models=(chosen,),
+        scales=tuple(scale or ()),
+        options=options,
+        data_root=data_root,
+        rgb=rgb,
+        self_ensemble=self_ensemble,
+        save_images=save_images,
+    )
+    label = model_label(chosen)
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
         console=err_console, disable=quiet, transient=True,
     ) as progress:  # fmt: skip
-        task = progress.add_task("evaluating", total=total)
-        for s in scales:
-            upscaler: Upscaler | None = None
-            if not is_bicubic:
-                upscaler = first if first is not None and first.scale == s else load(s)
-                first = None
-            sr: SrFunction = bicubic if upscaler is None else make_network_sr(upscaler.run, self_ensemble=self_ensemble)
-            for ds in datasets:
-                progress.update(task, description=f"{ds.name} x{s}")
-                results.append(
-                    evaluate_dataset(
-                        sr, ds, s, label, rgb=rgb, save_dir=save_images, on_image=lambda _: progress.advance(task)
-                    )
-                )
-
-    order = {ds.name: i for i, ds in enumerate(datasets)}
-    results.sort(key=lambda r: (order[r.dataset], r.scale))  # one dataset's scales together
+        task = progress.add_task("evaluating", total=None)
+        results = run_evaluation(
+            settings,
+            on_start=lambda total: progress.update(task, total=total),
+            on_image=lambda name, s, _score: progress.update(task, advance=1, description=f"{name} x{s}"),
+        )
     console.print(_table(results, rgb, label))
     ensemble = ", self-ensemble x8" if self_ensemble else ""
     console.print(
@@ -252,8 +183,8 @@ def eval_command(
         "LR from LR_bicubic/ when present, else MATLAB bicubic.[/]",
         soft_wrap=True,
     )
-    options = {"self_ensemble": self_ensemble, "tile": tile if not is_bicubic else None}
+    report_options = {"self_ensemble": self_ensemble, "tile": tile if not is_bicubic else None}
     if json_path is not None:
-        _write_text(json_path, json.dumps(_report(results, options), indent=2) + "\n")
+        atomic_write_text(json_path, json.dumps(_report(results, report_options, PROTOCOL), indent=2) + "\n")
     if csv_path is not None:
-        _write_text(csv_path, _csv_text(results, rgb))
+        atomic_write_text(csv_path, _csv_text(results, rgb))

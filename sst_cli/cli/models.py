@@ -11,7 +11,8 @@ from rich.table import Table
 from .. import hub
 from ..errors import WeightsNotFound
 from ..zoo import SCALES, VARIANTS, get_variant
-from .output import HubRepoOption, console, handle_errors
+from ._options import HubRepoOption
+from .output import console, handle_errors
 
 app = typer.Typer(help="List, inspect and download pretrained SST weights.", no_args_is_help=False)
 
@@ -34,14 +35,14 @@ def list_models(ctx: typer.Context) -> None:
     if ctx.invoked_subcommand is not None:
         return
     table = Table(title="SST model zoo")
-    columns = ("model", "params x2 / x3 / x4", "window sizes", "blocks", "dim", "weights x2 / x3 / x4", "weights by")
+    columns = ("model", "architecture", "params x2 / x3 / x4", "weights x2 / x3 / x4", "weights by")
     for column in columns:
-        table.add_column(column)
+        table.add_column(column, no_wrap=column == "model")
     for name, v in VARIANTS.items():
-        params = " / ".join(f"{v.params[s] / 1e6:.2f}M" for s in SCALES)
-        status = " / ".join(weights_status(name, s) for s in SCALES)
+        params = " / ".join(f"{v.params[s] / 1e6:.2f}M" if s in v.params else "-" for s in SCALES)
+        status = " / ".join(weights_status(name, s) if s in v.scales else "-" for s in SCALES)
         origin = "the paper's authors" if v.official else v.note
-        table.add_row(name, params, " ".join(map(str, v.window_sizes)), str(v.n_blocks), str(v.dim), status, origin)
+        table.add_row(name, v.arch.upper(), params, status, origin)
     console.print(table)
     console.print(
         "bundled: shipped with sst-cli; cached: in the Hugging Face cache; hub: downloaded on first use; "
@@ -58,20 +59,11 @@ def info(name: Annotated[str, typer.Argument(help="Zoo name, e.g. sst-l+.")]) ->
     rows: dict[str, object] = {"weights": v.note}
     if v.base is not None:
         rows["architecture"] = f"{v.base} (identical)"
-    rows |= {
-        "dim": v.dim,
-        "residual groups": v.n_blocks,
-        "window sizes": list(v.window_sizes),
-        "heads": v.heads,
-        "RIB ranks": list(v.ranks),
-        "FFN expansion": v.exp_ratio,
-        "upsampler": v.upsampler_type,
-    }
-    if v.upsampler_type == "pixelshuffle":
-        rows["upsampler width"] = v.intermediate_dim
+    rows["architecture"] = v.arch.upper() if v.base is None else rows["architecture"]
+    rows |= {key: list(value) if isinstance(value, tuple) else value for key, value in v.kwargs.items()}
     for key, value in rows.items():
         console.print(f"  {key:<16} {value}", markup=False)
-    for scale in SCALES:
+    for scale in v.scales:
         try:
             entry = hub.manifest_entry(v.name, scale)
         except WeightsNotFound:

@@ -1,16 +1,14 @@
-"""The one place that prints: consoles, the error map, and options shared by several commands."""
+"""The one place that prints: consoles and the error map (tracebacks only with ``sst --debug``)."""
 
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
 
-from ..archs.attention import BACKENDS
 from ..errors import SstError
 
 console = Console(highlight=False)
@@ -18,29 +16,24 @@ err_console = Console(stderr=True, highlight=False)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# Options that several commands take, declared once so that their names and help stay the same.
-WeightsOption = Annotated[
-    str | None, typer.Option("--weights", help="Weights file or hf://OWNER/REPO/PATH[@REV] instead of the zoo's.")
-]
-ConfigOption = Annotated[
-    str | None, typer.Option("--config", help="JSON file of SST constructor keywords for --weights.")
-]
-HubRepoOption = Annotated[
-    str | None,
-    typer.Option("--hub-repo", help="Hugging Face repo OWNER/REPO for zoo weights (overrides the manifest)."),
-]
-DeviceOption = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
-PrecisionOption = Annotated[str, typer.Option("--precision", help="auto, fp32 or bf16.")]
-AttentionOption = Annotated[str, typer.Option("--attention", help=f"Attention kernel: {', '.join(BACKENDS)}.")]
+
+class _Debug:
+    """Set by the root command's --debug: library errors then show their traceback."""
+
+    enabled = False
+
+
+def set_debug(enabled: bool) -> None:
+    _Debug.enabled = enabled
 
 
 def debug_enabled() -> bool:
-    return os.environ.get("SST_DEBUG", "") not in ("", "0")
+    return _Debug.enabled
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print ``error: message`` to stderr and return the exit to raise."""
-    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True, markup=True, highlight=False)
     return typer.Exit(code)
 
 
@@ -54,8 +47,15 @@ def handle_errors(command: F) -> F:
         except SstError as exc:
             if debug_enabled():
                 raise
-            raise fail(str(exc), exc.exit_code) from None
+            raise fail(_escape(str(exc)), exc.exit_code) from None
         except KeyboardInterrupt:
             raise fail("interrupted", 130) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _escape(text: str) -> str:
+    """Library messages are plain text: brackets in paths must not be read as rich markup."""
+    from rich.markup import escape
+
+    return escape(text)

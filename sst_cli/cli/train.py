@@ -2,30 +2,21 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 
-from ..loader import read_config
-from ..train import (
-    EMA_DECAY,
-    MILESTONES,
-    PATCH,
-    TrainConfig,
-    TrainingInterrupted,
-    TrainProgress,
-    TrainResult,
-)
-from ..train import (
-    train as run_training,
-)
-from .output import DeviceOption, console, err_console, fail, handle_errors
+from ..recipe import EMA_DECAY, MILESTONES, PATCH
+from ._options import DeviceOption
+from .output import console, err_console, fail, handle_errors
+
+if TYPE_CHECKING:
+    from ..train import TrainProgress, TrainResult
 
 
 def _minutes(seconds: float) -> str:
@@ -180,7 +171,6 @@ def train(
     half: Annotated[bool, typer.Option("--half", help="Save the final weights as float16.")] = False,
     log_every: Annotated[float, typer.Option("--log-every", help="Seconds between log lines.")] = 30.0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only errors and the final summary.")] = False,
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Train an SST network on your images (L1, AdamW, EMA; the authors' schedule scaled to --iters).
 
@@ -189,11 +179,15 @@ def train(
     --checkpoint-every seconds, at the end and on Ctrl-C, so --resume continues across sessions.
     Exit status: 0 done (or stopped by --time-limit), 2 invalid options, 130 interrupted (state saved).
     """
-    if debug:
-        os.environ["SST_DEBUG"] = "1"  # handle_errors then re-raises with the traceback
+    from ..archs.sst import SSTConfig
+    from ..errors import ConfigError
+    from ..loader import read_config_kwargs
+    from ..train import TrainConfig, TrainingInterrupted
+    from ..train import train as run_training
+
     if model is not None and config is not None:
-        raise fail("give --model or --config, not both", 2)
-    arch = read_config(config) if config is not None else (model or "sst-light")
+        raise ConfigError("give --model or --config, not both")
+    arch = SSTConfig.from_kwargs(read_config_kwargs(config)) if config is not None else (model or "sst-light")
     settings = TrainConfig(
         data=tuple(data),
         out=out,

@@ -1,80 +1,41 @@
-"""``sst upscale``: validate options, load the model once, run the batch API, report progress and a summary."""
+"""``sst upscale``: declare the options, build the library's options objects, one library call, report."""
 
 from __future__ import annotations
 
 import json
-import math
 import os
-import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from ..archs.attention import BACKENDS, KERNEL_LINE_PREFIX, NOTICE_PREFIX
-from ..batch import (
-    BatchInterrupted,
-    BatchResult,
-    FileResult,
-    Job,
-    discover_inputs,
-    plan_output,
-    run_batch,
-)
-from ..errors import ConfigError
-from ..image_io import DEFAULT_MAX_PIXELS, is_image_file, normalise_format
-from ..upscaler import ALPHA_MODES, DEFAULT_MODEL, DEFAULT_SCALE, PRECISIONS, Upscaler, resolve_device
-from ..zoo import check_scale, get_variant
-from .output import (
+from ..choices import DEFAULT_SCALE
+from ._options import (
     AttentionOption,
+    BatchOption,
     ConfigOption,
     DeviceOption,
+    ExactOption,
     HubRepoOption,
+    MaxMemoryOption,
+    ModelOption,
     PrecisionOption,
+    TileOverlapOption,
     WeightsOption,
-    console,
-    err_console,
-    fail,
-    handle_errors,
+    parse_size,
+    parse_tile,
 )
+from .output import console, debug_enabled, err_console, fail, handle_errors
 
-_SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(i?b)?", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+if TYPE_CHECKING:
+    from ..batch import BatchResult, FileResult, Job
+    from ..upscaler import Upscaler
+
 _RESUME_HINT = "rerun the same command with --skip-existing to resume"
-
-
-def parse_size(text: str) -> int:
-    """'4G', '512M', '1.5GiB', '1000000' -> bytes (binary units); ValueError otherwise."""
-    match = _SIZE.fullmatch(text.strip())
-    if not match:
-        raise ValueError(text)
-    size = int(float(match[1]) * _UNITS[match[2].lower()])
-    if size <= 0:
-        raise ValueError(text)
-    return size
-
-
-def parse_tile(text: str) -> int | Literal["auto"]:
-    """'auto', 0 (whole image) or a positive tile side in pixels."""
-    if text.strip().lower() == "auto":
-        return "auto"
-    value = int(text)
-    if value < 0:
-        raise ValueError(text)
-    return value
-
-
-def model_label(model: str | None, weights: str | None) -> str:
-    """Name used for ``{model}`` in output names: the weights file's stem when weights are given."""
-    if weights is None:
-        return (model or DEFAULT_MODEL).strip().lower()
-    return Path(weights.split("@", 1)[0]).stem or model or DEFAULT_MODEL
+_DEFAULT_MAX_PIXELS = 178_956_970  # image_io.DEFAULT_MAX_PIXELS, here so that --help needs no import of it
 
 
 def show(path: Path | None) -> str:
@@ -88,76 +49,11 @@ def show(path: Path | None) -> str:
     return relative if not relative.startswith("..") else str(path)
 
 
-def _validate(
-    *,
-    overwrite: bool,
-    skip_existing: bool,
-    quality: int,
-    format: str | None,
-    tile: str,
-    tile_overlap: int | None,
-    batch: int,
-    max_memory: str | None,
-    alpha: str,
-    outscale: float | None,
-    max_pixels: int,
-    precision: str,
-    attention: str,
-    scale: int | None,
-    weights: str | None,
-    config: str | None,
-    model: str | None,
-) -> tuple[int | Literal["auto"], int | None]:
-    """Check every option before anything is loaded; return the parsed tile and memory budget."""
-    if overwrite and skip_existing:
-        raise fail("--overwrite and --skip-existing exclude each other: replace existing outputs, or keep them", 2)
-    if not 1 <= quality <= 100:
-        raise fail(f"--quality must be between 1 and 100, got {quality}", 2)
-    if format is not None:
-        try:
-            normalise_format(format)
-        except ConfigError:
-            raise fail(f"unknown --format {format!r}; choose png, jpg, webp or tiff", 2) from None
-    try:
-        parsed_tile = parse_tile(tile)
-    except ValueError:
-        raise fail(f"--tile must be auto, 0 (whole image) or a tile size in pixels, got {tile!r}", 2) from None
-    if tile_overlap is not None and tile_overlap < 0:
-        raise fail(f"--tile-overlap must be 0 or more, got {tile_overlap}", 2)
-    if batch < 1:
-        raise fail(f"--batch must be at least 1, got {batch}", 2)
-    memory = None
-    if max_memory is not None:
-        try:
-            memory = parse_size(max_memory)
-        except ValueError:
-            raise fail(f"--max-memory must be a size such as 4G or 512M, got {max_memory!r}", 2) from None
-    if alpha not in ALPHA_MODES:
-        raise fail(f"unknown --alpha {alpha!r}; choose one of {', '.join(ALPHA_MODES)}", 2)
-    if outscale is not None and not (math.isfinite(outscale) and outscale > 0):
-        raise fail(f"--outscale must be a positive number, got {outscale}", 2)
-    if max_pixels < 0:
-        raise fail(f"--max-pixels must be 0 (no limit) or a pixel count, got {max_pixels}", 2)
-    if precision not in PRECISIONS:
-        raise fail(f"unknown --precision {precision!r}; choose one of {', '.join(PRECISIONS)}", 2)
-    if attention not in BACKENDS:
-        raise fail(f"unknown --attention {attention!r}; choose one of {', '.join(BACKENDS)}", 2)
-    if config is not None and weights is None:
-        raise fail("--config describes an architecture; give the weights to load into it with --weights", 2)
-    if scale is not None and scale < 1:
-        raise fail(f"--scale must be a positive integer, got {scale}", 2)
-    if config is None and model is not None:
-        get_variant(model)  # ConfigError (exit 2) naming the zoo models
-        if scale is not None:
-            check_scale(scale)
-    return parsed_tile, memory
-
-
 class Reporter:
     """All printing of one run: rich progress and tables on the terminal, or JSON lines on stdout."""
 
-    def __init__(self, *, quiet: bool, json_log: bool, debug: bool) -> None:
-        self.quiet, self.json_log, self.debug = quiet, json_log, debug
+    def __init__(self, *, quiet: bool, json_log: bool) -> None:
+        self.quiet, self.json_log = quiet, json_log
         self.out: Console = err_console if json_log else console  # keep stdout pure JSON with --json-log
         self.progress: Progress | None = None
         self.files_task: TaskID | None = None
@@ -180,23 +76,29 @@ class Reporter:
         elif not self.quiet:
             err_console.print(f"[yellow]warning:[/] {text}", soft_wrap=True)
 
-    @contextmanager
-    def running(self, total: int) -> Iterator[None]:
-        """Overall files bar plus a per-file tiles bar with ETA, on a terminal only."""
-        if self.quiet or not err_console.is_terminal:
-            yield
+    def ready(self, upscaler: Upscaler, total: int, verbose: bool) -> None:
+        """The model is loaded: say which attention kernel runs (fallbacks always, the line with -v), then
+        show an overall files bar plus a per-file tiles bar with ETA, on a terminal only."""
+        report = upscaler.attention
+        if report is not None:
+            for notice in report.notices:
+                self.note(notice)
+            if verbose:
+                self.note(report.line)
+        if self.quiet or self.json_log or not err_console.is_terminal:
             return
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-        with Progress(
+        self.progress = Progress(
             *columns, console=err_console, transient=True, redirect_stdout=False, redirect_stderr=False
-        ) as progress:
-            self.progress = progress
-            self.files_task = progress.add_task("files", total=total)
-            self.tiles_task = progress.add_task("tiles", total=None)
-            try:
-                yield
-            finally:
-                self.progress = None
+        )
+        self.progress.start()
+        self.files_task = self.progress.add_task("files", total=total)
+        self.tiles_task = self.progress.add_task("tiles", total=None)
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
 
     def file_start(self, job: Job, index: int, total: int) -> None:
         if self.json_log:
@@ -220,7 +122,7 @@ class Reporter:
             else:
                 line = f"{where} failed {show(record.source)}: {record.reason}"
             err_console.print(line, soft_wrap=True, markup=False)
-        if self.debug and record.traceback is not None:
+        if debug_enabled() and record.traceback is not None:
             err_console.print(record.traceback, markup=False, highlight=False)
         if self.progress is not None and self.files_task is not None:
             self.progress.advance(self.files_task)
@@ -261,21 +163,6 @@ class Reporter:
                 err_console.print("existing outputs were kept: add --overwrite to replace them or --skip-existing")
 
 
-def upscaler_messages(reporter: Reporter, verbose: bool) -> Callable[[str], None]:
-    """Route the Upscaler's messages: the kernel line only with -v, fallback notices always, the rest as warnings."""
-
-    def on_message(text: str) -> None:
-        if text.startswith(KERNEL_LINE_PREFIX):
-            if verbose:
-                reporter.note(text)
-        elif text.startswith(NOTICE_PREFIX):
-            reporter.note(text)
-        else:
-            reporter.message(text)
-
-    return on_message
-
-
 def _record_fields(record: FileResult) -> dict[str, Any]:
     return {
         "input": str(record.source),
@@ -301,15 +188,7 @@ def upscale(
             "for a folder input, a sibling folder named <folder>_sst.",
         ),
     ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            "--model",
-            "-m",
-            help=f"Zoo model name (sst-light, sst, sst-l, ...); default {DEFAULT_MODEL}. With --weights: "
-            "the architecture to load them into.",
-        ),
-    ] = None,
+    model: ModelOption = None,
     weights: WeightsOption = None,
     config: ConfigOption = None,
     scale: Annotated[int | None, typer.Option("--scale", "-s", help=f"Upscaling factor (default {DEFAULT_SCALE}).")] = (
@@ -339,14 +218,10 @@ def upscale(
     precision: PrecisionOption = "auto",
     attention: AttentionOption = "auto",
     tile: Annotated[str, typer.Option("--tile", help="auto, 0 (whole image) or tile side in pixels.")] = "auto",
-    tile_overlap: Annotated[int | None, typer.Option("--tile-overlap", help="Context pixels around each tile.")] = None,
-    exact: Annotated[
-        bool, typer.Option("--exact", help="Overlap tiles by the full receptive field (tiling leaves no trace).")
-    ] = False,
-    batch: Annotated[int, typer.Option("--batch", help="Tiles per forward pass.")] = 1,
-    max_memory: Annotated[
-        str | None, typer.Option("--max-memory", help="Memory budget for a tile's activations, e.g. 4G or 512M.")
-    ] = None,
+    tile_overlap: TileOverlapOption = None,
+    exact: ExactOption = False,
+    batch: BatchOption = 1,
+    max_memory: MaxMemoryOption = None,
     alpha: Annotated[
         str, typer.Option("--alpha", help="Transparency: model (through the network) or resize (bicubic).")
     ] = "model",
@@ -355,7 +230,7 @@ def upscale(
     ] = None,
     max_pixels: Annotated[
         int, typer.Option("--max-pixels", help="Refuse larger inputs (decompression bombs); 0 = no limit.")
-    ] = DEFAULT_MAX_PIXELS,
+    ] = _DEFAULT_MAX_PIXELS,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no per-file lines.")] = False,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Also say which attention kernel runs, and in what precision.")
@@ -363,90 +238,58 @@ def upscale(
     json_log: Annotated[
         bool, typer.Option("--json-log", help="One JSON object per line on stdout per file and a final summary.")
     ] = False,
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Upscale images, files or whole folders, with one model loaded once for the batch.
 
     Exit status: 0 when every file was written or skipped, 1 when any failed, 2 for invalid options,
     130 when interrupted (rerun with --skip-existing to resume).
     """
-    if debug:
-        os.environ["SST_DEBUG"] = "1"  # handle_errors then re-raises with the traceback
-    parsed_tile, memory = _validate(
-        overwrite=overwrite,
-        skip_existing=skip_existing,
-        quality=quality,
-        format=format,
-        tile=tile,
-        tile_overlap=tile_overlap,
-        batch=batch,
-        max_memory=max_memory,
-        alpha=alpha,
-        outscale=outscale,
-        max_pixels=max_pixels,
-        precision=precision,
-        attention=attention,
-        scale=scale,
-        weights=weights,
-        config=config,
-        model=model,
-    )
-    resolve_device(device)  # an unusable device is a usage error, found before the inputs are read
-    exclude = [Path(output)] if output is not None and not is_image_file(output) else []
-    jobs = discover_inputs(inputs, recursive, exclude=exclude)
-    label = model_label(model, weights)
-    naming = plan_output(
-        jobs, output, model=label, scale=scale or DEFAULT_SCALE, outscale=outscale, template=name, format=format
-    )
-    reporter = Reporter(quiet=quiet, json_log=json_log, debug=debug)
-    upscaler = Upscaler(
-        model,
-        scale,
-        weights=weights,
-        config=config,
-        hub_repo=hub_repo,
+    from ..batch import BatchEvents, BatchInterrupted, WriteOptions, upscale_files
+    from ..loader import ModelSpec
+    from ..upscaler import UpscaleOptions
+
+    spec = ModelSpec(model, scale, weights, config, hub_repo)
+    options = UpscaleOptions(
         device=device,
         precision=precision,
         attention=attention,
-        tile=parsed_tile,
+        tile=parse_tile(tile),
         tile_overlap=tile_overlap,
         exact=exact,
         batch=batch,
-        max_memory=memory,
+        max_memory=parse_size(max_memory),
         alpha=alpha,
         outscale=outscale,
-        on_message=upscaler_messages(reporter, verbose),
     )
-    naming = replace(naming, scale=upscaler.scale)
-    if outscale is not None and outscale != upscaler.scale:
-        reporter.note(
-            f"the model runs at its native x{upscaler.scale}; the result is then resized to x{outscale:g} "
-            "with an antialiasing (bicubic) filter"
+    writing = WriteOptions(
+        format=format,
+        quality=quality,
+        overwrite=overwrite,
+        skip_existing=skip_existing,
+        name=name,
+        max_pixels=max_pixels,
+    )
+    reporter = Reporter(quiet=quiet, json_log=json_log)
+    events = BatchEvents(
+        note=reporter.note,
+        warning=reporter.message,
+        ready=lambda upscaler, total: reporter.ready(upscaler, total, verbose),
+        file_start=reporter.file_start,
+        tile=reporter.tile,
+        file_done=reporter.file_done,
+    )
+    try:
+        result = upscale_files(
+            inputs, output, model=spec, options=options, writing=writing, recursive=recursive, events=events
         )
-    with reporter.running(len(jobs)):
-        try:
-            result = run_batch(
-                jobs,
-                upscaler,
-                naming=naming,
-                format=format,
-                quality=quality,
-                overwrite=overwrite,
-                skip_existing=skip_existing,
-                max_pixels=max_pixels or None,
-                on_file_start=reporter.file_start,
-                on_tile=reporter.tile,
-                on_file_done=reporter.file_done,
-            )
-        except BatchInterrupted as stop:
-            interrupted: BatchInterrupted | None = stop
-            result = stop.result
-        else:
-            interrupted = None
-    if interrupted is not None:
-        reporter.summary(result, interrupted=True, exit_code=130)
-        where = f" while upscaling {show(interrupted.current.source)}" if interrupted.current else ""
-        raise fail(f"interrupted{where} after {len(result.files)} of {len(jobs)} files; {_RESUME_HINT}", 130)
+    except BatchInterrupted as stop:
+        reporter.stop()
+        reporter.summary(stop.result, interrupted=True, exit_code=130)
+        where = f" while upscaling {show(stop.current.source)}" if stop.current else ""
+        done = len(stop.result.files)
+        raise fail(f"interrupted{where} after {done} of {stop.total} files; {_RESUME_HINT}", 130) from None
+    finally:
+        reporter.stop()
     code = 1 if result.failed else 0
     reporter.summary(result, interrupted=False, exit_code=code)
     if code:

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention import AttentionPlan, plan_attention, run_plan
+from .reference import plain_window_attention
 from .rib import RibParameters
 
 
@@ -63,6 +64,7 @@ class WindowAttention(RibParameters):
         self.window = window
         self.shift = shift
         self.backend = "auto"
+        self.plain = False  # run reference.plain_window_attention instead (the baseline of sst bench)
         self.init_rib(heads, rank, rib_hidden, n_freqs)
         self.to_qkv = nn.Conv2d(dim, 3 * dim, 1)
         self.to_out = nn.Conv2d(dim, dim, 1)
@@ -74,6 +76,8 @@ class WindowAttention(RibParameters):
         return self.head_dim + self.rank, self.head_dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.plain:
+            return plain_window_attention(self, x)
         h, w = x.shape[-2:]
         ws = self.window
         gate = torch.sigmoid(self.gate(x))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...errors import ConfigError
-from ..attention import check_backend
+from ..base import ModelDescriptor, SRNetwork
 from .layers import (
     DirectUpsampler,
     LayerNorm2d,
@@ -22,6 +23,7 @@ from .layers import (
     TransformerLayer,
     WindowAttention,
 )
+from .reference import reference_path
 
 UPSAMPLERS = ("pixelshuffle_direct", "pixelshuffle")
 
@@ -98,7 +100,7 @@ class SSTConfig:
         return tuple(same and i % 2 == 1 for i in range(len(self.window_sizes)))
 
 
-class SST(nn.Module):
+class SST(SRNetwork):
     """Maps NCHW RGB (nominally in [0, 1]) to NCHW RGB ``scale`` times larger, any input size."""
 
     def __init__(self, **kwargs: Any) -> None:
@@ -127,10 +129,24 @@ class SST(nn.Module):
         else:
             self.upsampler = ShuffleUpsampler(dim, cfg.intermediate_dim, cfg.scale)
 
-    # What the model says about itself, for tilers and memory planning.
+    def describe(self) -> ModelDescriptor:
+        """What the tiler, the Upscaler, eval and bench need to know; see ModelDescriptor."""
+        return ModelDescriptor(
+            architecture="SST",
+            scale=self.config.scale,
+            size_multiple=self.tile_align,
+            exact_context=self.exact_context,
+            default_context=self.tile_align,
+            attention_head_sizes=self.attention_head_sizes,
+            parameters=sum(p.numel() for p in self.parameters()),
+        )
+
     @property
     def scale(self) -> int:
         return self.config.scale
+
+    def reference_path(self) -> AbstractContextManager[nn.Module]:
+        return reference_path(self)
 
     @property
     def tile_align(self) -> int:
@@ -172,18 +188,6 @@ class SST(nn.Module):
     def attention_head_sizes(self) -> tuple[tuple[int, int], ...]:
         """Distinct (q/k, v) head sizes of the attention layers, for planning and describing kernels."""
         return tuple(sorted({m.head_sizes for m in self.modules() if isinstance(m, WindowAttention)}))
-
-    @property
-    def attention_backend(self) -> str:
-        """The requested attention backend (``attention.plan_attention`` says which kernel that runs)."""
-        return next((m.backend for m in self.modules() if isinstance(m, WindowAttention)), "auto")
-
-    def set_attention_backend(self, backend: str) -> None:
-        """Choose the attention kernel (a runtime choice; it does not change what is computed)."""
-        check_backend(backend)
-        for module in self.modules():
-            if isinstance(module, WindowAttention):
-                module.backend = backend
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h, w = x.shape[-2:]

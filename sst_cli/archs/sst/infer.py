@@ -1,0 +1,88 @@
+"""What an SST checkpoint's tensors say about its architecture (everything except the window sizes).
+
+Window sizes shape no tensor (``sst-l`` and ``sst-l+`` files are identical in shape), so they always come
+from a zoo name, a config file or metadata stored by sst-cli; the rest is inferred and checked here, so
+that a mismatch is explained field by field instead of as a shape dump.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from ...errors import CheckpointError
+from ..base import ArchConfig
+
+_LAYER_KEY = re.compile(r"^body\.(\d+)\.(\d+)\.attn\.to_q$")
+_REQUIRED = ("proj.weight", "body.0.0.attn.to_q", "body.0.0.attn.to_hidden", "upsampler.up_conv.weight")
+
+
+def detect(state: Mapping[str, torch.Tensor]) -> bool:
+    """SST's own key layout: ``proj``, ``body.G.L.attn.to_q`` (RIB) and ``upsampler.up_conv``, unprefixed."""
+    return all(key in state for key in _REQUIRED)
+
+
+def infer(state: Mapping[str, torch.Tensor]) -> tuple[dict[str, Any], bool]:
+    """Constructor keywords the tensors determine, plus ``layers_per_block``; never complete (window sizes)."""
+    try:
+        dim = state["proj.weight"].shape[0]
+        layers: dict[int, dict[int, torch.Size]] = {}
+        for key, value in state.items():
+            match = _LAYER_KEY.match(key)
+            if match:
+                layers.setdefault(int(match[1]), {})[int(match[2])] = value.shape
+        first = layers[0]
+        per_layer = [first[i] for i in sorted(first)]
+        hidden_ffn = state["body.0.0.ffn.proj.weight"].shape[0]
+        to_hidden = state["body.0.0.attn.to_hidden"].shape
+        up = state["upsampler.up_conv.weight"].shape
+    except KeyError as exc:
+        raise CheckpointError(f"not an SST checkpoint: key {exc.args[0]!r} is missing") from exc
+    arch: dict[str, Any] = {
+        "dim": dim,
+        "n_blocks": len(layers),
+        "layers_per_block": len(per_layer),
+        "num_heads": [s[0] for s in per_layer],
+        "ranks": [s[2] for s in per_layer],
+        "rib_hidden_dim": to_hidden[1],
+        "rib_n_freqs": (to_hidden[0] - 2) // 4,
+        "exp_ratio": _exp_ratio(dim, hidden_ffn),
+    }
+    if "upsampler.final_conv.weight" in state:
+        inner = state["upsampler.feature_conv.weight"].shape[0]
+        arch |= {"upsampler_type": "pixelshuffle", "intermediate_dim": inner, "upscaling_factor": _root(up[0] // inner)}
+    else:
+        arch |= {"upsampler_type": "pixelshuffle_direct", "upscaling_factor": _root(up[0] // 3)}
+    return arch, False
+
+
+def _exp_ratio(dim: int, hidden: int) -> float:
+    ratio = hidden / dim
+    # int(dim * ratio) must give back the hidden width, as in the constructor.
+    return ratio if int(dim * ratio) == hidden else (hidden + 0.5) / dim
+
+
+def _root(n: int) -> int:
+    r = round(n**0.5)
+    if r * r != n:
+        raise CheckpointError(f"upsampler has {n} channels per colour, which is not a square scale factor")
+    return r
+
+
+def check(inferred: Mapping[str, Any], config: ArchConfig, source: str) -> None:
+    """Explain, field by field, where the weights disagree with the requested architecture."""
+    wanted = config.to_kwargs()
+    wanted["layers_per_block"] = len(wanted["window_sizes"])
+    if wanted["upsampler_type"] == "pixelshuffle_direct":
+        wanted.pop("intermediate_dim")
+    if inferred["upscaling_factor"] != config.scale:
+        raise CheckpointError(
+            f"{source} holds x{inferred['upscaling_factor']} weights but x{config.scale} was requested; "
+            f"use --scale {inferred['upscaling_factor']} or weights for x{config.scale}"
+        )
+    diffs = [f"{k}: file has {v}, model needs {wanted[k]}" for k, v in inferred.items() if v != wanted[k]]
+    if diffs:
+        raise CheckpointError(f"{source} does not match the requested architecture: " + "; ".join(diffs))

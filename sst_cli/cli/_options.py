@@ -1,0 +1,83 @@
+"""Options several commands share, declared once, and the parsers that turn their text into values.
+
+Parsers raise ConfigError naming the option (exit status 2). Everything else about an option's value is
+checked by the library's own options objects (``UpscaleOptions``, ``WriteOptions``, ``ModelSpec``, ...).
+Kept free of heavy imports, so that ``--help`` and option errors answer at once.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+import typer
+
+from ..choices import BACKENDS, DEFAULT_MODEL, DEVICE_HELP, PRECISIONS
+from ..errors import ConfigError
+
+WeightsOption = Annotated[
+    str | None, typer.Option("--weights", help="Weights file or hf://OWNER/REPO/PATH[@REV] instead of the zoo's.")
+]
+ConfigOption = Annotated[
+    str | None, typer.Option("--config", help="JSON file of the architecture's constructor keywords for --weights.")
+]
+HubRepoOption = Annotated[
+    str | None,
+    typer.Option("--hub-repo", help="Hugging Face repo OWNER/REPO for zoo weights (overrides the manifest)."),
+]
+ModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        help=f"Zoo model name (sst-light, sst, sst-l, ...); default {DEFAULT_MODEL}. With --weights: "
+        "the architecture to load them into.",
+    ),
+]
+DeviceOption = Annotated[str, typer.Option("--device", help=f"{DEVICE_HELP}.")]
+PrecisionOption = Annotated[str, typer.Option("--precision", help=f"{', '.join(PRECISIONS)}.")]
+AttentionOption = Annotated[str, typer.Option("--attention", help=f"Attention kernel: {', '.join(BACKENDS)}.")]
+TileOverlapOption = Annotated[int | None, typer.Option("--tile-overlap", help="Context pixels around each tile.")]
+ExactOption = Annotated[
+    bool, typer.Option("--exact", help="Overlap tiles by the full receptive field (tiling leaves no trace).")
+]
+BatchOption = Annotated[int, typer.Option("--batch", help="Tiles per forward pass.")]
+MaxMemoryOption = Annotated[
+    str | None, typer.Option("--max-memory", help="Memory budget for a tile's activations, e.g. 4G or 512M.")
+]
+
+_SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(i?b)?", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_WXH = re.compile(r"\s*(\d+)\s*[xX]\s*(\d+)\s*")
+
+
+def parse_size(text: str | None, option: str = "--max-memory") -> int | None:
+    """'4G', '512M', '1.5GiB', '1000000' -> bytes (binary units); None stays None."""
+    if text is None:
+        return None
+    match = _SIZE.fullmatch(text.strip())
+    size = int(float(match[1]) * _UNITS[match[2].lower()]) if match else 0
+    if size <= 0:
+        raise ConfigError(f"{option} must be a size such as 4G or 512M, got {text!r}")
+    return size
+
+
+def parse_tile(text: str, option: str = "--tile") -> int | Literal["auto"]:
+    """'auto', 0 (whole image) or a positive tile side in pixels."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ConfigError(f"{option} must be auto, 0 (whole image) or a tile size in pixels, got {text!r}")
+    return value
+
+
+def parse_wxh(text: str, option: str) -> tuple[int, int]:
+    """'1280x720' -> (1280, 720)."""
+    match = _WXH.fullmatch(text)
+    if not match or min(int(match[1]), int(match[2])) < 1:
+        raise ConfigError(f"{option} must be WIDTHxHEIGHT in pixels, e.g. 1280x720, got {text!r}")
+    return int(match[1]), int(match[2])

@@ -1,0 +1,107 @@
+"""The one atomic writer: a file is either its old self or the complete new one, never half-written.
+
+Every output sst-cli writes (images, weights, training states, reports, JSON) goes through here: the bytes
+go to a hidden temporary file beside the target (same folder, so the final rename is atomic), are flushed
+to disk, and the temporary file is renamed over the target. Any failure, Ctrl-C included, removes it.
+Temporary names end in ``TEMP_SUFFIX`` so that batch runs skip them and can clean up after a killed run.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+import sys
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from pathlib import Path
+from typing import IO
+
+from .errors import SstError, WriteError
+
+TEMP_SUFFIX = ".sst-tmp"
+_REPLACE_RETRIES = 10  # Windows: a reader (antivirus, indexer, viewer) may hold the target open briefly
+
+
+def temp_name(path: Path) -> Path:
+    """A fresh hidden temporary name beside ``path``, recognisably sst-cli's."""
+    return path.with_name(f".{path.name[:200]}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
+
+
+def _replace(source: Path, target: Path) -> None:
+    """``os.replace``, retried briefly on Windows, where it fails while another process has the target open."""
+    for attempt in range(_REPLACE_RETRIES):
+        try:
+            os.replace(source, target)
+            return
+        except PermissionError:
+            if sys.platform != "win32" or attempt == _REPLACE_RETRIES - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+
+
+def _default_mode() -> int:
+    """The permissions a plain new file gets here (0666 less the umask), for writers that make it private."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _fail(error: type[SstError], target: Path, exc: BaseException) -> SstError:
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    if isinstance(exc, OSError) and exc.errno == 28:  # ENOSPC, whatever the library's own wording
+        reason = "no space left on device"
+    return error(f"cannot write '{target}': {reason}")
+
+
+def atomic_save(
+    path: str | os.PathLike[str], save: Callable[[Path], None], *, error: type[SstError] = WriteError
+) -> None:
+    """Run ``save(temporary_path)`` and rename the result over ``path`` (for libraries that take a file name).
+
+    Failures become ``error`` ("cannot write 'path': reason"); library errors (SstError) and interrupts pass
+    through unchanged. The temporary file is removed in every case.
+    """
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if not folder.is_dir():
+        raise error(f"cannot write '{target}': the folder '{folder}' does not exist")
+    temp = temp_name(target)
+    try:
+        save(temp)
+        with suppress(OSError):  # some writers (safetensors) create private files: give the usual permissions
+            if stat.S_IMODE(temp.stat().st_mode) != _default_mode():
+                os.chmod(temp, _default_mode())
+        _replace(temp, target)
+    except BaseException as exc:
+        with suppress(OSError):
+            temp.unlink()
+        if isinstance(exc, SstError) or not isinstance(exc, Exception):
+            raise
+        raise _fail(error, target, exc) from exc
+
+
+def atomic_write(
+    path: str | os.PathLike[str], encode: Callable[[IO[bytes]], None], *, error: type[SstError] = WriteError
+) -> None:
+    """Write the bytes ``encode(fh)`` produces to ``path`` atomically, flushed to disk before the rename."""
+
+    def save(temp: Path) -> None:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+        with os.fdopen(fd, "wb") as fh:
+            encode(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    atomic_save(path, save, error=error)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, error: type[SstError] = WriteError) -> None:
+    """A UTF-8 text file (reports, JSON), atomically; missing parent folders are made first."""
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _fail(error, target, exc) from exc
+    atomic_write(target, lambda fh: fh.write(text.encode("utf-8")), error=error)

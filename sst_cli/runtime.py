@@ -1,0 +1,159 @@
+"""Where a network runs: device, precision, what fp32 means, how much memory a tile may use, out-of-memory.
+
+One place for these facts, so that upscaling, evaluation, benchmarks and training agree, and so that the
+platform differences (CUDA, Apple's MPS, CPU memory on Linux, macOS and Windows) live nowhere else.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib.metadata import PackageNotFoundError, version
+
+import torch
+
+from .choices import DEVICE_HELP, PRECISIONS
+from .errors import ConfigError
+
+GPU_MEMORY_FRACTION = 0.7  # of free device memory, for one tile's activations
+RAM_FRACTION = 0.5  # of available RAM (the output canvas and the image also live there)
+
+# Substrings of allocator errors that mean "out of memory" on each platform.
+_OOM_MESSAGES = (
+    "out of memory",  # CUDA, MPS ("MPS backend out of memory")
+    "can't allocate memory",  # CPU allocator on Linux / macOS
+    "not enough memory",  # CPU allocator on Windows ("DefaultCPUAllocator: not enough memory")
+)
+
+
+def _mps_available() -> bool:
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` = the first CUDA GPU, else Apple's MPS, else the CPU; anything unusable here is a ConfigError."""
+    text = name.strip().lower()
+    if text == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        return torch.device("mps" if _mps_available() else "cpu")
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"unknown device {name!r}; use {DEVICE_HELP}") from None
+    if device.type == "cpu":
+        return device
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device {name!r} was requested but PyTorch sees no CUDA GPU here; use --device cpu")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise ConfigError(
+                f"device {name!r} does not exist: this machine has {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}"
+            )
+        return device
+    if device.type == "mps":
+        if not _mps_available():
+            raise ConfigError(
+                f"device {name!r} (Apple GPU) is not available here (it needs Apple Silicon and a PyTorch built with "
+                "MPS); use --device cpu"
+            )
+        return device
+    raise ConfigError(f"device {name!r} cannot run sst-cli's networks here; use {DEVICE_HELP}")
+
+
+def resolve_precision(precision: str, device: torch.device) -> torch.dtype:
+    """``auto``: bfloat16 on CUDA GPUs that support it, float32 elsewhere (CPU and MPS: exact and safe)."""
+    if precision not in PRECISIONS:
+        raise ConfigError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    if precision == "auto":
+        bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+        return torch.bfloat16 if bf16 else torch.float32
+    return torch.bfloat16 if precision == "bf16" else torch.float32
+
+
+@contextmanager
+def fp32_mode(device: torch.device, dtype: torch.dtype, *, allow_tf32: bool = False) -> Iterator[None]:
+    """On CUDA, fp32 means fp32: TF32 convolutions and matmuls (errors ~1e-3) are off while the block runs,
+    unless ``allow_tf32``. The previous setting is restored afterwards."""
+    if device.type != "cuda" or dtype != torch.float32:
+        yield
+        return
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def available_ram() -> int:
+    """Bytes of RAM available to new allocations (psutil: Linux, macOS and Windows alike)."""
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def memory_budget(device: torch.device) -> int:
+    """Bytes the activations of one tile may use: a safe fraction of free device memory or available RAM."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free * GPU_MEMORY_FRACTION)
+    if device.type == "mps":
+        # Unified memory: the device's recommended working set, less what PyTorch already holds, bounded by RAM.
+        limit = torch.mps.recommended_max_memory() - torch.mps.current_allocated_memory()
+        return int(min(limit * GPU_MEMORY_FRACTION, available_ram() * RAM_FRACTION))
+    return int(available_ram() * RAM_FRACTION)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for allocator failures of any device (CUDA, MPS, the CPU on Linux, macOS or Windows)."""
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _OOM_MESSAGES)
+
+
+def release_memory(device: torch.device) -> None:
+    """Give cached device memory back after an out-of-memory error, before trying a smaller tile."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    elif device.type == "mps":
+        torch.mps.empty_cache()
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued device work (timing needs it; the CPU has nothing queued)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def device_name(device: torch.device) -> str:
+    """GPU name and compute capability, or the CPU model and the cores this process may use."""
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        return f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor})"
+    if device.type == "mps":
+        return f"Apple GPU (MPS, {platform.machine()})"
+    import psutil
+
+    name = platform.processor() or platform.machine() or "CPU"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:  # Linux: the marketing name
+            name = next((line.split(":", 1)[1].strip() for line in fh if line.lower().startswith("model name")), name)
+    except OSError:
+        pass
+    affinity = getattr(psutil.Process(), "cpu_affinity", None)  # absent on macOS
+    cores = len(affinity()) if affinity is not None else psutil.cpu_count()
+    return f"{name} ({cores} cores available)"
+
+
+def package_version() -> str:
+    """sst-cli's installed version, or a marker when running from a source tree that is not installed."""
+    try:
+        return version("sst-cli")
+    except PackageNotFoundError:
+        return "0.0.0+unknown"
