@@ -28,7 +28,7 @@ from .image_io import (
     write_image,
 )
 from .loader import ModelSpec
-from .upscaler import UpscaleOptions, Upscaler
+from .upscaler import TileCallback, UpscaleOptions, Upscaler
 
 #: Output name used when none is given; ``{outscale}`` replaces ``{scale}`` when an outscale is set.
 DEFAULT_TEMPLATE = "{stem}_{model}_x{scale}.{ext}"
@@ -330,7 +330,6 @@ class _Skip(Exception):
 
 FileStart = Callable[[Job, int, int], None]
 FileDone = Callable[[FileResult, int, int], None]
-TileProgress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
@@ -346,7 +345,7 @@ class BatchEvents:
     warning: Callable[[str], None] | None = None
     ready: Callable[[Upscaler, int], None] | None = None
     file_start: FileStart | None = None
-    tile: TileProgress | None = None
+    tile: TileCallback | None = None
     file_done: FileDone | None = None
 
 
@@ -404,7 +403,7 @@ def run_batch(
     naming: Naming,
     writing: WriteOptions | None = None,
     on_file_start: FileStart | None = None,
-    on_tile: TileProgress | None = None,
+    on_tile: TileCallback | None = None,
     on_file_done: FileDone | None = None,
 ) -> BatchResult:
     """Upscale every job, writing each output atomically; a failing file is recorded and the batch goes on.
@@ -416,7 +415,7 @@ def run_batch(
     writing = writing or WriteOptions()
     if naming.file is not None and writing.format is None:
         writing = replace(writing, format=naming.file.suffix.lstrip("."))
-    run = _Run(upscaler, naming, writing, on_tile)
+    run = _BatchRun(upscaler, naming, writing, on_tile)
     run.inputs = {os.path.realpath(j.source): j.source for j in jobs if j.error is None}
     result = BatchResult()
     started = time.perf_counter()
@@ -437,13 +436,13 @@ def run_batch(
 
 
 @dataclass
-class _Run:
+class _BatchRun:
     """Settings of one batch plus the outputs claimed so far (so two inputs never share an output)."""
 
     upscaler: Upscaler
     naming: Naming
     writing: WriteOptions
-    on_tile: TileProgress | None
+    on_tile: TileCallback | None
     inputs: dict[str, Path] = field(default_factory=dict)
     claimed: dict[str, Path] = field(default_factory=dict)
 

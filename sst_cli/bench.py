@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import functools
 import math
 import statistics
 import time
@@ -42,7 +43,7 @@ PAPER_SIZE = (1280, 720)  # (width, height) of the restored output
 PAPER_MODELS = ("sst-light", "sst", "sst-l")
 PAPER_SCALES = (2, 3, 4)
 MIB = 1 << 20
-Progress = Callable[[str], None]
+Say = Callable[[str], None]  # one line of progress text
 
 
 # ----------------------------------------------------------------------------- settings
@@ -100,7 +101,7 @@ class BenchSettings:
 
 def quick_cpu_settings(**overrides: Any) -> BenchSettings:
     """A CPU run of a few minutes on 2 cores: sst-light, 320x180 output, x2 and x4, fp32 and bf16, 3 runs."""
-    base = {"models": ("sst-light",), "scales": (2, 4), "size": (320, 180), "runs": 3, "warmup": 1}
+    base: dict[str, Any] = {"models": ("sst-light",), "scales": (2, 4), "size": (320, 180), "runs": 3, "warmup": 1}
     return BenchSettings(**(base | overrides))
 
 
@@ -251,7 +252,7 @@ def time_runs(
     return times, warmup_s, memory.peak_mib(), out
 
 
-def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
+def psnr_unit(a: torch.Tensor, b: torch.Tensor) -> float:
     """PSNR of raw float outputs with peak 1.0 (random-weight outputs are not clamped to [0, 1])."""
     mse = F.mse_loss(a.double(), b.double()).item()
     return math.inf if mse == 0 else 10 * math.log10(1.0 / mse)
@@ -279,10 +280,10 @@ def _make_model(name: str, scale: int, seed: int) -> SRNetwork:
 def _compiled(model: SRNetwork, mode: str) -> Callable[[torch.Tensor], torch.Tensor]:
     if mode == "none":
         return model
-    return torch.compile(model, mode=None if mode == "default" else mode)  # type: ignore[return-value]
+    return torch.compile(model, mode=None if mode == "default" else mode)
 
 
-def run_bench(settings: BenchSettings, on_progress: Progress | None = None) -> BenchReport:
+def run_bench(settings: BenchSettings, on_progress: Say | None = None) -> BenchReport:
     """Measure every (model, scale, precision) of ``settings``; see the module docstring for the protocol."""
     settings.validate()
     say = on_progress or (lambda _text: None)
@@ -305,7 +306,7 @@ def run_bench(settings: BenchSettings, on_progress: Progress | None = None) -> B
                 model = copy.deepcopy(base).to(device, dtype)
                 model.set_attention_backend(settings.attention)
                 model.channels_last = settings.channels_last
-                kernel = describe_attention(settings.attention, device, dtype, model.attention_head_sizes)
+                kernel = describe_attention(settings.attention, device, dtype, model.describe().attention_head_sizes)
                 report.kernels[f"{name} {precision}"] = kernel.line
                 report.notices.extend(n for n in kernel.notices if n not in report.notices)
                 if settings.size is not None:
@@ -318,7 +319,7 @@ def run_bench(settings: BenchSettings, on_progress: Progress | None = None) -> B
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
             if "fp32" in outputs and "bf16" in outputs:
-                outputs["bf16"][0].psnr_vs_fp32 = psnr(outputs["bf16"][1], outputs["fp32"][1])
+                outputs["bf16"][0].psnr_vs_fp32 = psnr_unit(outputs["bf16"][1], outputs["fp32"][1])
     return report
 
 
@@ -330,7 +331,7 @@ def _measure_forward(
     dtype: torch.dtype,
     device: torch.device,
     settings: BenchSettings,
-    say: Progress,
+    say: Say,
 ) -> tuple[list[Measurement], torch.Tensor]:
     """Our path (and the reference path with ``settings.reference``); returns the rows and our output."""
     assert settings.size is not None
@@ -344,7 +345,7 @@ def _measure_forward(
         forward = _compiled(model, settings.compile) if path == "ours" else model
         swap = model.reference_path() if path == "reference" else nullcontext()
         with torch.inference_mode(), fp32_mode(device, dtype, allow_tf32=settings.tf32), swap:
-            times, warm, memory, out = time_runs(lambda f=forward: f(x), device, settings.runs, settings.warmup)
+            times, warm, memory, out = time_runs(functools.partial(forward, x), device, settings.runs, settings.warmup)
         outputs.append(out.float().cpu())
         rows.append(
             Measurement(
@@ -374,7 +375,7 @@ def _measure_tiled(
     precision: str,
     device: torch.device,
     settings: BenchSettings,
-    say: Progress,
+    say: Say,
 ) -> TiledMeasurement:
     assert settings.tiled is not None
     lr_w, lr_h = lr_size(*settings.tiled, scale)

@@ -7,6 +7,7 @@ dataset before any network runs (so a bad file fails in seconds, not after an ho
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -107,11 +108,13 @@ class DatasetResult:
 
     @property
     def psnr_y(self) -> float:
-        return self.mean("psnr_y") or float("nan")
+        value = self.mean("psnr_y")
+        return float("nan") if value is None else value
 
     @property
     def ssim_y(self) -> float:
-        return self.mean("ssim_y") or float("nan")
+        value = self.mean("ssim_y")
+        return float("nan") if value is None else value
 
     def to_dict(self) -> dict:
         out: dict = {"dataset": self.dataset, "scale": self.scale, "model": self.model}
@@ -235,7 +238,10 @@ def network_sr(run: Callable[[torch.Tensor], torch.Tensor], *, self_ensemble: bo
         rgb = np.repeat(lr[..., None], 3, axis=2) if lr.ndim == 2 else lr
         x = torch.from_numpy(np.ascontiguousarray(rgb)).permute(2, 0, 1).float().div_(255.0)
         views = range(8) if self_ensemble else range(1)
-        out = sum(dihedral(run(dihedral(x, i)), i, inverse=True) for i in views) / len(views)
+        out = dihedral(run(dihedral(x, 0)), 0, inverse=True)
+        for i in views[1:]:  # accumulate: one output in memory at a time
+            out += dihedral(run(dihedral(x, i)), i, inverse=True)
+        out /= len(views)
         values = out.clamp_(0.0, 1.0).permute(1, 2, 0).double().numpy() * 255.0
         if lr.ndim == 2:
             values = values @ _GRAY_WEIGHTS
@@ -386,7 +392,7 @@ def run_evaluation(
                         label,
                         rgb=settings.rgb,
                         save_dir=_save_dir(settings, label),
-                        on_image=None if on_image is None else lambda score, d=ds.name, s=s: on_image(d, s, score),
+                        on_image=None if on_image is None else functools.partial(on_image, ds.name, s),
                     )
                 )
         found.sort(key=lambda r: (order[r.dataset], r.scale))  # one dataset's scales together

@@ -83,7 +83,7 @@ def atomic_save(
 
 
 def atomic_write(
-    path: str | os.PathLike[str], encode: Callable[[IO[bytes]], None], *, error: type[SstError] = WriteError
+    path: str | os.PathLike[str], encode: Callable[[IO[bytes]], object], *, error: type[SstError] = WriteError
 ) -> None:
     """Write the bytes ``encode(fh)`` produces to ``path`` atomically, flushed to disk before the rename."""
 

@@ -177,7 +177,8 @@ def _tile_rawmode(im: Image.Image) -> str | None:
 
 def _decode_raw(im: Image.Image, rawmode: str) -> np.ndarray:
     """Load ``im`` unpacking its pixel bytes with ``rawmode`` instead of the one Pillow picked."""
-    im.tile = [t._replace(args=rawmode if isinstance(t.args, str) else (rawmode, *t.args[1:])) for t in im.tile]
+    tiles = im.tile  # type: ignore[attr-defined]
+    im.tile = [t._replace(args=rawmode if isinstance(t.args, str) else (rawmode, *t.args[1:])) for t in tiles]  # type: ignore[attr-defined]
     im.load()
     return np.asarray(im)
 

@@ -296,9 +296,9 @@ def _architecture(config: TrainConfig) -> tuple[str, SSTConfig]:
     variant = get_variant(config.model)
     if variant.arch != "sst":
         raise ConfigError(f"sst train trains SST networks; {variant.name} is another architecture")
-    arch = variant.config(config.scale if config.scale is not None else 4)
-    assert isinstance(arch, SSTConfig)
-    return variant.name, arch
+    built = variant.config(config.scale if config.scale is not None else 4)
+    assert isinstance(built, SSTConfig)
+    return variant.name, built
 
 
 def _check(config: TrainConfig) -> None:
@@ -347,7 +347,7 @@ def _check_resume(state: dict[str, Any], settings: dict[str, Any], path: Path, s
         say(f"resuming with changed {', '.join(changed)}: the run continues, but not exactly as planned")
 
 
-class _Run:
+class _TrainingRun:
     """The live objects of one run (network, EMA, optimizer, sampler) and their state file."""
 
     def __init__(
@@ -537,7 +537,7 @@ def train(
     except OSError as exc:
         raise ConfigError(f"--out {config.out}: cannot create its folder ({exc.strerror or exc})") from None
     images = load_images(find_images(config.data), config.patch * settings["scale"], say)
-    run = _Run(config, SSTConfig.from_kwargs(settings["sst_config"]), settings, device, images, saved, say)
+    run = _TrainingRun(config, SSTConfig.from_kwargs(settings["sst_config"]), settings, device, images, saved, say)
     if on_start is not None:
         on_start({**settings, "images": len(images), "iteration": run.iteration, "state": str(state_file)})
     first = run.iteration

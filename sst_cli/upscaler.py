@@ -30,7 +30,7 @@ from .runtime import (
 )
 from .tiling import align_overlap, align_tile_size, run_tiles_adaptive
 
-Progress = Callable[[int, int], None]
+TileCallback = Callable[[int, int], None]  # (tiles done, tiles in all)
 
 
 @dataclass(frozen=True)
@@ -205,7 +205,7 @@ class Upscaler:
         release_memory(self.device)
         self._say(f"out of memory: retrying with {new_tile}px tiles")
 
-    def run(self, image: torch.Tensor, on_tile: Progress | None = None) -> Upscaled:
+    def run(self, image: torch.Tensor, on_tile: TileCallback | None = None) -> Upscaled:
         """(C, H, W) float32 CPU tensor -> (C, H*scale, W*scale), tiled as planned."""
         plan = self.plan(image.shape[-2], image.shape[-1])
         out, used = run_tiles_adaptive(
@@ -234,7 +234,7 @@ class Upscaler:
         size = (max(1, round(height * outscale)), max(1, round(width * outscale)))
         return F.interpolate(t[None], size=size, mode="bicubic", antialias=True, align_corners=False)[0]
 
-    def upscale_picture(self, picture: Picture, on_tile: Progress | None = None) -> tuple[Picture, int]:
+    def upscale_picture(self, picture: Picture, on_tile: TileCallback | None = None) -> tuple[Picture, int]:
         """Colour through the network; alpha through the network as gray, or resized, or passed if constant.
 
         Returns the upscaled picture (metadata carried over) and the tile side used for the colour.
@@ -249,7 +249,7 @@ class Upscaler:
         upscaled = replace(picture, color=color_out.permute(1, 2, 0).contiguous().numpy(), alpha=alpha_out)
         return upscaled, result.tile
 
-    def _upscale_alpha(self, alpha: np.ndarray, on_tile: Progress | None) -> np.ndarray:
+    def _upscale_alpha(self, alpha: np.ndarray, on_tile: TileCallback | None) -> np.ndarray:
         h, w = alpha.shape
         factor = self.options.outscale or self.scale
         a = torch.from_numpy(np.ascontiguousarray(alpha, dtype=np.float32))[None]
@@ -263,7 +263,7 @@ class Upscaler:
             up = F.interpolate(a[None], size=size, mode="bicubic", align_corners=False)[0]
         return self._resize_to_outscale(up, h, w).clamp_(0, 1)[0].numpy()
 
-    def upscale(self, image: Image.Image | np.ndarray, on_tile: Progress | None = None) -> Any:
+    def upscale(self, image: Image.Image | np.ndarray, on_tile: TileCallback | None = None) -> Any:
         """Upscale a PIL image (returns PIL) or an array (returns an array of the same dtype and layout)."""
         if isinstance(image, Image.Image):
             return _to_pil(self.upscale_picture(_picture_from_pil(image), on_tile)[0], image.mode)

@@ -67,7 +67,7 @@ def _exact(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 def test_cpu_runs_sdpa_in_the_network_dtype_with_v_padded_to_q() -> None:
     plan = plan_attention("auto", "cpu", torch.float32, 44, 16)
     assert (plan.kernel, plan.dtype, plan.qk_width, plan.v_width, plan.notice) == ("sdpa", torch.float32, 44, 44, None)
-    assert plan.label == "PyTorch SDPA (CPU flash kernel, fp32)"  # PyTorch's own dispatcher says so
+    assert plan.label.startswith("PyTorch SDPA") and plan.label.endswith("fp32)")
     assert plan_attention("auto", "cpu", torch.bfloat16, 44, 16).dtype == torch.bfloat16
     exact = plan_attention("math", "cpu", torch.float32, 44, 16)
     assert (exact.kernel, exact.qk_width, exact.v_width) == ("math", 44, 16)  # no padding where none is needed

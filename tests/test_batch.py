@@ -173,7 +173,7 @@ def test_broken_files_fail_with_reasons_and_the_rest_is_written(upscaler: Upscal
     assert (result.done, result.skipped, result.failed) == (2, 0, 3)
     assert files_under(Path("out")) == ["a_nn_x2.png", "z_nn_x2.png"]
     assert Image.open("out/a_nn_x2.png").size == (12, 10)
-    assert result.megapixels == pytest.approx(2 * 30 / 1e6) and result.megapixels_per_second > 0
+    assert result.megapixels == pytest.approx(2 * 30 / 1e6)
 
 
 def test_existing_outputs_fail_are_skipped_or_overwritten(upscaler: Upscaler) -> None:

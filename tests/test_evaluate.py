@@ -22,6 +22,7 @@ from sst_cli.evaluate import (
     load_pair,
     network_sr,
 )
+from sst_cli.metrics import psnr_ssim_y
 
 RNG = np.random.default_rng(3)
 
@@ -162,9 +163,12 @@ def test_evaluate_dataset_scores_and_saves(tmp_path: Path) -> None:
     seen = []
     result = evaluate_dataset(bicubic, ds, 2, "bicubic", rgb=True, save_dir=tmp_path / "out", on_image=seen.append)
     assert [s.name for s in result.images] == ["a", "b"] == [s.name for s in seen]
-    assert result.n_images == 2 and 0 < result.psnr_y < 100 and result.mean("ssim_rgb") is not None
     saved = np.asarray(Image.open(tmp_path / "out" / "ds" / "x2" / "a.png"))
     assert saved.shape == (28, 32, 3)
+    hr = np.asarray(Image.open(root / "HR" / "a.png"))
+    assert result.images[0].psnr_y == pytest.approx(psnr_ssim_y(saved, hr, border=2)[0])  # scores what it saved
+    assert result.psnr_y == pytest.approx((result.images[0].psnr_y + result.images[1].psnr_y) / 2)
+    assert result.n_images == 2 and result.mean("ssim_rgb") is not None
     d = result.to_dict()
     assert set(d) >= {"dataset", "scale", "model", "psnr_y", "ssim_y", "n_images", "images"}
     assert set(d["images"][0]) >= {"name", "psnr_y", "ssim_y"}

@@ -88,7 +88,7 @@ def test_loss_goes_down_and_weights_load_with_metadata(data: Path, tmp_path: Pat
     with safe_open(str(result.out), framework="pt") as f:
         meta = f.metadata()
     assert meta["trained_by"] == "sst-cli" and meta["iterations"] == "30" and meta["batch"] == "4"
-    assert meta["patch"] == "8" and meta["data"] == str(data) and int(meta["seconds"]) >= 0
+    assert meta["patch"] == "8" and meta["data"] == str(data) and meta["seconds"].isdigit()
     assert json.loads(meta["sst_config"]) == TINY.to_kwargs() and meta["weights"] == "params_ema"
     state = torch.load(state_path(result.out), weights_only=True)  # the authors' layout, loadable as weights
     assert set(state) >= {"params", "params_ema", "optimizer", "iteration", "rng", "settings", "scheduler"}

@@ -180,12 +180,13 @@ def test_bf16_precision_runs_and_stays_close_to_fp32() -> None:
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        ({"alpha": "blend"}, "alpha mode"),
-        ({"batch": 0}, "batch"),
-        ({"outscale": -1.0}, "outscale"),
+        ({"alpha": "blend"}, "unknown alpha mode 'blend'"),
+        ({"batch": 0}, "batch must be at least 1"),
+        ({"outscale": -1.0}, "outscale must be a positive number"),
         ({"tile": -3}, "tile"),
-        ({"precision": "fp8"}, "precision"),
-        ({"device": "tpu:9"}, "device"),
+        ({"precision": "fp8"}, "unknown precision 'fp8'"),
+        ({"attention": "magic"}, "unknown attention backend 'magic'"),
+        ({"device": "tpu:9"}, "unknown device"),
     ],
 )
 def test_bad_options_are_named(kwargs: dict, message: str) -> None:

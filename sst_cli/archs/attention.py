@@ -108,7 +108,7 @@ def _sdpa_params(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> object:
     try:
         return cls(q, k, v, None, 0.0, False, False)  # torch >= 2.5: (..., is_causal, enable_gqa)
     except TypeError:
-        return cls(q, k, v, None, 0.0, False)
+        return cls(q, k, v, None, 0.0, False)  # type: ignore[call-arg]
 
 
 def _probe(device: torch.device, dtype: torch.dtype, width: int) -> tuple[torch.Tensor, ...]:

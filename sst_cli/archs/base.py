@@ -58,6 +58,7 @@ class SRNetwork(nn.Module):
     """Base class of every network: NCHW RGB in [0, 1] to NCHW RGB ``scale`` times larger, any input size."""
 
     attention_backend: str = "auto"
+    channels_last: bool | None = None  # memory layout preference (None: the network's default per device)
 
     def describe(self) -> ModelDescriptor:
         raise NotImplementedError
@@ -83,7 +84,7 @@ class SRNetwork(nn.Module):
         self.attention_backend = backend
         for module in self.modules():
             if hasattr(module, "backend"):
-                module.backend = backend
+                module.backend = backend  # type: ignore[assignment]  # nn.Module types attributes as Tensor | Module
 
 
 def network_of(model: nn.Module) -> nn.Module:
