@@ -155,7 +155,7 @@ def manifest_entry(name: str, scale: int, *, repo_id: str | None = None) -> HubF
     if bundled and repo_id is None:
         return weights_dir() / bundled
     repo = repo_id or os.environ.get("SST_HUB_REPO") or entry.get("repo_id") or manifest["default_repo_id"]
-    return HubFile(repo_id=repo, filename=filename, revision=entry.get("revision"), sha256=entry.get("sha256"))
+    return HubFile(repo_id=repo, filename=str(filename), revision=entry.get("revision"), sha256=entry.get("sha256"))
 
 
 def _not_trained_message(key: str, scale: int, scales: dict) -> str:
