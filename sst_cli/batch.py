@@ -6,24 +6,29 @@ that one bad file never stops the batch; callbacks let a front end show progress
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import re
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
 from .choices import DEFAULT_MODEL, DEFAULT_SCALE
-from .errors import ConfigError, ImageError, OutputExists, SstError
+from .errors import ConfigError, ImageError, OutputExists, SstError, WriteError
 from .image_io import (
     DEFAULT_MAX_PIXELS,
     EXTENSIONS,
+    choose_format,
     is_image_file,
     normalise_format,
     output_format,
+    probe_image,
     read_image,
     write_image,
 )
@@ -35,7 +40,7 @@ DEFAULT_TEMPLATE = "{stem}_{model}_x{scale}.{ext}"
 DEFAULT_OUTSCALE_TEMPLATE = "{stem}_{model}_x{outscale}.{ext}"
 #: Suffix of the default output folder made beside a folder input (``photos/`` -> ``photos_sst/``).
 FOLDER_SUFFIX = "_sst"
-TEMPLATE_FIELDS = ("stem", "model", "scale", "outscale", "ext")
+TEMPLATE_FIELDS = ("stem", "suffix", "model", "scale", "outscale", "ext")  # suffix: the input's extension
 TEMP_SUFFIX = ".sst-tmp"
 
 Status = Literal["done", "skipped", "failed"]
@@ -50,6 +55,7 @@ class Job:
     base: Path
     from_folder: bool = False  # came from a folder INPUT: default output goes to the sibling <name>_sst folder
     error: str | None = None  # known to fail before reading (e.g. the named file does not exist)
+    skip: str | None = None  # found in a folder but not upscaled, and why (counted and listed, never silent)
 
     @property
     def relative(self) -> Path:
@@ -67,8 +73,27 @@ def _hidden(name: str) -> bool:
     return name.startswith(".") or name.endswith(TEMP_SUFFIX)
 
 
-def _folder_images(folder: Path, recursive: bool, exclude: Sequence[Path]) -> list[Path]:
-    """Image files in ``folder`` (the whole tree with ``recursive``), skipping hidden and temp files."""
+#: Image kinds users have that sst-cli does not read: counted as skipped in folders rather than ignored.
+UNSUPPORTED_SUFFIXES = frozenset({".heic", ".heif", ".avif", ".jxl", ".exr", ".hdr", ".psd", ".dng", ".cr2", ".nef"})
+_OWN_OUTPUT = re.compile(r".+_(?P<model>[a-z0-9][a-z0-9+._-]*)_x\d+(?:\.\d+)?", re.IGNORECASE)
+
+
+def own_output_labels() -> frozenset[str]:
+    """Model labels sst-cli puts into default output names (zoo names; a weights stem is added per run)."""
+    from .zoo import list_models
+
+    return frozenset(list_models())
+
+
+def is_own_output(path: Path, labels: frozenset[str]) -> bool:
+    """True when the name is one sst-cli's default template gives (``photo_sst-light_x4.png``)."""
+    match = _OWN_OUTPUT.fullmatch(path.stem)
+    return match is not None and match["model"].lower() in labels
+
+
+def _folder_images(folder: Path, recursive: bool, exclude: Sequence[Path], skips: Skips) -> list[Job]:
+    """Jobs for the image files in ``folder`` (the whole tree with ``recursive``), hidden and temp files left out;
+    images sst-cli cannot read or wrote itself become skipped jobs, so that none is passed over silently."""
     excluded = {os.path.realpath(p) for p in exclude}
     found: list[Path] = []
     for root, dirs, files in os.walk(folder):
@@ -77,8 +102,26 @@ def _folder_images(folder: Path, recursive: bool, exclude: Sequence[Path]) -> li
             if not recursive
             else [d for d in dirs if not _hidden(d) and os.path.realpath(os.path.join(root, d)) not in excluded]
         )
-        found.extend(Path(root, f) for f in files if not _hidden(f) and is_image_file(f))
-    return sorted(found, key=lambda p: p.as_posix())
+        found.extend(Path(root, f) for f in files if not _hidden(f) and _image_like(f))
+    return [Job(p, folder, True, skip=skips.reason(p)) for p in sorted(found, key=lambda p: p.as_posix())]
+
+
+def _image_like(name: str) -> bool:
+    return is_image_file(name) or os.path.splitext(name)[1].lower() in UNSUPPORTED_SUFFIXES
+
+
+@dataclass(frozen=True)
+class Skips:
+    """Which files found in folders are not upscaled: formats sst-cli cannot read, and its own outputs."""
+
+    own_labels: frozenset[str] = frozenset()  # empty: own outputs are upscaled like any image
+
+    def reason(self, path: Path) -> str | None:
+        if not is_image_file(path):
+            return f"{path.suffix.lstrip('.').upper()} is not a format sst-cli reads (convert it to PNG first)"
+        if self.own_labels and is_own_output(path, self.own_labels):
+            return "named like an sst-cli output (add --include-outputs to upscale it too)"
+        return None
 
 
 def _glob_root(pattern: str) -> Path:
@@ -92,10 +135,10 @@ def _glob_root(pattern: str) -> Path:
     return Path(*literal) if literal else Path(".")
 
 
-def _expand(item: str, recursive: bool, exclude: Sequence[Path]) -> list[Job]:
+def _expand(item: str, recursive: bool, exclude: Sequence[Path], skips: Skips) -> list[Job]:
     path = Path(item)
     if path.is_dir():
-        return [Job(p, path, True) for p in _folder_images(path, recursive, exclude)]
+        return _folder_images(path, recursive, exclude, skips)
     if path.exists() or os.path.islink(item):
         return [Job(path, path.parent)]  # named explicitly: tried whatever its name, so errors are reported
     if not _MAGIC.search(item):
@@ -105,15 +148,19 @@ def _expand(item: str, recursive: bool, exclude: Sequence[Path]) -> list[Job]:
     for match in sorted(glob.glob(item, recursive=True)):
         found = Path(match)
         if found.is_dir():
-            jobs.extend(Job(p, root) for p in _folder_images(found, recursive, exclude))
-        elif found.is_file() and is_image_file(found) and not _hidden(found.name):
-            jobs.append(Job(found, root))
+            jobs.extend(
+                replace(j, base=root, from_folder=False) for j in _folder_images(found, recursive, exclude, skips)
+            )
+        elif found.is_file() and _image_like(found.name) and not _hidden(found.name):
+            jobs.append(Job(found, root, skip=skips.reason(found)))
     if not jobs:
         return [Job(path, root, error=f"no image files match '{item}'")]
     return jobs
 
 
-def discover_inputs(inputs: Iterable[str], recursive: bool = False, *, exclude: Sequence[Path] = ()) -> list[Job]:
+def discover_inputs(
+    inputs: Iterable[str], recursive: bool = False, *, exclude: Sequence[Path] = (), skips: Skips | None = None
+) -> list[Job]:
     """Jobs for INPUT items (files, folders, globs), in argument order, each expansion sorted, no duplicates.
 
     A missing file becomes a failed job so the rest of the batch still runs. Folders in ``exclude``
@@ -124,15 +171,18 @@ def discover_inputs(inputs: Iterable[str], recursive: bool = False, *, exclude: 
     jobs: list[Job] = []
     seen: set[str] = set()
     for item in items:
-        for job in _expand(item, recursive, exclude):
+        for job in _expand(item, recursive, exclude, skips or Skips()):
             key = os.path.realpath(job.source) if job.error is None else f"missing:{job.source}"
             if key not in seen:
                 seen.add(key)
                 jobs.append(job)
-    if not jobs:
+    if not any(job.skip is None for job in jobs):
+        if jobs:
+            reasons = "; ".join(sorted({f"{j.source.name}: {j.skip}" for j in jobs})[:3])
+            raise ConfigError(f"nothing to upscale in {', '.join(repr(i) for i in items)}: {reasons}")
         folders = [i for i in items if Path(i).is_dir()]
         nested = any(any(p.is_dir() and not _hidden(p.name) for p in Path(f).iterdir()) for f in folders)
-        kinds = ", ".join(sorted(set(EXTENSIONS.values()) | {"jpeg", "tiff"}))
+        kinds = ", ".join(sorted(set(EXTENSIONS.values()) | {"jpeg", "tiff", "gif"}))
         hint = "; they have sub-folders: add --recursive to search them" if nested and not recursive else ""
         raise ConfigError(f"no image files found in {', '.join(repr(i) for i in items)} (looked for {kinds}){hint}")
     return jobs
@@ -210,7 +260,12 @@ class Naming:
         template = self.template or (DEFAULT_OUTSCALE_TEMPLATE if self.outscale is not None else DEFAULT_TEMPLATE)
         outscale = self.outscale if self.outscale is not None else self.scale
         return template.format(
-            stem=job.source.stem, model=self.model, scale=self.scale, outscale=_number(outscale), ext=EXTENSIONS[fmt]
+            stem=job.source.stem,
+            suffix=job.source.suffix.lstrip("."),
+            model=self.model,
+            scale=self.scale,
+            outscale=_number(outscale),
+            ext=EXTENSIONS[fmt],
         )
 
     def folder_for(self, job: Job) -> Path:
@@ -319,9 +374,10 @@ class BatchResult:
 class BatchInterrupted(KeyboardInterrupt):
     """Ctrl-C during a batch: still a KeyboardInterrupt, carrying what was finished and what was running."""
 
-    def __init__(self, result: BatchResult, current: Job | None, total: int) -> None:
+    def __init__(self, result: BatchResult, current: Job | None, total: int, exit_code: int = 130) -> None:
         super().__init__("interrupted")
         self.result, self.current, self.total = result, current, total
+        self.exit_code = exit_code  # 130 for Ctrl-C, 128 + N for signal N (143 for SIGTERM)
 
 
 class _Skip(Exception):
@@ -357,16 +413,19 @@ def upscale_files(
     options: UpscaleOptions,
     writing: WriteOptions,
     recursive: bool = False,
+    include_outputs: bool = False,
     events: BatchEvents | None = None,
 ) -> BatchResult:
     """``sst upscale`` as a library call: find the inputs, plan their outputs, load the model once, run.
 
     Everything that can be refused (no inputs, an output that cannot be named) is refused before the model
-    is loaded. Raises BatchInterrupted on Ctrl-C with what was finished.
+    is loaded; files found in folders that sst-cli wrote itself are skipped unless ``include_outputs``.
+    Raises BatchInterrupted on Ctrl-C with what was finished.
     """
     events = events or BatchEvents()
     exclude = [Path(output)] if output is not None and not is_image_file(output) else []
-    jobs = discover_inputs(inputs, recursive, exclude=exclude)
+    skips = Skips() if include_outputs else Skips(own_output_labels() | {model_label(model).lower()})
+    jobs = discover_inputs(inputs, recursive, exclude=exclude, skips=skips)
     naming = plan_output(
         jobs,
         output,
@@ -393,6 +452,7 @@ def upscale_files(
         on_file_start=events.file_start,
         on_tile=events.tile,
         on_file_done=events.file_done,
+        on_note=events.note,
     )
 
 
@@ -405,34 +465,49 @@ def run_batch(
     on_file_start: FileStart | None = None,
     on_tile: TileCallback | None = None,
     on_file_done: FileDone | None = None,
+    on_note: Callable[[str], None] | None = None,
 ) -> BatchResult:
     """Upscale every job, writing each output atomically; a failing file is recorded and the batch goes on.
 
-    Outputs never replace an input file or another job's output; existing files are an error unless
-    ``writing.overwrite`` (replace) or ``writing.skip_existing`` (leave, so a rerun resumes). Ctrl-C raises
-    BatchInterrupted with the partial result; the file being written is never left half-written.
+    Every output is planned before the first forward pass (``preflight``): unreadable headers, existing
+    targets, two inputs with one output name, folders that cannot be written and formats too small for the
+    result are known before any computation. Outputs never replace an input file or another job's output.
+    Ctrl-C (and SIGTERM/SIGHUP inside ``stop_on_signals``) raises BatchInterrupted with the partial result;
+    the file being written is never left half-written.
     """
     writing = writing or WriteOptions()
     if naming.file is not None and writing.format is None:
         writing = replace(writing, format=naming.file.suffix.lstrip("."))
-    run = _BatchRun(upscaler, naming, writing, on_tile)
-    run.inputs = {os.path.realpath(j.source): j.source for j in jobs if j.error is None}
-    result = BatchResult()
     started = time.perf_counter()
+    run = _BatchRun(upscaler, naming, writing, on_tile, on_note or (lambda text: None))
+    plans = run.preflight(jobs)
+    result = BatchResult()
     total = len(jobs)
-    for index, job in enumerate(jobs):
+    for index, plan in enumerate(plans):
         if on_file_start:
-            on_file_start(job, index, total)
+            on_file_start(plan.job, index, total)
         try:
-            record = run.one(job)
-        except KeyboardInterrupt:
+            record = run.one(plan)
+        except KeyboardInterrupt as stop:
             result.seconds = time.perf_counter() - started
-            raise BatchInterrupted(result, job, total) from None
+            raise BatchInterrupted(result, plan.job, total, getattr(stop, "exit_code", 130)) from None
         result.files.append(record)
         if on_file_done:
             on_file_done(record, index, total)
     result.seconds = time.perf_counter() - started
     return result
+
+
+@dataclass
+class _Plan:
+    """One job's output, decided before any computation; ``failure`` or ``skip`` end it without computing."""
+
+    job: Job
+    target: Path | None = None
+    format: str | None = None
+    megapixels: float = 0.0
+    failure: SstError | None = None
+    skip: str | None = None
 
 
 @dataclass
@@ -443,27 +518,75 @@ class _BatchRun:
     naming: Naming
     writing: WriteOptions
     on_tile: TileCallback | None
+    note: Callable[[str], None]
     inputs: dict[str, Path] = field(default_factory=dict)
     claimed: dict[str, Path] = field(default_factory=dict)
+    folders: dict[Path, str | None] = field(default_factory=dict)  # checked output folder -> why unusable
 
-    def one(self, job: Job) -> FileResult:
-        started = time.perf_counter()
-        record = FileResult(job.source, None, "failed")
+    def preflight(self, jobs: Sequence[Job]) -> list[_Plan]:
+        """Plan every output from the image headers alone and say up front what will not work."""
+        self.inputs = {os.path.realpath(j.source): j.source for j in jobs if j.error is None}
+        plans = [self._plan(job) for job in jobs]
+        clashes = [p for p in plans if isinstance(p.failure, OutputNameClash)]
+        if clashes:
+            self.note(
+                f"{len(clashes)} input(s) would share an output name with another input (e.g. a.png and a.bmp): "
+                'they fail before any computation; keep them apart with --name "{stem}.{suffix}_{model}_x{scale}.{ext}"'
+            )
+        for folder in self.folders:
+            _clean_stale_temporaries(folder, self.note)
+        return plans
+
+    def _plan(self, job: Job) -> _Plan:
+        plan = _Plan(job)
+        if job.skip is not None:
+            plan.skip = job.skip
+            return plan
         try:
             if job.error is not None:
                 raise ImageError(job.error)
-            picture = read_image(job.source, max_pixels=self.writing.max_pixels or None)
-            record.megapixels = picture.color.shape[0] * picture.color.shape[1] / 1e6
-            fmt = output_format(picture, self.writing.format)
-            target = record.output = self.naming.target(job, fmt)
-            self.claim(target, job)
-            os.makedirs(target.parent, exist_ok=True)
-            upscaled, record.tile = self.upscaler.upscale_picture(picture, self.on_tile)
-            write_image(target, upscaled, format=fmt, quality=self.writing.quality, overwrite=self.writing.overwrite)
-            record.status = "done"
+            info = probe_image(job.source, max_pixels=self.writing.max_pixels or None)
+            plan.megapixels = info.width * info.height / 1e6
+            out_size = self.upscaler.output_size(info.width, info.height)
+            fmt, why = choose_format(info, self.writing.format, out_size)
+            if why and self.naming.file is not None and fmt != self.writing.format:
+                raise ImageError(f"cannot write '{self.naming.file}': {why}; name the output .png")
+            if why and fmt != info.format:
+                self.note(f"{job.source}: writing PNG because {why}")
+            if info.frames > 1:
+                self.note(f"{job.source}: animated ({info.frames} frames); only the first frame is upscaled")
+            plan.format, plan.target = fmt, self.naming.target(job, fmt)
+            self.claim(plan.target, job)
+            self._check_folder(plan.target.parent)
         except _Skip:
-            record.status = "skipped"
-            record.reason = f"'{record.output}' already exists"
+            plan.skip = f"'{plan.target}' already exists"
+        except SstError as exc:
+            plan.failure = exc
+        return plan
+
+    def one(self, plan: _Plan) -> FileResult:
+        started = time.perf_counter()
+        job = plan.job
+        record = FileResult(job.source, plan.target, "failed", megapixels=plan.megapixels)
+        if plan.skip is not None:
+            record.status, record.reason = "skipped", plan.skip
+            return record
+        try:
+            if plan.failure is not None:
+                raise plan.failure
+            assert plan.target is not None and plan.format is not None
+            picture = read_image(job.source, max_pixels=self.writing.max_pixels or None)
+            if output_format(picture, self.writing.format) != plan.format and plan.format != "png":
+                raise ImageError(f"cannot read '{job.source}': its pixels do not match its header")
+            upscaled, record.tile = self.upscaler.upscale_picture(picture, self.on_tile)
+            write_image(
+                plan.target,
+                upscaled,
+                format=plan.format,
+                quality=self.writing.quality,
+                overwrite=self.writing.overwrite,
+            )
+            record.status = "done"
         except (SstError, OSError, RuntimeError, MemoryError) as exc:  # torch kernel failures are RuntimeErrors
             record.reason = str(exc) if isinstance(exc, SstError) else f"{type(exc).__name__}: {exc}"
             record.error_type = type(exc).__name__
@@ -477,10 +600,64 @@ class _BatchRun:
         if key in self.inputs:
             raise OutputExists(f"'{target}' is an input file; refusing to write over it (change -o or --name)")
         if key in self.claimed:
-            raise OutputExists(f"'{target}' is already the output of '{self.claimed[key]}' (change --name or -o)")
+            raise OutputNameClash(f"'{target}' is already the output of '{self.claimed[key]}' (change --name or -o)")
         self.claimed[key] = job.source
         if os.path.lexists(target):
             if self.writing.skip_existing:
                 raise _Skip
             if not self.writing.overwrite:
-                raise OutputExists(f"'{target}' already exists (use --overwrite to replace it or --skip-existing)")
+                raise OutputExists(f"'{target}' already exists")
+
+    def _check_folder(self, folder: Path) -> None:
+        """Create the output folder now and prove it writable, so that no result is computed in vain."""
+        if folder not in self.folders:
+            self.folders[folder] = _unwritable(folder)
+        why = self.folders[folder]
+        if why is not None:
+            raise WriteError(f"cannot write into '{folder}': {why}")
+
+
+class OutputNameClash(OutputExists):
+    """Two inputs map to one output name (``a.png`` and ``a.bmp``)."""
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why files cannot be written in ``folder`` (made if missing), or None; tried with a real file."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-test.", suffix=TEMP_SUFFIX, dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except FileExistsError:
+        return "a file of that name is in the way"
+    except OSError as exc:
+        return _os_reason(exc)
+    return None
+
+
+def _os_reason(exc: OSError) -> str:
+    reasons = {
+        errno.EROFS: "the file system is read-only",
+        errno.EACCES: "permission denied",
+        errno.EPERM: "permission denied",
+        errno.ENOSPC: "no space left on device",
+        errno.ENOTDIR: "a file is in the way of that folder",
+    }
+    return reasons.get(exc.errno or 0, exc.strerror or str(exc))
+
+
+_TEMP_NAME = re.compile(r"\..+\.[0-9a-f]{8}" + re.escape(TEMP_SUFFIX))
+
+
+def _clean_stale_temporaries(folder: Path, note: Callable[[str], None]) -> None:
+    """Remove temporaries that an earlier, killed run left in ``folder`` (ours by name, older than this run)."""
+    cutoff = time.time() - 1.0
+    removed = 0
+    with suppress(OSError):
+        for entry in os.scandir(folder):
+            if _TEMP_NAME.fullmatch(entry.name) and entry.is_file() and entry.stat().st_mtime < cutoff:
+                with suppress(OSError):
+                    os.unlink(entry.path)
+                    removed += 1
+    if removed:
+        note(f"removed {removed} unfinished file(s) that an interrupted run left in '{folder}'")

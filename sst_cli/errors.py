@@ -41,3 +41,12 @@ class OutputExists(SstError, FileExistsError):
 
 class NonFiniteOutput(SstError, ArithmeticError):
     """The network produced NaN or Inf (usually reduced precision overflowing)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM / SIGHUP, turned into an interrupt so that the work stops the way Ctrl-C stops it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+        self.exit_code = 128 + signum  # what a shell reports for a process killed by that signal

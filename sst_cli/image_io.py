@@ -34,9 +34,9 @@ DEFAULT_MAX_PIXELS: int = 178_956_970
 #: Extension used when naming an output file of each format.
 EXTENSIONS: dict[str, str] = {"png": "png", "jpeg": "jpg", "webp": "webp", "tiff": "tif", "bmp": "bmp"}
 
-_IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff", ".bmp"})
-_PIL_FORMATS = {"PNG": "png", "JPEG": "jpeg", "MPO": "jpeg", "WEBP": "webp", "TIFF": "tiff", "BMP": "bmp"}
-_OPEN_FORMATS = ["PNG", "JPEG", "WEBP", "TIFF", "BMP"]  # MPO (multi-picture JPEG) comes via JPEG
+_IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff", ".bmp", ".gif"})
+_PIL_FORMATS = {"PNG": "png", "JPEG": "jpeg", "MPO": "jpeg", "WEBP": "webp", "TIFF": "tiff", "BMP": "bmp", "GIF": "gif"}
+_OPEN_FORMATS = ["PNG", "JPEG", "WEBP", "TIFF", "BMP", "GIF"]  # MPO (multi-picture JPEG) comes via JPEG
 _WRITE_FORMATS = ("png", "jpeg", "webp", "tiff")
 _ALIASES = {"jpg": "jpeg", "tif": "tiff"}
 _EXIF_HEADER = b"Exif\x00\x00"
@@ -62,21 +62,96 @@ def is_image_file(path: str | os.PathLike[str]) -> bool:
     return os.path.splitext(os.fspath(path))[1].lower() in _IMAGE_SUFFIXES
 
 
-def output_format(picture: Picture, requested: str | None) -> str:
-    """Pick the output format: ``requested`` if given, else the input's format when it can hold the result.
+@dataclass(frozen=True)
+class ImageInfo:
+    """What an image file's header says: enough to plan its output before decoding any pixel."""
 
-    PNG replaces BMP (not written), and replaces JPEG/WebP for 16-bit input or JPEG for alpha, so that
-    nothing the source carried is lost. Raises ConfigError for unknown names and ImageError when the
-    requested format cannot hold the picture (JPEG with alpha), before any expensive work is done.
+    width: int  # as stored (EXIF rotation may swap the sides; the limits below do not care)
+    height: int
+    format: str
+    alpha: bool
+    bit_depth: int
+    frames: int = 1  # animated images: only the first frame is read
+
+    @classmethod
+    def of(cls, picture: Picture) -> ImageInfo:
+        height, width = picture.color.shape[:2]
+        return cls(width, height, picture.format, picture.alpha is not None, picture.bit_depth)
+
+
+#: Largest side each format can store (WebP: 14-bit sizes; JPEG: 16-bit sizes).
+MAX_SIDE = {"webp": 16383, "jpeg": 65535}
+
+
+def choose_format(info: ImageInfo, requested: str | None, out_size: tuple[int, int] | None = None) -> tuple[str, str]:
+    """The output format and, when it differs from what was asked or implied, why (else "").
+
+    ``requested`` if given, else the input's format. PNG replaces BMP (not written), JPEG/WebP for 16-bit
+    input, JPEG for alpha, and any format too small for ``out_size`` (width, height), so that nothing the
+    source carried is lost and no computation ends in an unwritable result. A requested JPEG for a
+    transparent image is an ImageError: silently flattening it would surprise.
     """
-    if requested is not None:
-        fmt = normalise_format(requested)
-        _check_can_hold(picture, fmt, f"output format '{requested}'")
-        return fmt
-    fmt = picture.format if picture.format in _WRITE_FORMATS else "png"
-    if (picture.alpha is not None and fmt == "jpeg") or (picture.bit_depth == 16 and fmt in ("jpeg", "webp")):
-        return "png"
-    return fmt
+    fmt = normalise_format(requested) if requested is not None else info.format
+    if requested is not None and fmt == "jpeg" and info.alpha:
+        raise ImageError(f"output format '{requested}': JPEG cannot store transparency; choose png, webp or tiff")
+    why = ""
+    if fmt not in _WRITE_FORMATS:
+        fmt = "png"
+    elif requested is None and info.alpha and fmt == "jpeg":
+        fmt, why = "png", "JPEG cannot store its transparency"
+    elif requested is None and info.bit_depth == 16 and fmt in ("jpeg", "webp"):
+        fmt, why = "png", f"{fmt.upper()} cannot store 16 bits per channel"
+    limit = MAX_SIDE.get(fmt)
+    if limit is not None and out_size is not None and max(out_size) > limit:
+        size = f"{out_size[0]}x{out_size[1]}"
+        fmt, why = (
+            "png",
+            f"{'JPEG' if fmt == 'jpeg' else 'WebP'} stores at most {limit} px per side, the result is {size}",
+        )
+    return fmt, why
+
+
+def output_format(picture: Picture, requested: str | None) -> str:
+    """``choose_format`` for a decoded picture (no size limit checked)."""
+    return choose_format(ImageInfo.of(picture), requested)[0]
+
+
+def probe_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> ImageInfo:
+    """Read only the header: size, format, alpha and bit depth, with the same refusals as ``read_image``."""
+    name = os.fspath(path)
+    _check_readable(name)
+    try:
+        with _no_pillow_bomb_limit(), Image.open(name, formats=_OPEN_FORMATS) as im:
+            _check_pixels(name, im, max_pixels)
+            rawmode = _tile_rawmode(im) or ""
+            wide = re.fullmatch(r"(RGBA?|RGBX|LA);16[BLN]?", rawmode)
+            mode = im.mode
+            alpha = mode in ("RGBA", "LA", "PA", "La", "RGBa") or "transparency" in im.info
+            alpha = alpha or bool(wide and wide[1] in ("RGBA", "LA"))
+            deep = bool(wide) or mode.startswith("I;16") or mode in ("I", "F")
+            fmt = _PIL_FORMATS.get(im.format or "", "png")
+            frames = int(getattr(im, "n_frames", 1) or 1)
+            return ImageInfo(im.size[0], im.size[1], fmt, alpha, 16 if deep else 8, frames)
+    except SstError:
+        raise
+    except UnidentifiedImageError:
+        if _is_tiff(name):
+            return ImageInfo.of(_read_tiff(name, max_pixels))  # rare kinds (float RGB): decoding is the probe
+        raise ImageError(f"cannot read '{name}': not a PNG, JPEG, WebP, TIFF, BMP or GIF image") from None
+    except OSError as exc:
+        reason = exc.strerror if exc.errno else f"the file is truncated or damaged ({exc})"
+        raise ImageError(f"cannot read '{name}': {reason}") from exc
+    except Exception as exc:
+        raise ImageError(f"cannot read '{name}': the file is damaged or unsupported ({exc})") from exc
+
+
+def _check_pixels(name: str, im: Image.Image, max_pixels: int | None) -> None:
+    width, height = im.size
+    if max_pixels is not None and width * height > max_pixels:
+        raise ImageError(
+            f"cannot read '{name}': {width}x{height} is {width * height:,} pixels, more than the "
+            f"limit of {max_pixels:,} (refused as a possible decompression bomb)"
+        )
 
 
 # ----------------------------------------------------------------------------------------------- reading
@@ -88,12 +163,7 @@ def read_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAULT
     _check_readable(name)
     try:
         with _no_pillow_bomb_limit(), Image.open(name, formats=_OPEN_FORMATS) as im:
-            width, height = im.size
-            if max_pixels is not None and width * height > max_pixels:
-                raise ImageError(
-                    f"cannot read '{name}': {width}x{height} is {width * height:,} pixels, more than the "
-                    f"limit of {max_pixels:,} (refused as a possible decompression bomb)"
-                )
+            _check_pixels(name, im, max_pixels)
             values, maxval, gray, icc = _decode(name, im)
             fmt = _PIL_FORMATS.get(im.format or "", "png")
             exif_bytes = im.info.get("exif") if isinstance(im.info.get("exif"), bytes) else None
@@ -104,7 +174,9 @@ def read_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAULT
     except SstError:
         raise
     except UnidentifiedImageError:
-        raise ImageError(f"cannot read '{name}': not a PNG, JPEG, WebP, TIFF or BMP image") from None
+        if _is_tiff(name):
+            return _read_tiff(name, max_pixels)
+        raise ImageError(f"cannot read '{name}': not a PNG, JPEG, WebP, TIFF, BMP or GIF image") from None
     except MemoryError:
         raise ImageError(f"cannot read '{name}': not enough memory to decode it") from None
     except OSError as exc:  # errno set: the system refused (permissions ...); unset: Pillow found bad data
@@ -125,6 +197,53 @@ def read_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAULT
     color = np.repeat(scaled[..., :1], 3, axis=2) if gray else np.ascontiguousarray(scaled[..., :3])
     alpha = np.ascontiguousarray(scaled[..., -1]) if channels in (2, 4) else None
     return Picture(color, alpha, gray, 8 if maxval == 255 else 16, icc or None, exif_bytes or None, fmt)
+
+
+def _is_tiff(name: str) -> bool:
+    with open(name, "rb") as fh:
+        return fh.read(4) in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
+
+
+def _read_tiff(name: str, max_pixels: int | None) -> Picture:
+    """TIFFs Pillow does not decode (float or half RGB, planar layouts) through tifffile.
+
+    Floats are taken as linear values in [0, 1] (clipped) and written back with 16 bits; integers are
+    scaled by their type's range.
+    """
+    import tifffile
+
+    try:
+        with tifffile.TiffFile(name) as tif:
+            page = tif.pages[0]
+            height, width = int(page.imagelength), int(page.imagewidth)
+            if max_pixels is not None and width * height > max_pixels:
+                raise ImageError(
+                    f"cannot read '{name}': {width}x{height} is {width * height:,} pixels, more than the "
+                    f"limit of {max_pixels:,} (refused as a possible decompression bomb)"
+                )
+            values = page.asarray()
+            axes = page.axes
+            icc = page.tags.get("InterColorProfile")
+            icc_bytes = bytes(icc.value) if icc is not None else None
+    except SstError:
+        raise
+    except Exception as exc:  # tifffile raises its own TiffFileError, ValueError ... on bad data
+        raise ImageError(f"cannot read '{name}': the TIFF is damaged or unsupported ({exc})") from exc
+    if axes.startswith("S"):
+        values = np.moveaxis(values, 0, -1)  # planar: channels first in the file
+    values = values if values.ndim == 3 else values[..., None]
+    if values.ndim != 3 or values.shape[2] not in (1, 2, 3, 4):
+        raise ImageError(f"cannot read '{name}': a TIFF with shape {values.shape} ({axes}) is not an image")
+    if values.dtype.kind == "f":
+        scaled = np.clip(np.nan_to_num(values.astype(np.float32)), 0.0, 1.0)
+    elif values.dtype.kind in "ui":
+        scaled = np.clip(values.astype(np.float32) / np.float32(np.iinfo(values.dtype).max), 0.0, 1.0)
+    else:
+        raise ImageError(f"cannot read '{name}': TIFF samples of type {values.dtype} are not supported")
+    gray = scaled.shape[2] in (1, 2)
+    color = np.repeat(scaled[..., :1], 3, axis=2) if gray else np.ascontiguousarray(scaled[..., :3])
+    alpha = np.ascontiguousarray(scaled[..., -1]) if scaled.shape[2] in (2, 4) else None
+    return Picture(color, alpha, gray, 16, icc_bytes, None, "tiff")
 
 
 def _check_readable(name: str) -> None:
@@ -200,7 +319,7 @@ def _decode(name: str, im: Image.Image) -> tuple[np.ndarray, int, bool, bytes | 
     im.load()
     mode = im.mode
     if mode == "CMYK":
-        return np.asarray(_cmyk_to_rgb(im, icc)), 255, False, None
+        return np.asarray(cmyk_to_rgb(im, icc)), 255, False, None
     if mode.startswith("I;16") or mode == "I":
         words = np.clip(np.asarray(im), 0, 65535).astype(np.uint16)[..., None]
         return _with_trns(im, words), 65535, True, icc
@@ -229,7 +348,7 @@ def _with_trns(im: Image.Image, values: np.ndarray) -> np.ndarray:
     return np.concatenate([values, alpha[..., None]], axis=2)
 
 
-def _cmyk_to_rgb(im: Image.Image, icc: bytes | None) -> Image.Image:
+def cmyk_to_rgb(im: Image.Image, icc: bytes | None) -> Image.Image:
     """Use the embedded CMYK profile when there is one; Pillow's naive formula otherwise."""
     if icc:
         with suppress(Exception):
@@ -326,7 +445,12 @@ def write_image(
             image = Image.fromarray(samples[..., 0] if samples.shape[2] == 1 else samples)
             image.save(fh, format=fmt.upper(), **params)
 
-    atomic_write(name, encode, error=ImageError)
+    if fmt == "tiff":  # libtiff reports a full disk as "encoder error -2" on stderr: encode in memory first
+        buffer = io.BytesIO()
+        encode(buffer)
+        atomic_write(name, lambda fh: fh.write(buffer.getbuffer()), error=ImageError)
+    else:
+        atomic_write(name, encode, error=ImageError)
 
 
 def normalise_format(fmt: str) -> str:

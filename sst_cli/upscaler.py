@@ -11,14 +11,14 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image
+from PIL import Image, ImageOps
 from torch import nn
 
 from .archs import ModelDescriptor, SRNetwork, describe, network_of
 from .archs.attention import AttentionReport, check_backend, describe_attention
 from .choices import ALPHA_MODES, DEFAULT_MODEL, DEFAULT_SCALE
-from .errors import ConfigError, NonFiniteOutput
-from .image_io import Picture
+from .errors import ConfigError, ImageError, NonFiniteOutput, OutputExists
+from .image_io import ImageInfo, Picture, choose_format, cmyk_to_rgb, read_image, write_image
 from .loader import ConfigSource, ModelSpec
 from .runtime import (
     fp32_mode,
@@ -227,11 +227,16 @@ class Upscaler:
         return Upscaled(out, used)
 
     # ----------------------------------------------------------------- images
+    def output_size(self, width: int, height: int) -> tuple[int, int]:
+        """(width, height) of the result for an input of that size, ``outscale`` included."""
+        factor = self.options.outscale or self.scale
+        return max(1, round(width * factor)), max(1, round(height * factor))
+
     def _resize_to_outscale(self, t: torch.Tensor, height: int, width: int) -> torch.Tensor:
         outscale = self.options.outscale
         if outscale is None or outscale == self.scale:
             return t
-        size = (max(1, round(height * outscale)), max(1, round(width * outscale)))
+        size = self.output_size(width, height)[::-1]
         return F.interpolate(t[None], size=size, mode="bicubic", antialias=True, align_corners=False)[0]
 
     def upscale_picture(self, picture: Picture, on_tile: TileCallback | None = None) -> tuple[Picture, int]:
@@ -263,8 +268,33 @@ class Upscaler:
             up = F.interpolate(a[None], size=size, mode="bicubic", align_corners=False)[0]
         return self._resize_to_outscale(up, h, w).clamp_(0, 1)[0].numpy()
 
+    def upscale_file(
+        self,
+        source: str | os.PathLike[str],
+        target: str | os.PathLike[str],
+        *,
+        format: str | None = None,
+        quality: int = 95,
+        overwrite: bool = False,
+        on_tile: TileCallback | None = None,
+    ) -> None:
+        """Upscale one image file into ``target``, exactly as ``sst upscale`` does: EXIF orientation applied,
+        ICC profile, EXIF, 16 bits and transparency kept, the file written atomically. The format comes from
+        ``format`` or the target's extension."""
+        picture = read_image(source)
+        fmt = format or os.path.splitext(os.fspath(target))[1] or picture.format
+        width, height = picture.color.shape[1], picture.color.shape[0]
+        chosen, why = choose_format(ImageInfo.of(picture), fmt, self.output_size(width, height))
+        if why:
+            raise ImageError(f"cannot write '{os.fspath(target)}': {why}; choose another format")
+        if not overwrite and os.path.lexists(target):
+            raise OutputExists(f"'{os.fspath(target)}' already exists (pass overwrite=True to replace it)")
+        upscaled, _ = self.upscale_picture(picture, on_tile)
+        write_image(target, upscaled, format=chosen, quality=quality, overwrite=overwrite)
+
     def upscale(self, image: Image.Image | np.ndarray, on_tile: TileCallback | None = None) -> Any:
-        """Upscale a PIL image (returns PIL) or an array (returns an array of the same dtype and layout)."""
+        """Upscale a PIL image (returns PIL, with its ICC profile and EXIF in ``.info``) or an array (returns
+        an array of the same dtype and layout)."""
         if isinstance(image, Image.Image):
             return _to_pil(self.upscale_picture(_picture_from_pil(image), on_tile)[0], image.mode)
         array = np.asarray(image)
@@ -305,17 +335,28 @@ def _to_array(picture: Picture, like: np.ndarray) -> np.ndarray:
 
 
 def _picture_from_pil(image: Image.Image) -> Picture:
+    """The picture a file with this image would give: upright, palette without transparency as RGB, CMYK
+    through its profile, ICC and EXIF carried."""
+    icc = image.info.get("icc_profile") or None
+    image = ImageOps.exif_transpose(image)  # also resets the orientation tag in .info["exif"]
     mode = image.mode
     if mode == "P" or mode == "PA":
-        image = image.convert("RGBA")
+        image = image.convert("RGBA" if mode == "PA" or "transparency" in image.info else "RGB")
+    elif mode == "CMYK":
+        image, icc = cmyk_to_rgb(image, icc), None
     elif mode not in ("L", "LA", "RGB", "RGBA", "I;16"):
         image = image.convert("RGBA" if "A" in mode else "RGB")
-    return _picture_from_array(np.asarray(image))
+    exif = image.info.get("exif")
+    picture = _picture_from_array(np.asarray(image))
+    exif_bytes = exif if isinstance(exif, bytes) and exif else None
+    return replace(picture, icc_profile=icc if isinstance(icc, bytes) else None, exif=exif_bytes)
 
 
 def _to_pil(picture: Picture, mode: str) -> Image.Image:
     like = np.zeros((1, 1, 1), dtype=np.uint16 if mode == "I;16" else np.uint8)
     array = _to_array(picture, like)
-    if array.shape[2] == 1:
-        return Image.fromarray(array[..., 0])
-    return Image.fromarray(array)
+    image = Image.fromarray(array[..., 0] if array.shape[2] == 1 else array)
+    for key, value in (("icc_profile", picture.icc_profile), ("exif", picture.exif)):
+        if value:
+            image.info[key] = value
+    return image

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from ..errors import SstError
+from ..signals import stop_on_signals
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -43,13 +44,15 @@ def handle_errors(command: F) -> F:
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return command(*args, **kwargs)
+            with stop_on_signals():
+                return command(*args, **kwargs)
         except SstError as exc:
             if debug_enabled():
                 raise
             raise fail(_escape(str(exc)), exc.exit_code) from None
-        except KeyboardInterrupt:
-            raise fail("interrupted", 130) from None
+        except KeyboardInterrupt as exc:
+            code = getattr(exc, "exit_code", 130)
+            raise fail("interrupted" if code == 130 else f"stopped by signal {code - 128}", code) from None
 
     return wrapper  # type: ignore[return-value]
 

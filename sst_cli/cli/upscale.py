@@ -118,7 +118,7 @@ class Reporter:
             if record.status == "done":
                 line = f"{where} {show(record.source)} -> {show(record.output)} ({record.seconds:.1f} s)"
             elif record.status == "skipped":
-                line = f"{where} skipped {show(record.source)}: {show(record.output)} exists"
+                line = f"{where} skipped {show(record.source)}: {record.reason}"
             else:
                 line = f"{where} failed {show(record.source)}: {record.reason}"
             err_console.print(line, soft_wrap=True, markup=False)
@@ -141,6 +141,9 @@ class Reporter:
                 interrupted=interrupted,
                 exit_code=exit_code,
                 failures=[{"input": str(r.source), "reason": r.reason} for r in result.failures],
+                skipped_files=[
+                    {"input": str(r.source), "reason": r.reason} for r in result.files if r.status == "skipped"
+                ],
             )
             return
         if not self.quiet:
@@ -155,12 +158,19 @@ class Reporter:
                 f"{result.megapixels_per_second:.3f}",
             )
             self.out.print(table)
-        if result.failures:
+        skipped = [r for r in result.files if r.status == "skipped"]
+        if skipped and not self.quiet:
+            err_console.print(f"{len(skipped)} skipped:")
+            for record in skipped[:10]:
+                err_console.print(f"  {show(record.source)}: {record.reason}", soft_wrap=True, markup=False)
+            if len(skipped) > 10:
+                err_console.print(f"  ... and {len(skipped) - 10} more (--json-log lists them all)")
+        if result.failures and (self.quiet or len(result.files) > 1):  # else the file's own line said it
             err_console.print(f"[bold red]{result.failed} failed:[/]")
             for record in result.failures:
                 err_console.print(f"  {show(record.source)}: {record.reason}", soft_wrap=True, markup=False)
-            if any("already exists" in (r.reason or "") for r in result.failures):
-                err_console.print("existing outputs were kept: add --overwrite to replace them or --skip-existing")
+        if any(r.error_type == "OutputExists" for r in result.failures):
+            err_console.print("existing outputs were kept: add --overwrite to replace them or --skip-existing")
 
 
 def _record_fields(record: FileResult) -> dict[str, Any]:
@@ -198,11 +208,15 @@ def upscale(
     recursive: Annotated[bool, typer.Option("--recursive", "-r", help="Search folder inputs' sub-folders too.")] = (
         False
     ),
+    include_outputs: Annotated[
+        bool,
+        typer.Option("--include-outputs", help="Also upscale files in folders that are named like sst-cli outputs."),
+    ] = False,
     name: Annotated[
         str | None,
         typer.Option(
             "--name",
-            help="Output name template; fields {stem} {model} {scale} {outscale} {ext}. "
+            help="Output name template; fields {stem} {suffix} (input extension) {model} {scale} {outscale} {ext}. "
             "Default {stem}_{model}_x{scale}.{ext} ({outscale} instead of {scale} with --outscale).",
         ),
     ] = None,
@@ -280,14 +294,22 @@ def upscale(
     )
     try:
         result = upscale_files(
-            inputs, output, model=spec, options=options, writing=writing, recursive=recursive, events=events
+            inputs,
+            output,
+            model=spec,
+            options=options,
+            writing=writing,
+            recursive=recursive,
+            include_outputs=include_outputs,
+            events=events,
         )
     except BatchInterrupted as stop:
         reporter.stop()
-        reporter.summary(stop.result, interrupted=True, exit_code=130)
+        reporter.summary(stop.result, interrupted=True, exit_code=stop.exit_code)
         where = f" while upscaling {show(stop.current.source)}" if stop.current else ""
         done = len(stop.result.files)
-        raise fail(f"interrupted{where} after {done} of {stop.total} files; {_RESUME_HINT}", 130) from None
+        how = "interrupted" if stop.exit_code == 130 else f"stopped by signal {stop.exit_code - 128}"
+        raise fail(f"{how}{where} after {done} of {stop.total} files; {_RESUME_HINT}", stop.exit_code) from None
     finally:
         reporter.stop()
     code = 1 if result.failed else 0

@@ -1,0 +1,289 @@
+"""A new user's trial (issue 12): signals, checks before computing, inputs users have, the Python API.
+
+The network is an instant x2 nearest-neighbour stand-in that counts its calls, so each test can say
+whether anything was computed.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tifffile
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torch import nn
+
+from sst_cli.batch import BatchInterrupted, Skips, WriteOptions, discover_inputs, plan_output, run_batch
+from sst_cli.errors import ImageError, OutputExists
+from sst_cli.image_io import read_image, write_image
+from sst_cli.upscaler import Upscaler
+
+RNG = np.random.default_rng(12)
+
+
+class Counting(nn.Module):
+    scale = 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return F.interpolate(x, scale_factor=2, mode="nearest")
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+
+
+def save(path: str, size: tuple[int, int] = (6, 5), mode: str = "RGB", **params: object) -> Path:
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    channels = {"RGB": 3, "RGBA": 4}[mode]
+    Image.fromarray(RNG.integers(0, 256, (size[1], size[0], channels), dtype=np.uint8), mode).save(target, **params)
+    return target
+
+
+def batch(inputs: list[str], output: str | None = "out", notes: list[str] | None = None, **writing: object):
+    net = Counting()
+    up = Upscaler(net, device="cpu")
+    jobs = discover_inputs(inputs, skips=Skips(frozenset({"nn"})))
+    naming = plan_output(jobs, output, model="nn", scale=2, template=writing.get("name"))  # type: ignore[arg-type]
+    result = run_batch(
+        jobs,
+        up,
+        naming=naming,
+        writing=WriteOptions(**writing),
+        on_note=None if notes is None else notes.append,  # type: ignore[arg-type]
+    )
+    return result, net
+
+
+# ------------------------------------------------------------------------- 3: refused before computing
+def test_existing_target_fails_before_any_computation() -> None:
+    save("in/a.png")
+    save("in/b.png")
+    save("out/a_nn_x2.png")
+    result, net = batch(["in"])
+    assert [r.status for r in result.files] == ["failed", "done"]
+    assert result.files[0].reason == "'out/a_nn_x2.png' already exists" and net.calls == 1
+
+
+def test_unwritable_output_folder_is_one_sentence_and_nothing_is_computed(monkeypatch: pytest.MonkeyPatch) -> None:
+    save("in/a.png")
+    real_mkdir = Path.mkdir
+
+    def read_only(self: Path, *args: object, **kwargs: object) -> None:
+        if self.name == "out":
+            raise OSError(errno.EROFS, "Read-only file system", str(self))
+        real_mkdir(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    result, net = batch(["in"])
+    assert result.files[0].status == "failed" and net.calls == 0
+    assert result.files[0].reason == "cannot write into 'out': the file system is read-only"
+
+
+def test_a_file_where_the_output_folder_should_be() -> None:
+    save("in/a.png")
+    Path("out").write_text("not a folder")
+    result, net = batch(["in"], output="out/sub")
+    assert net.calls == 0 and "cannot write into 'out/sub'" in (result.files[0].reason or "")
+
+
+def test_webp_too_large_for_the_result_falls_back_to_png_with_a_notice() -> None:
+    save("big.webp", size=(8200, 2), lossless=True)  # x2 = 16400 px wide: more than WebP's 16383
+    notes: list[str] = []
+    result, _ = batch(["big.webp"], output=None, notes=notes)
+    assert result.files[0].status == "done" and result.files[0].output == Path("big_nn_x2.png")
+    assert any("WebP stores at most 16383 px per side" in n for n in notes)
+
+
+def test_output_file_named_webp_too_small_for_the_result_is_refused_first() -> None:
+    save("big.webp", size=(8200, 2), lossless=True)
+    result, net = batch(["big.webp"], output="result.webp")
+    assert net.calls == 0 and "name the output .png" in (result.files[0].reason or "")
+
+
+def test_two_inputs_sharing_an_output_name_are_said_before_computing() -> None:
+    save("in/a.png")
+    save("in/a.bmp")
+    notes: list[str] = []
+    result, net = batch(["in"], notes=notes, format="png")
+    assert [r.status for r in result.files] == ["done", "failed"]  # a.bmp sorts first and claims the name
+    assert net.calls == 1 and any("{suffix}" in n for n in notes)
+    result, _ = batch(["in"], name="{stem}.{suffix}_{model}_x{scale}.{ext}", format="png")
+    assert sorted(p.name for p in Path("out").iterdir()) == ["a.bmp_nn_x2.png", "a.png_nn_x2.png", "a_nn_x2.png"]
+
+
+# ---------------------------------------------------------------------- 2: signals and stale temporaries
+def test_sigterm_stops_like_ctrl_c_with_exit_143_and_no_temporary(tmp_path: Path) -> None:
+    for name in "abc":
+        save(f"in/{name}.png", size=(64, 64))
+    code = (
+        "import time, torch.nn.functional as F\n"
+        "from sst_cli.upscaler import Upscaler\n"
+        "def slow(self, x):\n"
+        "    time.sleep(2.0)\n"  # slow enough that SIGTERM lands while b is running
+        "    return F.interpolate(x, scale_factor=4)\n"
+        "import sst_cli.upscaler as u; u.Upscaler._forward = slow\n"
+        "from sst_cli.cli import main; main()\n"
+    )
+    args = [sys.executable, "-c", code, "upscale", "in", "-o", "out", "--model", "sst-light-291", "--scale", "4"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "out" / "a_sst-light-291_x4.png").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "stopped by signal 15" in err and "--skip-existing" in err
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.endswith(".sst-tmp")]
+
+
+def test_stale_temporaries_of_a_killed_run_are_removed_with_a_notice() -> None:
+    save("in/a.png")
+    Path("out").mkdir()
+    stale = Path("out/.a_nn_x2.png.0123abcd.sst-tmp")
+    stale.write_bytes(b"half")
+    os.utime(stale, (time.time() - 60, time.time() - 60))
+    other = Path("out/.notes.sst-tmp")  # not our name pattern: left alone
+    other.write_bytes(b"x")
+    notes: list[str] = []
+    batch(["in"], notes=notes)
+    assert not stale.exists() and other.exists()
+    assert any("removed 1 unfinished file" in n for n in notes)
+
+
+def test_batch_interrupted_carries_the_signal_exit_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sst_cli.errors import Terminated
+
+    save("in/a.png")
+
+    def killed(self: object, x: torch.Tensor) -> torch.Tensor:
+        raise Terminated(signal.SIGTERM)
+
+    monkeypatch.setattr(Upscaler, "_forward", killed)
+    with pytest.raises(BatchInterrupted) as info:
+        batch(["in"])
+    assert info.value.exit_code == 143 and not list(Path("out").glob("*.sst-tmp"))
+
+
+# -------------------------------------------------------------------- 5: a full disk with TIFF output
+def test_tiff_on_a_full_disk_says_so_and_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    picture = read_image(save("a.png"))
+    real_fdopen = os.fdopen
+
+    class Full(io.RawIOBase):
+        def __init__(self, fh: io.BufferedWriter) -> None:
+            self.fh = fh
+
+        def writable(self) -> bool:
+            return True
+
+        def write(self, data: object) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def close(self) -> None:
+            self.fh.close()
+
+    monkeypatch.setattr(os, "fdopen", lambda fd, mode="r": Full(real_fdopen(fd, mode)))
+    with pytest.raises(ImageError, match=r"cannot write 'a\.tif': no space left on device"):
+        write_image("a.tif", picture)
+    assert sorted(p.name for p in Path(".").iterdir()) == ["a.png"]
+
+
+# -------------------------------------------------------------------------- 6, 7: inputs users have
+def test_float_and_half_tiffs_are_read_through_tifffile() -> None:
+    values = RNG.random((5, 7, 3)).astype(np.float32)
+    tifffile.imwrite("f32.tif", values, photometric="rgb")
+    tifffile.imwrite("f16.tif", values.astype(np.float16), photometric="rgb")
+    tifffile.imwrite("planar.tif", np.moveaxis(values, -1, 0), planarconfig="separate", photometric="rgb")
+    for name, tol in (("f32.tif", 1e-7), ("f16.tif", 1e-3), ("planar.tif", 1e-7)):
+        picture = read_image(name)
+        assert picture.bit_depth == 16 and np.abs(picture.color - values).max() < tol, name
+
+
+def test_animated_gif_upscales_its_first_frame_with_a_notice() -> None:
+    frames = [Image.new("RGB", (6, 5), c) for c in ("red", "blue")]
+    frames[0].save("anim.gif", save_all=True, append_images=frames[1:])
+    notes: list[str] = []
+    result, _ = batch(["anim.gif"], output=None, notes=notes)
+    assert result.files[0].status == "done" and result.files[0].output == Path("anim_nn_x2.png")
+    assert any("2 frames" in n and "first frame" in n for n in notes)
+    assert Image.open("anim_nn_x2.png").getpixel((0, 0)) == (255, 0, 0)
+
+
+def test_files_in_folders_are_never_silently_ignored() -> None:
+    save("in/a.png")
+    save("in/a_nn_x2.png")  # an earlier result of this tool
+    Path("in/photo.heic").write_bytes(b"\0" * 10)
+    Path("in/notes.txt").write_text("not an image")  # not an image at all: not counted
+    result, net = batch(["in"])
+    status = {r.source.name: (r.status, r.reason or "") for r in result.files}
+    assert set(status) == {"a.png", "a_nn_x2.png", "photo.heic"}
+    assert status["a_nn_x2.png"][0] == "skipped" and "--include-outputs" in status["a_nn_x2.png"][1]
+    assert status["photo.heic"] == ("skipped", "HEIC is not a format sst-cli reads (convert it to PNG first)")
+    assert net.calls == 1
+
+
+def test_own_outputs_are_upscaled_when_asked_and_named_files_always() -> None:
+    save("in/a_nn_x2.png")
+    jobs = discover_inputs(["in"], skips=Skips())
+    assert [j.skip for j in jobs] == [None]
+    assert [j.skip for j in discover_inputs(["in/a_nn_x2.png"], skips=Skips(frozenset({"nn"})))] == [None]
+
+
+# ------------------------------------------------------------------------------- 10: the Python API
+def _exif(orientation: int) -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    exif[0x010F] = "TestCam"
+    return exif.tobytes()
+
+
+def test_upscale_file_keeps_icc_exif_and_applies_the_orientation() -> None:
+    from PIL import ImageCms
+
+    profile = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+    save("a.jpg", size=(6, 4), exif=_exif(6), icc_profile=profile, quality=95)  # 6: rotate 90 degrees
+    up = Upscaler(Counting(), device="cpu")
+    up.upscale_file("a.jpg", "b.png")
+    with Image.open("b.png") as im:
+        assert im.size == (8, 12)  # upright 4x6, x2
+        assert im.info.get("icc_profile") == profile
+        assert im.getexif().get(0x010F) == "TestCam" and im.getexif().get(0x0112, 1) == 1
+    with pytest.raises(OutputExists, match="overwrite=True"):
+        up.upscale_file("a.jpg", "b.png")
+
+
+def test_upscale_of_a_pil_image_matches_the_file_path() -> None:
+    save("a.jpg", size=(6, 4), exif=_exif(6))
+    up = Upscaler(Counting(), device="cpu")
+    with Image.open("a.jpg") as im:
+        out = up.upscale(im)
+    assert out.size == (8, 12) and out.mode == "RGB" and "exif" in out.info
+    palette = Image.new("P", (3, 2))
+    assert up.upscale(palette).mode == "RGB"  # no transparency: no alpha invented
+
+
+def test_api_errors_do_not_mention_cli_flags() -> None:
+    from sst_cli.errors import ConfigError
+
+    for kwargs in ({"device": "tpu"}, {"precision": "fp8"}, {"tile": -1}):
+        with pytest.raises(ConfigError) as info:
+            Upscaler(Counting(), **kwargs)  # type: ignore[arg-type]
+        assert "--" not in str(info.value), str(info.value)
