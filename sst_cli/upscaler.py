@@ -28,7 +28,7 @@ from .runtime import (
     resolve_device,
     resolve_precision,
 )
-from .tiling import align_overlap, align_tile_size, run_tiles_adaptive
+from .tiling import align_overlap, align_tile_size, plan_tiles, run_tiles_adaptive
 
 TileCallback = Callable[[int, int], None]  # (tiles done, tiles in all)
 
@@ -82,6 +82,11 @@ class TilePlan:
     align: int
     blend: bool
 
+    def cost(self, height: int, width: int) -> float:
+        """Pixels computed per image pixel: tiles compute their context too, so small tiles cost a lot."""
+        tiles = plan_tiles(height, width, self.tile, self.overlap, self.align)
+        return sum((t.cy1 - t.cy0) * (t.cx1 - t.cx0) for t in tiles) / (height * width)
+
 
 class Upscaled(NamedTuple):
     """A run's output (C, H*scale, W*scale) and the tile side it used (0 = whole image), after any
@@ -130,6 +135,17 @@ class Upscaler:
                     self.options.attention, self.device, self.dtype, self.descriptor.attention_head_sizes
                 )
         self.on_message = on_message
+        self._costly: set[tuple[int, int]] = set()  # tile plans already said to be expensive
+        self._say_rounding()
+
+    def _say_rounding(self) -> None:
+        """Say when the model's window grid changes the tile or overlap the user asked for."""
+        o, align = self.options, self.descriptor.size_multiple
+        why = f"{self.descriptor.architecture.upper()}'s windows need multiples of {align} px"
+        if isinstance(o.tile, int) and o.tile and align_tile_size(o.tile, align) != o.tile:
+            self._say(f"tile {o.tile} px becomes {align_tile_size(o.tile, align)} px: {why}")
+        if o.tile_overlap is not None and align > 1 and align_overlap(o.tile_overlap, align) != o.tile_overlap:
+            self._say(f"tile overlap {o.tile_overlap} px becomes {align_overlap(o.tile_overlap, align)} px: {why}")
 
     def _load(
         self,
@@ -208,6 +224,14 @@ class Upscaler:
     def run(self, image: torch.Tensor, on_tile: TileCallback | None = None) -> Upscaled:
         """(C, H, W) float32 CPU tensor -> (C, H*scale, W*scale), tiled as planned."""
         plan = self.plan(image.shape[-2], image.shape[-1])
+        if plan.tile and (plan.tile, plan.overlap) not in self._costly:
+            cost = plan.cost(image.shape[-2], image.shape[-1])
+            if cost >= 2.0:
+                self._costly.add((plan.tile, plan.overlap))
+                self._say(
+                    f"{plan.tile} px tiles with {plan.overlap} px of context compute each pixel {cost:.1f} times "
+                    "(expect about that many times the whole image's time); larger tiles are faster if memory allows"
+                )
         out, used = run_tiles_adaptive(
             self._forward,
             image,

@@ -287,3 +287,32 @@ def test_api_errors_do_not_mention_cli_flags() -> None:
         with pytest.raises(ConfigError) as info:
             Upscaler(Counting(), **kwargs)  # type: ignore[arg-type]
         assert "--" not in str(info.value), str(info.value)
+
+
+# ------------------------------------------------------------------------------------ 4: honest tiling
+class Windowed(Counting):
+    """A stand-in that declares a window grid of 8 px, as SST declares 64."""
+
+    def describe(self):  # noqa: ANN201 - the descriptor type is imported lazily below
+        from sst_cli.archs import ModelDescriptor
+
+        return ModelDescriptor(architecture="toy", scale=2, size_multiple=8, default_context=8)
+
+
+def test_rounded_tiles_and_expensive_plans_are_said() -> None:
+    from sst_cli.archs import SRNetwork
+
+    class Net(Windowed, SRNetwork):
+        pass
+
+    said: list[str] = []
+    up = Upscaler(Net(), device="cpu", tile=7, tile_overlap=5, on_message=said.append)
+    assert said[:2] == [
+        "tile 7 px becomes 8 px: TOY's windows need multiples of 8 px",
+        "tile overlap 5 px becomes 8 px: TOY's windows need multiples of 8 px",
+    ]
+    up.run(torch.rand(3, 32, 32))
+    up.run(torch.rand(3, 32, 32))
+    costly = [s for s in said if "compute each pixel" in s]
+    # 4x4 tiles of 8 px; their contexts are 16, 24, 24, 16 px along each side: 80 * 80 / (32 * 32) = 6.25
+    assert len(costly) == 1 and "8 px tiles with 8 px of context compute each pixel 6.2 times" in costly[0]

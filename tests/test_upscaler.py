@@ -163,7 +163,7 @@ def test_pil_gray_stays_gray_and_outscale_resizes() -> None:
     out = up.upscale(gray)
     assert out.mode == "L" and out.size == (21, 15)
     palette = Image.new("P", (6, 6))
-    assert up.upscale(palette).mode == "RGBA"
+    assert up.upscale(palette).mode == "RGB"  # a palette without transparency gets no alpha
 
 
 def test_bf16_precision_runs_and_stays_close_to_fp32() -> None:

@@ -45,7 +45,8 @@ class TrainReporter:
             TextColumn("loss {task.fields[loss]}"),
             TimeRemainingColumn(),
         )
-        with Progress(*columns, console=err_console, transient=True) as progress:
+        # stdout is not redirected into the bar: a piped log must stay in the pipe (see ``log``)
+        with Progress(*columns, console=err_console, transient=True, redirect_stdout=False) as progress:
             self.progress, self.task = progress, progress.add_task("train", total=total, loss="-")
             try:
                 yield
@@ -86,12 +87,16 @@ class TrainReporter:
         loss = self.loss_sum / max(self.loss_count, 1)
         self.last_log, self.loss_sum, self.loss_count = now, 0.0, 0
         left = _minutes((p.iters - p.iteration) / p.rate) if p.rate > 0 else "?"
-        console.print(
+        self.log(
             f"iter {p.iteration:>7}/{p.iters}  loss {loss:.4f}  lr {p.lr:.2e}  {p.rate:.2f} it/s  "
-            f"elapsed {_minutes(p.elapsed)}  left {left}",
-            markup=False,
-            soft_wrap=True,
+            f"elapsed {_minutes(p.elapsed)}  left {left}"
         )
+
+    def log(self, line: str) -> None:
+        """A log line on stdout; on a terminal that also shows the bar, above the bar rather than into it."""
+        live = self.progress is not None and console.is_terminal
+        target = self.progress.console if live and self.progress is not None else console
+        target.print(line, markup=False, soft_wrap=True)
 
 
 def _summary(result: TrainResult, half: bool) -> None:
