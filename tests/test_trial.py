@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
+from sst_cli.archs import ModelDescriptor
 from sst_cli.batch import BatchInterrupted, Skips, WriteOptions, discover_inputs, plan_output, run_batch
 from sst_cli.errors import ImageError, OutputExists
 from sst_cli.image_io import read_image, write_image
@@ -293,9 +294,7 @@ def test_api_errors_do_not_mention_cli_flags() -> None:
 class Windowed(Counting):
     """A stand-in that declares a window grid of 8 px, as SST declares 64."""
 
-    def describe(self):  # noqa: ANN201 - the descriptor type is imported lazily below
-        from sst_cli.archs import ModelDescriptor
-
+    def describe(self) -> ModelDescriptor:
         return ModelDescriptor(architecture="toy", scale=2, size_multiple=8, default_context=8)
 
 
