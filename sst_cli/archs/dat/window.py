@@ -69,7 +69,7 @@ def _region_labels(size: int, window: int, shift: int) -> list[int]:
 
 def _pattern(row_labels: list[int], col_labels: list[int]) -> torch.Tensor:
     """(N, N) mask of one window: 0 where two tokens share a region, MASK_VALUE where they do not."""
-    label = torch.tensor([3 * r + c for r in row_labels for c in col_labels])
+    label = torch.tensor([3 * r + c for r in row_labels for c in col_labels], device="cpu")
     return torch.where(label[None, :] != label[:, None], MASK_VALUE, 0.0)
 
 
@@ -78,7 +78,8 @@ def shift_mask_patterns(hp: int, wp: int, hs: int, ws: int, sh: int, sw: int) ->
     """The (N, N) mask of each window class (last row?, last column?) of a shifted ``hp x wp`` image.
 
     Every window row but the last lies in one region, and so does every window column but the last, so
-    four patterns describe the whole official ``(nW, N, N)`` mask. Cached: geometry only, on the CPU.
+    four patterns describe the whole official ``(nW, N, N)`` mask. Cached: geometry only, always on the CPU
+    (also inside a ``torch.device('meta')`` block).
     """
     rows, cols = _region_labels(hp, hs, sh), _region_labels(wp, ws, sw)
     row_patterns = {False: rows[:hs], True: rows[hp - hs :]}
@@ -93,8 +94,8 @@ def shift_mask_patterns(hp: int, wp: int, hs: int, ws: int, sh: int, sw: int) ->
 def full_shift_mask(hp: int, wp: int, hs: int, ws: int, sh: int, sw: int) -> torch.Tensor:
     """The official per-window mask (nW, N, N), windows row-major (what the stored buffers hold)."""
     patterns = shift_mask_patterns(hp, wp, hs, ws, sh, sw)
-    nh, nw = hp // hs, wp // ws
-    return torch.stack([patterns[(i == nh - 1, j == nw - 1)] for i in range(nh) for j in range(nw)])
+    default_device = torch.empty(0).device  # honours a ``with torch.device(...)`` block (meta, when building)
+    return _stack_patterns(patterns, hp // hs, wp // ws).to(default_device)
 
 
 def to_windows(x: torch.Tensor, hs: int, ws: int, heads: int) -> torch.Tensor:
