@@ -225,10 +225,11 @@ def test_pth_and_safetensors_load_strictly(tmp_path: Path) -> None:
     save_file({k: v.contiguous() for k, v in state.items()}, tmp_path / "t.safetensors")
     torch.save({"params_ema": state, "params": {}}, tmp_path / "ema.pth")
     torch.save({"state_dict": {f"module.{k}": v for k, v in state.items()}}, tmp_path / "wrapped.pth")
+    torch.save({k: v for k, v in state.items() if "num_batches_tracked" not in k}, tmp_path / "converted.pth")
     x = torch.rand(1, 3, 9, 10)
     with torch.no_grad():
         want = model(x)
-        for name in ("t.safetensors", "ema.pth", "wrapped.pth"):
+        for name in ("t.safetensors", "ema.pth", "wrapped.pth", "converted.pth"):
             # same weights; safetensors' buffers may be aligned differently, which can move a SIMD rounding
             assert (load_model(tmp_path / name)(x) - want).abs().max().item() <= 1e-6, name
 
