@@ -16,6 +16,8 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0+unknown"
 
 _EXPORTS = {
+    "DAT": "sst_cli.archs.dat",
+    "DATConfig": "sst_cli.archs.dat",
     "SST": "sst_cli.archs.sst",
     "SSTConfig": "sst_cli.archs.sst",
     "ModelSpec": "sst_cli.loader",
@@ -27,6 +29,7 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
+    from .archs.dat import DAT, DATConfig
     from .archs.sst import SST, SSTConfig
     from .loader import ModelSpec, load_model
     from .upscaler import UpscaleOptions, Upscaler
@@ -43,7 +46,9 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "DAT",
     "SST",
+    "DATConfig",
     "ModelSpec",
     "SSTConfig",
     "UpscaleOptions",

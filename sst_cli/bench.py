@@ -20,7 +20,7 @@ import functools
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext, suppress
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -67,6 +67,8 @@ class BenchSettings:
     input: str | None = None
     channels_last: bool | None = None  # None: the model's default (on the CPU only)
     seed: int = 0
+    weights: str | None = None  # a checkpoint (any architecture) instead of zoo models with random weights
+    config: str | None = None  # constructor keywords for ``weights`` (JSON file), when the file needs them
 
     def __post_init__(self) -> None:
         self.validate()
@@ -96,6 +98,11 @@ class BenchSettings:
         check_backend(self.attention)
         if self.input is not None and not Path(self.input).is_file():
             raise ConfigError(f"the input image {self.input} is not a file")
+        if self.config is not None and self.weights is None:
+            raise ConfigError("--config describes the architecture of --weights; give the weights too")
+        remote = self.weights is not None and self.weights.strip().lower().startswith("hf://")
+        if self.weights is not None and not remote and not Path(self.weights).is_file():
+            raise ConfigError(f"the weights file {self.weights} does not exist")
         return self
 
 
@@ -277,6 +284,19 @@ def _make_model(name: str, scale: int, seed: int) -> SRNetwork:
     return create_model(name, scale).eval()
 
 
+def _networks(settings: BenchSettings) -> Iterator[tuple[str, int, SRNetwork]]:
+    """(label, scale, fp32 CPU network): the weights file's own network, else each zoo model x scale."""
+    if settings.weights is not None:
+        from .loader import load_model
+
+        model = load_model(settings.weights, config=settings.config)
+        yield Path(settings.weights.split("@", 1)[0]).stem, model.scale, model
+        return
+    for name in settings.models:
+        for scale in settings.scales:
+            yield name, scale, _make_model(name, scale, settings.seed)
+
+
 def _compiled(model: SRNetwork, mode: str) -> Callable[[torch.Tensor], torch.Tensor]:
     if mode == "none":
         return model
@@ -297,29 +317,29 @@ def run_bench(settings: BenchSettings, on_progress: Say | None = None) -> BenchR
         protocol=_protocol(settings),
         memory_kind=memory_kind(device),
     )
-    for name in settings.models:
-        for scale in settings.scales:
-            base = _make_model(name, scale, settings.seed)
-            outputs: dict[str, tuple[Measurement, torch.Tensor]] = {}
-            for precision in settings.precisions:
-                dtype = resolve_precision(precision, device)
-                model = copy.deepcopy(base).to(device, dtype)
-                model.set_attention_backend(settings.attention)
-                model.channels_last = settings.channels_last
-                kernel = describe_attention(settings.attention, device, dtype, model.describe().attention_head_sizes)
+    for name, scale, base in _networks(settings):
+        outputs: dict[str, tuple[Measurement, torch.Tensor]] = {}
+        for precision in settings.precisions:
+            dtype = resolve_precision(precision, device)
+            model = copy.deepcopy(base).to(device, dtype)
+            model.set_attention_backend(settings.attention)
+            model.channels_last = settings.channels_last  # a layout preference; networks that have none ignore it
+            head_sizes = model.describe().attention_head_sizes
+            if head_sizes:  # networks running the shared attention kernels say which one runs
+                kernel = describe_attention(settings.attention, device, dtype, head_sizes)
                 report.kernels[f"{name} {precision}"] = kernel.line
                 report.notices.extend(n for n in kernel.notices if n not in report.notices)
-                if settings.size is not None:
-                    rows, out = _measure_forward(model, name, scale, precision, dtype, device, settings, say)
-                    report.results.extend(rows)
-                    outputs[precision] = rows[0], out
-                if settings.tiled is not None:
-                    report.tiled.append(_measure_tiled(model, name, scale, precision, device, settings, say))
-                del model
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-            if "fp32" in outputs and "bf16" in outputs:
-                outputs["bf16"][0].psnr_vs_fp32 = psnr_unit(outputs["bf16"][1], outputs["fp32"][1])
+            if settings.size is not None:
+                rows, out = _measure_forward(model, name, scale, precision, dtype, device, settings, say)
+                report.results.extend(rows)
+                outputs[precision] = rows[0], out
+            if settings.tiled is not None:
+                report.tiled.append(_measure_tiled(model, name, scale, precision, device, settings, say))
+            del model
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        if "fp32" in outputs and "bf16" in outputs:
+            outputs["bf16"][0].psnr_vs_fp32 = psnr_unit(outputs["bf16"][1], outputs["fp32"][1])
     return report
 
 
@@ -431,7 +451,7 @@ def _protocol(settings: BenchSettings) -> str:
         )
     if settings.tiled is not None:
         parts.append(f"tiled {settings.tiled[0]}x{settings.tiled[1]} output, tile {settings.tile}")
-    parts.append("random weights (seeded)")
+    parts.append(f"weights {settings.weights}" if settings.weights is not None else "random weights (seeded)")
     parts.append("fp32 with TF32 allowed" if settings.tf32 else "fp32 with TF32 off")
     if settings.compile != "none":
         parts.append(f"torch.compile mode {settings.compile}")

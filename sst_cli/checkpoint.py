@@ -79,8 +79,14 @@ def read_weights(path: str | os.PathLike[str]) -> tuple[StateDict, dict[str, str
 
 
 def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], source: str) -> None:
-    """Strict load with a readable report of missing, unexpected and mis-shaped tensors."""
+    """Strict load with a readable report of missing, unexpected and mis-shaped tensors.
+
+    Only BatchNorm's ``num_batches_tracked`` may be absent (some converters drop it): a training counter
+    that inference never reads.
+    """
     expected = model.state_dict()
+    counters = {k: torch.zeros((), dtype=torch.long) for k in expected if k.endswith(".num_batches_tracked")}
+    state = {**{k: v for k, v in counters.items() if k not in state}, **state}
     missing = [k for k in expected if k not in state]
     unexpected = [k for k in state if k not in expected]
     shapes = [

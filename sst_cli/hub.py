@@ -132,7 +132,9 @@ def manifest_entry(name: str, scale: int, *, repo_id: str | None = None) -> HubF
     Repo id precedence: ``repo_id`` argument, SST_HUB_REPO, the entry's repo_id, default_repo_id.
     An explicit ``repo_id`` argument also bypasses a bundled file: asking for a repo means "download".
     Entries with no Hub file (weights trained by sst-cli) are bundled only: a ``repo_id`` is refused,
-    and when nothing is bundled yet the error says how to train them.
+    and when nothing is bundled yet the error says how to train them. Entries marked ``"hub": false`` (the
+    authors publish elsewhere, e.g. DAT's Google Drive) say where to download them, unless ``repo_id``
+    names a mirror.
     """
     manifest = load_manifest()
     models: dict = manifest["models"]
@@ -144,6 +146,8 @@ def manifest_entry(name: str, scale: int, *, repo_id: str | None = None) -> HubF
         scales = ", ".join(sorted(models[key], key=lambda s: (len(s), s)))
         raise ConfigError(f"model {key!r} has no x{scale} weights; available scales: {scales}")
     bundled, filename = entry.get("bundled"), entry.get("filename")
+    if entry.get("hub") is False and not bundled and repo_id is None:
+        raise WeightsNotFound(off_hub_message(key, scale, entry))
     if not filename:
         if not bundled:
             raise WeightsNotFound(_not_trained_message(key, scale, models[key]))
@@ -156,6 +160,17 @@ def manifest_entry(name: str, scale: int, *, repo_id: str | None = None) -> HubF
         return weights_dir() / bundled
     repo = repo_id or os.environ.get("SST_HUB_REPO") or entry.get("repo_id") or manifest["default_repo_id"]
     return HubFile(repo_id=repo, filename=str(filename), revision=entry.get("revision"), sha256=entry.get("sha256"))
+
+
+def off_hub_message(key: str, scale: int, entry: dict) -> str:
+    """One sentence for weights that their authors publish outside the Hub: where to get them, how to pass them."""
+    name, host = entry["filename"], entry.get("host") or "download"
+    where = entry.get("where") or "weights/manifest.json"
+    return (
+        f"{key} x{scale} weights are not on the Hugging Face Hub: download {name} from the authors' {host} "
+        f"(linked from {where}) and pass it with --weights {name}, or with --weights hf://OWNER/REPO/{name} "
+        "if you mirror it on the Hub"
+    )
 
 
 def _not_trained_message(key: str, scale: int, scales: dict) -> str:

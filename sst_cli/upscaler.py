@@ -39,7 +39,8 @@ class UpscaleOptions:
 
     ``tile``: ``"auto"`` (whole image when it fits ``max_memory``, default a share of free memory), 0 (whole
     image) or a tile side in LR pixels; ``tile_overlap``: context pixels around tiles (default: the model's
-    own); ``exact``: context covering the receptive field, so tiling leaves no trace; ``batch``: tiles per
+    own); ``exact``: context covering the receptive field, so tiling leaves no trace (a network whose receptive
+    field is the whole image, such as DAT, then runs on the whole image); ``batch``: tiles per
     forward pass; ``alpha``: transparency through the network (``model``) or bicubic (``resize``);
     ``outscale``: resize the native output to this final scale.
     """
@@ -178,13 +179,17 @@ class Upscaler:
         """Tile size and overlap for an image, from the model's own description and the options."""
         d, o = self.descriptor, self.options
         align = d.size_multiple
-        blend = align == 1
-        if o.exact and d.exact_context is not None:
+        # Cores are cropped only where tiling can be exact; a network that sees the whole image (or says
+        # nothing about its reach) gets feathered overlaps, which hide what tiling cannot avoid.
+        blend = align == 1 or d.exact_context is None
+        if o.exact:
+            if d.exact_context is None:
+                return TilePlan(0, 0, align, blend)  # no finite context is exact: the whole image in one pass
             overlap = align_overlap(d.exact_context, align)
         elif o.tile_overlap is not None:
             overlap = align_overlap(o.tile_overlap, align)
         else:
-            overlap = align_overlap(d.default_context, align) if not blend else d.default_context
+            overlap = align_overlap(d.default_context, align)
         if o.tile == "auto":
             tile = self._auto_tile(height, width, overlap, align)
         else:

@@ -6,6 +6,9 @@ are those of the authors' option files (commit bcd6132). A ``+`` variant has exa
 base; only its window sizes differ, which is why window sizes come from the variant name and can never
 be read from a checkpoint.
 
+DAT (Chen et al., ICCV 2023) has its four official variants here too, with the keywords of the authors'
+``options/Test/*.yml``; their weights are on the authors' Google Drive, not on the Hugging Face Hub.
+
 Besides the official variants (the paper's weights), the zoo has entries whose weights sst-cli trained
 itself, such as ``sst-light-291``: an official architecture (``base``) with other weights. They get their
 own names so that an official name always means the paper's weights.
@@ -113,6 +116,26 @@ _XL_PLUS = _sst(
     {2: 33_892_195, 3: 34_307_395, 4: 34_888_675},
 )  # fmt: skip
 
+
+def _dat(name: str, title: str, params: tuple[int, int, int], **kwargs: Any) -> Variant:
+    """A DAT variant with the keywords of the authors' ``options/Test/test_DAT*_x{2,3,4}.yml``."""
+    common = {"img_size": 64, "in_chans": 3, "img_range": 1.0, "upsampler": "pixelshuffle"}
+    return Variant(name, title, "dat", common | kwargs, dict(zip(SCALES, params, strict=True)))
+
+
+# Parameter counts as built; the paper's (x4): DAT 14.80M, DAT-S 11.21M, DAT-2 11.21M, DAT-light 573K.
+_DAT_BASE = {"embed_dim": 180, "depth": (6,) * 6, "num_heads": (6,) * 6, "resi_connection": "1conv"}
+DAT_VARIANTS = (
+    _dat("dat-light", "DAT-light", (553_290, 561_405, 572_766), embed_dim=60, depth=(18,), num_heads=(6,),
+         split_size=(8, 32), expansion_factor=2.0, resi_connection="3conv", upsampler="pixelshuffledirect"),
+    _dat("dat-s", "DAT-S", (11_064_419, 11_249_059, 11_212_131), **_DAT_BASE, split_size=(8, 16),
+         expansion_factor=2.0),
+    _dat("dat-2", "DAT-2", (11_064_419, 11_249_059, 11_212_131), **_DAT_BASE, split_size=(8, 32),
+         expansion_factor=2.0),
+    _dat("dat", "DAT", (14_654_339, 14_838_979, 14_802_051), **_DAT_BASE, split_size=(8, 32),
+         expansion_factor=4.0),
+)  # fmt: skip
+
 _LIGHT = _light("sst-light", "SST-light", WINDOWS_LIGHT)
 TRAINED_291 = "trained by sst-cli on 291 images (T91 + BSD200), not the paper's weights"
 
@@ -126,6 +149,7 @@ VARIANTS: dict[str, Variant] = {
         _large("sst-l", "SST-L", WINDOWS),
         _large("sst-l+", "SST-L+", WINDOWS_PLUS),
         _XL_PLUS,
+        *DAT_VARIANTS,
         _ours(_LIGHT, "sst-light-291", "SST-light (sst-cli, 291 images)", TRAINED_291),
     )
 }

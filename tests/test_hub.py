@@ -41,6 +41,12 @@ DATA_A = b"weights at commit A"
 DATA_B = b"weights at commit B, different"
 ROOT = Path(__file__).resolve().parent.parent
 OURS = ("sst-light-291",)  # weights trained by sst-cli: bundled only, never from the Hub
+OFF_HUB = {
+    "dat-light": "DAT_light_x{s}.pth",
+    "dat-s": "DAT_S_x{s}.pth",
+    "dat-2": "DAT_2_x{s}.pth",
+    "dat": "DAT_x{s}.pth",
+}
 ZOO = {
     "sst-light": "SSTlight_DFLIP_X{s}.pth",
     "sst-light+": "SSTlight_Plus_DFLIP_X{s}.pth",
@@ -178,7 +184,7 @@ def test_manifest_has_all_zoo_entries() -> None:
     manifest = hub.load_manifest()
     assert manifest["format"] == 1
     assert manifest["default_repo_id"] == "dslisleedh/SST"
-    assert set(manifest["models"]) == set(ZOO) | set(OURS)
+    assert set(manifest["models"]) == set(ZOO) | set(OURS) | set(OFF_HUB)
     count = 0
     for name, pattern in ZOO.items():
         assert set(manifest["models"][name]) == {"2", "3", "4"}
@@ -196,6 +202,21 @@ def test_manifest_has_all_zoo_entries() -> None:
             )
             count += 1
     assert count == 21
+
+
+def test_off_hub_entries_say_where_to_download_and_a_mirror_is_used(offline_cache: Path) -> None:
+    models = hub.load_manifest()["models"]
+    for name, pattern in OFF_HUB.items():
+        for scale in (2, 3, 4):
+            entry = models[name][str(scale)]
+            assert entry["hub"] is False and entry["filename"] == pattern.format(s=scale) and entry["bundled"] is None
+            assert entry["where"] == "https://github.com/zhengchen1999/DAT"
+            with pytest.raises(
+                WeightsNotFound, match=f"not on the Hugging Face Hub: download {pattern.format(s=scale)}"
+            ):
+                hub.resolve_pretrained(name, scale)
+    mirror = hub.manifest_entry("dat", 4, repo_id="me/dat-mirror")  # asking for a repo means that repo
+    assert isinstance(mirror, hub.HubFile) and (mirror.repo_id, mirror.filename) == ("me/dat-mirror", "DAT_x4.pth")
 
 
 def test_sst_cli_trained_entries_are_bundled_only() -> None:

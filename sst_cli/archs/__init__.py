@@ -11,9 +11,11 @@ import torch
 
 from ..errors import CheckpointError
 from .base import ArchConfig, Architecture, ModelDescriptor, SRNetwork, describe, network_of
+from .dat import ARCH as DAT_ARCH
+from .foreign import recognise
 from .sst import ARCH as SST_ARCH
 
-ARCHITECTURES: dict[str, Architecture] = {arch.name: arch for arch in (SST_ARCH,)}
+ARCHITECTURES: dict[str, Architecture] = {arch.name: arch for arch in (SST_ARCH, DAT_ARCH)}
 
 
 def get_architecture(name: str) -> Architecture:
@@ -30,8 +32,20 @@ def detect_architecture(state: Mapping[str, torch.Tensor], source: str) -> Archi
         return found[0]
     if found:  # two rooms claiming one file is a bug in their detect functions
         raise CheckpointError(f"{source}: the keys fit several architectures ({', '.join(a.title for a in found)})")
-    sample = ", ".join(list(state)[:4])
     known = ", ".join(arch.title for arch in ARCHITECTURES.values())
+    for arch in ARCHITECTURES.values():
+        missing = [key for key in arch.markers if key not in state]
+        if arch.markers and len(missing) <= len(arch.markers) // 2:
+            raise CheckpointError(
+                f"{source}: looks like a {arch.title} checkpoint but lacks {', '.join(missing)} "
+                f"(a modified or incomplete {arch.title} file; sst-cli runs the official {arch.title} layout)"
+            )
+    foreign = recognise(state)
+    if foreign is not None:
+        raise CheckpointError(
+            f"{source}: this is a {foreign} checkpoint (recognised by its keys); sst-cli runs {known} networks only"
+        )
+    sample = ", ".join(list(state)[:4])
     raise CheckpointError(
         f"{source}: not a checkpoint of an architecture sst-cli knows ({known}); its first keys are {sample}"
     )

@@ -113,6 +113,8 @@ class Architecture:
     tensor). ``make_config(kwargs)``: validated config (unknown keys refused by name). ``check(inferred,
     config, source)``: raise a readable CheckpointError where the file and the config disagree.
     ``undetermined``: what the tensors never say (named in the error when no config is given), if anything.
+    ``markers``: keys every checkpoint of the architecture holds, to explain a near miss (a file with most
+    of them) by the keys it lacks.
     ``scale_key``: the keyword holding the upscaling factor. ``config_key``: the safetensors metadata key
     under which sst-cli stores the keywords of files it writes.
     """
@@ -126,6 +128,7 @@ class Architecture:
     build: Callable[[ArchConfig], SRNetwork]
     check: Callable[[Mapping[str, Any], ArchConfig, str], None] | None = None
     undetermined: str = ""
+    markers: tuple[str, ...] = ()
 
     @property
     def config_key(self) -> str:

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ..errors import ConfigError
 from ..zoo import VARIANTS
-from ._options import DeviceOption, parse_tile, parse_wxh
+from ._options import ConfigOption, DeviceOption, WeightsOption, parse_tile, parse_wxh
 from .output import console, err_console, handle_errors
 
 if TYPE_CHECKING:
@@ -35,6 +35,8 @@ def _settings(
     tf32: bool,
     input_image: Path | None,
     channels_last: str = "auto",
+    weights: str | None = None,
+    config: str | None = None,
 ) -> tuple[BenchSettings, bool]:
     """The paper's protocol on a GPU; quick defaults on the CPU. Returns the settings and whether CPU defaults apply."""
     from ..bench import BenchSettings, quick_cpu_settings
@@ -47,6 +49,12 @@ def _settings(
     given: dict[str, Any] = {"device": device, "attention": attention, "reference": reference, "tf32": tf32}
     given |= {"tile": parse_tile(tile), "compile": compile_mode, "channels_last": layouts[channels_last]}
     given["input"] = None if input_image is None else str(input_image)
+    if weights is not None:
+        if models:
+            raise ConfigError("--weights times the network in that file (its architecture and scale): drop --model")
+        given |= {"weights": weights, "config": config}
+    elif config is not None:
+        raise ConfigError("--config describes the architecture of --weights; give the weights too")
     if models:
         given["models"] = tuple(m.strip().lower() for m in models)
     if scales:
@@ -135,8 +143,9 @@ def print_report(report: BenchReport) -> None:
         console.print("ms: median of the timed runs; MiB: see 'memory' above; LR x scale = output size.")
         if any(r.speedup is not None for r in report.results):
             console.print(
-                "reference: the same network and kernel run the authors' way (RIB MLP every forward, "
-                "concatenation and padding by separate copies); 'Nx reference speed' = reference median / ours."
+                "reference: the same weights run the way the authors' code runs them (SST: RIB MLP every "
+                "forward, concatenation and padding by separate copies; DAT: matmul-softmax window attention); "
+                "'Nx reference speed' = reference median / ours."
             )
     if report.tiled:
         console.print(_tiled_table(report))
@@ -194,8 +203,11 @@ def bench(
         Path | None, typer.Option("--input", help="A photo to use as the LR input (resized) instead of noise.")
     ] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write all figures to this JSON file.")] = None,
+    weights: WeightsOption = None,
+    config: ConfigOption = None,
 ) -> None:
-    """Time SST inference with random weights: the paper's protocol (Table S4) and tiled throughput.
+    """Time inference with random weights (or a checkpoint's, with --weights): the paper's protocol (Table S4)
+    and tiled throughput.
 
     On a GPU the defaults are the paper's: sst-light, sst and sst-l at x2/x3/x4, fp32 and bf16, a
     1280x720 output, 3 warm-up and 10 timed runs. On the CPU, without --model/--size/--runs, a quick
@@ -217,10 +229,13 @@ def bench(
         tf32=tf32,
         input_image=input_image,
         channels_last=channels_last,
+        weights=weights,
+        config=config,
     )
     if quick:
+        what = "the weights' own network and scale" if weights is not None else "sst-light, x2 and x4"
         err_console.print(
-            "CPU: quick defaults (sst-light, 320x180 output, x2 and x4, 3 runs); the paper's protocol needs a GPU "
+            f"CPU: quick defaults ({what}, 320x180 output, 3 runs); the paper's protocol needs a GPU "
             "or explicit --model/--size/--runs",
             markup=False,
             soft_wrap=True,

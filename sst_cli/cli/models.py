@@ -14,15 +14,15 @@ from ..zoo import SCALES, VARIANTS, get_variant
 from ._options import HubRepoOption
 from .output import console, handle_errors
 
-app = typer.Typer(help="List, inspect and download pretrained SST weights.", no_args_is_help=False)
+app = typer.Typer(help="List, inspect and download pretrained weights (SST, DAT).", no_args_is_help=False)
 
 
 def weights_status(name: str, scale: int) -> str:
     """Where the weights of one zoo entry would come from, without touching the network."""
     try:
         entry = hub.manifest_entry(name, scale)
-    except WeightsNotFound:  # sst-cli's own entries before their weights are trained
-        return "not trained"
+    except WeightsNotFound:  # published off the Hub, or sst-cli's own entries before their weights are trained
+        return "off hub" if hub.load_manifest()["models"][name][str(scale)].get("hub") is False else "not trained"
     if isinstance(entry, Path):
         return "bundled" if entry.is_file() else "missing"
     return "cached" if hub.cached_path(entry) else "hub"
@@ -34,7 +34,7 @@ def list_models(ctx: typer.Context) -> None:
     """Table of zoo models: scales, parameters, window sizes, and where their weights are."""
     if ctx.invoked_subcommand is not None:
         return
-    table = Table(title="SST model zoo")
+    table = Table(title="sst-cli model zoo")
     columns = ("model", "architecture", "params x2 / x3 / x4", "weights x2 / x3 / x4", "weights by")
     for column in columns:
         table.add_column(column, no_wrap=column == "model")
@@ -46,7 +46,8 @@ def list_models(ctx: typer.Context) -> None:
     console.print(table)
     console.print(
         "bundled: shipped with sst-cli; cached: in the Hugging Face cache; hub: downloaded on first use; "
-        "not trained: no weights yet (make them with `sst train`)"
+        "not trained: no weights yet (make them with `sst train`); off hub: download them yourself "
+        "(`sst models info NAME` says where) and pass them with --weights"
     )
 
 
@@ -66,7 +67,10 @@ def info(name: Annotated[str, typer.Argument(help="Zoo name, e.g. sst-l+.")]) ->
     for scale in v.scales:
         try:
             entry = hub.manifest_entry(v.name, scale)
-        except WeightsNotFound:
+        except WeightsNotFound as exc:
+            if weights_status(v.name, scale) == "off hub":
+                console.print(f"  x{scale}: {v.params[scale]:,} parameters; {exc}", markup=False)
+                continue
             arch = v.base or v.name
             hint = f"sst train --model {arch} --scale {scale} --data DIR --iters N --out FILE"
             console.print(f"  x{scale}: {v.params[scale]:,} parameters; weights not trained yet ({hint})", markup=False)

@@ -1,7 +1,7 @@
 """SST, the Scalable SR Transformer: the network only (no files, no hub, no CLI)."""
 
 from ..base import Architecture
-from .infer import check, detect, infer
+from .infer import REQUIRED, check, detect, infer
 from .sst import SST, SSTConfig
 
 ARCH = Architecture(
@@ -14,6 +14,7 @@ ARCH = Architecture(
     build=lambda config: SST(**config.to_kwargs()),
     check=check,
     undetermined="window sizes",
+    markers=REQUIRED,
 )
 
 __all__ = ["ARCH", "SST", "SSTConfig"]

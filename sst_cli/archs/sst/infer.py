@@ -17,12 +17,12 @@ from ...errors import CheckpointError
 from ..base import ArchConfig
 
 _LAYER_KEY = re.compile(r"^body\.(\d+)\.(\d+)\.attn\.to_q$")
-_REQUIRED = ("proj.weight", "body.0.0.attn.to_q", "body.0.0.attn.to_hidden", "upsampler.up_conv.weight")
+REQUIRED = ("proj.weight", "body.0.0.attn.to_q", "body.0.0.attn.to_hidden", "upsampler.up_conv.weight")
 
 
 def detect(state: Mapping[str, torch.Tensor]) -> bool:
     """SST's own key layout: ``proj``, ``body.G.L.attn.to_q`` (RIB) and ``upsampler.up_conv``, unprefixed."""
-    return all(key in state for key in _REQUIRED)
+    return all(key in state for key in REQUIRED)
 
 
 def infer(state: Mapping[str, torch.Tensor]) -> tuple[dict[str, Any], bool]:

@@ -1,0 +1,138 @@
+"""What a DAT checkpoint's tensors say about its constructor keywords (everything that shapes the network).
+
+Read from the tensors: ``in_chans`` and ``embed_dim`` (first conv), ``depth`` (block indices per group),
+``num_heads`` (the channel attention's temperature; a group with one block only has a spatial block,
+whose bias MLP has heads // 2 outputs, and then 2 * that is exact in function), ``split_size`` (the
+values of the stored ``rpe_biases``: their last row is (s0 - 1, s1 - 1); tensors without values, such as
+meta tensors, give only the two sides, taken smaller first as in every published variant),
+``expansion_factor`` (FFN width), ``qkv_bias``, ``resi_connection`` (``conv_after_body`` one conv or
+three), ``upsampler`` and ``upscale`` (the reconstruction convs), ``img_size`` (the stored shift masks:
+(img_size / s0) * (img_size / s1) windows; 64, the official default, when no block is shifted, where it
+changes nothing).
+
+Not in any tensor: ``img_range`` (1.0 in every official and community DAT), ``qk_scale`` (None: 1/sqrt(d)),
+and training-only keywords. The inferred keywords are therefore complete for loading.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from ...errors import CheckpointError
+from .config import NUM_FEAT
+
+_BLOCK = re.compile(r"^layers\.(\d+)\.blocks\.(\d+)\.")
+_MASK = re.compile(r"^layers\.\d+\.blocks\.\d+\.attn\.attn_mask_0$")
+_FIRST = "layers.0.blocks.0."
+REQUIRED = (
+    "conv_first.weight",
+    "before_RG.1.weight",
+    f"{_FIRST}attn.qkv.weight",
+    f"{_FIRST}attn.attns.0.rpe_biases",
+    f"{_FIRST}attn.attns.0.relative_position_index",
+    f"{_FIRST}ffn.sg.norm.weight",
+    "norm.weight",
+)
+
+
+def detect(state: Mapping[str, torch.Tensor]) -> bool:
+    """DAT's own key layout: ``before_RG``, spatial blocks with ``attns.N.rpe_biases`` and an SGFN gate."""
+    return all(key in state for key in REQUIRED)
+
+
+def _split_size(state: Mapping[str, torch.Tensor]) -> list[int]:
+    offsets = state[f"{_FIRST}attn.attns.0.rpe_biases"]
+    if not offsets.is_meta and offsets.ndim == 2 and offsets.shape[1] == 2 and offsets.numel():
+        last = offsets[-1]
+        return [int(last[0].item()) + 1, int(last[1].item()) + 1]
+    # No values: N = s0 * s1 and (2 s0 - 1)(2 s1 - 1) rows give s0 + s1 and s0 * s1, not their order.
+    n = state[f"{_FIRST}attn.attns.0.relative_position_index"].shape[0]
+    total = (4 * n + 1 - offsets.shape[0]) // 2
+    root = math.isqrt(max(0, total * total - 4 * n))
+    return [(total - root) // 2, (total + root) // 2]
+
+
+def _groups(state: Mapping[str, torch.Tensor]) -> list[int]:
+    blocks: dict[int, set[int]] = {}
+    for key in state:
+        match = _BLOCK.match(key)
+        if match:
+            blocks.setdefault(int(match[1]), set()).add(int(match[2]))
+    if sorted(blocks) != list(range(len(blocks))):
+        raise CheckpointError(f"residual groups are not numbered 0..N-1: {sorted(blocks)}")
+    depth = []
+    for g in range(len(blocks)):
+        if sorted(blocks[g]) != list(range(len(blocks[g]))):
+            raise CheckpointError(f"blocks of residual group {g} are not numbered 0..N-1: {sorted(blocks[g])}")
+        depth.append(len(blocks[g]))
+    return depth
+
+
+def _heads(state: Mapping[str, torch.Tensor], group: int, depth: int) -> int:
+    if depth >= 2:
+        return int(state[f"layers.{group}.blocks.1.attn.temperature"].shape[0])
+    return 2 * int(state[f"layers.{group}.blocks.0.attn.attns.0.pos.pos3.2.weight"].shape[0])
+
+
+def _expansion(dim: int, hidden: int) -> float:
+    ratio = hidden / dim
+    # int(dim * ratio) must give back the hidden width, as the constructor computes it.
+    return ratio if int(dim * ratio) == hidden else (hidden + 0.5) / dim
+
+
+def _upsampler(state: Mapping[str, torch.Tensor], in_chans: int) -> dict[str, Any]:
+    if "conv_last.weight" in state:
+        convs = sorted(int(k.split(".")[1]) for k in state if re.match(r"^upsample\.\d+\.weight$", k))
+        widths = [state[f"upsample.{i}.weight"].shape[0] for i in convs]
+        if widths == [9 * NUM_FEAT]:
+            scale = 3
+        elif all(w == 4 * NUM_FEAT for w in widths):
+            scale = 2 ** len(widths)
+        else:
+            raise CheckpointError(f"upsampler convolutions of {widths} channels fit no DAT scale")
+        return {"upsampler": "pixelshuffle", "upscale": scale}
+    out = state["upsample.0.weight"].shape[0]
+    scale = math.isqrt(out // in_chans)
+    if scale * scale * in_chans != out:
+        raise CheckpointError(f"the one-step upsampler has {out} channels: not in_chans x a square scale")
+    return {"upsampler": "pixelshuffledirect", "upscale": scale}
+
+
+def _img_size(state: Mapping[str, torch.Tensor], split: list[int]) -> int:
+    masks = [v for k, v in state.items() if _MASK.match(k)]
+    if not masks:
+        return 64
+    windows = masks[0].shape[0]
+    side = math.isqrt(windows * split[0] * split[1])
+    if side * side != windows * split[0] * split[1]:
+        raise CheckpointError(f"stored shift masks of {windows} windows fit no square img_size")
+    return side
+
+
+def infer(state: Mapping[str, torch.Tensor]) -> tuple[dict[str, Any], bool]:
+    """Constructor keywords the tensors determine; complete (see the module docstring)."""
+    try:
+        first = state["conv_first.weight"]
+        embed_dim, in_chans = int(first.shape[0]), int(first.shape[1])
+        depth = _groups(state)
+        split = _split_size(state)
+        arch: dict[str, Any] = {
+            "img_size": _img_size(state, split),
+            "in_chans": in_chans,
+            "embed_dim": embed_dim,
+            "split_size": split,
+            "depth": depth,
+            "num_heads": [_heads(state, g, d) for g, d in enumerate(depth)],
+            "expansion_factor": _expansion(embed_dim, int(state[f"{_FIRST}ffn.fc1.weight"].shape[0])),
+            "qkv_bias": f"{_FIRST}attn.qkv.bias" in state,
+            "resi_connection": "1conv" if "conv_after_body.weight" in state else "3conv",
+        }
+        arch |= _upsampler(state, in_chans)
+    except KeyError as exc:
+        raise CheckpointError(f"incomplete DAT checkpoint: key {exc.args[0]!r} is missing") from exc
+    return arch, True
