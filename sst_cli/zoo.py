@@ -1,7 +1,7 @@
 """The model zoo: one typed table of names, one factory.
 
 Each entry names an architecture (a room of ``archs``) and its constructor keywords; the weights'
-whereabouts are data in ``weights/manifest.json`` (``hub.py``). SST hyper-parameters and parameter counts
+whereabouts are data in ``weights/manifest.json`` (``hub/``). SST hyper-parameters and parameter counts
 are those of the authors' option files (commit bcd6132). A ``+`` variant has exactly the shapes of its
 base; only its window sizes differ, which is why window sizes come from the variant name and can never
 be read from a checkpoint.

@@ -47,6 +47,19 @@ def add_to_cache(cache: Path, repo_id: str, commit: str, files: dict[str, bytes]
         (repo_dir / "refs" / ref).write_text(commit)  # no trailing newline: huggingface_hub does not strip
 
 
+@pytest.fixture(autouse=True)
+def _private_hf_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test gets its own empty HF_HOME (sst-cli's pins and release files live there) and HF cache, so
+    that nothing a developer downloaded or pinned leaks in, and nothing a test writes leaks out."""
+    from huggingface_hub import constants
+
+    home = tmp_path / "hf-home"
+    for name, value in (("HF_HOME", home), ("HF_HUB_CACHE", home / "hub"), ("HF_TOKEN_PATH", home / "token")):
+        monkeypatch.setenv(name, str(value))
+        monkeypatch.setattr(constants, name, str(value))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+
+
 @pytest.fixture
 def offline_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty Hugging Face cache with offline mode on (huggingface_hub reads both at import time)."""

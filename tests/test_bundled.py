@@ -21,7 +21,7 @@ from sst_cli import SSTConfig, Upscaler, load_model
 from sst_cli.checkpoint import read_weights
 from sst_cli.choices import DEFAULT_MODEL, DEFAULT_SCALE
 from sst_cli.errors import WeightsNotFound
-from sst_cli.hub import HubFile, manifest_entry, sha256_of
+from sst_cli.hub import manifest_entry, sha256_of
 from sst_cli.zoo import get_variant
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_default_model_is_bundled_labelled_and_carries_its_config() -> None:
     assert (DEFAULT_MODEL, DEFAULT_SCALE) == ("sst-light-291", 4)
-    entry = manifest_entry(DEFAULT_MODEL, DEFAULT_SCALE)
+    entry = manifest_entry(DEFAULT_MODEL, DEFAULT_SCALE).bundled_path
     assert entry == ROOT / "weights" / "sst-light-291_x4.safetensors" and entry.is_file()
     _, meta = read_weights(entry)
     config = SSTConfig.from_kwargs(json.loads(meta["sst_config"]))
@@ -42,10 +42,10 @@ def test_default_model_is_bundled_labelled_and_carries_its_config() -> None:
 
 def test_official_name_never_resolves_to_the_bundled_weights(offline_cache: Path) -> None:
     """``sst-light`` means the authors' weights: offline and not cached, it fails and points at the default."""
-    assert isinstance(manifest_entry("sst-light", 4), HubFile)
+    assert manifest_entry("sst-light", 4).bundled is None
     with pytest.raises(WeightsNotFound) as info:
         load_model("sst-light", 4)
-    assert "not in the Hugging Face cache" in str(info.value) and "sst-light-291 x4" in str(info.value)
+    assert "HF_HUB_OFFLINE is set" in str(info.value) and "sst-light-291 x4" in str(info.value)
 
 
 @pytest.mark.parametrize("scale", [2, 3])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from conftest import GOLDEN, add_to_cache, needs_golden
 from typer.testing import CliRunner
@@ -32,12 +33,14 @@ def test_models_table_lists_every_variant(offline_cache: Path) -> None:
     assert result.exit_code == 0, result.output
     for name in ("sst-light", "sst-light+", "sst-l+", "sst-xl+", "sst-light-291"):
         assert name in result.output
-    assert "21.31M" in result.output  # sst-l x4
-    row = next(line for line in result.output.splitlines() if "sst-light-291" in line)
-    assert "not trained / not trained / bundled" in row and "trained by sst-cli on 291 images" in row
-    assert "not the paper's weights" in row
-    official = next(line for line in result.output.splitlines() if "│ sst-light " in line)
-    assert "hub / hub / hub" in official and "the paper's authors" in official
+    lines = result.output.splitlines()
+    assert any("21.31M" in line and "x4" in line for line in lines)  # sst-l x4
+    ours = next(i for i, line in enumerate(lines) if "│ sst-light-291 " in line)
+    assert "x2" in lines[ours] and "not trained yet" in lines[ours]
+    assert "bundled: trained by sst-cli on 291 images" in lines[ours + 2] and "not the paper's" in lines[ours + 2]
+    official = next(line for line in lines if "│ sst-light " in line)
+    assert "not cached" in official and "not found yet" in official
+    assert "the authors' Hub collection and models by file name, then their release" in " ".join(result.output.split())
 
 
 def test_models_info_of_our_weights(offline_cache: Path) -> None:
@@ -46,12 +49,16 @@ def test_models_info_of_our_weights(offline_cache: Path) -> None:
     assert "not the paper's weights" in result.output and "sst-light (identical)" in result.output
     assert "x2: 893,340 parameters; weights not trained yet (sst train --model sst-light --scale 2" in result.output
     assert "sst-light-291_x4.safetensors (bundled)" in result.output
+    assert "e54575e82acad8c4660bc6e4d5118c45aee5ac306d3905dc71e1e2f1fccfd55b" in result.output
 
 
 def test_models_info(offline_cache: Path) -> None:
     result = runner.invoke(app, ["models", "info", "SST-L+"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    assert "21,311,427" in result.output and "SSTLarge_Plus_DFLIP_X4.pth" in result.output
+    assert "21,311,427" in result.output and "SSTLarge_Plus_DFLIP_X4.pth (not found yet)" in result.output
+    assert "not downloaded: `sst models pull sst-l+ --scale 4`" in result.output
+    bad = runner.invoke(app, ["models", "info", "sst", "--scale", "8"])
+    assert bad.exit_code == 2 and "sst exists at x2 / x3 / x4, not x8" in bad.output
 
 
 def test_unknown_model_is_one_clear_line() -> None:
@@ -65,15 +72,16 @@ def test_pull_offline_and_not_cached_says_what_to_do(offline_cache: Path) -> Non
     result = runner.invoke(app, ["models", "pull", "sst-l", "--scale", "2"], env={"COLUMNS": "300"})
     assert result.exit_code == 1
     text = " ".join(result.output.split())
-    assert "not in the Hugging Face cache" in text and "HF_HUB_OFFLINE" in text
+    assert "are not in the cache and HF_HUB_OFFLINE is set" in text and "sst models pull sst-l --scale 2" in text
     assert "Traceback" not in result.output
 
 
 @needs_golden
-def test_zoo_weights_load_from_the_cache_offline(offline_cache: Path) -> None:
-    """A zoo name resolves through the manifest to hf_hub_download's cache layout and loads strictly."""
+def test_zoo_weights_load_from_the_cache_offline(offline_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A zoo name with a repository (here SST_HUB_REPO) resolves to hf_hub_download's cache layout, loads strictly."""
     data = (GOLDEN / "light_x2.pth").read_bytes()
     add_to_cache(offline_cache, "dslisleedh/SST", COMMIT, {"SSTlight_DFLIP_X2.pth": data}, ref="main")
+    monkeypatch.setenv("SST_HUB_REPO", "dslisleedh/SST")
     model = load_model("sst-light", 2)
     expected = torch.load(GOLDEN / "light_x2.pth", weights_only=True)["params_ema"]
     assert all(torch.equal(v, expected[k]) for k, v in model.state_dict().items())
@@ -81,4 +89,4 @@ def test_zoo_weights_load_from_the_cache_offline(offline_cache: Path) -> None:
     result = runner.invoke(app, ["models", "pull", "sst-light", "--scale", "2"], env={"COLUMNS": "300"})
     assert result.exit_code == 0 and COMMIT in result.output
     table = runner.invoke(app, ["models"], env={"COLUMNS": "200"})
-    assert "cached" in table.output
+    assert f"dslisleedh/SST@{COMMIT[:7]}" in table.output and "│ cached" in table.output

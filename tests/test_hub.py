@@ -1,4 +1,5 @@
-"""Tests for sst_cli.hub against a fake Hugging Face cache; the network is blocked throughout.
+"""Tests for sst_cli.hub against a fake Hugging Face cache; the network is blocked throughout (the real client
+over HTTP is tested against a fake Hub in test_hub_http.py).
 
 huggingface_hub reads HF_HUB_OFFLINE / HF_HUB_CACHE into ``huggingface_hub.constants`` at import
 time, so in-process tests patch those constants (and the env, for consistency); one subprocess test
@@ -41,7 +42,7 @@ DATA_A = b"weights at commit A"
 DATA_B = b"weights at commit B, different"
 ROOT = Path(__file__).resolve().parent.parent
 OURS = ("sst-light-291",)  # weights trained by sst-cli: bundled only, never from the Hub
-OFF_HUB = {
+OFF_HUB = {  # DAT: the authors publish on Google Drive
     "dat-light": "DAT_light_x{s}.pth",
     "dat-s": "DAT_S_x{s}.pth",
     "dat-2": "DAT_2_x{s}.pth",
@@ -106,8 +107,10 @@ def test_download_uncached_revision_offline(cache: Path, revision: str) -> None:
 
 
 def test_resolve_pretrained_offline_not_cached_names_pull_command(cache: Path) -> None:
-    with pytest.raises(WeightsNotFound, match=r"sst models pull sst-l\+ --scale 2"):
+    with pytest.raises(WeightsNotFound, match=r"sst models pull sst-l\+ --scale 2 --hub-repo tester/sst-fake"):
         hub.resolve_pretrained("sst-l+", 2, repo_id=REPO)
+    with pytest.raises(WeightsNotFound, match=r"HF_HUB_OFFLINE is set: run `sst models pull sst-l\+ --scale 2`"):
+        hub.resolve_pretrained("sst-l+", 2)
 
 
 def test_resolve_pretrained_from_cache(cache: Path) -> None:
@@ -182,51 +185,34 @@ def test_is_hf_reference() -> None:
 
 def test_manifest_has_all_zoo_entries() -> None:
     manifest = hub.load_manifest()
-    assert manifest["format"] == 1
-    assert manifest["default_repo_id"] == "dslisleedh/SST"
+    assert manifest["format"] == 1 and "default_repo_id" not in manifest  # no guessed repository any more
+    assert manifest["hub_owner"] == "dslisleedh" and manifest["hub_collection"] == "sst"
+    assert manifest["release_url"] == "https://github.com/dslisleedh/SST/releases/download/v0.0.1"
     assert set(manifest["models"]) == set(ZOO) | set(OURS) | set(OFF_HUB)
     count = 0
     for name, pattern in ZOO.items():
         assert set(manifest["models"][name]) == {"2", "3", "4"}
         for scale in (2, 3, 4):
-            entry = manifest["models"][name][str(scale)]
-            assert entry["filename"] == pattern.format(s=scale)
-            assert set(entry) >= {"filename", "repo_id", "revision", "sha256", "bundled"}
-            assert entry["bundled"] is None  # official names always mean the authors' weights, from the Hub
-            file = hub.manifest_entry(name, scale, repo_id="dslisleedh/SST")  # asking for a repo means the hub
-            assert isinstance(file, hub.HubFile)
-            assert (file.repo_id, file.filename, file.revision) == (
-                "dslisleedh/SST",
-                entry["filename"],
-                "main",
-            )
+            raw = manifest["models"][name][str(scale)]
+            assert set(raw) >= {"filename", "repo_id", "revision", "sha256", "bundled"}
+            entry = hub.manifest_entry(name, scale)
+            assert entry.filename == pattern.format(s=scale)
+            assert entry.repo_id is None  # unverified: found by file name, see README
+            assert entry.bundled is None  # official names always mean the authors' weights, downloaded
+            assert entry.on_hub and entry.revision == "main"
             count += 1
     assert count == 21
-
-
-def test_off_hub_entries_say_where_to_download_and_a_mirror_is_used(offline_cache: Path) -> None:
-    models = hub.load_manifest()["models"]
-    for name, pattern in OFF_HUB.items():
-        for scale in (2, 3, 4):
-            entry = models[name][str(scale)]
-            assert entry["hub"] is False and entry["filename"] == pattern.format(s=scale) and entry["bundled"] is None
-            assert entry["where"] == "https://github.com/zhengchen1999/DAT"
-            with pytest.raises(
-                WeightsNotFound, match=f"not on the Hugging Face Hub: download {pattern.format(s=scale)}"
-            ):
-                hub.resolve_pretrained(name, scale)
-    mirror = hub.manifest_entry("dat", 4, repo_id="me/dat-mirror")  # asking for a repo means that repo
-    assert isinstance(mirror, hub.HubFile) and (mirror.repo_id, mirror.filename) == ("me/dat-mirror", "DAT_x4.pth")
 
 
 def test_sst_cli_trained_entries_are_bundled_only() -> None:
     entries = hub.load_manifest()["models"]["sst-light-291"]
     assert set(entries) == {"2", "3", "4"} and all(e["filename"] is None for e in entries.values())
     bundled = hub.resolve_pretrained("sst-light-291", 4)
-    assert bundled == hub.weights_dir() / "sst-light-291_x4.safetensors" == hub.manifest_entry("SST-Light-291", 4)
-    assert hub.sha256_of(bundled) == entries["4"]["sha256"]
+    entry = hub.manifest_entry("SST-Light-291", 4)
+    assert bundled == hub.weights_dir() / "sst-light-291_x4.safetensors" == entry.bundled_path
+    assert hub.sha256_of(bundled) == entries["4"]["sha256"] and entry.ours
     with pytest.raises(ConfigError, match="bundled with it, not on the Hugging Face Hub"):
-        hub.manifest_entry("sst-light-291", 4, repo_id="dslisleedh/SST")
+        hub.resolve("sst-light-291", 4, repo_id="dslisleedh/SST")
     for scale in (2, 3):
         with pytest.raises(WeightsNotFound, match=r"not trained yet \(only x4 ships so far\): make them with `sst"):
             hub.resolve_pretrained("sst-light-291", scale)
@@ -234,7 +220,7 @@ def test_sst_cli_trained_entries_are_bundled_only() -> None:
 
 
 def test_offline_official_weights_point_at_the_bundled_default(cache: Path) -> None:
-    with pytest.raises(WeightsNotFound, match=r"without the Hub, the bundled sst-light-291 x4 works"):
+    with pytest.raises(WeightsNotFound, match=r"without a download, the bundled sst-light-291 x4 works"):
         hub.resolve_pretrained("sst-light", 4)
 
 
@@ -254,11 +240,15 @@ def test_manifest_is_the_repo_weights_folder() -> None:
     assert hub.weights_dir() == ROOT / "weights"
 
 
-def test_repo_override_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert hub.manifest_entry("sst", 4).repo_id == "dslisleedh/SST"
+def test_repo_override_order(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--hub-repo, then SST_HUB_REPO, then the manifest (here: nothing verified, so discovery on first use)."""
+    add_to_cache(cache, "env/repo", COMMIT_A, {FILE: b"env"}, ref="main")
+    add_to_cache(cache, "arg/repo", COMMIT_A, {FILE: b"arg"}, ref="main")
+    assert hub.locate("sst", 4).origin == "not found yet"
     monkeypatch.setenv("SST_HUB_REPO", "env/repo")
-    assert hub.manifest_entry("sst", 4).repo_id == "env/repo"
-    assert hub.manifest_entry("sst", 4, repo_id="arg/repo").repo_id == "arg/repo"
+    assert hub.locate("sst", 4).origin == f"hub env/repo@{COMMIT_A[:7]}"
+    assert hub.resolve_pretrained("sst", 4).read_bytes() == b"env"
+    assert hub.resolve_pretrained("sst", 4, repo_id="arg/repo").read_bytes() == b"arg"
 
 
 def test_unknown_model_lists_choices() -> None:
@@ -275,22 +265,18 @@ def test_unknown_scale_lists_scales() -> None:
 
 def _write_manifest(folder: Path, entry: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    data = {"format": 1, "default_repo_id": "default/repo", "models": {"tiny": {"4": entry}}}
+    data = {"format": 1, "hub_owner": "someone", "models": {"tiny": {"4": entry}}}
     (folder / "manifest.json").write_text(json.dumps(data))
 
 
-def test_bundled_and_manifest_repo_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bundled_and_verified_manifest_repo_id(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = tmp_path / "weights"
-    entry = {
-        "filename": "t.pth",
-        "repo_id": "entry/repo",
-        "revision": "main",
-        "sha256": None,
-        "bundled": None,
-    }
+    entry = {"filename": FILE, "repo_id": REPO, "revision": "main", "sha256": None, "bundled": None}
     _write_manifest(folder, entry)
     monkeypatch.setenv("SST_WEIGHTS_DIR", str(folder))
-    assert hub.manifest_entry("tiny", 4).repo_id == "entry/repo"
+    assert hub.manifest_entry("tiny", 4).repo_id == REPO
+    located = hub.locate("tiny", 4)  # a verified repository's cached file is found without a pin
+    assert located.cached and located.origin == f"hub {REPO}@{COMMIT_A[:7]}"
 
     bundled_dir = tmp_path / "bundled"
     _write_manifest(bundled_dir, {**entry, "bundled": "tiny_x4.safetensors"})
@@ -299,7 +285,36 @@ def test_bundled_and_manifest_repo_id(tmp_path: Path, monkeypatch: pytest.Monkey
         hub.resolve_pretrained("tiny", 4)
     (bundled_dir / "tiny_x4.safetensors").write_bytes(b"x")
     assert hub.resolve_pretrained("tiny", 4) == bundled_dir / "tiny_x4.safetensors"
-    assert isinstance(hub.manifest_entry("tiny", 4, repo_id="arg/repo"), hub.HubFile)
+    assert hub.resolve_pretrained("tiny", 4, repo_id=REPO).read_bytes() == DATA_A  # asking for a repo: download
+
+
+def test_dat_entries_say_where_to_download_and_a_mirror_is_used() -> None:
+    for name, pattern in OFF_HUB.items():
+        for scale in (2, 3, 4):
+            entry = hub.manifest_entry(name, scale)
+            assert not entry.on_hub and entry.filename == pattern.format(s=scale) and entry.bundled is None
+            assert entry.where == "https://github.com/zhengchen1999/DAT"
+            with pytest.raises(WeightsNotFound, match=f"download {pattern.format(s=scale)} from the authors'"):
+                hub.resolve_pretrained(name, scale)
+
+
+def test_manifest_entry_shapes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shapes other entries use: published off the Hub (DAT), a repository with an unknown file name."""
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    off = {"filename": "DAT_x2.pth", "hub": False, "where": "https://example.org/dat", "host": "Google Drive"}
+    real = {"filename": None, "repo_id": "owner/Real_X4", "revision": "main"}
+    data = {"format": 1, "models": {"dat": {"2": off}, "real": {"4": real}}}
+    (folder / "manifest.json").write_text(json.dumps(data))
+    monkeypatch.setenv("SST_WEIGHTS_DIR", str(folder))
+    dat = hub.manifest_entry("dat", 2)
+    assert not dat.on_hub and (dat.where, dat.host) == ("https://example.org/dat", "Google Drive")
+    assert hub.locate("dat", 2).origin == "off the hub: https://example.org/dat"
+    with pytest.raises(WeightsNotFound, match=r"download DAT_x2\.pth from the authors' Google Drive"):
+        hub.resolve("dat", 2)
+    real_entry = hub.manifest_entry("real", 4)
+    assert real_entry.filename is None and not real_entry.ours and real_entry.what == "the checkpoint of owner/Real_X4"
+    assert hub.locate("real", 4).origin == "hub owner/Real_X4, not downloaded yet"
 
 
 def test_bad_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -322,12 +337,12 @@ def _bare(cls: type[Exception], status: int | None = None) -> Exception:
     ("error", "fragment"),
     [
         (_bare(GatedRepoError, 403), "HF_TOKEN"),
-        (_bare(RepositoryNotFoundError, 401), "was not found on the Hugging Face Hub"),
-        (_bare(RevisionNotFoundError, 404), "revision 'v2' does not exist"),
-        (_bare(EntryNotFoundError), f"{FILE} does not exist in {REPO}"),
+        (_bare(RepositoryNotFoundError, 401), "the repository does not exist (or is private: set HF_TOKEN)"),
+        (_bare(RevisionNotFoundError, 404), "the revision does not exist"),
+        (_bare(EntryNotFoundError), "the file does not exist there"),
         (_bare(HfHubHTTPError, 401), "gated or unauthorised"),
         (_bare(HfHubHTTPError, 503), "HTTP 503"),
-        (LocalEntryNotFoundError("connection refused"), "cannot reach the Hugging Face Hub"),
+        (LocalEntryNotFoundError("connection refused"), "the server could not be reached"),
         (ConnectionError("boom"), "ConnectionError: boom"),
     ],
 )
@@ -337,11 +352,13 @@ def test_online_errors_are_one_sentence(monkeypatch: pytest.MonkeyPatch, error: 
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    monkeypatch.setattr(hub.net, "reachable", lambda url, timeout=None: True)
     with pytest.raises(WeightsNotFound) as info:
         hub.download(hub.HubFile(REPO, FILE, revision="v2"))
     msg = str(info.value)
     assert fragment in msg and "\n" not in msg
-    assert "SST_HUB_REPO" in msg and "--hub-repo" in msg
+    assert msg.startswith(f"cannot download {FILE} from {REPO}@v2: ")
+    assert "SST_HUB_REPO" in msg and "--hub-repo" in msg and "--weights PATH" in msg
 
 
 def test_env_vars_honoured_in_fresh_process(tmp_path: Path) -> None:

@@ -134,11 +134,13 @@ def eval_command(
 
     Example: sst eval --model bicubic --dataset Set5 --dataset Set14 --scale 2 --scale 4 --data-root datasets/
     """
+    from .. import hub
     from ..errors import ConfigError
     from ..evaluate import BICUBIC, PROTOCOL, EvalSettings, model_label, run_evaluation
     from ..files import atomic_write_text
     from ..loader import ModelSpec
     from ..upscaler import UpscaleOptions
+    from .downloads import download_display
 
     is_bicubic = model is not None and model.strip().lower() == BICUBIC
     if is_bicubic and (weights or config):
@@ -165,7 +167,8 @@ def eval_command(
         save_images=save_images,
     )
     label = model_label(chosen)
-    with Progress(
+    downloads = hub.show_downloads(download_display(quiet=quiet, bar=False))  # the eval bar is already live
+    with downloads, Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
         console=err_console, disable=quiet, transient=True,
     ) as progress:  # fmt: skip

@@ -1,83 +1,121 @@
-"""``sst models``: list, inspect and download pretrained weights."""
+"""``sst models``: list, inspect and download pretrained weights, saying where each file comes from."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from .. import hub
-from ..errors import WeightsNotFound
-from ..zoo import SCALES, VARIANTS, get_variant
+from ..errors import ConfigError
+from ..zoo import VARIANTS, get_variant
 from ._options import HubRepoOption
 from .output import console, handle_errors
 
 app = typer.Typer(help="List, inspect and download pretrained weights (SST, DAT).", no_args_is_help=False)
 
+LEGEND = (
+    "weights: cached = downloaded (under $HF_HOME), not cached = downloaded on first use or with "
+    "`sst models pull NAME --scale S`, bundled = shipped with sst-cli, manual = download it yourself "
+    "(`sst models info NAME` says where) and pass --weights. from: hub OWNER/REPO@COMMIT (pinned), release URL "
+    "(the authors' GitHub release), not found yet = looked for on first use (the authors' Hub collection and "
+    "models by file name, then their release)."
+)
 
-def weights_status(name: str, scale: int) -> str:
-    """Where the weights of one zoo entry would come from, without touching the network."""
-    try:
-        entry = hub.manifest_entry(name, scale)
-    except WeightsNotFound:  # published off the Hub, or sst-cli's own entries before their weights are trained
-        return "off hub" if hub.load_manifest()["models"][name][str(scale)].get("hub") is False else "not trained"
-    if isinstance(entry, Path):
-        return "bundled" if entry.is_file() else "missing"
-    return "cached" if hub.cached_path(entry) else "hub"
+
+def status(location: hub.Location) -> str:
+    """Whether the weights are here, without touching the network."""
+    if location.source == "untrained":
+        return "-"
+    if location.source == "off-hub":
+        return "manual"
+    if location.source == "bundled":
+        return "bundled" if location.cached else "missing"
+    return "cached" if location.cached else "not cached"
 
 
 @app.callback(invoke_without_command=True)
 @handle_errors
 def list_models(ctx: typer.Context) -> None:
-    """Table of zoo models: scales, parameters, window sizes, and where their weights are."""
+    """Table of zoo models: per scale, parameters, whether the weights are here and where they come from."""
     if ctx.invoked_subcommand is not None:
         return
     table = Table(title="sst-cli model zoo")
-    columns = ("model", "architecture", "params x2 / x3 / x4", "weights x2 / x3 / x4", "weights by")
-    for column in columns:
-        table.add_column(column, no_wrap=column == "model")
+    for column in ("model", "arch", "scale", "params", "weights", "from"):
+        table.add_column(column, no_wrap=column != "from")
+    manifest = hub.load_manifest()["models"]
     for name, v in VARIANTS.items():
-        params = " / ".join(f"{v.params[s] / 1e6:.2f}M" if s in v.params else "-" for s in SCALES)
-        status = " / ".join(weights_status(name, s) if s in v.scales else "-" for s in SCALES)
-        origin = "the paper's authors" if v.official else v.note
-        table.add_row(name, v.arch.upper(), params, status, origin)
+        for i, scale in enumerate(v.scales):
+            if str(scale) in manifest.get(name, {}):
+                location = hub.locate(name, scale)
+                here, origin = status(location), location.origin
+            else:
+                here, origin = "-", "not in the manifest"
+            if not v.official and here == "bundled":
+                origin = f"bundled: {v.note}"
+            first = i == 0
+            params = f"{v.params[scale] / 1e6:.2f}M" if scale in v.params else "-"
+            table.add_row(name if first else "", v.arch.upper() if first else "", f"x{scale}", params, here, origin)
     console.print(table)
-    console.print(
-        "bundled: shipped with sst-cli; cached: in the Hugging Face cache; hub: downloaded on first use; "
-        "not trained: no weights yet (make them with `sst train`); off hub: download them yourself "
-        "(`sst models info NAME` says where) and pass them with --weights"
-    )
+    console.print(LEGEND, markup=False)
+
+
+def _check_scale(name: str, scale: int) -> int:
+    """The scale, if the model exists at it (checked without importing the networks)."""
+    scales = get_variant(name).scales
+    if scale not in scales:
+        raise ConfigError(f"{name} exists at x{' / x'.join(map(str, scales))}, not x{scale}")
+    return scale
+
+
+def _describe(v_name: str, scale: int, hub_repo: str | None) -> list[str]:
+    """Lines about one scale's weights: file, source, local path and sha256 (no network)."""
+    entry = hub.manifest_entry(v_name, scale)
+    location = hub.locate(v_name, scale, repo_id=hub_repo)
+    if location.source == "untrained":
+        arch = get_variant(v_name).base or v_name
+        return [f"weights not trained yet (sst train --model {arch} --scale {scale} --data DIR --iters N --out FILE)"]
+    if location.source == "off-hub":
+        return [hub.off_hub_message(entry)]
+    lines = [f"weights {location.filename or entry.what} ({location.origin})"]
+    if location.source == "hub" and location.commit:
+        lines.append(f"repo    {location.repo_id} @ {location.commit}")
+    elif location.source == "release":
+        lines.append(f"url     {location.url}")
+    if location.cached:
+        assert location.path is not None
+        lines.append(f"path    {location.path}")
+        lines.append(f"sha256  {location.sha256 or hub.sha256_of(location.path)}")
+    else:
+        again = f" --hub-repo {hub_repo}" if hub_repo else ""
+        lines.append(f"path    not downloaded: `sst models pull {v_name} --scale {scale}{again}`")
+        lines.append(f"sha256  {location.sha256 or 'recorded on download'}")
+    return lines
 
 
 @app.command("info")
 @handle_errors
-def info(name: Annotated[str, typer.Argument(help="Zoo name, e.g. sst-l+.")]) -> None:
-    """Hyper-parameters, parameter counts and weight files of one zoo model."""
+def info(
+    name: Annotated[str, typer.Argument(help="Zoo name, e.g. sst-l+.")],
+    scale: Annotated[int | None, typer.Option("--scale", "-s", help="Only this scale.")] = None,
+    hub_repo: HubRepoOption = None,
+) -> None:
+    """Hyper-parameters, parameter counts and, per scale, the weight file: where it comes from, where it is
+    cached and its sha256 (no network: `sst models pull` resolves and downloads)."""
     v = get_variant(name)
+    scales = v.scales if scale is None else (_check_scale(v.name, scale),)
     console.print(f"[bold]{v.title}[/] ({v.name})")
     rows: dict[str, object] = {"weights": v.note}
-    if v.base is not None:
-        rows["architecture"] = f"{v.base} (identical)"
-    rows["architecture"] = v.arch.upper() if v.base is None else rows["architecture"]
+    rows["architecture"] = v.arch.upper() if v.base is None else f"{v.base} (identical)"
     rows |= {key: list(value) if isinstance(value, tuple) else value for key, value in v.kwargs.items()}
     for key, value in rows.items():
         console.print(f"  {key:<16} {value}", markup=False)
-    for scale in v.scales:
-        try:
-            entry = hub.manifest_entry(v.name, scale)
-        except WeightsNotFound as exc:
-            if weights_status(v.name, scale) == "off hub":
-                console.print(f"  x{scale}: {v.params[scale]:,} parameters; {exc}", markup=False)
-                continue
-            arch = v.base or v.name
-            hint = f"sst train --model {arch} --scale {scale} --data DIR --iters N --out FILE"
-            console.print(f"  x{scale}: {v.params[scale]:,} parameters; weights not trained yet ({hint})", markup=False)
-            continue
-        where = entry if isinstance(entry, Path) else entry.uri
-        status = weights_status(v.name, scale)
-        console.print(f"  x{scale}: {v.params[scale]:,} parameters; weights {where} ({status})", markup=False)
+    for s in scales:
+        first, *rest = _describe(v.name, s, hub_repo)
+        console.print(f"  x{s}: {v.params[s]:,} parameters; {first}", markup=False, soft_wrap=True)
+        for line in rest:
+            console.print(f"      {line}", markup=False, soft_wrap=True)
 
 
 @app.command("pull")
@@ -86,7 +124,19 @@ def pull(
     name: Annotated[str, typer.Argument(help="Zoo name, e.g. sst-l+.")],
     scale: Annotated[int, typer.Option("--scale", "-s", help="Upscaling factor: 2, 3 or 4.")] = 4,
     hub_repo: HubRepoOption = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress; print only the file's path.")] = False,
 ) -> None:
-    """Download one model's weights into the Hugging Face cache (for later offline use)."""
-    path = hub.resolve_pretrained(get_variant(name).name, scale, repo_id=hub_repo)
-    console.print(f"{name} x{scale}: {path}")
+    """Find and download one model's weights (for later offline use) and say where they came from."""
+    from .downloads import download_display
+
+    v = get_variant(name)
+    _check_scale(v.name, scale)
+    with hub.show_downloads(download_display(quiet=quiet)):
+        location = hub.resolve(v.name, scale, repo_id=hub_repo)
+    assert location.path is not None
+    if quiet:
+        console.print(str(location.path), markup=False, soft_wrap=True)
+        return
+    console.print(f"{v.name} x{scale}: {location.path}", markup=False, soft_wrap=True)
+    console.print(f"  from    {location.origin}", markup=False, soft_wrap=True)
+    console.print(f"  sha256  {location.sha256 or hub.sha256_of(location.path)}", markup=False)

@@ -258,9 +258,11 @@ def upscale(
     Exit status: 0 when every file was written or skipped, 1 when any failed, 2 for invalid options,
     130 when interrupted (rerun with --skip-existing to resume).
     """
+    from .. import hub
     from ..batch import BatchEvents, BatchInterrupted, WriteOptions, upscale_files
     from ..loader import ModelSpec
     from ..upscaler import UpscaleOptions
+    from .downloads import download_display
 
     spec = ModelSpec(model, scale, weights, config, hub_repo)
     options = UpscaleOptions(
@@ -293,16 +295,17 @@ def upscale(
         file_done=reporter.file_done,
     )
     try:
-        result = upscale_files(
-            inputs,
-            output,
-            model=spec,
-            options=options,
-            writing=writing,
-            recursive=recursive,
-            include_outputs=include_outputs,
-            events=events,
-        )
+        with hub.show_downloads(download_display(quiet=quiet, json_log=json_log)):
+            result = upscale_files(
+                inputs,
+                output,
+                model=spec,
+                options=options,
+                writing=writing,
+                recursive=recursive,
+                include_outputs=include_outputs,
+                events=events,
+            )
     except BatchInterrupted as stop:
         reporter.stop()
         reporter.summary(stop.result, interrupted=True, exit_code=stop.exit_code)

@@ -1,0 +1,124 @@
+"""Pins: where each official file was found (repository and commit, or release URL) and its sha256.
+
+Stored in ``$HF_HOME/sst-cli/pins.json`` beside the Hugging Face cache, so that a second run and offline runs
+(``HF_HUB_OFFLINE=1``) go straight to the cached file with no API call, and every load is checked against the
+sha256 recorded on download. Files downloaded from the authors' release live in ``$HF_HOME/sst-cli/release/``.
+Deleting the folder forgets the pins (the next run finds the files again).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from ..errors import WriteError
+from ..files import atomic_write_text
+from .manifest import Entry
+from .refs import COMMIT_RE, SHA256_RE
+
+PINS_FORMAT = 1
+
+
+def sst_home() -> Path:
+    """``$HF_HOME/sst-cli`` (read at call time: tests and callers may change huggingface_hub's constants)."""
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HOME).expanduser() / "sst-cli"
+
+
+def pins_path() -> Path:
+    return sst_home() / "pins.json"
+
+
+def release_dir() -> Path:
+    return sst_home() / "release"
+
+
+@dataclass(frozen=True)
+class Pin:
+    """Where a file was found: ``source`` "hub" (``repo_id`` at ``commit``, file ``filename``) or "release"
+    (``url``, kept as ``release_dir()/filename``); ``sha256`` of its content; ``stat`` (size, mtime_ns) of the
+    local copy when it was last hashed, so that unchanged files are not hashed again on every load."""
+
+    source: str
+    filename: str
+    sha256: str
+    repo_id: str | None = None
+    commit: str | None = None
+    url: str | None = None
+    stat: tuple[int, int] | None = None
+
+    def valid(self) -> bool:
+        if not SHA256_RE.match(self.sha256) or not self.filename or ".." in self.filename.split("/"):
+            return False
+        if self.source == "hub":
+            return bool(self.repo_id) and bool(self.commit) and bool(COMMIT_RE.match(self.commit or ""))
+        return self.source == "release" and bool(self.url) and "/" not in self.filename
+
+    def with_stat(self, path: Path) -> Pin:
+        st = path.stat()
+        return replace(self, stat=(st.st_size, st.st_mtime_ns))
+
+    def unchanged(self, path: Path) -> bool:
+        """True when ``path`` still has the size and mtime it had when it was hashed."""
+        try:
+            st = path.stat()
+        except OSError:
+            return False
+        return self.stat is not None and tuple(self.stat) == (st.st_size, st.st_mtime_ns)
+
+
+def pin_key(entry: Entry) -> str:
+    """Pins are keyed by official file name (unique in the manifest), or ``repo:OWNER/REPO`` when the file name
+    is not known (the repository's one checkpoint is taken)."""
+    return entry.filename if entry.filename else f"repo:{entry.repo_id}"
+
+
+def read_pins() -> dict[str, Pin]:
+    """All readable pins; a missing, damaged or foreign file reads as none (pins are only a shortcut)."""
+    try:
+        data = json.loads(pins_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("format") != PINS_FORMAT or not isinstance(data.get("pins"), dict):
+        return {}
+    pins = {}
+    for key, raw in data["pins"].items():
+        try:
+            stat = raw.get("stat")
+            pin = Pin(**{**raw, "stat": tuple(stat) if stat else None})
+        except (TypeError, AttributeError):
+            continue
+        if pin.valid():
+            pins[key] = pin
+    return pins
+
+
+def get_pin(key: str) -> Pin | None:
+    return read_pins().get(key)
+
+
+def _write(pins: dict[str, Pin]) -> None:
+    data = {
+        "format": PINS_FORMAT,
+        "_comment": "written by sst-cli: where each weights file was found and its sha256; safe to delete",
+        "pins": {key: {k: v for k, v in asdict(pin).items() if v is not None} for key, pin in sorted(pins.items())},
+    }
+    atomic_write_text(pins_path(), json.dumps(data, indent=2) + "\n")
+
+
+def save_pin(key: str, pin: Pin) -> None:
+    """Record ``pin`` (read-modify-write of the small JSON; a failure to write only costs a later lookup)."""
+    pins = read_pins()
+    pins[key] = pin
+    with contextlib.suppress(WriteError):
+        _write(pins)
+
+
+def drop_pin(key: str) -> None:
+    pins = read_pins()
+    if pins.pop(key, None) is not None:
+        with contextlib.suppress(WriteError):
+            _write(pins)

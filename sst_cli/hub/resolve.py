@@ -1,0 +1,453 @@
+"""Where the weights of a zoo name come from, and getting them there: the one decision path.
+
+Order for an official entry (``resolve``):
+
+1. ``--hub-repo`` / ``SST_HUB_REPO``: that repository only (no discovery, no release, nothing pinned).
+2. A pin (``pins.py``) whose file is cached: used with no network at all, checked against its sha256.
+3. ``HF_HUB_OFFLINE``: stop here with what to do.
+4. The Hub (when it answers a quick probe): the pinned commit, else the manifest's verified repository, else
+   discovery by file name (``discover.py``); downloaded with ``hf_hub_download`` at that commit, verified
+   against the sha256 (manifest, else LFS), pinned.
+5. The authors' release (``<release base>/<file name>``) when the Hub has no such file or fails.
+
+``locate`` answers the same question without the network (for ``sst models``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from .. import __version__
+from ..errors import CheckpointError, ConfigError, WeightsNotFound
+from . import discover, net
+from .manifest import (
+    Entry,
+    bundled_models,
+    hub_collection,
+    hub_owner,
+    manifest_entry,
+    not_trained_message,
+    off_hub_message,
+    release_base,
+)
+from .pins import Pin, drop_pin, get_pin, pin_key, release_dir, save_pin
+from .progress import note, progress_kwargs
+from .refs import COMMIT_RE, SHA256_RE, HubFile, sha256_of
+
+_DO_INSTEAD = "pass --hub-repo OWNER/REPO if you know a repository that holds it, or download it yourself and pass " \
+    "--weights PATH"  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where one model's weights at one scale come from.
+
+    ``source``: "bundled", "hub" (``repo_id`` at ``commit``, file ``filename``), "release" (``url``),
+    "off-hub" (published elsewhere: ``url`` is the page), "untrained" (sst-cli's own, not made yet) or
+    "unresolved" (not looked for yet). ``path`` is the local file when there is one.
+    """
+
+    name: str
+    scale: int
+    source: str
+    path: Path | None = None
+    repo_id: str | None = None
+    commit: str | None = None
+    filename: str | None = None
+    url: str | None = None
+    sha256: str | None = None
+    pinned: bool = False
+
+    @property
+    def cached(self) -> bool:
+        return self.path is not None and self.path.is_file()
+
+    @property
+    def origin(self) -> str:
+        """Where from, in a few words: ``hub OWNER/REPO@1a2b3c4``, ``release URL``, ``bundled``, ..."""
+        if self.source == "hub":
+            rev = (self.commit[:7] if COMMIT_RE.match(self.commit) else self.commit) if self.commit else "main"
+            return f"hub {self.repo_id}@{rev}"
+        if self.source == "release":
+            return f"release {self.url}"
+        if self.source == "off-hub":
+            return f"off the hub: {self.url}" if self.url else "off the hub"
+        if self.source == "untrained":
+            return "not trained yet"
+        if self.source == "unresolved":
+            return f"hub {self.repo_id}, not downloaded yet" if self.repo_id else "not found yet"
+        return self.source
+
+
+def _explicit_repo(repo_id: str | None) -> str | None:
+    return repo_id or os.environ.get("SST_HUB_REPO") or None
+
+
+def _commit_of(path: Path | None) -> str | None:
+    """The commit of a file in huggingface_hub's cache layout (``.../snapshots/<commit>/<file>``)."""
+    if path is None:
+        return None
+    for parent in path.parents:
+        if parent.parent.name == "snapshots":
+            return parent.name
+    return None
+
+
+def _lfs_sha256(path: Path) -> str | None:
+    """An LFS file's sha256, which huggingface_hub uses as the blob's name in its cache."""
+    try:
+        name = path.resolve().name if path.is_symlink() else None
+    except OSError:
+        return None
+    return name if name and SHA256_RE.match(name) else None
+
+
+def _evict(path: Path) -> None:
+    """Remove a rejected file from the cache: the snapshot entry and the blob it points to."""
+    try:
+        blob = path.resolve() if path.is_symlink() else None
+    except OSError:
+        blob = None
+    path.unlink(missing_ok=True)
+    if blob is not None and blob != path:
+        blob.unlink(missing_ok=True)
+
+
+def cached_path(file: HubFile) -> Path | None:
+    """Path of ``file`` in the HF cache, or None; never touches the network."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(file.repo_id, file.filename, revision=file.revision)
+    except Exception as exc:  # HFValidationError for malformed ids
+        error = net.as_config_error(exc, file.uri)
+        if error is not None:
+            raise error from exc
+        raise
+    # A str is a hit; None is a miss; a sentinel object means "known not to exist at that revision".
+    return Path(found) if isinstance(found, str) and os.path.isfile(found) else None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Without the network
+
+
+def _usable_pin(entry: Entry, key: str) -> Pin | None:
+    """The pin for ``entry`` unless the manifest has since named another repository or another sha256."""
+    pin = get_pin(key)
+    if pin is None:
+        return None
+    if entry.repo_id and pin.source == "hub" and pin.repo_id != entry.repo_id:
+        return None
+    if entry.sha256 and pin.sha256 != entry.sha256:
+        return None
+    return pin
+
+
+def _pinned_location(entry: Entry, pin: Pin) -> Location:
+    if pin.source == "hub":
+        path = cached_path(HubFile(pin.repo_id or "", pin.filename, pin.commit))
+        return Location(entry.name, entry.scale, "hub", path, pin.repo_id, pin.commit, pin.filename,
+                        sha256=pin.sha256, pinned=True)  # fmt: skip
+    local = release_dir() / pin.filename
+    path = local if local.is_file() else None
+    return Location(entry.name, entry.scale, "release", path, filename=pin.filename, url=pin.url,
+                    sha256=pin.sha256, pinned=True)  # fmt: skip
+
+
+def locate(name: str, scale: int, *, repo_id: str | None = None) -> Location:
+    """Where ``name`` x``scale`` would be loaded from, from the manifest, the pins and the cache only."""
+    entry = manifest_entry(name, scale)
+    where = (entry.name, entry.scale)
+    if entry.bundled and repo_id is None:
+        path = entry.bundled_path
+        return Location(*where, "bundled", path if path and path.is_file() else None, filename=entry.bundled,
+                        sha256=entry.sha256)  # fmt: skip
+    if entry.ours:
+        return Location(*where, "untrained")
+    explicit = _explicit_repo(repo_id)
+    if explicit and entry.filename:
+        path = cached_path(HubFile(explicit, entry.filename, entry.revision))
+        return Location(*where, "hub", path, explicit, _commit_of(path) or entry.revision, entry.filename,
+                        sha256=entry.sha256)  # fmt: skip
+    if explicit:
+        entry = replace(entry, repo_id=explicit)
+    elif not entry.on_hub:
+        return Location(*where, "off-hub", url=entry.where, filename=entry.filename)
+    pin = _usable_pin(entry, pin_key(entry))
+    if pin is not None:
+        return _pinned_location(entry, pin)
+    if entry.repo_id and entry.filename:
+        path = cached_path(HubFile(entry.repo_id, entry.filename, entry.revision))
+        if path is not None:
+            return Location(*where, "hub", path, entry.repo_id, _commit_of(path), entry.filename, sha256=entry.sha256)
+    return Location(*where, "unresolved", repo_id=entry.repo_id, filename=entry.filename, sha256=entry.sha256)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Getting the file
+
+
+def _checked_cached(entry: Entry, key: str, pin: Pin, location: Location) -> Location:
+    """A pinned, cached file, hashed again only when its size or mtime changed since it was verified."""
+    path = location.path
+    assert path is not None
+    if pin.unchanged(path):
+        return location
+    actual = sha256_of(path)
+    if actual != pin.sha256:
+        _evict(path)
+        drop_pin(key)
+        raise CheckpointError(
+            f"the cached {entry.label} weights ({path}) have sha256 {actual}, not the {pin.sha256} recorded when "
+            f"they were downloaded, and were removed: run `{entry.pull_hint}` to download them again"
+        )
+    save_pin(key, pin.with_stat(path))
+    return location
+
+
+def _fetch_hub(entry: Entry, key: str, found: discover.Found) -> Location:
+    """Download a located file at its commit, verify it (manifest sha256, else LFS), pin it."""
+    from huggingface_hub import hf_hub_download
+
+    note(f"{entry.label}: {found.path} from the Hugging Face repository {found.repo_id} (commit {found.commit[:7]})")
+    path = Path(
+        hf_hub_download(
+            found.repo_id, found.path, revision=found.commit, library_name="sst-cli", library_version=__version__,
+            **progress_kwargs(hf_hub_download),
+        )
+    )  # fmt: skip
+    expected = entry.sha256 or found.sha256 or _lfs_sha256(path)
+    actual = sha256_of(path)
+    if expected and actual != expected:
+        _evict(path)
+        raise CheckpointError(
+            f"{found.path} from {found.repo_id}@{found.commit[:7]} has sha256 {actual}, not the expected {expected}: "
+            "the file was removed from the cache; try again later, or download it yourself and pass --weights PATH"
+        )
+    save_pin(key, Pin("hub", found.path, actual, repo_id=found.repo_id, commit=found.commit).with_stat(path))
+    return Location(entry.name, entry.scale, "hub", path, found.repo_id, found.commit, found.path, sha256=actual,
+                    pinned=True)  # fmt: skip
+
+
+def _fetch_release(entry: Entry, key: str, url: str) -> Location:
+    assert entry.filename is not None
+    note(f"{entry.label}: {entry.filename} from the authors' release {url}")
+    destination = release_dir() / entry.filename
+    actual = net.download_url(url, destination, expected_sha256=entry.sha256, label=f"{entry.label} weights")
+    save_pin(key, Pin("release", entry.filename, actual, url=url).with_stat(destination))
+    return Location(entry.name, entry.scale, "release", destination, filename=entry.filename, url=url,
+                    sha256=actual, pinned=True)  # fmt: skip
+
+
+def _find_on_hub(entry: Entry, pin: Pin | None) -> discover.Found | None:
+    if pin is not None and pin.source == "hub" and pin.repo_id and pin.commit:
+        return discover.Found(pin.repo_id, pin.commit, pin.filename, pin.sha256)
+    if entry.repo_id and entry.filename:
+        commit, siblings = discover.repo_files(entry.repo_id, entry.revision)
+        sibling = discover.file_in(siblings, entry.filename)
+        return discover.found_file(entry.repo_id, commit, sibling) if sibling is not None else None
+    if entry.repo_id:
+        return discover.only_checkpoint(entry.repo_id, entry.revision)
+    owner = hub_owner()
+    if owner is None or entry.filename is None:
+        return None
+    return discover.find_file(entry.filename, owner, hub_collection())
+
+
+def _not_on_hub(entry: Entry) -> str:
+    host = net.host_of(net.endpoint())
+    if entry.repo_id:
+        return f"{entry.repo_id} on {host} does not hold {entry.what}"
+    owner = hub_owner()
+    return f"no repository of {owner} on {host} holds it" if owner else f"no repository on {host} is known to hold it"
+
+
+def _find_and_fetch(entry: Entry, key: str, pin: Pin | None, *, release: bool = True) -> Location:
+    """Hub first (pinned commit, verified repository or discovery), then the authors' release."""
+    problems: list[str] = []
+    unreachable: list[str] = []
+    transient = False  # a failure that may pass (server error, broken transfer): worth trying again
+    hub = net.endpoint()
+    if net.reachable(hub):
+        try:
+            found = _find_on_hub(entry, pin)
+            if found is not None:
+                return _fetch_hub(entry, key, found)
+            problems.append(_not_on_hub(entry))
+        except (CheckpointError, ConfigError, WeightsNotFound):
+            raise
+        except Exception as exc:  # huggingface_hub and httpx raise many unrelated types: all become one phrase
+            error = net.as_config_error(exc, entry.repo_id or entry.what)
+            if error is not None:
+                raise error from exc
+            if pin is not None and net.is_missing(exc):  # the pinned commit is gone: look again
+                drop_pin(key)
+                return _find_and_fetch(entry, key, None, release=release)
+            problems.append(f"the Hub failed: {net.reason(exc)}")
+            transient = transient or not net.is_missing(exc)
+    else:
+        unreachable.append(net.host_of(hub))
+        problems.append(f"cannot reach {net.host_of(hub)}")
+    base = release_base() if release else None
+    url = f"{base}/{entry.filename}" if base and entry.filename else None
+    if url is not None:
+        if net.reachable(url):
+            try:
+                return _fetch_release(entry, key, url)
+            except CheckpointError:
+                raise
+            except Exception as exc:
+                missing = net.is_missing(exc)
+                why = "it is not there (HTTP 404)" if missing else net.reason(exc)
+                problems.append(f"the release download {url} failed: {why}")
+                transient = transient or not missing
+        else:
+            unreachable.append(net.host_of(url))
+            problems.append(f"cannot reach {net.host_of(url)}")
+    if unreachable and len(unreachable) == 1 + (url is not None):
+        raise net.no_network(unreachable, f"{entry.label} weights ({entry.what})", entry.pull_hint)
+    again = "try again later, " if transient or unreachable else ""
+    raise WeightsNotFound(
+        f"{entry.label} weights ({entry.what}) could not be downloaded: {'; '.join(problems)}: {again}{_DO_INSTEAD}"
+    )
+
+
+def _offline_message(entry: Entry) -> str:
+    return (
+        f"{entry.label} weights ({entry.what}) are not in the cache and HF_HUB_OFFLINE is set: run "
+        f"`{entry.pull_hint}` with network access, or pass --weights PATH"
+    )
+
+
+def resolve(name: str, scale: int, *, repo_id: str | None = None) -> Location:
+    """The local file of ``name`` x``scale`` (downloading it if needed) and where it came from.
+
+    ``repo_id`` (or SST_HUB_REPO) names the repository to use instead of any other source; an explicit
+    ``repo_id`` also bypasses a bundled file.
+    """
+    entry = manifest_entry(name, scale)
+    if entry.bundled and repo_id is None:
+        return _bundled(entry)
+    if entry.ours:
+        if repo_id is not None:
+            raise ConfigError(
+                f"{entry.name} weights are trained by sst-cli and bundled with it, not on the Hugging Face Hub: "
+                "drop --hub-repo, or choose an official model to download"
+            )
+        raise WeightsNotFound(not_trained_message(entry))
+    explicit = _explicit_repo(repo_id)
+    if explicit and entry.filename:
+        file = HubFile(explicit, entry.filename, entry.revision, entry.sha256)
+        path = download(file, pull_hint=entry.pull_hint + f" --hub-repo {explicit}")
+        return Location(entry.name, entry.scale, "hub", path, explicit, _commit_of(path), entry.filename,
+                        sha256=entry.sha256)  # fmt: skip
+    if explicit:  # the file name is unknown: that repository's one checkpoint, pinned under repo:OWNER/REPO
+        entry = replace(entry, repo_id=explicit, revision=None)
+    elif not entry.on_hub:
+        raise WeightsNotFound(off_hub_message(entry))
+    key = pin_key(entry)
+    pin = _usable_pin(entry, key)
+    if pin is not None:
+        location = _pinned_location(entry, pin)
+        if location.path is not None:
+            return _checked_cached(entry, key, pin, location)
+    if net.offline():
+        raise WeightsNotFound(_offline_message(entry))
+    return _find_and_fetch(entry, key, pin, release=not explicit)
+
+
+def _bundled(entry: Entry) -> Location:
+    path = entry.bundled_path
+    assert path is not None
+    if not path.is_file():
+        raise WeightsNotFound(f"bundled weights {path} for {entry.label} are missing: reinstall sst-cli")
+    if entry.sha256 and sha256_of(path) != entry.sha256:
+        raise CheckpointError(
+            f"bundled weights {path} do not match the sha256 in the manifest (changed or damaged): "
+            "reinstall sst-cli, or update the manifest if you replaced them on purpose"
+        )
+    return Location(entry.name, entry.scale, "bundled", path, filename=entry.bundled, sha256=entry.sha256)
+
+
+def resolve_pretrained(name: str, scale: int, *, repo_id: str | None = None) -> Path:
+    """Local path of zoo weights (see ``resolve``); when a download fails, the message names the bundled
+    weights that work without it."""
+    try:
+        location = resolve(name, scale, repo_id=repo_id)
+    except WeightsNotFound as exc:
+        entry = manifest_entry(name, scale)
+        offline = [f"{n} x{s}" for n, s in bundled_models()]
+        if entry.ours or entry.bundled or not offline:
+            raise
+        hint = f" (without a download, the bundled {' / '.join(offline)} works: trained by sst-cli, not the paper's)"
+        raise WeightsNotFound(str(exc) + hint) from exc
+    assert location.path is not None
+    return location.path
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# One named file (hf:// references, --hub-repo)
+
+
+def _download_error(file: HubFile, exc: Exception) -> Exception:
+    error = net.as_config_error(exc, file.uri)
+    if error is not None:
+        return error
+    what = f"{file.filename} from {file.repo_id}" + (f"@{file.revision}" if file.revision else "")
+    return WeightsNotFound(
+        f"cannot download {what}: {net.reason(exc)}; check the repository (--hub-repo, SST_HUB_REPO or the "
+        "hf:// reference), or pass --weights PATH"
+    )
+
+
+def _verified(path: Path, file: HubFile, *, fresh: bool) -> Path:
+    """Check a file against the expected sha256 (given, else the LFS blob name for a fresh download)."""
+    expected = file.sha256 or (_lfs_sha256(path) if fresh else None)
+    if expected is None:
+        return path
+    actual = sha256_of(path)
+    if actual != expected:
+        _evict(path)
+        raise CheckpointError(
+            f"{file.filename} from {file.repo_id} has sha256 {actual}, not the expected {expected}: the file was "
+            "removed from the cache; try again later, or download it yourself and pass --weights PATH"
+        )
+    return path
+
+
+def download(file: HubFile, *, pull_hint: str | None = None) -> Path:
+    """Fetch ``file`` into the standard HF cache (or find it there) and verify its sha256.
+
+    A cached file is used without a request when offline, when its revision is a commit, or when the Hub does
+    not answer the quick probe. ``pull_hint``: the command suggested when offline and not cached.
+    """
+    from huggingface_hub import hf_hub_download
+
+    cached = cached_path(file)
+    pinned_commit = bool(file.revision and COMMIT_RE.match(file.revision))
+    if cached is not None and (net.offline() or pinned_commit):
+        return _verified(cached, file, fresh=False)
+    what = f"{file.filename} from {file.repo_id}" + (f"@{file.revision}" if file.revision else "")
+    hint = f"run `{pull_hint}`" if pull_hint else "run this command again"
+    if net.offline():
+        raise WeightsNotFound(
+            f"{what} is not in the Hugging Face cache (HF_HUB_OFFLINE is set): {hint} with network access, "
+            "or pass --weights PATH"
+        )
+    if not net.reachable(net.endpoint()):
+        if cached is not None:
+            return _verified(cached, file, fresh=False)
+        raise net.no_network([net.host_of(net.endpoint())], what, pull_hint)
+    try:
+        local = Path(
+            hf_hub_download(
+                file.repo_id, file.filename, revision=file.revision, library_name="sst-cli",
+                library_version=__version__, **progress_kwargs(hf_hub_download),
+            )
+        )  # fmt: skip
+    except Exception as exc:  # huggingface_hub/httpx raise many unrelated types; all become one sentence
+        raise _download_error(file, exc) from exc
+    return _verified(local, file, fresh=local != cached)

@@ -1,0 +1,531 @@
+"""The real huggingface_hub client against a fake Hub on 127.0.0.1 (``fakehub.py``): discovery by file name,
+pins, offline reuse, sha256 rejection, broken transfers, the release fallback, --hub-repo, no network.
+
+huggingface_hub reads HF_ENDPOINT / HF_HOME / HF_HUB_OFFLINE at import, so in-process tests patch its
+``constants`` (and the environment, for consistency); ``test_cli_end_to_end`` runs ``sst upscale`` in a fresh
+process with nothing but environment variables. Connections anywhere but 127.0.0.1 fail the test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fakehub import FakeHub
+from huggingface_hub import constants
+from PIL import Image
+from typer.testing import CliRunner
+
+from sst_cli import hub
+from sst_cli.cli import app
+from sst_cli.errors import CheckpointError, WeightsNotFound
+
+ROOT = Path(__file__).resolve().parent.parent
+OWNER = "dslisleedh"
+LIGHT2 = "SSTlight_DFLIP_X2.pth"
+SST4 = "SST_DF2K_X4.pth"
+runner = CliRunner()
+
+_real_getaddrinfo = socket.getaddrinfo
+_real_connect = socket.socket.connect
+
+
+def _local_only_getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+    if host not in ("127.0.0.1", "localhost"):
+        raise AssertionError(f"test tried to resolve {host!r}")
+    return _real_getaddrinfo(host, *args, **kwargs)
+
+
+def _local_only_connect(self: socket.socket, address: Any) -> Any:
+    if not (isinstance(address, tuple) and address[0] in ("127.0.0.1", "::1")):
+        raise AssertionError(f"test tried to connect to {address!r}")
+    return _real_connect(self, address)
+
+
+class _NoSleep:
+    """huggingface_hub's ``time`` module without the waits between retries (keeps retry tests fast)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        pass
+
+
+def _point_at(monkeypatch: pytest.MonkeyPatch, endpoint: str, release: str) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.setenv("SST_RELEASE_URL", release)
+
+
+@pytest.fixture
+def net(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Online mode, telemetry off, only 127.0.0.1 reachable, no sst-cli overrides from the shell."""
+    monkeypatch.setattr(socket, "getaddrinfo", _local_only_getaddrinfo)
+    monkeypatch.setattr(socket.socket, "connect", _local_only_connect)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
+    for var in ("SST_HUB_REPO", "SST_WEIGHTS_DIR", "SST_NET_TIMEOUT"):
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture
+def fake(net: None, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A running fake Hub with the release under /release, and huggingface_hub pointed at it."""
+    import huggingface_hub.file_download
+    import huggingface_hub.utils._http
+
+    server = FakeHub()
+    _point_at(monkeypatch, server.url, server.url + "/release")
+    monkeypatch.setattr(huggingface_hub.file_download, "time", _NoSleep())
+    monkeypatch.setattr(huggingface_hub.utils._http, "time", _NoSleep())
+    yield server
+    server.close()
+
+
+def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+
+
+def _cache_files() -> list[Path]:
+    """Every file in the HF cache and sst-cli's folder (temporary files included), pins.json aside."""
+    home = Path(constants.HF_HOME)
+    skip = ("pins.json", "CACHEDIR.TAG")
+    return sorted(p for p in home.rglob("*") if p.is_file() and p.name not in skip and ".locks" not in p.parts)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _one_sentence(text: str) -> None:
+    assert "\n" not in text and "Traceback" not in text
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Discovery
+
+
+def test_discovery_through_a_collection_pins_repo_commit_and_sha256(fake: FakeHub) -> None:
+    data = b"light x2 weights"
+    fake.add_repo(f"{OWNER}/SST-all", {LIGHT2: b"decoy with the same name", "README.md": b"hi"})
+    named = fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: data, "README.md": b"card"})
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2-outside", {LIGHT2: b"not in the collection"})
+    slug = fake.add_collection(OWNER, "sst", "SST", [f"{OWNER}/SST-all", f"{OWNER}/SSTlight_DFLIP_X2"])
+    fake.add_collection(OWNER, "other", "Other work", [])
+
+    location = hub.resolve("sst-light", 2)
+
+    assert location.path is not None and location.path.read_bytes() == data
+    assert (location.source, location.repo_id, location.commit) == ("hub", named.repo_id, named.commit)
+    assert location.origin == f"hub {OWNER}/SSTlight_DFLIP_X2@{named.commit[:7]}"
+    assert f"GET /api/collections?owner={OWNER}" in "\n".join(fake.requests)
+    assert any(r.startswith(f"GET /api/collections/{slug}") for r in fake.requests)
+    pin = json.loads(hub.pins_path().read_text())["pins"][LIGHT2]
+    assert pin["repo_id"] == named.repo_id and pin["commit"] == named.commit
+    assert pin["sha256"] == hashlib.sha256(data).hexdigest() and pin["source"] == "hub"
+    assert hub.pins_path().parent == Path(constants.HF_HOME) / "sst-cli"
+
+
+def test_discovery_through_the_model_list_when_there_is_no_collection(fake: FakeHub) -> None:
+    fake.add_repo(f"{OWNER}/SSTReal_X4", {"model.safetensors": b"other model"})
+    repo = fake.add_repo(f"{OWNER}/SST_DF2K_X4", {SST4: b"sst x4"})
+    assert hub.resolve_pretrained("sst", 4).read_bytes() == b"sst x4"
+    assert hub.read_pins()[SST4].repo_id == repo.repo_id
+    assert f"GET /api/models?author={OWNER}" in "\n".join(fake.requests)
+    # named like the file: the matching repository is the only one whose files were listed
+    listed = [r for r in fake.requests if r.startswith(f"GET /api/models/{OWNER}/")]
+    assert len(listed) == 1 and "SST_DF2K_X4" in listed[0]
+
+
+def test_repository_named_unlike_the_file(fake: FakeHub) -> None:
+    fake.add_repo(f"{OWNER}/SSTLarge_Plus_DFLIP_X4", {"SSTLarge_Plus_DFLIP_X4.pth": b"l+"})
+    fake.add_repo(f"{OWNER}/paper-checkpoints", {f"x4/{SST4}": b"in a sub-folder", "notes.txt": b"-"})
+    location = hub.resolve("sst", 4)
+    assert location.repo_id == f"{OWNER}/paper-checkpoints" and location.filename == f"x4/{SST4}"
+    assert location.path is not None and location.path.read_bytes() == b"in a sub-folder"
+
+
+def test_second_run_and_offline_run_use_the_pin_without_requests(
+    fake: FakeHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
+    first = hub.resolve_pretrained("sst-light", 2)
+    fake.requests.clear()
+    assert hub.resolve_pretrained("sst-light", 2) == first
+    assert fake.requests == []  # pinned and cached: no API call, not even a HEAD
+    _offline(monkeypatch)
+    assert hub.resolve_pretrained("sst-light", 2) == first
+    assert fake.requests == []
+    located = hub.locate("sst-light", 2)
+    assert located.cached and located.pinned and located.origin.startswith(f"hub {OWNER}/SSTlight_DFLIP_X2@")
+
+
+def test_pinned_file_deleted_from_the_cache_is_fetched_at_the_pinned_commit(fake: FakeHub) -> None:
+    repo = fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
+    first = hub.resolve_pretrained("sst-light", 2)
+    first.unlink()
+    fake.requests.clear()
+    assert hub.resolve_pretrained("sst-light", 2).read_bytes() == b"weights"
+    assert fake.api_requests() == []  # straight to the file at the pinned commit
+    assert any(f"/resolve/{repo.commit}/{LIGHT2}" in r for r in fake.requests)
+
+
+def test_cached_file_changed_on_disk_is_rejected(fake: FakeHub) -> None:
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
+    path = hub.resolve_pretrained("sst-light", 2)
+    blob = path.resolve()
+    blob.write_bytes(b"tampered")
+    with pytest.raises(CheckpointError, match=r"not the .* recorded when they were downloaded, and were removed"):
+        hub.resolve_pretrained("sst-light", 2)
+    assert not blob.exists() and LIGHT2 not in hub.read_pins()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Rejections and failures
+
+
+def test_wrong_sha256_is_rejected_and_nothing_stays(fake: FakeHub) -> None:
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"}, lfs_sha256={LIGHT2: "0" * 64})
+    with pytest.raises(CheckpointError) as info:
+        hub.resolve("sst-light", 2)
+    message = str(info.value)
+    _one_sentence(message)
+    assert "0" * 64 in message and hashlib.sha256(b"weights").hexdigest() in message
+    assert "removed from the cache" in message
+    assert _cache_files() == [] and hub.read_pins() == {}
+
+
+def test_manifest_sha256_mismatch_rejects_a_release_download(
+    fake: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _manifest(tmp_path, monkeypatch, {"filename": "tiny_x4.pth", "sha256": "1" * 64})
+    fake.release["tiny_x4.pth"] = b"release bytes"
+    with pytest.raises(CheckpointError, match="the file was discarded"):
+        hub.resolve("tiny", 4)
+    assert _cache_files() == [] and hub.read_pins() == {}
+
+
+def test_not_found_anywhere_is_one_clear_sentence(fake: FakeHub) -> None:
+    fake.add_repo(f"{OWNER}/Unrelated", {"other.pth": b"x"})
+    fake.add_collection(OWNER, "sst", "SST", [f"{OWNER}/Unrelated"])
+    with pytest.raises(WeightsNotFound) as info:
+        hub.resolve_pretrained("sst", 4)
+    message = str(info.value)
+    _one_sentence(message)
+    assert f"sst x4 weights ({SST4}) could not be downloaded" in message
+    assert f"no repository of {OWNER} on 127.0.0.1" in message and "it is not there (HTTP 404)" in message
+    assert "--hub-repo OWNER/REPO" in message and "--weights PATH" in message
+    assert "bundled sst-light-291 x4 works" in message and "try again later" not in message
+    result = runner.invoke(app, ["models", "pull", "sst", "--scale", "4"])
+    assert result.exit_code == 1 and "could not be downloaded" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_truncated_body_is_resumed(fake: FakeHub) -> None:
+    data = bytes(range(256)) * 64
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: data})
+    fake.truncate(1, keep=1000)
+    assert hub.resolve_pretrained("sst-light", 2).read_bytes() == data
+    assert any(r.startswith("GET") and "/resolve/" in r for r in fake.requests)
+
+
+def test_body_cut_off_every_time_is_one_sentence_and_leaves_nothing(fake: FakeHub) -> None:
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"x" * 5000})
+    fake.truncate(100, match="", keep=10)  # the hub file and the release both break off
+    fake.release[LIGHT2] = b"x" * 5000
+    with pytest.raises(WeightsNotFound) as info:
+        hub.resolve("sst-light", 2)
+    message = str(info.value)
+    _one_sentence(message)
+    assert "the Hub failed: the connection failed or was cut off" in message
+    assert "the release download" in message
+    assert _cache_files() == [] and hub.read_pins() == {}
+
+
+def test_server_errors_on_the_first_requests_are_retried(fake: FakeHub) -> None:
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
+    fake.fail(1, 500, match="/api/models?")  # listing: retried by huggingface_hub's backoff
+    fake.fail(1, 503, match="/resolve/", methods=("HEAD",))  # metadata: retried
+    assert hub.resolve_pretrained("sst-light", 2).read_bytes() == b"weights"
+    assert sum(" /api/models?" in r for r in fake.requests) == 2
+
+
+def test_server_error_on_the_download_is_a_clear_error(fake: FakeHub) -> None:
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
+    fake.fail(10, 500, match="/resolve/", methods=("GET",))
+    with pytest.raises(WeightsNotFound) as info:
+        hub.resolve("sst-light", 2)
+    message = str(info.value)
+    _one_sentence(message)
+    assert "the Hub failed: the server answered HTTP 500" in message and "try again later" in message
+    assert _cache_files() == [] and hub.read_pins() == {}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The release fallback, --hub-repo, other manifest shapes
+
+
+def test_release_fallback_when_the_hub_has_no_such_file(fake: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake.release[SST4] = b"from the release"
+    location = hub.resolve("sst", 4)
+    assert location.source == "release" and location.url == f"{fake.url}/release/{SST4}"
+    assert location.path == hub.release_dir() / SST4 and location.path.read_bytes() == b"from the release"
+    assert hub.read_pins()[SST4].source == "release"
+    fake.requests.clear()
+    _offline(monkeypatch)
+    assert hub.resolve_pretrained("sst", 4) == location.path and fake.requests == []
+    assert hub.locate("sst", 4).origin == f"release {fake.url}/release/{SST4}"
+
+
+def test_release_fallback_when_the_hub_cannot_be_reached(fake: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake.release[SST4] = b"from the release"
+    _point_at(monkeypatch, f"http://127.0.0.1:{_closed_port()}", fake.url + "/release")
+    assert hub.resolve("sst", 4).source == "release"
+
+
+def test_hub_repo_overrides_everything(fake: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"authors"})
+    fake.add_repo("someone/mirror", {LIGHT2: b"mirror"})
+    fake.release[LIGHT2] = b"release"
+    hub.resolve("sst-light", 2)
+    pins = hub.read_pins()
+    fake.requests.clear()
+    location = hub.resolve("sst-light", 2, repo_id="someone/mirror")
+    assert location.path is not None and location.path.read_bytes() == b"mirror"
+    assert location.repo_id == "someone/mirror" and fake.api_requests() == []
+    assert not any("/release/" in r for r in fake.requests) and hub.read_pins() == pins  # nothing pinned
+    monkeypatch.setenv("SST_HUB_REPO", "someone/mirror")
+    assert hub.resolve_pretrained("sst-light", 2).read_bytes() == b"mirror"
+    monkeypatch.delenv("SST_HUB_REPO")
+    with pytest.raises(WeightsNotFound, match=r"cannot download .* from nobody/nothing@main: the repository does not"):
+        hub.resolve("sst-light", 2, repo_id="nobody/nothing")  # no fallback for an explicit repository
+
+
+def _manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: dict) -> None:
+    folder = tmp_path / "weights"
+    folder.mkdir(exist_ok=True)
+    full = {"filename": None, "repo_id": None, "revision": "main", "sha256": None, "bundled": None, **entry}
+    data = {"format": 1, "hub_owner": OWNER, "hub_collection": "sst", "models": {"tiny": {"4": full}}}
+    (folder / "manifest.json").write_text(json.dumps(data))
+    monkeypatch.setenv("SST_WEIGHTS_DIR", str(folder))
+
+
+def test_known_repository_with_unknown_file_name(
+    fake: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sst-real shape: a repository and no file name: its one checkpoint is taken, .safetensors first."""
+    _manifest(tmp_path, monkeypatch, {"repo_id": f"{OWNER}/SSTReal_X4"})
+    files = {"README.md": b"card", "net_g_ema.safetensors": b"safetensors", "old.pth": b"pth"}
+    repo = fake.add_repo(f"{OWNER}/SSTReal_X4", files)
+    location = hub.resolve("tiny", 4)
+    assert location.filename == "net_g_ema.safetensors" and location.commit == repo.commit
+    assert location.path is not None and location.path.read_bytes() == b"safetensors"
+    pin = hub.read_pins()[f"repo:{OWNER}/SSTReal_X4"]
+    assert pin.filename == "net_g_ema.safetensors" and pin.sha256 == hashlib.sha256(b"safetensors").hexdigest()
+    assert not any("/api/collections" in r for r in fake.requests)  # no discovery: the repository is known
+    fake.requests.clear()
+    _offline(monkeypatch)
+    assert hub.resolve_pretrained("tiny", 4) == location.path and fake.requests == []
+
+
+def test_known_repository_with_several_checkpoints_asks_for_one(
+    fake: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _manifest(tmp_path, monkeypatch, {"repo_id": f"{OWNER}/SSTReal_X4"})
+    fake.add_repo(f"{OWNER}/SSTReal_X4", {"a.pth": b"a", "b.pth": b"b"})
+    with pytest.raises(WeightsNotFound, match=r"holds several checkpoints \(a.pth, b.pth\).*--weights hf://"):
+        hub.resolve("tiny", 4)
+
+
+def test_weights_published_off_the_hub_say_where(
+    fake: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    page = "https://github.com/zhengchen1999/DAT"
+    _manifest(tmp_path, monkeypatch, {"filename": "DAT_x4.pth", "hub": False, "where": page, "host": "Google Drive"})
+    fake.release["DAT_x4.pth"] = b"never fetched"
+    with pytest.raises(WeightsNotFound) as info:
+        hub.resolve("tiny", 4)
+    message = str(info.value)
+    _one_sentence(message)
+    assert "not on the Hugging Face Hub" in message and page in message and "Google Drive" in message
+    assert "--weights DAT_x4.pth" in message and fake.requests == []
+    assert hub.locate("tiny", 4).source == "off-hub"
+    fake.add_repo("someone/dat-mirror", {"DAT_x4.pth": b"mirrored"})
+    assert hub.resolve_pretrained("tiny", 4, repo_id="someone/dat-mirror").read_bytes() == b"mirrored"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# No network: quick, and one sentence
+
+
+def test_no_network_is_detected_quickly(net: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    _point_at(monkeypatch, f"http://127.0.0.1:{_closed_port()}", f"http://127.0.0.1:{_closed_port()}/release")
+    start = time.monotonic()
+    with pytest.raises(WeightsNotFound) as info:
+        hub.resolve_pretrained("sst-l+", 4)
+    assert time.monotonic() - start < 3
+    message = str(info.value)
+    _one_sentence(message)
+    assert message.startswith("no network: cannot reach 127.0.0.1:")
+    assert "`sst models pull sst-l+ --scale 4`" in message and "HF_HUB_OFFLINE=1" in message
+
+
+def test_a_hanging_name_lookup_is_cut_short(net: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    def hang(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host in ("hub.invalid", "release.invalid"):
+            time.sleep(5)
+            raise socket.gaierror("no answer")
+        return _local_only_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", hang)
+    monkeypatch.setenv("SST_NET_TIMEOUT", "0.3")
+    _point_at(monkeypatch, "https://hub.invalid", "https://release.invalid/v0.0.1")
+    start = time.monotonic()
+    with pytest.raises(WeightsNotFound, match=r"no network: cannot reach hub\.invalid or release\.invalid"):
+        hub.resolve("sst", 2)
+    assert time.monotonic() - start < 2
+
+
+def test_hf_reference_over_http_then_offline(fake: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake.add_repo("someone/weights", {"model.safetensors": b"tensors"})
+    ref = hub.parse_hf_reference("hf://someone/weights/model.safetensors")
+    path = hub.download(ref)
+    assert path.read_bytes() == b"tensors"
+    _offline(monkeypatch)
+    assert hub.download(ref) == path
+    with pytest.raises(WeightsNotFound, match="not in the Hugging Face cache \\(HF_HUB_OFFLINE is set\\)"):
+        hub.download(hub.HubFile("someone/weights", "other.pth"))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Progress display and the CLI
+
+
+class _Recorder(hub.Display):
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+
+    def note(self, text: str) -> None:
+        self.events.append(("note", text))
+
+    def start(self, label: str, total: int | None) -> None:
+        self.events.append(("start", label, total))
+
+    def advance(self, count: int) -> None:
+        self.events.append(("advance", count))
+
+    def stop(self) -> None:
+        self.events.append(("stop",))
+
+
+def test_downloads_report_to_the_display(fake: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = b"w" * 3000
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: data})
+    fake.release[SST4] = b"r" * 1000
+    fake.truncate(1, keep=1000)  # a resumed transfer still adds up to the file size
+    recorder = _Recorder()
+    with hub.show_downloads(recorder):
+        hub.resolve("sst-light", 2)
+        hub.resolve("sst", 4)
+    starts = [e for e in recorder.events if e[0] == "start"]
+    assert starts == [("start", LIGHT2, 3000), ("start", SST4, 1000)]
+    assert sum(e[1] for e in recorder.events if e[0] == "advance") == 4000
+    assert [e[0] for e in recorder.events].count("stop") == 2
+    notes = [e[1] for e in recorder.events if e[0] == "note"]
+    assert notes[0].startswith(f"sst-light x2: {LIGHT2} from the Hugging Face repository {OWNER}/SSTlight_DFLIP_X2")
+    assert notes[1] == f"sst x4: {SST4} from the authors' release {fake.url}/release/{SST4}"
+
+    from rich.console import Console
+
+    from sst_cli.cli import downloads
+
+    terminal = Console(file=io.StringIO(), force_terminal=True, width=100)
+    monkeypatch.setattr(downloads, "err_console", terminal)
+    fake.add_repo(f"{OWNER}/SST_DF2K_X2", {"SST_DF2K_X2.pth": b"x" * 5000})
+    with hub.show_downloads(downloads.download_display()):
+        hub.resolve("sst", 2)
+    assert "SST_DF2K_X2.pth" in terminal.file.getvalue()  # the bar was drawn (and removed when done)
+    silent = (downloads.download_display(quiet=True), downloads.download_display(json_log=True))
+    assert all(type(display) is hub.Display for display in silent)  # --quiet, --json-log: nothing shown
+
+
+def test_models_pull_info_and_table(fake: FakeHub) -> None:
+    repo = fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
+    result = runner.invoke(app, ["models", "pull", "sst-light", "--scale", "2"], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert f"from the Hugging Face repository {OWNER}/SSTlight_DFLIP_X2" in result.output
+    assert f"downloading {LIGHT2} (7 B)" in result.output
+    assert f"from    hub {OWNER}/SSTlight_DFLIP_X2@{repo.commit[:7]}" in result.output
+    assert f"sha256  {hashlib.sha256(b'weights').hexdigest()}" in result.output
+    quiet = runner.invoke(app, ["models", "pull", "sst-light", "--scale", "2", "--quiet"])
+    assert quiet.exit_code == 0 and quiet.output.strip() == str(hub.resolve_pretrained("sst-light", 2))
+    info = runner.invoke(app, ["models", "info", "sst-light", "--scale", "2"], env={"COLUMNS": "300"})
+    assert info.exit_code == 0 and f"path    {hub.resolve_pretrained('sst-light', 2)}" in info.output
+    assert hashlib.sha256(b"weights").hexdigest() in info.output
+    table = runner.invoke(app, ["models"], env={"COLUMNS": "300"})
+    row = next(line for line in table.output.splitlines() if "│ sst-light " in line)
+    assert "cached" in row and "not cached" not in row and f"{OWNER}/SSTlight_DFLIP_X2@{repo.commit[:7]}" in row
+
+
+@pytest.fixture(scope="module")
+def light_x2_checkpoint() -> bytes:
+    """A random-weight SST-light x2 checkpoint in the authors' format (served under the official name)."""
+    import torch
+
+    from sst_cli.zoo import create_model
+
+    torch.manual_seed(0)
+    buffer = io.BytesIO()
+    torch.save({"params_ema": create_model("sst-light", 2).state_dict()}, buffer)
+    return buffer.getvalue()
+
+
+def test_cli_end_to_end(
+    fake: FakeHub, light_x2_checkpoint: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sst upscale --model sst-light --scale 2` in a fresh process configured by environment variables only
+    (HF_ENDPOINT, HF_HOME): discovery, download, pin, load, upscale; in JSON log mode, where the download is
+    silent and stdout stays pure JSON. Then, offline with the server gone, the pinned file is still found."""
+    repo = fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: light_x2_checkpoint})
+    fake.add_collection(OWNER, "sst", "SST", [f"{OWNER}/SSTlight_DFLIP_X2"])
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (12, 10, 3), dtype=np.uint8)).save(tmp_path / "a.png")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "SST_"))}
+    env.update(
+        HF_ENDPOINT=fake.url, HF_HOME=constants.HF_HOME, HF_HUB_DISABLE_TELEMETRY="1",
+        SST_RELEASE_URL=fake.url + "/release", PYTHONPATH=str(ROOT), COLUMNS="200",
+    )  # fmt: skip
+    command = [sys.executable, "-m", "sst_cli", "upscale", str(tmp_path / "a.png"), "--model", "sst-light"]
+    command += ["--scale", "2", "-o", str(tmp_path / "out.png"), "--device", "cpu", "--json-log"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]  # stdout stays pure JSON
+    assert events[-1]["event"] == "summary" and events[-1]["done"] == 1
+    assert "downloading" not in done.stderr and LIGHT2 not in done.stderr  # silent in JSON log mode
+    assert Image.open(tmp_path / "out.png").size == (20, 24)
+    assert f"GET /api/collections?owner={OWNER}" in "\n".join(fake.requests)
+    pin = hub.read_pins()[LIGHT2]
+    assert (pin.repo_id, pin.commit) == (repo.repo_id, repo.commit)
+
+    fake.close()
+    _offline(monkeypatch)
+    again = runner.invoke(app, ["models", "pull", "sst-light", "--scale", "2", "--quiet"])
+    assert again.exit_code == 0, again.output
+    assert Path(again.output.strip()).read_bytes() == light_x2_checkpoint
