@@ -89,6 +89,22 @@ class ImageScore:
     ssim_rgb: float | None = None
 
 
+@dataclass(frozen=True)
+class EvalOutput:
+    """One model's result on one image, pixels included: uint8 (H, W) for gray images, else (H, W, 3).
+
+    ``hr`` is modcropped; ``lr`` is what the model was given; ``sr`` is its output, the size of ``hr``.
+    """
+
+    model: str
+    dataset: str
+    scale: int
+    score: ImageScore
+    hr: np.ndarray
+    lr: np.ndarray
+    sr: np.ndarray
+
+
 @dataclass
 class DatasetResult:
     dataset: str
@@ -274,8 +290,12 @@ def evaluate_dataset(
     rgb: bool = False,
     save_dir: Path | None = None,
     on_image: Callable[[ImageScore], None] | None = None,
+    on_output: Callable[[EvalOutput], None] | None = None,
 ) -> DatasetResult:
-    """Score every image of ``dataset`` at ``scale``; optionally save each SR output as PNG."""
+    """Score every image of ``dataset`` at ``scale``; optionally save each SR output as PNG.
+
+    ``on_output`` receives each image's pixels (HR, LR and SR) with its score, for reports that show them.
+    """
     check_pairs(dataset, scale)
     result = DatasetResult(dataset.name, scale, model)
     for hr_path in dataset.hr_files:
@@ -285,6 +305,8 @@ def evaluate_dataset(
         result.images.append(entry)
         if save_dir is not None:
             save_sr(out, save_dir / dataset.name / f"x{scale}" / f"{hr_path.stem}.png")
+        if on_output is not None:
+            on_output(EvalOutput(model, dataset.name, scale, entry, hr, lr, out))
         if on_image is not None:
             on_image(entry)
     return result
@@ -329,6 +351,9 @@ class EvalSettings:
         for model in self.models:
             if isinstance(model, str) and model != BICUBIC:
                 raise ConfigError(f"a model is a ModelSpec or {BICUBIC!r}, not {model!r}")
+        labels = [model_label(m) for m in self.models]
+        if len(set(labels)) != len(labels):
+            raise ConfigError(f"two models share a name ({', '.join(labels)}): evaluate different ones")
         networks = [m for m in self.models if isinstance(m, ModelSpec)]
         if self.self_ensemble and not networks:
             raise ConfigError("self-ensemble needs a network, not bicubic alone")
@@ -354,10 +379,12 @@ def run_evaluation(
     *,
     on_start: Callable[[int], None] | None = None,
     on_image: Callable[[str, int, ImageScore], None] | None = None,
+    on_output: Callable[[EvalOutput], None] | None = None,
 ) -> list[DatasetResult]:
     """Score every (model, scale, dataset); every file is checked before the first forward pass.
 
-    ``on_start(total_images)`` once the inputs are known; ``on_image(dataset, scale, score)`` per image.
+    ``on_start(total_images)`` once the inputs are known; ``on_image(dataset, scale, score)`` per image;
+    ``on_output(output)`` per image with its pixels (for ``report``), before ``on_image``.
     Results come one dataset's scales together, in the order of ``settings.datasets``, per model.
     """
     datasets = [find_dataset(spec, settings.data_root) for spec in dict.fromkeys(settings.datasets)]
@@ -393,6 +420,7 @@ def run_evaluation(
                         rgb=settings.rgb,
                         save_dir=_save_dir(settings, label),
                         on_image=None if on_image is None else functools.partial(on_image, ds.name, s),
+                        on_output=on_output,
                     )
                 )
         found.sort(key=lambda r: (order[r.dataset], r.scale))  # one dataset's scales together

@@ -4,17 +4,20 @@ Every output sst-cli writes (images, weights, training states, reports, JSON) go
 go to a hidden temporary file beside the target (same folder, so the final rename is atomic), are flushed
 to disk, and the temporary file is renamed over the target. Any failure, Ctrl-C included, removes it.
 Temporary names end in ``TEMP_SUFFIX`` so that batch runs skip them and can clean up after a killed run.
+A whole folder (an HTML report with its images) is built in a temporary sibling folder and swapped in the
+same way (``atomic_folder``), so a half-written report never replaces a good one.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import stat
 import sys
 import time
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO
 
@@ -105,3 +108,64 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, *, error: type[Ss
     except OSError as exc:
         raise _fail(error, target, exc) from exc
     atomic_write(target, lambda fh: fh.write(text.encode("utf-8")), error=error)
+
+
+@contextmanager
+def atomic_folder(
+    path: str | os.PathLike[str],
+    *,
+    may_replace: Callable[[Path], bool] | None = None,
+    error: type[SstError] = WriteError,
+) -> Iterator[Path]:
+    """Build a whole folder (a report) in a hidden temporary sibling, then swap it in for ``path``.
+
+    The body writes into the yielded folder. Only when it finishes is an existing ``path`` moved aside, the new
+    folder renamed to ``path`` and the old one deleted; a failure (or Ctrl-C) at any point before deletes the
+    temporary folder and leaves the old ``path`` exactly as it was (system errors become ``error``, others pass
+    through). An existing non-empty ``path`` is replaced
+    only when ``may_replace(path)`` says it is one of ours (default: never), so a mistyped folder is never lost.
+    """
+    target = Path(os.path.abspath(path))
+    check_folder_replaceable(target, may_replace, error=error)
+    parent = target.parent if str(target.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        temp = temp_name(target)
+        temp.mkdir()
+    except OSError as exc:
+        raise _fail(error, target, exc) from exc
+    try:
+        yield temp
+        _swap_in(temp, target)
+    except BaseException as exc:
+        shutil.rmtree(temp, ignore_errors=True)
+        if isinstance(exc, OSError) and not isinstance(exc, SstError):  # disk full, permissions ...
+            raise _fail(error, target, exc) from exc
+        raise  # the body's own errors (a model failing, Ctrl-C) pass through unchanged
+
+
+def check_folder_replaceable(
+    target: Path, may_replace: Callable[[Path], bool] | None = None, *, error: type[SstError] = WriteError
+) -> None:
+    """Refuse (before any work) a ``target`` that is a file, or a non-empty folder ``may_replace`` does not own."""
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise error(f"cannot write '{target}': it exists and is not a folder")
+    if target.is_dir() and any(target.iterdir()) and not (may_replace is not None and may_replace(target)):
+        raise error(f"refusing to replace '{target}': the folder is not empty and was not written by sst-cli")
+
+
+def _swap_in(temp: Path, target: Path) -> None:
+    """Rename ``temp`` to ``target``; an existing ``target`` is moved aside first and deleted last."""
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name[:200]}.{secrets.token_hex(4)}.old{TEMP_SUFFIX}")
+        _replace(target, old)
+    try:
+        _replace(temp, target)
+    except BaseException:
+        if old is not None:
+            with suppress(OSError):
+                _replace(old, target)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__
-from . import bench, evaluate, models, train, upscale
+from . import bench, compare, evaluate, models, train, upscale
 from .output import console, set_debug
 
 HELP = """Upscale images with SST, the Scalable SR Transformer.
@@ -30,6 +30,10 @@ Examples:
 
   sst eval --model bicubic --dataset Set5 --scale 4 --data-root datasets/
 
+  sst eval --dataset Set5 --data-root datasets/ --report set5-report/   (HTML: crops, sliders, sortable)
+
+  sst compare photo.png --model sst-light-291 --model sst-l+ --png side-by-side.png
+
   sst bench --device cuda --reference        (speed and memory, the paper's protocol)
 
   sst --debug upscale photo.png              (tracebacks instead of one-line errors)
@@ -39,6 +43,7 @@ app = typer.Typer(help=HELP, no_args_is_help=True, pretty_exceptions_enable=Fals
 app.add_typer(models.app, name="models")
 app.command("upscale")(upscale.upscale)
 app.command("eval")(evaluate.eval_command)
+app.command("compare")(compare.compare)
 app.command("train")(train.train)
 app.command("bench")(bench.bench)
 

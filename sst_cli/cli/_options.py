@@ -81,3 +81,50 @@ def parse_wxh(text: str, option: str) -> tuple[int, int]:
     if not match or min(int(match[1]), int(match[2])) < 1:
         raise ConfigError(f"{option} must be WIDTHxHEIGHT in pixels, e.g. 1280x720, got {text!r}")
     return int(match[1]), int(match[2])
+
+
+_CROP = re.compile(r"\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*")
+
+
+def parse_crop(text: str | None, option: str = "--crop") -> tuple[int, int, int, int] | None:
+    """'x,y,w,h' -> (x, y, w, h) in pixels, w and h positive; None stays None."""
+    if text is None:
+        return None
+    match = _CROP.fullmatch(text)
+    if not match or min(int(match[3]), int(match[4])) < 1:
+        raise ConfigError(f"{option} must be x,y,width,height in pixels, e.g. 120,80,64,64, got {text!r}")
+    return int(match[1]), int(match[2]), int(match[3]), int(match[4])
+
+
+CropOption = Annotated[
+    str | None,
+    typer.Option(
+        "--crop",
+        help="The region the report zooms into, x,y,width,height in pixels of the images you name (HR for eval); "
+        "default: where the models differ most from bicubic.",
+    ),
+]
+
+
+def model_specs(names: list[str], weights: list[str], config: str | None, hub_repo: str | None) -> tuple:
+    """The models of --model and --weights: several zoo names (or bicubic) side by side, or several weights files
+    loaded into one architecture (given once by --model, or by --config, or found in the files)."""
+    from ..errors import ConfigError
+    from ..evaluate import BICUBIC
+    from ..loader import ModelSpec
+
+    wants_bicubic = any(n.strip().lower() == BICUBIC for n in names)
+    networks = [n for n in names if n.strip().lower() != BICUBIC]
+    if not weights:
+        if config:
+            raise ConfigError("--config describes the architecture of --weights; give the weights too")
+        if not names:
+            return (ModelSpec(None, None, None, None, hub_repo),)
+        chosen: list = [BICUBIC if n.strip().lower() == BICUBIC else ModelSpec(n, None, None, None, hub_repo)
+                        for n in names]  # fmt: skip
+        return tuple(dict.fromkeys(chosen))
+    if len(networks) > 1:
+        raise ConfigError("with --weights, --model names the weights' architecture: give it once (or bicubic)")
+    arch = None if config else (networks[0] if networks else None)
+    specs = [ModelSpec(arch, None, w, config, hub_repo) for w in weights]
+    return ((BICUBIC,) if wants_bicubic else ()) + tuple(specs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -17,13 +18,15 @@ from ._options import (
     AttentionOption,
     BatchOption,
     ConfigOption,
+    CropOption,
     DeviceOption,
     ExactOption,
     HubRepoOption,
     MaxMemoryOption,
     PrecisionOption,
     TileOverlapOption,
-    WeightsOption,
+    model_specs,
+    parse_crop,
     parse_size,
     parse_tile,
 )
@@ -37,19 +40,22 @@ def _fmt(value: float | None, digits: int) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
-def _table(results: list[DatasetResult], rgb: bool, label: str) -> Table:
+def _table(results: list[DatasetResult], rgb: bool, labels: list[str]) -> Table:
     from ..published import published
 
-    table = Table(title=f"{label}: PSNR (dB) / SSIM on the Y channel")
-    for name in ("dataset", "scale", "images", "PSNR-Y", "SSIM-Y"):
-        table.add_column(name, justify="left" if name == "dataset" else "right")
+    several = len(labels) > 1
+    title = "PSNR (dB) / SSIM on the Y channel"
+    table = Table(title=title if several else f"{labels[0]}: {title}")
+    for name in ("dataset", "scale", *(("model",) if several else ()), "images", "PSNR-Y", "SSIM-Y"):
+        table.add_column(name, justify="left" if name in ("dataset", "model") else "right")
     if rgb:
         table.add_column("PSNR-RGB", justify="right")
         table.add_column("SSIM-RGB", justify="right")
     table.add_column("published", justify="right")
     table.add_column("Δ PSNR", justify="right")
     for r in results:
-        row = [r.dataset, f"x{r.scale}", str(r.n_images), f"{r.psnr_y:.2f}", f"{r.ssim_y:.4f}"]
+        row = [r.dataset, f"x{r.scale}", *((r.model,) if several else ()), str(r.n_images)]
+        row += [f"{r.psnr_y:.2f}", f"{r.ssim_y:.4f}"]
         if rgb:
             row += [_fmt(r.mean("psnr_rgb"), 2), _fmt(r.mean("ssim_rgb"), 4)]
         paper = published(r.model, r.dataset, r.scale)
@@ -100,12 +106,21 @@ def eval_command(
         ),
     ],
     model: Annotated[
-        str | None, typer.Option("--model", "-m", help=f"Zoo model name or 'bicubic'; default {DEFAULT_MODEL}.")
+        list[str] | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help=f"Zoo model name or 'bicubic'; default {DEFAULT_MODEL}. Repeat to compare models side by side. "
+            "With --weights: the architecture to load them into (once), or bicubic.",
+        ),
     ] = None,
     scale: Annotated[
         list[int] | None, typer.Option("--scale", "-s", help=f"Scale, repeatable (default {DEFAULT_SCALE}).")
     ] = None,
-    weights: WeightsOption = None,
+    weights: Annotated[
+        list[str] | None,
+        typer.Option("--weights", help="Weights file or hf://OWNER/REPO/PATH[@REV]; repeat to compare several."),
+    ] = None,
     config: ConfigOption = None,
     hub_repo: HubRepoOption = None,
     data_root: Annotated[
@@ -120,6 +135,23 @@ def eval_command(
     save_images: Annotated[
         Path | None, typer.Option("--save-images", help="Save SR outputs as DIR/<dataset>/x<scale>/<name>.png.")
     ] = None,
+    report: Annotated[
+        Path | None,
+        typer.Option(
+            "--report",
+            help="Write a visual report to DIR/index.html: the tables, zoomed crops LR | bicubic | models | HR "
+            "and a before/after slider per image, sortable by PSNR gain. An earlier report in DIR is replaced.",
+        ),
+    ] = None,
+    crop: CropOption = None,
+    crop_by: Annotated[
+        str,
+        typer.Option(
+            "--crop-by",
+            help="Place the report's crops where the models differ most from bicubic (difference) or where they "
+            "err most against the HR (error).",
+        ),
+    ] = "difference",
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
     attention: AttentionOption = "auto",
@@ -133,18 +165,22 @@ def eval_command(
     """Measure PSNR/SSIM on benchmark sets with the standard SR protocol (Y channel, border = scale).
 
     Example: sst eval --model bicubic --dataset Set5 --dataset Set14 --scale 2 --scale 4 --data-root datasets/
+
+    Visual report: sst eval -d Set5 --model sst-light-291 --model bicubic --data-root datasets/ --report set5-report/
     """
     from .. import hub
     from ..errors import ConfigError
     from ..evaluate import BICUBIC, PROTOCOL, EvalSettings, model_label, run_evaluation
     from ..files import atomic_write_text
-    from ..loader import ModelSpec
     from ..upscaler import UpscaleOptions
     from .downloads import download_display
 
-    is_bicubic = model is not None and model.strip().lower() == BICUBIC
-    if is_bicubic and (weights or config):
-        raise ConfigError("--model bicubic takes no --weights or --config")
+    crop_box = parse_crop(crop)
+    if crop_by not in ("difference", "error"):
+        raise ConfigError(f"--crop-by must be difference or error, got {crop_by!r}")
+    if report is None and (crop is not None or crop_by != "difference"):
+        raise ConfigError("--crop and --crop-by place the crops of a --report: give --report DIR too")
+    models = model_specs(model or [], weights or [], config, hub_repo)
     options = UpscaleOptions(
         device=device,
         precision=precision,
@@ -155,10 +191,9 @@ def eval_command(
         batch=batch,
         max_memory=parse_size(max_memory),
     )
-    chosen = BICUBIC if is_bicubic else ModelSpec(None if config else model, None, weights, config, hub_repo)
     settings = EvalSettings(
         datasets=tuple(dataset),
-        models=(chosen,),
+        models=models,
         scales=tuple(scale or ()),
         options=options,
         data_root=data_root,
@@ -166,19 +201,33 @@ def eval_command(
         self_ensemble=self_ensemble,
         save_images=save_images,
     )
-    label = model_label(chosen)
-    downloads = hub.show_downloads(download_display(quiet=quiet, bar=False))  # the eval bar is already live
-    with downloads, Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-        console=err_console, disable=quiet, transient=True,
-    ) as progress:  # fmt: skip
-        task = progress.add_task("evaluating", total=None)
-        results = run_evaluation(
-            settings,
-            on_start=lambda total: progress.update(task, total=total),
-            on_image=lambda name, s, _score: progress.update(task, advance=1, description=f"{name} x{s}"),
-        )
-    console.print(_table(results, rgb, label))
+    labels = [model_label(m) for m in models]
+    with contextlib.ExitStack() as stack:
+        recorder = None
+        if report is not None:
+            from ..report import eval_recorder, open_report
+
+            title = f"{', '.join(labels)} on {', '.join(dataset)}"
+            builder = stack.enter_context(
+                open_report(
+                    report, title=title, models=[label for label in labels if label != BICUBIC],
+                    ground_truth=True, crop=crop_box, crop_by=crop_by,
+                )
+            )  # fmt: skip
+            recorder = eval_recorder(builder)
+        stack.enter_context(hub.show_downloads(download_display(quiet=quiet, bar=False)))  # the eval bar is live
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+            console=err_console, disable=quiet, transient=True,
+        ) as progress:  # fmt: skip
+            task = progress.add_task("evaluating", total=None)
+            results = run_evaluation(
+                settings,
+                on_start=lambda total: progress.update(task, total=total),
+                on_image=lambda name, s, _score: progress.update(task, advance=1, description=f"{name} x{s}"),
+                on_output=recorder,
+            )
+    console.print(_table(results, rgb, labels))
     ensemble = ", self-ensemble x8" if self_ensemble else ""
     console.print(
         f"[dim]Protocol: HR modcropped; SR clamped, x255, rounded to uint8; scale px shaved; Y = BT.601 studio "
@@ -186,8 +235,11 @@ def eval_command(
         "LR from LR_bicubic/ when present, else MATLAB bicubic.[/]",
         soft_wrap=True,
     )
-    report_options = {"self_ensemble": self_ensemble, "tile": tile if not is_bicubic else None}
+    every_bicubic = all(m == BICUBIC for m in models)
+    report_options = {"self_ensemble": self_ensemble, "tile": tile if not every_bicubic else None}
     if json_path is not None:
         atomic_write_text(json_path, json.dumps(_report(results, report_options, PROTOCOL), indent=2) + "\n")
     if csv_path is not None:
         atomic_write_text(csv_path, _csv_text(results, rgb))
+    if report is not None:
+        console.print(f"report: {report / 'index.html'}", soft_wrap=True, markup=False)

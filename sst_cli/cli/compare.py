@@ -1,0 +1,125 @@
+"""``sst compare``: your own pictures through bicubic and several models, as an HTML report and/or one PNG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from ..choices import DEFAULT_MODEL
+from ._options import (
+    AttentionOption,
+    BatchOption,
+    ConfigOption,
+    CropOption,
+    DeviceOption,
+    ExactOption,
+    HubRepoOption,
+    MaxMemoryOption,
+    PrecisionOption,
+    TileOverlapOption,
+    model_specs,
+    parse_crop,
+    parse_size,
+    parse_tile,
+)
+from .output import console, err_console, handle_errors
+
+DEFAULT_REPORT = Path("sst-compare")
+
+
+@handle_errors
+def compare(
+    images: Annotated[list[Path], typer.Argument(help="Pictures (or folders of pictures) to compare on.")],
+    model: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help=f"Zoo model name; repeat to put several side by side (default {DEFAULT_MODEL}). Bicubic is always "
+            "shown. With --weights: the architecture to load them into (once).",
+        ),
+    ] = None,
+    weights: Annotated[
+        list[str] | None,
+        typer.Option("--weights", help="Weights file or hf://OWNER/REPO/PATH[@REV]; repeat to compare several."),
+    ] = None,
+    config: ConfigOption = None,
+    hub_repo: HubRepoOption = None,
+    scale: Annotated[
+        int | None, typer.Option("--scale", "-s", help="Scale (default: the weights' own, else 4).")
+    ] = None,
+    report: Annotated[
+        Path | None,
+        typer.Option(
+            "--report",
+            "-o",
+            help=f"Report folder (index.html and images); default {DEFAULT_REPORT}/ unless only --png is given. "
+            "An earlier report there is replaced.",
+        ),
+    ] = None,
+    png: Annotated[
+        Path | None, typer.Option("--png", help="Also (or only) write the crops side by side as one labelled PNG.")
+    ] = None,
+    crop: CropOption = None,
+    title: Annotated[str | None, typer.Option("--title", help="The report's title.")] = None,
+    device: DeviceOption = "auto",
+    precision: PrecisionOption = "auto",
+    attention: AttentionOption = "auto",
+    tile: Annotated[str, typer.Option("--tile", help="auto, 0 (whole image) or tile side in pixels.")] = "auto",
+    tile_overlap: TileOverlapOption = None,
+    exact: ExactOption = False,
+    batch: BatchOption = 1,
+    max_memory: MaxMemoryOption = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Compare bicubic and models on your own pictures: zoomed crops side by side and a before/after slider.
+
+    Examples:
+
+      sst compare photo.png --model sst-light-291 --model sst-l+        (report in sst-compare/index.html)
+
+      sst compare photo.png --weights mine.safetensors --crop 120,80,64,64 --png side-by-side.png
+    """
+    from ..compare import CompareSettings, run_compare
+    from ..upscaler import UpscaleOptions
+
+    crop_box = parse_crop(crop)
+    options = UpscaleOptions(
+        device=device,
+        precision=precision,
+        attention=attention,
+        tile=parse_tile(tile),
+        tile_overlap=tile_overlap,
+        exact=exact,
+        batch=batch,
+        max_memory=parse_size(max_memory),
+    )
+    settings = CompareSettings(
+        images=tuple(images),
+        models=model_specs(model or [], weights or [], config, hub_repo),
+        scale=scale,
+        options=options,
+        report=report if report is not None or png is not None else DEFAULT_REPORT,
+        png=png,
+        crop=crop_box,
+        title=title,
+    )
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+        console=err_console, disable=quiet, transient=True,
+    ) as progress:  # fmt: skip
+        task = progress.add_task("comparing", total=None)
+        result = run_compare(
+            settings,
+            on_start=lambda total: progress.update(task, total=total),
+            on_image=lambda label, name: progress.update(task, advance=1, description=f"{label}: {name}"),
+        )
+    shown = ", ".join(("bicubic", *result.models))
+    console.print(f"compared {shown} on {result.images} image(s) at x{result.scale}", soft_wrap=True, markup=False)
+    if result.page is not None:
+        console.print(f"report: {result.page}", soft_wrap=True, markup=False)
+    if result.png is not None:
+        console.print(f"side by side: {result.png}", soft_wrap=True, markup=False)

@@ -1,0 +1,189 @@
+"""``sst compare``: the user's own pictures through bicubic and several models, as a report and/or one PNG.
+
+No ground truth here: each picture is the input (LR); the report shows it nearest-neighbour enlarged, bicubic
+and every model side by side on the same crop, placed where the models differ most from bicubic. 16-bit and
+transparent pictures go through the models as ``sst upscale`` does and are shown through 8-bit previews.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from .choices import DEFAULT_SCALE
+from .errors import ConfigError, ImageError
+from .evaluate import BICUBIC, model_label
+from .image_io import Picture, is_image_file, read_image
+from .loader import ModelSpec
+from .resize import imresize
+from .upscaler import UpscaleOptions, Upscaler
+
+
+@dataclass(frozen=True)
+class CompareSettings:
+    """One ``sst compare`` run, checked on construction.
+
+    ``models``: ``ModelSpec``s (and ``"bicubic"``, which is always shown anyway); ``scale``: default the
+    first weights file's own scale, else 4; ``crop``: (x, y, width, height) in the pictures' own pixels
+    instead of the automatic placement; ``report``: the report folder; ``png``: the side-by-side PNG.
+    """
+
+    images: tuple[Path, ...]
+    models: tuple[ModelSpec | str, ...] = (ModelSpec(),)
+    scale: int | None = None
+    options: UpscaleOptions = field(default_factory=UpscaleOptions)
+    report: Path | None = None
+    png: Path | None = None
+    crop: tuple[int, int, int, int] | None = None
+    title: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.images:
+            raise ConfigError("give at least one image to compare")
+        if self.report is None and self.png is None:
+            raise ConfigError("say where the comparison goes: a report folder, a PNG file, or both")
+        if self.png is not None and self.png.suffix.lower() != ".png":
+            raise ConfigError(f"the side-by-side image is a PNG: name it .png, not '{self.png.name}'")
+        for model in self.models:
+            if isinstance(model, str) and model != BICUBIC:
+                raise ConfigError(f"a model is a ModelSpec or {BICUBIC!r}, not {model!r}")
+        labels = [model_label(m) for m in self.networks]
+        if len(set(labels)) != len(labels):
+            raise ConfigError(f"two models share a name ({', '.join(labels)}): compare different ones")
+        if self.scale is not None and (isinstance(self.scale, bool) or self.scale < 2):
+            raise ConfigError(f"scale must be 2 or more, got {self.scale}")
+        if self.crop is not None and (len(self.crop) != 4 or min(self.crop[2:]) < 1 or min(self.crop[:2]) < 0):
+            raise ConfigError(f"a crop is x,y,width,height with x, y >= 0 and a positive size, got {self.crop}")
+
+    @property
+    def networks(self) -> list[ModelSpec]:
+        return [m for m in self.models if isinstance(m, ModelSpec)]
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    page: Path | None  # the report's index.html
+    png: Path | None
+    images: int
+    scale: int
+    models: tuple[str, ...]
+
+
+def find_inputs(paths: tuple[Path, ...]) -> list[Path]:
+    """Image files from files and folders (a folder's images, not its subfolders), in the order given."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files = sorted(p for p in path.iterdir() if p.is_file() and is_image_file(p))
+            if not files:
+                raise ConfigError(f"'{path}' holds no images (png, jpg, webp, tiff or bmp)")
+            found += files
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise ImageError(f"cannot read '{path}': no such file or folder")
+    return list(dict.fromkeys(found))
+
+
+def frame(picture: Picture) -> np.ndarray:
+    """The uint8 frame a report shows: (H, W) gray, (H, W, 3) RGB or (H, W, 4) RGBA (gray+alpha as RGBA)."""
+    color = picture.color.mean(axis=2) if picture.grayscale else picture.color
+    if picture.alpha is not None:
+        rgb = np.repeat(color[..., None], 3, axis=2) if color.ndim == 2 else color
+        color = np.concatenate([rgb, picture.alpha[..., None]], axis=2)
+    return np.round(np.clip(color, 0.0, 1.0) * 255.0).astype(np.uint8)
+
+
+def bicubic_picture(picture: Picture, scale: int) -> Picture:
+    """MATLAB-style bicubic enlargement of colour and alpha, in float (16-bit pictures keep their precision)."""
+    color = np.clip(imresize(picture.color.astype(np.float64), float(scale)), 0.0, 1.0).astype(np.float32)
+    alpha = None
+    if picture.alpha is not None:
+        alpha = np.clip(imresize(picture.alpha.astype(np.float64), float(scale)), 0.0, 1.0).astype(np.float32)
+    return replace(picture, color=color, alpha=alpha)
+
+
+def _title(settings: CompareSettings, labels: list[str], scale: int) -> str:
+    if settings.title:
+        return settings.title
+    return f"bicubic vs {', '.join(labels)} at x{scale}" if labels else f"bicubic at x{scale}"
+
+
+def run_compare(
+    settings: CompareSettings,
+    *,
+    on_start: Callable[[int], None] | None = None,
+    on_image: Callable[[str, str], None] | None = None,
+) -> CompareResult:
+    """Run every picture through bicubic and each model (one model loaded at a time) and write the outputs.
+
+    ``on_start(total)`` with the number of (model, picture) runs; ``on_image(model, picture name)`` after each.
+    A report folder that exists and is not an sst-cli report is refused before any model is loaded.
+    """
+    from .report import ReportBuilder, check_target, open_report, write_sheet
+
+    inputs = find_inputs(settings.images)
+    if settings.report is not None:
+        check_target(settings.report)
+    if settings.png is not None and not settings.png.parent.is_dir() and str(settings.png.parent):
+        raise ConfigError(f"cannot write '{settings.png}': the folder '{settings.png.parent}' does not exist")
+    networks = settings.networks
+    labels = [model_label(m) for m in networks]
+    upscalers: dict[int, Upscaler] = {}
+    scale = settings.scale
+    if scale is None:
+        first = next((m for m in networks if m.weights is not None and m.scale is None), None)
+        if first is not None:  # the weights say which scale they are
+            upscalers[networks.index(first)] = Upscaler(first, options=settings.options)
+            scale = upscalers[networks.index(first)].scale
+        else:
+            scale = DEFAULT_SCALE
+    if on_start is not None:
+        on_start(len(inputs) * len(networks))
+    report_settings = {
+        "title": _title(settings, labels, scale),
+        "models": labels,
+        "ground_truth": False,
+        "crop": settings.crop,
+        "notes": [f"Inputs: {', '.join(p.name for p in inputs[:12])}{' …' if len(inputs) > 12 else ''}"],
+    }
+
+    def fill(report: ReportBuilder) -> None:
+        keys = {}
+        for path in inputs:
+            picture = read_image(path)
+            keys[path] = key = str(path)
+            report.add_image(
+                key, path.name, scale=scale, lr=frame(picture), bicubic=frame(bicubic_picture(picture, scale)),
+                bit_depth=picture.bit_depth,
+            )  # fmt: skip
+        for index, (spec, label) in enumerate(zip(networks, labels, strict=True)):
+            upscaler = upscalers.pop(index, None)
+            if upscaler is None:
+                wanted = spec if spec.weights is not None and spec.scale is None else replace(spec, scale=scale)
+                upscaler = Upscaler(wanted, options=settings.options)
+            if upscaler.scale != scale:
+                raise ConfigError(f"{label} upscales x{upscaler.scale}, the comparison is at x{scale}")
+            for path in inputs:
+                out, _ = upscaler.upscale_picture(read_image(path))
+                report.add_output(keys[path], label, frame(out))
+                if on_image is not None:
+                    on_image(label, path.name)
+            del upscaler
+        report.finish()
+        if settings.png is not None:
+            write_sheet(report, settings.png)
+
+    page = None
+    if settings.report is not None:
+        with open_report(settings.report, **report_settings) as report:
+            fill(report)
+        page = Path(settings.report) / "index.html"
+    else:
+        with tempfile.TemporaryDirectory(prefix="sst-compare-") as staging:
+            fill(ReportBuilder(Path(staging), **report_settings))  # type: ignore[arg-type]
+    return CompareResult(page, settings.png, len(inputs), scale, tuple(labels))

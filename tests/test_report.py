@@ -1,0 +1,332 @@
+"""Visual reports: crop placement, the report's files and numbers, atomic replacement, 16-bit and alpha
+pictures, ``sst compare`` with ``--png``, ``sst eval --report`` with several models, and a hundred images.
+
+Everything runs on tiny random SST networks (x2, a few thousand weights) and small pictures, on the CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from safetensors.torch import save_file
+from typer.testing import CliRunner
+
+from sst_cli import SST, SSTConfig
+from sst_cli.cli import app
+from sst_cli.compare import CompareSettings, run_compare
+from sst_cli.errors import ConfigError, WriteError
+from sst_cli.evaluate import bicubic
+from sst_cli.files import TEMP_SUFFIX
+from sst_cli.image_io import Picture, write_image
+from sst_cli.loader import ModelSpec
+from sst_cli.report import ReportBuilder, Score, choose_crop, is_report, open_report, write_sheet
+from sst_cli.report.crops import CropBox, best_box, fit_box
+from sst_cli.upscaler import UpscaleOptions
+
+runner = CliRunner()
+TINY = SSTConfig(
+    dim=8, window_sizes=(4,), num_heads=(2,), n_blocks=1, exp_ratio=1.5, upscaling_factor=2,
+    upsampler_type="pixelshuffle_direct", ranks=(2,), rib_hidden_dim=8, rib_n_freqs=2,
+)  # fmt: skip
+CPU = UpscaleOptions(device="cpu", tile=0)
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SST_DATA_ROOT", raising=False)
+    torch.set_num_threads(1)  # tiny tensors: one thread is faster than two on shared cores
+
+
+def tiny_weights(path: Path, seed: int) -> Path:
+    """A random tiny x2 SST saved as sst-cli's safetensors (its config in the metadata, so it loads alone)."""
+    torch.manual_seed(seed)
+    model = SST(**TINY.to_kwargs())
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.2)
+    save_file(model.state_dict(), str(path), metadata={"sst_config": json.dumps(TINY.to_kwargs())})
+    return path
+
+
+def pattern(height: int, width: int, seed: int = 0) -> np.ndarray:
+    """Smooth colour ramps with hard-edged squares: pictures where models and bicubic differ visibly."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:height, 0:width] / max(height, width)
+    image = np.stack([xx, yy, 0.5 * (xx + yy)], axis=2)
+    for _ in range(4):
+        y, x = rng.integers(0, height - 6), rng.integers(0, width - 6)
+        image[y : y + 6, x : x + 6] = rng.random(3)
+    return (image * 255).round().astype(np.uint8)
+
+
+# ------------------------------------------------------------------------------------------ crop placement
+def test_crop_lands_where_the_model_differs_from_bicubic() -> None:
+    scale = 2
+    bic = np.full((96, 128, 3), 128, np.uint8)
+    model = bic.copy()
+    model[40:56, 70:86] = np.indices((16, 16)).sum(0)[..., None] % 2 * 255  # a checkerboard only the model drew
+    box = choose_crop([model], bic, scale, side=(8, 8))
+    assert box == CropBox(35, 20, 8, 8)  # input pixels: output (70..86, 40..56) / 2
+    # The worst error instead: the HR has a feature elsewhere that neither method reproduces.
+    hr = bic.copy()
+    hr[4:20, 100:116] = 0
+    assert choose_crop([model], bic, scale, hr=hr, by="error", side=(8, 8)) == CropBox(50, 2, 8, 8)
+    # Two models: where they differ on average; the border (two input pixels) never counts.
+    other = bic.copy()
+    other[:4, :] = 0
+    assert choose_crop([model, other], bic, scale, side=(8, 8)) == CropBox(35, 20, 8, 8)
+    # Nothing differs: the centre. A requested box is moved inside the picture.
+    assert best_box(np.zeros((48, 64)), 8, 8) == CropBox(28, 20, 8, 8)
+    assert fit_box((60, -5, 10, 10), 48, 64) == CropBox(54, 0, 10, 10)
+    with pytest.raises(ConfigError, match="ground truth"):
+        choose_crop([model], bic, scale, by="error")
+
+
+# ------------------------------------------------------------------------------------ the report itself
+def _frames(seed: int, size: int = 32, scale: int = 2) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(lr, bicubic, model, hr) uint8 frames; the 'model' is the HR with a little noise (better than bicubic)."""
+    hr = pattern(size * scale, size * scale, seed)
+    lr = np.asarray(Image.fromarray(hr).resize((size, size), Image.Resampling.BICUBIC))
+    noisy = hr.astype(int) + np.random.default_rng(seed).integers(-3, 4, hr.shape)
+    return lr, bicubic(lr, scale), noisy.clip(0, 255).astype(np.uint8), hr
+
+
+def _build(folder: Path, count: int = 2) -> None:
+    with open_report(folder, title="two images", models=["good"], ground_truth=True) as report:
+        for i in range(count):
+            lr, bic, model, hr = _frames(i)
+            report.add_image(f"k{i}", f"pic{i}", scale=2, lr=lr, bicubic=bic, hr=hr, dataset="Set5",
+                             bicubic_score=Score(25.0 + i, 0.8))  # fmt: skip
+            report.add_output(f"k{i}", "good", model, Score(30.0 + 2 * i, 0.9))
+
+
+def test_report_files_numbers_and_crops(tmp_path: Path) -> None:
+    _build(tmp_path / "r")
+    folder = tmp_path / "r"
+    html = (folder / "index.html").read_text()
+    data = json.loads((folder / "report.json").read_text())
+    assert is_report(folder) and data["methods"] == ["LR", "bicubic", "good", "HR"]
+    # Summary: means per method with the published figure where we hold one (bicubic, Set5, x2).
+    rows = {r["method"]: r for r in data["summary"]}
+    assert rows["good"]["psnr_y"] == pytest.approx(31.0) and rows["bicubic"]["psnr_y"] == pytest.approx(25.5)
+    assert rows["bicubic"]["published"]["psnr_y"] == 33.66 and "33.66 / 0.9299" in html
+    assert "<td>31.00</td>" in html and "<td>25.50</td>" in html
+    # Per image: whole-image PSNR, gain over bicubic, sortable keys, and crops labelled with their own PSNR.
+    assert ">32.00<" in html and "+5.00" in html and 'data-gain-m0="5.000000"' in html
+    for i in range(2):
+        image = data["images"][i]
+        crop = image["crop_output_px"]
+        assert crop == [2 * v for v in image["crop_input_px"]]
+        files = {p.name for p in (folder / image["folder"]).iterdir()}
+        assert files == {"lr.png", "bicubic.png", "m0.png", "hr.png", "thumb.jpg",
+                         "crop-lr.png", "crop-bicubic.png", "crop-m0.png", "crop-hr.png"}  # fmt: skip
+        tiles = {m: np.asarray(Image.open(folder / image["folder"] / f"crop-{m}.png")) for m in ("lr", "m0", "hr")}
+        assert tiles["lr"].shape == tiles["hr"].shape == (crop[3], crop[2], 3)
+        hr = np.asarray(Image.open(folder / image["folder"] / "hr.png"))
+        assert np.array_equal(tiles["hr"], hr[crop[1] : crop[1] + crop[3], crop[0] : crop[0] + crop[2]])
+        assert np.array_equal(tiles["lr"][::2, ::2], tiles["lr"][1::2, 1::2])  # nearest-neighbour blocks
+        assert image["crop_psnr_y"]["good"] > image["crop_psnr_y"]["bicubic"]
+        assert f"{image['crop_psnr_y']['good']:.2f} dB" in html
+    # Self-contained: no network resource, no inlined image, full images only behind the slider (lazy).
+    assert not re.search(r"(src|href)=\"(https?:)?//", html) and "data:image" not in html
+    assert html.count('data-src="images/') == 4 and 'loading="lazy"' in html
+
+
+def test_a_failed_report_leaves_the_old_one_and_no_debris(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "r"
+    _build(folder)
+    before = {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+    with pytest.raises(RuntimeError, match="mid-way"), open_report(folder, title="t", models=["good"],
+                                                                    ground_truth=True) as report:  # fmt: skip
+        lr, bic, _, hr = _frames(5)
+        report.add_image("k", "x", scale=2, lr=lr, bicubic=bic, hr=hr)
+        raise RuntimeError("the model crashed mid-way")
+
+    import sst_cli.report.page as page
+
+    def broken(_report: object) -> str:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(page, "render_page", broken)  # a failure while writing the page itself
+    with pytest.raises(WriteError, match="no space left"):
+        _build(folder, count=1)
+    after = {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    assert after == before
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(TEMP_SUFFIX)]
+    monkeypatch.undo()
+    _build(folder, count=1)  # a successful run replaces it whole
+    assert len(json.loads((folder / "report.json").read_text())["images"]) == 1
+    assert not (folder / "images" / "k1").exists() and not list(tmp_path.glob(f".*{TEMP_SUFFIX}"))
+
+
+def test_a_folder_that_is_not_a_report_is_never_replaced(tmp_path: Path) -> None:
+    precious = tmp_path / "photos"
+    precious.mkdir()
+    (precious / "holiday.jpg").write_bytes(b"mine")
+    with pytest.raises(WriteError, match="not empty and was not written by sst-cli"):
+        _build(precious)
+    assert [p.name for p in precious.iterdir()] == ["holiday.jpg"]
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(WriteError, match="not a folder"):
+        _build(tmp_path / "file")
+    (tmp_path / "empty").mkdir()
+    _build(tmp_path / "empty")
+    assert is_report(tmp_path / "empty")
+
+
+def test_many_images_stay_light(tmp_path: Path) -> None:
+    """A hundred pictures: thumbnails and crops are small files, the page stays small, nothing is inlined."""
+    folder = tmp_path / "many"
+    hr = _frames(0, size=40)[3]
+    big_hr = np.asarray(Image.fromarray(hr).resize((240, 200), Image.Resampling.NEAREST))
+    big_lr = np.asarray(Image.fromarray(big_hr).resize((120, 100), Image.Resampling.BICUBIC))
+    big_bicubic = bicubic(big_lr, 2)
+    with open_report(folder, title="many", models=["m"], ground_truth=True) as report:
+        for i in range(100):
+            report.add_image(f"k{i}", f"image {i}", scale=2, lr=big_lr, bicubic=big_bicubic, hr=big_hr,
+                             dataset="mine", bicubic_score=Score(20.0, None))  # fmt: skip
+            report.add_output(f"k{i}", "m", big_hr, Score(20.0 + i / 10, None))
+    html = (folder / "index.html").read_text()
+    assert html.count('<tbody class="item"') == 100 and len(html) < 400_000
+    thumbs = sorted(folder.glob("images/*/thumb.jpg"))
+    assert len(thumbs) == 100 and all(max(Image.open(t).size) <= 160 for t in thumbs)
+    assert max(t.stat().st_size for t in thumbs) < 20_000
+    assert len(set(re.findall(r'id="img-([^"]+)"', html))) == 100  # every image its own folder
+    # Loaded with the page: a thumbnail and four crops per image (the crops lazily, as they scroll into view);
+    # the two full-size images of each slider only when it is opened.
+    assert html.count(' src="images/') == 100 * 5 and html.count('loading="lazy"') == 100 * 4
+    assert html.count('data-src="images/') == 100 * 2
+
+
+# ------------------------------------------------------------------------------------ sst compare (library)
+def _write(path: Path, values: np.ndarray, depth: int, alpha: np.ndarray | None = None, gray: bool = False) -> Path:
+    color = values.astype(np.float32)
+    if gray:
+        color = np.repeat(color.mean(axis=2, keepdims=True), 3, axis=2)
+    write_image(path, Picture(color, alpha, gray, depth, None, None, "png"))
+    return path
+
+
+def test_compare_16bit_gray_and_alpha_pictures(tmp_path: Path) -> None:
+    weights = tiny_weights(tmp_path / "tiny_a.safetensors", 1)
+    ramp = pattern(24, 32, 3).astype(np.float32) / 255.0
+    alpha = np.zeros((24, 32), np.float32)
+    alpha[4:20, 6:26] = 1.0
+    deep = ramp + np.float32(1 / 65535)  # 16-bit values between 8-bit steps
+    pics = [
+        _write(tmp_path / "rgba16.png", deep, 16, alpha),
+        _write(tmp_path / "gray16.png", ramp, 16, gray=True),
+        _write(tmp_path / "rgba8.png", ramp, 8, alpha),
+    ]
+    settings = CompareSettings(tuple(pics), (ModelSpec(weights=weights),), options=CPU, report=tmp_path / "rep")
+    result = run_compare(settings)
+    assert result.scale == 2 and result.models == ("tiny_a",) and result.images == 3
+    data = json.loads((tmp_path / "rep" / "report.json").read_text())
+    first, gray, _ = data["images"]
+    assert (first["bit_depth"], first["alpha"], gray["bit_depth"], gray["alpha"]) == (16, True, 16, False)
+    assert data["summary"] == [] and "HR" not in data["methods"]
+    folder = tmp_path / "rep" / first["folder"]
+    for name in ("lr", "bicubic", "m0", "crop-m0", "crop-lr"):
+        with Image.open(folder / f"{name}.png") as im:
+            assert im.mode == "RGBA"  # 8-bit previews that keep the transparency
+    bic = np.asarray(Image.open(folder / "bicubic.png"))
+    assert bic[..., 3].max() == 255 and bic[..., 3].min() == 0 and bic.shape == (48, 64, 4)
+    assert Image.open(tmp_path / "rep" / gray["folder"] / "m0.png").mode == "L"
+    html = (tmp_path / "rep" / "index.html").read_text()
+    assert html.count(">16-bit<") == 2 and html.count(">alpha<") == 2 and "checkerboard" in html
+    assert "thumb.png" in html  # transparent thumbnails stay PNG
+
+
+def test_compare_refuses_what_it_cannot_do(tmp_path: Path) -> None:
+    pic = _write(tmp_path / "p.png", pattern(16, 16).astype(np.float32) / 255, 8)
+    with pytest.raises(ConfigError, match="a report folder, a PNG file, or both"):
+        CompareSettings((pic,))
+    with pytest.raises(ConfigError, match=r"name it \.png"):
+        CompareSettings((pic,), png=tmp_path / "x.jpg")
+    weights = tiny_weights(tmp_path / "w.safetensors", 0)
+    with pytest.raises(ConfigError, match="share a name"):
+        CompareSettings((pic,), (ModelSpec(weights=weights), ModelSpec(weights=weights)), report=tmp_path / "r")
+    settings = CompareSettings((pic,), (ModelSpec(weights=weights),), scale=3, options=CPU, png=tmp_path / "x.png")
+    with pytest.raises(Exception, match="x2"):
+        run_compare(settings)
+    assert not (tmp_path / "x.png").exists()
+
+
+# ------------------------------------------------------------------------------------------ the CLI
+def test_sst_compare_two_models_crop_and_png(tmp_path: Path) -> None:
+    a, b = tiny_weights(tmp_path / "tiny_a.safetensors", 1), tiny_weights(tmp_path / "tiny_b.safetensors", 2)
+    Image.fromarray(pattern(40, 48, 1)).save(tmp_path / "photo.png")
+    args = ["compare", "photo.png", "--weights", str(a), "--weights", str(b), "--device", "cpu", "-q"]
+    result = runner.invoke(app, [*args, "--crop", "10,6,12,10", "--png", "side.png", "-o", "rep"])
+    assert result.exit_code == 0, result.output
+    assert "compared bicubic, tiny_a, tiny_b on 1 image(s) at x2" in result.output
+    image = json.loads(Path("rep/report.json").read_text())["images"][0]
+    assert image["crop_input_px"] == [10, 6, 12, 10] and image["crop_output_px"] == [20, 12, 24, 20]
+    assert set(image["mean_abs_change_from_bicubic"]) == {"tiny_a", "tiny_b"}
+    # The sheet: one row of LR | bicubic | tiny_a | tiny_b, each 24x20 output pixels enlarged x11 (about 256 px).
+    sheet = np.asarray(Image.open("side.png").convert("RGB"))
+    crop_b = np.asarray(Image.open(Path("rep") / image["folder"] / "crop-m1.png").convert("RGB"))
+    assert sheet.shape[1] == 2 * 12 + 4 * 24 * 11 + 3 * 8
+    top = 12 + 17 + 8
+    left_b = 12 + 3 * (24 * 11 + 8)
+    assert np.array_equal(sheet[top : top + 220 : 11, left_b : left_b + 264 : 11], crop_b)
+    assert (sheet[top + 220 + 4 :, :] < 128).any()  # labels drawn under the tiles
+
+    only_png = runner.invoke(app, ["compare", "photo.png", "--weights", str(a), "--device", "cpu", "-q",
+                                   "--png", "only.png"])  # fmt: skip
+    assert only_png.exit_code == 0 and Path("only.png").is_file() and "report:" not in only_png.output
+    bad = runner.invoke(app, ["compare", "photo.png", "--crop", "1,2,3", "--png", "x.png"])
+    assert bad.exit_code == 2 and "x,y,width,height" in bad.output
+
+
+def _dataset(root: Path) -> Path:
+    for i in range(2):
+        (root / "HR").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(pattern(36, 44, i)).save(root / "HR" / f"img{i}.png")
+    return root
+
+
+def test_sst_eval_report_with_two_models_and_bicubic(tmp_path: Path) -> None:
+    a, b = tiny_weights(tmp_path / "tiny_a.safetensors", 1), tiny_weights(tmp_path / "tiny_b.safetensors", 2)
+    data = _dataset(tmp_path / "mine")
+    args = ["eval", "-d", str(data), "--weights", str(a), "--weights", str(b), "--model", "bicubic"]
+    result = runner.invoke(app, [*args, "--device", "cpu", "--report", "rep", "--json", "r.json", "-q"])
+    assert result.exit_code == 0, result.output
+    assert "report: rep/index.html" in result.output and "tiny_b" in result.output
+    scores = {(r["model"], s["name"]): s["psnr_y"] for r in json.loads(Path("r.json").read_text())["results"]
+              for s in r["images"]}  # fmt: skip
+    report = json.loads(Path("rep/report.json").read_text())
+    assert report["methods"] == ["LR", "bicubic", "tiny_a", "tiny_b", "HR"]
+    html = Path("rep/index.html").read_text()
+    for image in report["images"]:
+        for label in ("bicubic", "tiny_a", "tiny_b"):
+            assert image["psnr_y"][label] == pytest.approx(scores[(label, image["name"])], abs=1e-6)
+            assert f">{scores[(label, image['name'])]:.2f}<" in html
+        assert image["crop_output_px"][2] == 2 * image["crop_input_px"][2]
+    # Again, error-placed: the report is replaced; an unknown placement or a crop without report is refused.
+    again = runner.invoke(app, ["eval", "-d", str(data), "--model", "bicubic", "--report", "rep", "-q",
+                                "--crop-by", "error"])  # fmt: skip
+    assert again.exit_code == 0, again.output
+    assert json.loads(Path("rep/report.json").read_text())["methods"] == ["LR", "bicubic", "HR"]
+    bad = runner.invoke(app, ["eval", "-d", str(data), "--model", "bicubic", "--crop", "0,0,8,8"])
+    assert bad.exit_code == 2 and "give --report DIR too" in bad.output
+
+
+def test_sheet_of_a_report_without_models(tmp_path: Path) -> None:
+    lr, bic, _, hr = _frames(3)
+    report = ReportBuilder(tmp_path, title="t", models=[], ground_truth=True)
+    report.add_image("k", "only", scale=2, lr=lr, bicubic=bic, hr=hr, bicubic_score=Score(20.0, 0.5))
+    report.finish()
+    sheet = write_sheet(report, tmp_path / "s.png")
+    width = Image.open(sheet).width
+    tiles = 3  # LR | bicubic | HR
+    side = json.loads((tmp_path / "report.json").read_text())["images"][0]["crop_output_px"][2]
+    assert width == 2 * 12 + tiles * side * round(256 / side) + (tiles - 1) * 8
