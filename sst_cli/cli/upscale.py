@@ -17,7 +17,6 @@ from ._options import (
     AttentionOption,
     BatchOption,
     ConfigOption,
-    DeviceOption,
     ExactOption,
     HubRepoOption,
     MaxMemoryOption,
@@ -228,7 +227,19 @@ def upscale(
     skip_existing: Annotated[
         bool, typer.Option("--skip-existing", help="Leave existing outputs alone (resume a batch).")
     ] = False,
-    device: DeviceOption = "auto",
+    device: Annotated[
+        str,
+        typer.Option(
+            "--device",
+            help="auto, cpu, cuda, cuda:N or mps; a GPU list (cuda:0,cuda:1 or cuda:all): one worker process per GPU.",
+        ),
+    ] = "auto",
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers", help="Worker processes on the device, each loading the model (CPU: sharing the cores)."
+        ),
+    ] = 1,
     precision: PrecisionOption = "auto",
     attention: AttentionOption = "auto",
     tile: Annotated[str, typer.Option("--tile", help="auto, 0 (whole image) or tile side in pixels.")] = "auto",
@@ -260,11 +271,13 @@ def upscale(
     """
     from ..batch import BatchEvents, BatchInterrupted, WriteOptions, upscale_files
     from ..loader import ModelSpec
+    from ..parallel import plan_workers
     from ..upscaler import UpscaleOptions
 
     spec = ModelSpec(model, scale, weights, config, hub_repo)
+    worker_plan = plan_workers(device, workers)
     options = UpscaleOptions(
-        device=device,
+        device=worker_plan.devices[0],
         precision=precision,
         attention=attention,
         tile=parse_tile(tile),
@@ -302,6 +315,7 @@ def upscale(
             recursive=recursive,
             include_outputs=include_outputs,
             events=events,
+            workers=worker_plan,
         )
     except BatchInterrupted as stop:
         reporter.stop()
