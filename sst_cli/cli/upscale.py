@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from ..choices import DEFAULT_SCALE
+from ..errors import ConfigError
 from ._options import (
     AttentionOption,
     BatchOption,
@@ -240,6 +241,15 @@ def upscale(
             "--workers", help="Worker processes on the device, each loading the model (CPU: sharing the cores)."
         ),
     ] = 1,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Compute on Ray actors (pip install 'sst-cli[ray]'): local (a Ray on this machine), auto (the "
+            "running cluster) or ray://HEAD:10001. Paths must be ones every node sees.",
+        ),
+    ] = None,
     precision: PrecisionOption = "auto",
     attention: AttentionOption = "auto",
     tile: Annotated[str, typer.Option("--tile", help="auto, 0 (whole image) or tile side in pixels.")] = "auto",
@@ -305,18 +315,35 @@ def upscale(
         tile=reporter.tile,
         file_done=reporter.file_done,
     )
+    if ray is not None and worker_plan.parallel:
+        raise ConfigError("--ray runs its own workers: leave out --workers and device lists")
     try:
-        result = upscale_files(
-            inputs,
-            output,
-            model=spec,
-            options=options,
-            writing=writing,
-            recursive=recursive,
-            include_outputs=include_outputs,
-            events=events,
-            workers=worker_plan,
-        )
+        if ray is not None:
+            from ..cluster import RayOptions, upscale_files_ray
+
+            result = upscale_files_ray(
+                inputs,
+                output,
+                model=spec,
+                options=options,
+                writing=writing,
+                ray_options=RayOptions(address=None if ray.strip().lower() == "local" else ray),
+                recursive=recursive,
+                include_outputs=include_outputs,
+                events=events,
+            )
+        else:
+            result = upscale_files(
+                inputs,
+                output,
+                model=spec,
+                options=options,
+                writing=writing,
+                recursive=recursive,
+                include_outputs=include_outputs,
+                events=events,
+                workers=worker_plan,
+            )
     except BatchInterrupted as stop:
         reporter.stop()
         reporter.summary(stop.result, interrupted=True, exit_code=stop.exit_code)
