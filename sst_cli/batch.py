@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .choices import DEFAULT_MODEL, DEFAULT_SCALE
 from .errors import ConfigError, ImageError, OutputExists, SstError, WriteError
@@ -34,6 +34,9 @@ from .image_io import (
 )
 from .loader import ModelSpec
 from .upscaler import TileCallback, UpscaleOptions, Upscaler
+
+if TYPE_CHECKING:
+    from .parallel import WorkerPlan
 
 #: Output name used when none is given; ``{outscale}`` replaces ``{scale}`` when an outscale is set.
 DEFAULT_TEMPLATE = "{stem}_{model}_x{scale}.{ext}"
@@ -415,11 +418,14 @@ def upscale_files(
     recursive: bool = False,
     include_outputs: bool = False,
     events: BatchEvents | None = None,
+    workers: WorkerPlan | None = None,
 ) -> BatchResult:
     """``sst upscale`` as a library call: find the inputs, plan their outputs, load the model once, run.
 
     Everything that can be refused (no inputs, an output that cannot be named) is refused before the model
     is loaded; files found in folders that sst-cli wrote itself are skipped unless ``include_outputs``.
+    ``workers`` (``parallel.plan_workers``) with several devices runs one worker process per entry, each
+    loading the model once; the model is then loaded here on the CPU only to plan the outputs.
     Raises BatchInterrupted on Ctrl-C with what was finished.
     """
     events = events or BatchEvents()
@@ -435,7 +441,9 @@ def upscale_files(
         template=writing.name,
         format=writing.format,
     )
-    upscaler = Upscaler(model, options=options, on_message=events.warning)
+    parallel = workers is not None and workers.parallel
+    planning = replace(options, device="cpu") if parallel else options
+    upscaler = Upscaler(model, options=planning, on_message=events.warning)
     naming = replace(naming, scale=upscaler.scale)
     if options.outscale is not None and options.outscale != upscaler.scale and events.note is not None:
         events.note(
@@ -444,6 +452,12 @@ def upscale_files(
         )
     if events.ready is not None:
         events.ready(upscaler, len(jobs))
+    if workers is not None and parallel:
+        from .parallel import run_batch_parallel
+
+        return run_batch_parallel(
+            jobs, upscaler, spec=model, workers=workers, naming=naming, writing=writing, events=events
+        )
     return run_batch(
         jobs,
         upscaler,

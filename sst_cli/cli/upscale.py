@@ -13,11 +13,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from ..choices import DEFAULT_SCALE
+from ..errors import ConfigError
 from ._options import (
     AttentionOption,
     BatchOption,
     ConfigOption,
-    DeviceOption,
     ExactOption,
     HubRepoOption,
     MaxMemoryOption,
@@ -228,7 +228,28 @@ def upscale(
     skip_existing: Annotated[
         bool, typer.Option("--skip-existing", help="Leave existing outputs alone (resume a batch).")
     ] = False,
-    device: DeviceOption = "auto",
+    device: Annotated[
+        str,
+        typer.Option(
+            "--device",
+            help="auto, cpu, cuda, cuda:N or mps; a GPU list (cuda:0,cuda:1 or cuda:all): one worker process per GPU.",
+        ),
+    ] = "auto",
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers", help="Worker processes on the device, each loading the model (CPU: sharing the cores)."
+        ),
+    ] = 1,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Compute on Ray actors (pip install 'sst-cli[ray]'): local (a Ray on this machine), auto (the "
+            "running cluster) or ray://HEAD:10001. Paths must be ones every node sees.",
+        ),
+    ] = None,
     precision: PrecisionOption = "auto",
     attention: AttentionOption = "auto",
     tile: Annotated[str, typer.Option("--tile", help="auto, 0 (whole image) or tile side in pixels.")] = "auto",
@@ -261,12 +282,14 @@ def upscale(
     from .. import hub
     from ..batch import BatchEvents, BatchInterrupted, WriteOptions, upscale_files
     from ..loader import ModelSpec
+    from ..parallel import plan_workers
     from ..upscaler import UpscaleOptions
     from .downloads import download_display
 
     spec = ModelSpec(model, scale, weights, config, hub_repo)
+    worker_plan = plan_workers(device, workers)
     options = UpscaleOptions(
-        device=device,
+        device=worker_plan.devices[0],
         precision=precision,
         attention=attention,
         tile=parse_tile(tile),
@@ -294,18 +317,36 @@ def upscale(
         tile=reporter.tile,
         file_done=reporter.file_done,
     )
+    if ray is not None and worker_plan.parallel:
+        raise ConfigError("--ray runs its own workers: leave out --workers and device lists")
     try:
         with hub.show_downloads(download_display(quiet=quiet, json_log=json_log)):
-            result = upscale_files(
-                inputs,
-                output,
-                model=spec,
-                options=options,
-                writing=writing,
-                recursive=recursive,
-                include_outputs=include_outputs,
-                events=events,
-            )
+            if ray is not None:
+                from ..cluster import RayOptions, upscale_files_ray
+
+                result = upscale_files_ray(
+                    inputs,
+                    output,
+                    model=spec,
+                    options=options,
+                    writing=writing,
+                    ray_options=RayOptions(address=None if ray.strip().lower() == "local" else ray),
+                    recursive=recursive,
+                    include_outputs=include_outputs,
+                    events=events,
+                )
+            else:
+                result = upscale_files(
+                    inputs,
+                    output,
+                    model=spec,
+                    options=options,
+                    writing=writing,
+                    recursive=recursive,
+                    include_outputs=include_outputs,
+                    events=events,
+                    workers=worker_plan,
+                )
     except BatchInterrupted as stop:
         reporter.stop()
         reporter.summary(stop.result, interrupted=True, exit_code=stop.exit_code)

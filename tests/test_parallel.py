@@ -1,0 +1,156 @@
+"""Several worker processes in one batch (``--workers 2`` on the CPU) against one process, with the golden mini x3
+checkpoint; option checks need no model. Each pool start imports torch twice, so runs are few and shared."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import GOLDEN, needs_golden
+from PIL import Image
+from typer.testing import CliRunner
+
+from sst_cli.cli import app
+from sst_cli.errors import ConfigError
+from sst_cli.parallel import plan_workers, usable_cores
+
+MODEL = ["--weights", str(GOLDEN / "mini_x3.pth"), "--config", str(GOLDEN / "mini_x3.json"), "--device", "cpu"]
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+
+def images(folder: Path, count: int, size: tuple[int, int] = (16, 12), seed: int = 5) -> list[Path]:
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(count):
+        path = folder / f"p{i}.png"
+        Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)).save(path)
+        paths.append(path)
+    return paths
+
+
+def listing(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+# ------------------------------------------------------------------------------------------ option checks
+
+
+@pytest.mark.parametrize(
+    ("device", "workers", "words"),
+    [
+        ("cpu", 0, "--workers must be 1 or more"),
+        ("cpu,cpu", 1, "list GPUs only"),
+        ("cuda:0,", 1, "empty entry"),
+        ("cuda:0,cuda:1", 2, "--workers applies to one device"),
+        ("tpu", 2, "unknown device"),
+    ],
+)
+def test_bad_worker_options_are_one_sentence(device: str, workers: int, words: str) -> None:
+    with pytest.raises(ConfigError, match=words):
+        plan_workers(device, workers)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given where CUDA is absent")
+def test_cuda_all_without_cuda_is_refused() -> None:
+    with pytest.raises(ConfigError, match="cuda:all needs CUDA GPUs"):
+        plan_workers("cuda:all")
+    with pytest.raises(ConfigError, match="no CUDA GPU"):
+        plan_workers("cuda:0,cuda:1")
+
+
+def test_cpu_workers_plan_one_device_each() -> None:
+    assert plan_workers("cpu", 3).devices == ("cpu", "cpu", "cpu")
+    assert not plan_workers("cpu").parallel
+
+
+@needs_golden
+def test_cli_refuses_workers_zero_before_loading(tmp_path: Path) -> None:
+    images(tmp_path / "in", 1)
+    result = runner.invoke(app, ["upscale", str(tmp_path / "in"), *MODEL, "--workers", "0"])
+    assert result.exit_code == 2
+    assert "--workers must be 1 or more" in result.output
+
+
+# ------------------------------------------------------------------------------------------ real workers
+
+
+@needs_golden
+def test_two_workers_match_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bit-identical outputs, one summary, every file in the JSON log, a failing file reported, an existing
+    output skipped (resume), no temporaries left."""
+    monkeypatch.chdir(tmp_path)
+    images(tmp_path / "in", 5)
+    (tmp_path / "in" / "broken.png").write_bytes(b"not an image")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, usable_cores() // 2))  # as each of the two workers: sums depend on threads
+    try:
+        single = runner.invoke(app, ["upscale", "in", "-o", "one", *MODEL, "--json-log"])
+    finally:
+        torch.set_num_threads(threads)
+    assert single.exit_code == 1, single.output
+    (tmp_path / "two").mkdir()
+    kept = tmp_path / "two" / "p0_mini_x3_x3.png"
+    kept.write_bytes(b"from an earlier run")
+    result = runner.invoke(
+        app, ["upscale", "in", "-o", "two", *MODEL, "--workers", "2", "--skip-existing", "--json-log"]
+    )
+    assert result.exit_code == 1, result.output
+    events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    summaries = [e for e in events if e["event"] == "summary"]
+    assert len(summaries) == 1
+    summary = summaries[0]
+    assert (summary["done"], summary["skipped"], summary["failed"]) == (4, 1, 1)
+    assert [f["input"] for f in summary["failures"]] == [os.path.join("in", "broken.png")]
+    done = {e["input"]: e["status"] for e in events if e["event"] == "file_done"}
+    assert len(done) == 6 and sorted(done.values()) == ["done"] * 4 + ["failed", "skipped"]
+    starts = [e["input"] for e in events if e["event"] == "file_start"]
+    assert sorted(starts) == sorted(done)  # each file started once, and only once
+    assert kept.read_bytes() == b"from an earlier run"
+    assert listing(tmp_path / "two") == listing(tmp_path / "one")  # no temporaries, nothing extra
+    for name in listing(tmp_path / "one"):
+        if name != kept.name:
+            assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
+
+
+@needs_golden
+@pytest.mark.skipif(sys.platform == "win32", reason="sends SIGTERM, which Windows cannot catch")
+def test_sigterm_stops_every_worker_and_leaves_nothing_partial(tmp_path: Path) -> None:
+    images(tmp_path / "in", 12, size=(96, 96))
+    command = [sys.executable, "-m", "sst_cli", "upscale", "in", "-o", "out", *MODEL, "--workers", "2", "--json-log"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None
+    for line in process.stdout:  # wait until the workers compute: the first file has started
+        if '"file_start"' in line:
+            break
+    time.sleep(0.5)
+    process.send_signal(signal.SIGTERM)
+    try:
+        stdout, stderr = process.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+    assert process.returncode == 143, stderr
+    assert "--skip-existing to resume" in stderr
+    summary = [json.loads(line) for line in stdout.splitlines() if '"summary"' in line]
+    assert len(summary) == 1 and summary[0]["interrupted"] is True
+    out = tmp_path / "out"
+    names = listing(out) if out.is_dir() else []
+    assert not [n for n in names if n.startswith(".")], names  # no temporaries
+    assert len(names) == summary[0]["done"] < 12
+    for name in names:  # whatever was written is complete
+        with Image.open(out / name) as picture:
+            assert picture.size == (288, 288)
+            picture.load()
