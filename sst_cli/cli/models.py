@@ -43,7 +43,7 @@ def list_models(ctx: typer.Context) -> None:
         return
     table = Table(title="sst-cli model zoo")
     for column in ("model", "arch", "scale", "params", "weights", "from"):
-        table.add_column(column, no_wrap=column != "from")
+        table.add_column(column, no_wrap=column != "from", overflow="fold")  # URLs fold, never cut
     manifest = hub.load_manifest()["models"]
     for name, v in VARIANTS.items():
         for i, scale in enumerate(v.scales):
