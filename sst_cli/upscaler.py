@@ -166,9 +166,9 @@ class Upscaler:
         # Cores are cropped only where tiling can be exact; a network that sees the whole image (or says
         # nothing about its reach) gets feathered overlaps, which hide what tiling cannot avoid.
         blend = align == 1 or d.exact_context is None
-        if o.exact and d.exact_context is None:
-            return TilePlan(0, 0, align, blend)  # no finite context is exact: the whole image in one pass
         if o.exact:
+            if d.exact_context is None:  # no finite context is exact: the whole image in one pass
+                return TilePlan(0, 0, align, blend)
             overlap = align_overlap(d.exact_context, align)
         elif o.tile_overlap is not None:
             overlap = align_overlap(o.tile_overlap, align)

@@ -295,6 +295,8 @@ def test_zoo_name_without_local_weights_says_where_to_get_them() -> None:
 
 
 def test_zoo_name_with_a_file_checks_the_architecture(tmp_path: Path) -> None:
+    official = save_pth(create_model("dat-light", 2), tmp_path / "DAT_light_x2.pth")
+    assert load_model(official, variant="dat-light").config == get_variant("dat-light").config(2)
     path = save_pth(tiny(), tmp_path / "t.pth")
     with pytest.raises(CheckpointError, match=r"does not match the requested DAT architecture: .*embed_dim"):
         load_model(path, 2, variant="dat")
