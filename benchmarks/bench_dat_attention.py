@@ -54,6 +54,9 @@ class Row:
         return self.plain_ms / self.fast_ms
 
 
+CLOCK = time.perf_counter  # or time.process_time (--cpu-time): CPU seconds of this process, all threads
+
+
 def timed(fast: Callable[[], torch.Tensor], plain: Callable[[], torch.Tensor], runs: int) -> tuple[float, float, float]:
     """Median ms of each (interleaved, after one warm-up each) and the max |difference| of their outputs."""
     with torch.inference_mode():
@@ -62,9 +65,9 @@ def timed(fast: Callable[[], torch.Tensor], plain: Callable[[], torch.Tensor], r
         times: dict[str, list[float]] = {"fast": [], "plain": []}
         for _ in range(runs):
             for name, f in (("fast", fast), ("plain", plain)):
-                t0 = time.perf_counter()
+                t0 = CLOCK()
                 f()
-                times[name].append((time.perf_counter() - t0) * 1e3)
+                times[name].append((CLOCK() - t0) * 1e3)
     return statistics.median(times["fast"]), statistics.median(times["plain"]), diff
 
 
@@ -152,12 +155,24 @@ def main() -> None:
     parser.add_argument("--model-size", type=int, default=64, help="LR side of the whole forward passes")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    parser.add_argument("--levels", nargs="+", default=["kernel", "layer", "model"], help="what to measure")
+    parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time with the process's CPU time instead of the wall clock (steadier on shared cores; 1 thread)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    global CLOCK
+    if args.cpu_time:
+        CLOCK = time.process_time
+    clock = "process CPU time" if args.cpu_time else "wall clock"
     print(f"CPU: {cpu_model()}; torch {torch.__version__}; {torch.get_num_threads()} thread(s); "
-          f"{datetime.now().astimezone():%Y-%m-%d %H:%M %Z}; median of {args.runs} interleaved runs")  # fmt: skip
-    rows = kernel_rows(args.sizes, args.runs) + layer_rows(args.sizes, args.runs)
-    rows += model_rows(args.models, args.model_size, args.runs)
+          f"{datetime.now().astimezone():%Y-%m-%d %H:%M %Z}; median of {args.runs} interleaved runs, "
+          f"{clock}")  # fmt: skip
+    rows = kernel_rows(args.sizes, args.runs) if "kernel" in args.levels else []
+    rows += layer_rows(args.sizes, args.runs) if "layer" in args.levels else []
+    rows += model_rows(args.models, args.model_size, args.runs) if "model" in args.levels else []
     if args.markdown:
         print("\n| level | shape | SDPA ms | matmul-softmax ms | ratio | max diff |\n|---|---|---:|---:|---:|---:|")
         for r in rows:

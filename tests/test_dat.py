@@ -295,6 +295,8 @@ def test_zoo_name_without_local_weights_says_where_to_get_them() -> None:
 
 
 def test_zoo_name_with_a_file_checks_the_architecture(tmp_path: Path) -> None:
+    official = save_pth(create_model("dat-light", 2), tmp_path / "DAT_light_x2.pth")
+    assert load_model(official, variant="dat-light").config == get_variant("dat-light").config(2)
     path = save_pth(tiny(), tmp_path / "t.pth")
     with pytest.raises(CheckpointError, match=r"does not match the requested DAT architecture: .*embed_dim"):
         load_model(path, 2, variant="dat")
@@ -316,6 +318,10 @@ def test_cli_upscale_eval_and_bench_with_a_dat_checkpoint(tmp_path: Path, monkey
     result = runner.invoke(app, ["upscale", "in.png", "--weights", weights, "-o", "out.png", "--device", "cpu"])
     assert result.exit_code == 0, result.output
     assert Image.open("out.png").size == (40, 28)
+    Path("c.json").write_text(json.dumps(TINY | {"img_range": 255.0}))  # official keywords override the file's
+    result = runner.invoke(app, ["upscale", "in.png", "--weights", weights, "--config", "c.json", "-o", "c.png"])
+    assert result.exit_code == 0, result.output
+    assert not np.array_equal(np.asarray(Image.open("c.png")), np.asarray(Image.open("out.png")))
     (tmp_path / "ds" / "HR").mkdir(parents=True)
     _image(tmp_path / "ds" / "HR" / "a.png", (24, 16))
     result = runner.invoke(app, ["eval", "--weights", weights, "-d", str(tmp_path / "ds"), "--json", "r.json", "-q"])

@@ -82,8 +82,9 @@ class SpatialAttention(nn.Module):
         self.proj = nn.Linear(dim, dim)
         self.branches = [WindowBranch(dim // 2, heads // 2, hs, ws, qk_scale) for hs, ws in ((s0, s1), (s1, s0))]
         self.attns = nn.ModuleList(self.branches)
-        self.multiple = math.lcm(s0, s1)  # padding unit (the official code pads to max(s0, s1), the same
-        # whenever one side divides the other, the only case it can run)
+        # Padding unit. The official code pads to max(s0, s1): the same number whenever one side divides the
+        # other, which is the only case it can run (its window partition fails otherwise).
+        self.multiple = math.lcm(s0, s1)
         if shift:  # stored in checkpoints (official buffers): the masks at img_size x img_size
             for i, (hs, ws) in enumerate(((s0, s1), (s1, s0))):
                 mask = full_shift_mask(img_size, img_size, hs, ws, hs // 2, ws // 2)
