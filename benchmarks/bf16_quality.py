@@ -48,7 +48,7 @@ def main() -> None:
     rows = []
     for path in sorted(p for p in args.folder.iterdir() if is_image_file(p)):
         color = torch.from_numpy(np.ascontiguousarray(read_image(path).color.transpose(2, 0, 1)))
-        out = {way: up.run(color).clamp(0, 1) for way, up in upscalers.items()}
+        out = {way: up.run(color).image.clamp(0, 1) for way, up in upscalers.items()}
         row = {
             "image": path.name,
             "bf16_vs_fp32": psnr(out["bf16"], out["fp32"]),
