@@ -664,14 +664,21 @@ _TEMP_NAME = re.compile(r"\..+\.[0-9a-f]{8}" + re.escape(TEMP_SUFFIX))
 
 
 def _clean_stale_temporaries(folder: Path, note: Callable[[str], None]) -> None:
-    """Remove temporaries that an earlier, killed run left in ``folder`` (ours by name, older than this run)."""
-    cutoff = time.time() - 1.0
-    removed = 0
+    """Remove temporaries that an earlier, killed run left in ``folder`` (ours by name); ones touched in the last
+    minute may belong to another sst-cli process still writing there, so they are only reported."""
+    now = time.time()
+    removed = recent = 0
     with suppress(OSError):
         for entry in os.scandir(folder):
-            if _TEMP_NAME.fullmatch(entry.name) and entry.is_file() and entry.stat().st_mtime < cutoff:
-                with suppress(OSError):
-                    os.unlink(entry.path)
-                    removed += 1
+            if not (_TEMP_NAME.fullmatch(entry.name) and entry.is_file()):
+                continue
+            if entry.stat().st_mtime > now - 60:
+                recent += 1
+                continue
+            with suppress(OSError):
+                os.unlink(entry.path)
+                removed += 1
     if removed:
         note(f"removed {removed} unfinished file(s) that an interrupted run left in '{folder}'")
+    if recent:
+        note(f"'{folder}' holds {recent} unfinished file(s) of another run that may still be writing; left alone")

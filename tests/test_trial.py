@@ -160,13 +160,16 @@ def test_stale_temporaries_of_a_killed_run_are_removed_with_a_notice() -> None:
     Path("out").mkdir()
     stale = Path("out/.a_nn_x2.png.0123abcd.sst-tmp")
     stale.write_bytes(b"half")
-    os.utime(stale, (time.time() - 60, time.time() - 60))
+    os.utime(stale, (time.time() - 120, time.time() - 120))
+    fresh = Path("out/.b_nn_x2.png.0123abce.sst-tmp")  # another run may still be writing it
+    fresh.write_bytes(b"busy")
     other = Path("out/.notes.sst-tmp")  # not our name pattern: left alone
     other.write_bytes(b"x")
     notes: list[str] = []
     batch(["in"], notes=notes)
-    assert not stale.exists() and other.exists()
+    assert not stale.exists() and fresh.exists() and other.exists()
     assert any("removed 1 unfinished file" in n for n in notes)
+    assert any("1 unfinished file(s) of another run" in n for n in notes)
 
 
 def test_batch_interrupted_carries_the_signal_exit_code(monkeypatch: pytest.MonkeyPatch) -> None:
