@@ -144,6 +144,14 @@ def manifest_entry(name: str, scale: int, *, repo_id: str | None = None) -> HubF
         scales = ", ".join(sorted(models[key], key=lambda s: (len(s), s)))
         raise ConfigError(f"model {key!r} has no x{scale} weights; available scales: {scales}")
     bundled, filename = entry.get("bundled"), entry.get("filename")
+    if not filename and not bundled and entry.get("repo_id"):
+        # INTERIM (sst-real, issue 15): a repo_id without a file name means "list the repository and take its
+        # one checkpoint"; that listing belongs to hub discovery (issue 10). Until it lands, say what to do.
+        where = entry["repo_id"]
+        raise WeightsNotFound(
+            f"{key} x{scale} weights are in the Hugging Face repository {where} under a file name sst-cli cannot "
+            f"look up yet: download its checkpoint from https://huggingface.co/{where} and pass it with --weights"
+        )
     if not filename:
         if not bundled:
             raise WeightsNotFound(_not_trained_message(key, scale, models[key]))

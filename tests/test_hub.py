@@ -41,6 +41,7 @@ DATA_A = b"weights at commit A"
 DATA_B = b"weights at commit B, different"
 ROOT = Path(__file__).resolve().parent.parent
 OURS = ("sst-light-291",)  # weights trained by sst-cli: bundled only, never from the Hub
+LISTED = ("sst-real",)  # on the Hub under a file name found by listing the repository
 ZOO = {
     "sst-light": "SSTlight_DFLIP_X{s}.pth",
     "sst-light+": "SSTlight_Plus_DFLIP_X{s}.pth",
@@ -178,7 +179,7 @@ def test_manifest_has_all_zoo_entries() -> None:
     manifest = hub.load_manifest()
     assert manifest["format"] == 1
     assert manifest["default_repo_id"] == "dslisleedh/SST"
-    assert set(manifest["models"]) == set(ZOO) | set(OURS)
+    assert set(manifest["models"]) == set(ZOO) | set(OURS) | set(LISTED)
     count = 0
     for name, pattern in ZOO.items():
         assert set(manifest["models"][name]) == {"2", "3", "4"}
@@ -196,6 +197,17 @@ def test_manifest_has_all_zoo_entries() -> None:
             )
             count += 1
     assert count == 21
+
+
+def test_sst_real_is_found_by_listing_its_repository() -> None:
+    entries = hub.load_manifest()["models"]["sst-real"]
+    assert set(entries) == {"4"}
+    assert entries["4"]["repo_id"] == "dslisleedh/SSTReal_X4" and entries["4"]["filename"] is None
+    assert entries["4"]["bundled"] is None
+    # Until hub discovery lists the repository, the error names it and says what to do (never "not trained").
+    with pytest.raises(WeightsNotFound, match=r"dslisleedh/SSTReal_X4.*--weights") as info:
+        hub.manifest_entry("sst-real", 4)
+    assert "not trained" not in str(info.value)
 
 
 def test_sst_cli_trained_entries_are_bundled_only() -> None:

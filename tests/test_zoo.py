@@ -20,12 +20,14 @@ OFFICIAL_NAMES = {
     "sst-xl+": "SSTXL_Plus",
 }
 OURS = ["sst-light-291"]  # official architectures with weights trained by sst-cli
-ENTRIES = [(name, scale) for name in list_models() for scale in SCALES]
+REAL = ["sst-real"]  # the authors' real-world model, another architecture (tests/test_sstreal.py)
+ENTRIES = [(name, scale) for name in list_models() if name not in REAL for scale in SCALES]
 
 
-def test_zoo_has_the_seven_official_variants_then_ours() -> None:
-    assert list_models(official_only=True) == list(OFFICIAL_NAMES)
-    assert list_models() == [*OFFICIAL_NAMES, *OURS]
+def test_zoo_has_the_seven_official_variants_and_sst_real_then_ours() -> None:
+    assert list_models(official_only=True) == [*OFFICIAL_NAMES, *REAL]
+    assert list_models() == [*OFFICIAL_NAMES, *REAL, *OURS]
+    assert get_variant("sst-real").scales == (4,) and get_variant("sst-real").arch == "sstreal"
     assert len(ENTRIES) == 24
 
 

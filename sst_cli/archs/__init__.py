@@ -12,8 +12,9 @@ import torch
 from ..errors import CheckpointError
 from .base import ArchConfig, Architecture, ModelDescriptor, SRNetwork, describe, network_of
 from .sst import ARCH as SST_ARCH
+from .sstreal import ARCH as SSTREAL_ARCH
 
-ARCHITECTURES: dict[str, Architecture] = {arch.name: arch for arch in (SST_ARCH,)}
+ARCHITECTURES: dict[str, Architecture] = {arch.name: arch for arch in (SST_ARCH, SSTREAL_ARCH)}
 
 
 def get_architecture(name: str) -> Architecture:

@@ -21,8 +21,8 @@ def weights_status(name: str, scale: int) -> str:
     """Where the weights of one zoo entry would come from, without touching the network."""
     try:
         entry = hub.manifest_entry(name, scale)
-    except WeightsNotFound:  # sst-cli's own entries before their weights are trained
-        return "not trained"
+    except WeightsNotFound:  # sst-cli's own entries before their weights are trained; sst-real (file unlisted)
+        return "hub (unlisted)" if get_variant(name).official else "not trained"
     if isinstance(entry, Path):
         return "bundled" if entry.is_file() else "missing"
     return "cached" if hub.cached_path(entry) else "hub"
@@ -46,6 +46,7 @@ def list_models(ctx: typer.Context) -> None:
     console.print(table)
     console.print(
         "bundled: shipped with sst-cli; cached: in the Hugging Face cache; hub: downloaded on first use; "
+        "hub (unlisted): on the Hub under a file name not known yet (download it, pass --weights); "
         "not trained: no weights yet (make them with `sst train`)"
     )
 
@@ -66,7 +67,10 @@ def info(name: Annotated[str, typer.Argument(help="Zoo name, e.g. sst-l+.")]) ->
     for scale in v.scales:
         try:
             entry = hub.manifest_entry(v.name, scale)
-        except WeightsNotFound:
+        except WeightsNotFound as exc:
+            if v.official:  # sst-real: on the Hub under a name to be listed
+                console.print(f"  x{scale}: {v.params[scale]:,} parameters; {exc}", markup=False)
+                continue
             arch = v.base or v.name
             hint = f"sst train --model {arch} --scale {scale} --data DIR --iters N --out FILE"
             console.print(f"  x{scale}: {v.params[scale]:,} parameters; weights not trained yet ({hint})", markup=False)
