@@ -270,6 +270,14 @@ def test_cli_end_to_end(tmp_path: Path) -> None:
     assert np.array_equal(run("e.png", "--tile", "64"), run("f.png", "--tile", "0"))
 
 
+def test_zoo_architecture_with_other_weights_is_checked(tmp_path: Path) -> None:
+    weights = save_tiny(tmp_path / "real.pth")
+    with pytest.raises(CheckpointError, match="dim: file has 12, model needs 192"):
+        load_model(weights, variant="sst-real")
+    with pytest.raises(ConfigError, match="sst-real exists at x4, not x2"):
+        load_model(weights, 2, variant="sst-real")
+
+
 def test_cli_loads_a_pth_without_config(tmp_path: Path) -> None:
     weights = save_tiny(tmp_path / "real.pth")
     photo = _png(tmp_path / "photo.png", (9, 7))

@@ -66,6 +66,7 @@ def infer(state: Mapping[str, torch.Tensor]) -> tuple[dict[str, Any], bool]:
         raise CheckpointError(f"RIB input width {to_hidden[0]} is not 2 + 4 * n_freqs")
     windows = (RELEASED_WINDOWS * len(layers))[: len(layers)]  # the released six, or as many of its pattern
     kwargs: dict[str, Any] = {
+        "scale": 4,
         "dim": dim,
         "intermediate_dim": inner,
         "emb_channels": embed[0],
@@ -107,11 +108,8 @@ def check(inferred: Mapping[str, Any], config: ArchConfig, source: str) -> None:
     assert isinstance(config, SSTRealConfig)
     wanted = determined(config)
     found = determined(SSTRealConfig.from_kwargs(inferred))
-    if len(inferred["ranks"]) != len(config.window_sizes):
-        raise CheckpointError(
-            f"{source} has {len(inferred['ranks'])} layers per block but the requested SSTReal architecture has "
-            f"{len(config.window_sizes)} window sizes"
-        )
     diffs = [f"{k}: file has {v}, model needs {wanted[k]}" for k, v in found.items() if v != wanted[k]]
+    if len(inferred["ranks"]) != len(config.window_sizes):
+        diffs.insert(0, f"layers per block: file has {len(inferred['ranks'])}, model needs {len(config.window_sizes)}")
     if diffs:
         raise CheckpointError(f"{source} does not match the requested SSTReal architecture: " + "; ".join(diffs))
