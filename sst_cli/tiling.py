@@ -9,7 +9,9 @@ image edge (never shifted back) and cores are cropped into the output.  Generic 
 (``align=1``) use feathered blending over the overlaps instead.
 
 The output canvas lives on the CPU; only tiles go through ``forward``, so device memory grows with
-the tile, not with the image.
+the tile, not with the image.  With ``origins=True`` the tiler also tells ``forward`` where each tile's
+context box starts in the whole image (``forward(x, [(y, x), ...])`` in LR pixels), for networks whose
+output depends on position (noise keyed by position); it never needs to know which network that is.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import torch
 
 from sst_cli.errors import ConfigError
 
-Forward = Callable[[torch.Tensor], torch.Tensor]
+Forward = Callable[..., torch.Tensor]  # forward(x), or forward(x, origins) when run with origins=True
 _WEIGHT_BITS = 16  # feather weights are multiples of 2**-16 so a constant image blends exactly
 
 
@@ -107,6 +109,7 @@ def run_tiles(
     on_tile: Callable[[int, int], None] | None = None,
     skip: Callable[[Tile], bool] | None = None,
     canvas: torch.Tensor | None = None,
+    origins: bool = False,
 ) -> torch.Tensor:
     """Run ``forward`` over ``tiles`` of a (C, H, W) image; return the (C_out, H*s, W*s) CPU float32 output.
 
@@ -114,7 +117,7 @@ def run_tiles(
     interrupted run.  ``forward`` should already run without autograd.
     """
     acc = _Accumulator(image, scale, blend, canvas)
-    _run(forward, image, scale, tiles, acc, batch, on_tile, skip, None)
+    _run(forward, image, scale, tiles, acc, batch, on_tile, skip, None, origins)
     return acc.result()
 
 
@@ -131,6 +134,7 @@ def run_tiles_adaptive(
     on_tile: Callable[[int, int], None] | None = None,
     is_oom: Callable[[BaseException], bool],
     on_oom: Callable[[int], None] | None = None,
+    origins: bool = False,
 ) -> tuple[torch.Tensor, int]:
     """Run tiled inference, halving the tile on out-of-memory errors; return (output, tile size used).
 
@@ -158,7 +162,7 @@ def run_tiles_adaptive(
             acc = _Accumulator(image, scale, blend, None)
             finished.zero_()
         try:
-            _run(forward, image, scale, tiles, acc, batch, on_tile, is_finished, mark)
+            _run(forward, image, scale, tiles, acc, batch, on_tile, is_finished, mark, origins)
             return acc.result(), tile
         except Exception as exc:
             if not is_oom(exc):
@@ -190,6 +194,7 @@ def _run(
     on_tile: Callable[[int, int], None] | None,
     skip: Callable[[Tile], bool] | None,
     on_done: Callable[[Tile], None] | None,
+    origins: bool = False,
 ) -> None:
     """Group runnable tiles by context shape, run them in batches and feed the accumulator."""
     if batch < 1:
@@ -204,7 +209,7 @@ def _run(
         for start in range(0, len(group), batch):
             chunk = group[start : start + batch]
             x = torch.stack([image[:, t.cy0 : t.cy1, t.cx0 : t.cx1] for t in chunk])
-            out = forward(x)
+            out = forward(x, [(t.cy0, t.cx0) for t in chunk]) if origins else forward(x)
             h, w = chunk[0].context_shape
             if out.ndim != 4 or out.shape[0] != len(chunk) or tuple(out.shape[2:]) != (h * scale, w * scale):
                 raise ValueError(f"model returned shape {tuple(out.shape)} for input {tuple(x.shape)} at scale {scale}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any, Literal, NamedTuple
 
@@ -42,7 +43,9 @@ class UpscaleOptions:
     own); ``exact``: context covering the receptive field, so tiling leaves no trace (a network whose receptive
     field is the whole image, such as DAT, then runs on the whole image); ``batch``: tiles per
     forward pass; ``alpha``: transparency through the network (``model``) or bicubic (``resize``);
-    ``outscale``: resize the native output to this final scale.
+    ``outscale``: resize the native output to this final scale. ``ig_lambda`` and ``seed``: runtime settings
+    of generative models (SSTReal: λ of its recombination, default 2.0, and the seed of its noise, default
+    0); None leaves the model's own, and a model without the setting refuses it.
     """
 
     device: str = "auto"
@@ -55,6 +58,8 @@ class UpscaleOptions:
     max_memory: int | None = None
     alpha: str = "model"
     outscale: float | None = None
+    ig_lambda: float | None = None
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         resolve_device(self.device)  # a device PyTorch cannot use here is an option error, said at once
@@ -72,6 +77,16 @@ class UpscaleOptions:
             raise ConfigError(f"unknown alpha mode {self.alpha!r}; choose one of {', '.join(ALPHA_MODES)}")
         if self.outscale is not None and not (math.isfinite(self.outscale) and self.outscale > 0):
             raise ConfigError(f"outscale must be a positive number, got {self.outscale}")
+        if self.ig_lambda is not None and not math.isfinite(self.ig_lambda):
+            raise ConfigError(f"ig_lambda must be a finite number, got {self.ig_lambda}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
+            raise ConfigError(f"seed must be a non-negative integer, got {self.seed!r}")
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The model settings asked for (``SRNetwork.configure`` keywords), without those left at None."""
+        values = {"ig_lambda": self.ig_lambda, "seed": self.seed}
+        return {name: value for name, value in values.items() if value is not None}
 
 
 @dataclass(frozen=True)
@@ -124,12 +139,15 @@ class Upscaler:
         self.options = options if options is not None else UpscaleOptions(**option_values)
         self.device = resolve_device(self.options.device)
         self.dtype = resolve_precision(self.options.precision, self.device)
+        _refuse_settings_early(model, weights, config, self.options.settings)
         self.model = self._load(model, scale, weights, config, hub_repo)
         self.descriptor: ModelDescriptor = describe(self.model)
         self.scale = self.descriptor.scale
         self.attention: AttentionReport | None = None
         network = network_of(self.model)
+        _check_settings(self.options.settings, self.descriptor.settings, self.descriptor.architecture)
         if isinstance(network, SRNetwork):
+            network.configure(**self.options.settings)
             network.set_attention_backend(self.options.attention)
             if self.descriptor.attention_head_sizes:
                 self.attention = describe_attention(
@@ -216,9 +234,15 @@ class Upscaler:
             tile += align
         return tile
 
-    def _forward(self, batch: torch.Tensor) -> torch.Tensor:
+    def _forward(self, batch: torch.Tensor, origins: list[tuple[int, int]] | None = None) -> torch.Tensor:
+        """One batch of tiles through the network; ``origins`` (LR, in the whole image) for networks whose
+        descriptor says their output depends on position."""
         x = batch.to(self.device, self.dtype, non_blocking=True)
-        with torch.inference_mode(), fp32_mode(self.device, self.dtype):
+        network = network_of(self.model)
+        located: AbstractContextManager[None] = nullcontext()
+        if origins is not None and isinstance(network, SRNetwork):
+            located = network.at_tile_origins(origins)
+        with torch.inference_mode(), fp32_mode(self.device, self.dtype), located:
             y = self.model(x)
         return y.float().cpu()
 
@@ -249,6 +273,7 @@ class Upscaler:
             on_tile=on_tile,
             is_oom=is_out_of_memory,
             on_oom=self._on_oom,
+            origins=self.descriptor.position_dependent,
         )
         if not torch.isfinite(out).all():
             hint = " (bf16 overflowed: try precision fp32)" if self.dtype != torch.float32 else ""
@@ -328,6 +353,41 @@ class Upscaler:
             return _to_pil(self.upscale_picture(_picture_from_pil(image), on_tile)[0], image.mode)
         array = np.asarray(image)
         return _to_array(self.upscale_picture(_picture_from_array(array), on_tile)[0], array)
+
+
+def _check_settings(asked: dict[str, Any], known: tuple[str, ...], title: str) -> None:
+    """Refuse model settings a model does not have, naming them and the models that do."""
+    foreign = [name for name in asked if name not in known]
+    if foreign:
+        names = " and ".join(f"{name} (--{name.replace('_', '-')})" for name in foreign)
+        raise ConfigError(
+            f"{names} {'applies' if len(foreign) == 1 else 'apply'} to generative models (sst-real) only; "
+            f"{title} has no such setting: leave {'it' if len(foreign) == 1 else 'them'} out"
+        )
+
+
+def _refuse_settings_early(
+    model: str | ModelSpec | nn.Module | None,
+    weights: str | os.PathLike[str] | None,
+    config: ConfigSource | None,
+    asked: dict[str, Any],
+) -> None:
+    """For a zoo model, refuse foreign settings before anything is downloaded or read."""
+    if not asked:
+        return
+    if isinstance(model, ModelSpec):
+        name, weights, config = model.model, model.weights, model.config
+    elif model is None or isinstance(model, str):
+        name = model
+    else:
+        return
+    if weights is not None or config is not None:
+        return  # the architecture is only known once the file is read
+    from .archs import get_architecture
+    from .zoo import get_variant
+
+    arch = get_architecture(get_variant(name or DEFAULT_MODEL).arch)
+    _check_settings(asked, arch.settings, arch.title)
 
 
 def _picture_from_array(array: np.ndarray) -> Picture:

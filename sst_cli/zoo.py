@@ -136,6 +136,24 @@ DAT_VARIANTS = (
          expansion_factor=4.0),
 )  # fmt: skip
 
+
+# SSTReal-X4: the authors' real-world model (``EDMUNet``, option file SSTReal_X4.yaml), x4 only.
+_REAL = Variant(
+    "sst-real",
+    "SSTReal-X4",
+    "sstreal",
+    {
+        "img_resolution": 192, "img_channels": 3, "sigma_data": 0.5, "sigma_min": 0, "use_skip": True,
+        "sampling_ig_lambda": 2.0, "dim": 192, "intermediate_dim": 96, "emb_channels": 768,
+        "noise_channels": 192, "num_blocks": 14, "fuse_lr_till": 6, "ig_idx": 6, "attn_type": "RIB",
+        "window_sizes": WINDOWS, "num_heads": (6,) * 6, "ranks": (16, 16, 16, 32, 32, 32),
+        "rib_hidden_dim": 32, "rib_n_freqs": 10, "exp_ratio": 3, "gate_type": "DWC", "drop_p": 0.05,
+    },
+    {4: 54_986_502},
+    note="the authors' real-world weights (noisy, blurred, JPEG photos; generative)",
+    scales=(4,),
+)  # fmt: skip
+
 _LIGHT = _light("sst-light", "SST-light", WINDOWS_LIGHT)
 TRAINED_291 = "trained by sst-cli on 291 images (T91 + BSD200), not the paper's weights"
 
@@ -150,6 +168,7 @@ VARIANTS: dict[str, Variant] = {
         _large("sst-l+", "SST-L+", WINDOWS_PLUS),
         _XL_PLUS,
         *DAT_VARIANTS,
+        _REAL,
         _ours(_LIGHT, "sst-light-291", "SST-light (sst-cli, 291 images)", TRAINED_291),
     )
 }

@@ -48,6 +48,7 @@ OFF_HUB = {  # DAT: the authors publish on Google Drive
     "dat-2": "DAT_2_x{s}.pth",
     "dat": "DAT_x{s}.pth",
 }
+LISTED = ("sst-real",)  # on the Hub under a file name found by listing the repository
 ZOO = {
     "sst-light": "SSTlight_DFLIP_X{s}.pth",
     "sst-light+": "SSTlight_Plus_DFLIP_X{s}.pth",
@@ -188,7 +189,7 @@ def test_manifest_has_all_zoo_entries() -> None:
     assert manifest["format"] == 1 and "default_repo_id" not in manifest  # no guessed repository any more
     assert manifest["hub_owner"] == "dslisleedh" and manifest["hub_collection"] == "sst"
     assert manifest["release_url"] == "https://github.com/dslisleedh/SST/releases/download/v0.0.1"
-    assert set(manifest["models"]) == set(ZOO) | set(OURS) | set(OFF_HUB)
+    assert set(manifest["models"]) == set(ZOO) | set(OURS) | set(OFF_HUB) | set(LISTED)
     count = 0
     for name, pattern in ZOO.items():
         assert set(manifest["models"][name]) == {"2", "3", "4"}
@@ -202,6 +203,16 @@ def test_manifest_has_all_zoo_entries() -> None:
             assert entry.on_hub and entry.revision == "main"
             count += 1
     assert count == 21
+
+
+def test_sst_real_is_found_by_listing_its_repository() -> None:
+    entries = hub.load_manifest()["models"]["sst-real"]
+    assert set(entries) == {"4"}
+    assert entries["4"]["repo_id"] == "dslisleedh/SSTReal_X4" and entries["4"]["filename"] is None
+    assert entries["4"]["bundled"] is None
+    entry = hub.manifest_entry("sst-real", 4)  # listing the repository: tests/test_hub_http.py
+    assert entry.filename is None and entry.what == "the checkpoint of dslisleedh/SSTReal_X4"
+    assert hub.locate("sst-real", 4).origin == "hub dslisleedh/SSTReal_X4, not downloaded yet"
 
 
 def test_sst_cli_trained_entries_are_bundled_only() -> None:

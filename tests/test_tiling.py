@@ -314,3 +314,25 @@ def test_adaptive_gives_up_and_passes_other_errors() -> None:
     with pytest.raises(KeyError):
         run_tiles_adaptive(broken, img, 2, tile=8, overlap=0, is_oom=is_fake_oom, on_oom=seen.append)
     assert seen == []
+
+
+def test_origins_tell_forward_where_each_tile_lies() -> None:
+    """Position-dependent networks learn each context box's origin; a position-keyed model then tiles exactly."""
+    image = torch.rand(3, 40, 50)
+
+    def keyed(x: torch.Tensor, origins: list[tuple[int, int]]) -> torch.Tensor:
+        # Adds a value that depends only on the global position, like SSTReal's noise.
+        h, w = x.shape[-2:]
+        out = x.clone()
+        for i, (y0, x0) in enumerate(origins):
+            ys = torch.arange(y0, y0 + h, dtype=torch.float32)[:, None]
+            xs = torch.arange(x0, x0 + w, dtype=torch.float32)[None, :]
+            out[i] += torch.sin(ys * 0.3 + xs * 0.7)
+        return out
+
+    seen: list[tuple[int, int]] = []
+    whole = run_tiles(keyed, image, 1, plan_tiles(40, 50, 0, 0), origins=True)
+    tiles = plan_tiles(40, 50, 16, 8, 8)
+    tiled = run_tiles(lambda x, o: seen.extend(o) or keyed(x, o), image, 1, tiles, batch=3, origins=True)
+    assert torch.equal(tiled, whole)
+    assert sorted(seen) == sorted((t.cy0, t.cx0) for t in tiles)

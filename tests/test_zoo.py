@@ -21,12 +21,14 @@ OFFICIAL_NAMES = {
 }
 DAT_NAMES = ["dat-light", "dat-s", "dat-2", "dat"]  # the second architecture (tests/test_dat.py)
 OURS = ["sst-light-291"]  # official architectures with weights trained by sst-cli
+REAL = ["sst-real"]  # the authors' real-world model, another architecture (tests/test_sstreal.py)
 ENTRIES = [(name, scale) for name in list_models() if get_variant(name).arch == "sst" for scale in SCALES]
 
 
 def test_zoo_has_the_official_variants_then_ours() -> None:
-    assert list_models(official_only=True) == [*OFFICIAL_NAMES, *DAT_NAMES]
-    assert list_models() == [*OFFICIAL_NAMES, *DAT_NAMES, *OURS]
+    assert list_models(official_only=True) == [*OFFICIAL_NAMES, *DAT_NAMES, *REAL]
+    assert list_models() == [*OFFICIAL_NAMES, *DAT_NAMES, *REAL, *OURS]
+    assert get_variant("sst-real").scales == (4,) and get_variant("sst-real").arch == "sstreal"
     assert len(ENTRIES) == 24
 
 

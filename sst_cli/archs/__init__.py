@@ -14,8 +14,9 @@ from .base import ArchConfig, Architecture, ModelDescriptor, SRNetwork, describe
 from .dat import ARCH as DAT_ARCH
 from .foreign import recognise
 from .sst import ARCH as SST_ARCH
+from .sstreal import ARCH as SSTREAL_ARCH
 
-ARCHITECTURES: dict[str, Architecture] = {arch.name: arch for arch in (SST_ARCH, DAT_ARCH)}
+ARCHITECTURES: dict[str, Architecture] = {arch.name: arch for arch in (SST_ARCH, DAT_ARCH, SSTREAL_ARCH)}
 
 
 def get_architecture(name: str) -> Architecture:

@@ -9,8 +9,8 @@ nothing else. A third architecture is one new room plus one line in ``archs.ARCH
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -40,7 +40,9 @@ class ModelDescriptor:
     whole-image output (None: unknown, tiles are blended instead). ``default_context``: the context used
     when the user asks for none. ``attention_head_sizes``: (q/k, v) channels per head reaching the shared
     attention kernels, for planning and describing them. ``bf16_safe``: whether bfloat16 inference keeps
-    its output close to fp32.
+    its output close to fp32. ``position_dependent``: the output depends on where the input lies in the
+    whole image (SSTReal's noise is keyed by position), so the tiler tells the network each tile's origin
+    through ``SRNetwork.at_tile_origins``. ``settings``: the runtime knobs ``SRNetwork.configure`` accepts.
     """
 
     architecture: str
@@ -52,6 +54,8 @@ class ModelDescriptor:
     bf16_safe: bool = True
     parameters: int = 0
     notes: tuple[str, ...] = field(default=())
+    position_dependent: bool = False
+    settings: tuple[str, ...] = ()
 
 
 class SRNetwork(nn.Module):
@@ -75,6 +79,18 @@ class SRNetwork(nn.Module):
         """A context in which the network runs the plain way of its authors' code (the baseline of ``sst bench
         --reference``); the same function, so outputs agree to rounding."""
         raise ConfigError(f"{type(self).__name__} has no reference path to compare with")
+
+    def configure(self, **settings: object) -> None:
+        """Set runtime knobs named in ``describe().settings`` (SSTReal's ``ig_lambda``, ``seed``); a network
+        without such a knob refuses it by name."""
+        if settings:
+            names = ", ".join(sorted(settings))
+            raise ConfigError(f"{self.describe().architecture} models have no setting {names}")
+
+    def at_tile_origins(self, origins: Sequence[tuple[int, int]]) -> AbstractContextManager[None]:
+        """A context in which the next forward's batch items are tiles whose context boxes start at
+        ``origins`` (LR (y, x) in the whole image); only position-dependent networks care."""
+        return nullcontext()
 
     def set_attention_backend(self, backend: str) -> None:
         """Choose the attention kernel (a runtime choice; what the network computes stays the same)."""
@@ -116,7 +132,8 @@ class Architecture:
     ``markers``: keys every checkpoint of the architecture holds, to explain a near miss (a file with most
     of them) by the keys it lacks.
     ``scale_key``: the keyword holding the upscaling factor. ``config_key``: the safetensors metadata key
-    under which sst-cli stores the keywords of files it writes.
+    under which sst-cli stores the keywords of files it writes. ``settings``: the runtime knobs its networks
+    accept (as their descriptors say), known before any weights are read.
     """
 
     name: str
@@ -129,6 +146,7 @@ class Architecture:
     check: Callable[[Mapping[str, Any], ArchConfig, str], None] | None = None
     undetermined: str = ""
     markers: tuple[str, ...] = ()
+    settings: tuple[str, ...] = ()
 
     @property
     def config_key(self) -> str:

@@ -45,6 +45,18 @@ BatchOption = Annotated[int, typer.Option("--batch", help="Tiles per forward pas
 MaxMemoryOption = Annotated[
     str | None, typer.Option("--max-memory", help="Memory budget for a tile's activations, e.g. 4G or 512M.")
 ]
+IgLambdaOption = Annotated[
+    float | None,
+    typer.Option(
+        "--ig-lambda",
+        help="sst-real only: λ of d_i + λ (d_f - d_i); default 2.0 (1.0: most faithful; higher: sharper, more "
+        "invented texture, artefacts from about 3.0).",
+    ),
+]
+SeedOption = Annotated[
+    int | None,
+    typer.Option("--seed", help="sst-real only: seed of the noise it adds (default 0); same seed, same output."),
+]
 
 _SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(i?b)?", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}

@@ -20,9 +20,11 @@ from ._options import (
     ConfigOption,
     ExactOption,
     HubRepoOption,
+    IgLambdaOption,
     MaxMemoryOption,
     ModelOption,
     PrecisionOption,
+    SeedOption,
     TileOverlapOption,
     WeightsOption,
     parse_size,
@@ -263,6 +265,8 @@ def upscale(
     outscale: Annotated[
         float | None, typer.Option("--outscale", help="Final scale: native model output resized with antialiasing.")
     ] = None,
+    ig_lambda: IgLambdaOption = None,
+    seed: SeedOption = None,
     max_pixels: Annotated[
         int, typer.Option("--max-pixels", help="Refuse larger inputs (decompression bombs); 0 = no limit.")
     ] = _DEFAULT_MAX_PIXELS,
@@ -299,6 +303,8 @@ def upscale(
         max_memory=parse_size(max_memory),
         alpha=alpha,
         outscale=outscale,
+        ig_lambda=ig_lambda,
+        seed=seed,
     )
     writing = WriteOptions(
         format=format,

@@ -12,12 +12,19 @@ from .rib import RibParameters
 
 
 class LayerNorm2d(nn.Module):
-    """LayerNorm over channels at each pixel of an NCHW tensor (biased variance, eps 1e-6)."""
+    """LayerNorm over channels at each pixel of an NCHW tensor (biased variance, eps 1e-6).
 
-    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+    ``affine=False`` (SSTReal's adaLN layers, whose scale and shift come from the noise embedding) keeps
+    no weight or bias, as in the official checkpoints.
+    """
+
+    weight: nn.Parameter | None
+    bias: nn.Parameter | None
+
+    def __init__(self, dim: int, eps: float = 1e-6, affine: bool = True) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.bias = nn.Parameter(torch.zeros(dim))
+        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(dim)) if affine else None
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,115 @@
+"""SSTReal's constructor keywords: those of the authors' ``EDMUNet(...)`` (option file ``SSTReal_X4.yaml``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import ConfigError
+
+RELEASED_WINDOWS = (16, 32, 64, 16, 32, 64)
+RELEASED_RANKS = (16, 16, 16, 32, 32, 32)
+
+
+def _per_layer(value: int | Sequence[int], layers: int, name: str) -> tuple[int, ...]:
+    values = (value,) * layers if isinstance(value, int) else tuple(int(v) for v in value)
+    if len(values) != layers:
+        raise ConfigError(f"{name} has {len(values)} entries but there are {layers} window sizes")
+    return values
+
+
+@dataclass(frozen=True)
+class SSTRealConfig:
+    """``EDMUNet`` keywords; defaults are the released SSTReal-X4 (54,986,502 parameters).
+
+    The EDM wrapper's own keywords (``img_resolution``, ``img_channels``, ``sigma_min``, ``sigma_max``,
+    ``up_list``, ``down_list``) do not change inference; they are accepted so that official option files load.
+    ``sampling_ig_lambda`` is the default λ of the recombination ``d_i + λ (d_f - d_i)``; the authors test
+    with 2.0 (the constructor's own default, 1.0, is the training setting).
+    """
+
+    img_resolution: int = 192
+    img_channels: int = 3
+    scale: int = 4
+    sigma_min: float = 0.0
+    sigma_max: float = math.inf
+    sigma_data: float = 0.5
+    up_list: Any = None
+    down_list: Any = None
+    use_skip: bool = True
+    sampling_ig_lambda: float = 2.0
+    dim: int = 192
+    intermediate_dim: int = 96
+    emb_channels: int = 768
+    noise_channels: int = 192
+    num_blocks: int = 14
+    fuse_lr_till: int = 6
+    ig_idx: int = 6
+    attn_type: str = "RIB"
+    window_sizes: tuple[int, ...] = RELEASED_WINDOWS
+    num_heads: tuple[int, ...] = (6, 6, 6, 6, 6, 6)
+    ranks: tuple[int, ...] = RELEASED_RANKS
+    rib_hidden_dim: int = 32
+    rib_n_freqs: int = 10
+    exp_ratio: float = 3
+    gate_type: str = "DWC"
+    drop_p: float = 0.05
+
+    def __post_init__(self) -> None:
+        windows = tuple(int(w) for w in self.window_sizes)
+        if not windows or min(windows) < 1:
+            raise ConfigError(f"window_sizes must be positive integers, got {list(self.window_sizes)}")
+        object.__setattr__(self, "window_sizes", windows)
+        object.__setattr__(self, "num_heads", _per_layer(self.num_heads, len(windows), "num_heads"))
+        object.__setattr__(self, "ranks", _per_layer(self.ranks, len(windows), "ranks"))
+        if self.scale != 4:
+            raise ConfigError(f"SSTReal upscales x4 only (its input stem and heads are fixed at x4), not x{self.scale}")
+        if self.img_channels != 3:
+            raise ConfigError(f"SSTReal works on RGB (img_channels 3), got {self.img_channels}")
+        if self.attn_type != "RIB":
+            raise ConfigError(f"attn_type {self.attn_type!r} is not supported (only 'RIB')")
+        if self.gate_type != "DWC":
+            raise ConfigError(f"gate_type {self.gate_type!r} is not supported (only 'DWC')")
+        if self.num_blocks < 1:
+            raise ConfigError(f"num_blocks must be at least 1, got {self.num_blocks}")
+        if not 0 <= self.ig_idx < self.num_blocks:
+            raise ConfigError(f"ig_idx must name a block, 0 to {self.num_blocks - 1}, got {self.ig_idx}")
+        if not (math.isfinite(self.sigma_data) and self.sigma_data > 0):
+            raise ConfigError(f"sigma_data must be a positive number, got {self.sigma_data}")
+        if not math.isfinite(self.sampling_ig_lambda):
+            raise ConfigError(f"sampling_ig_lambda must be a finite number, got {self.sampling_ig_lambda}")
+        for heads in self.num_heads:
+            if self.dim % heads:
+                raise ConfigError(f"dim {self.dim} is not divisible by num_heads {heads}")
+
+    @classmethod
+    def from_kwargs(cls, kwargs: Mapping[str, Any]) -> SSTRealConfig:
+        """Build from official constructor keywords, refusing unknown keys by name."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise ConfigError(f"unknown SSTReal config key(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**dict(kwargs))
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """JSON-friendly keywords, as in the official option file."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+    @property
+    def ffn_hidden(self) -> int:
+        """Channels of each SwiGLU half: two thirds of ``int(dim * exp_ratio)``, as upstream rounds them."""
+        return int(int(self.dim * self.exp_ratio) * 2 / 3)
+
+    @property
+    def shifted(self) -> tuple[bool, ...]:
+        """Odd layers shift their windows only when all window sizes of a block are equal (as in SST)."""
+        same = len(set(self.window_sizes)) == 1
+        return tuple(same and i % 2 == 1 for i in range(len(self.window_sizes)))
+
+    @property
+    def fused_blocks(self) -> int:
+        """How many leading blocks fuse the LR features (blocks ``0..fuse_lr_till``)."""
+        return max(0, min(self.fuse_lr_till + 1, self.num_blocks))
