@@ -261,7 +261,8 @@ def test_other_architectures_are_named_and_refused(tmp_path: Path) -> None:
         "layers.0.residual_group.blocks.0.attn.relative_position_bias_table": torch.zeros(225, 6),
     }
     torch.save({"params": swinir}, tmp_path / "swinir.pth")
-    with pytest.raises(CheckpointError, match=r"swinir.pth: this is a SwinIR checkpoint .*runs SST, DAT, SSTReal networks"):
+    refused = r"swinir.pth: this is a SwinIR checkpoint .*runs SST, DAT, SSTReal networks"
+    with pytest.raises(CheckpointError, match=refused):
         load_model(tmp_path / "swinir.pth")
     torch.save({"params_ema": {"body.0.rdb1.conv1.weight": torch.zeros(1), "conv_first.weight": torch.zeros(1)}},
                tmp_path / "esrgan.pth")  # fmt: skip
