@@ -39,7 +39,8 @@ class ModelDescriptor:
     (1 = any origin). ``exact_context``: LR pixels of context beyond a tile edge that make tiled output equal
     whole-image output (None: unknown, tiles are blended instead). ``default_context``: the context used
     when the user asks for none. ``attention_head_sizes``: (q/k, v) channels per head reaching the shared
-    attention kernels, for planning and describing them. ``bf16_safe``: whether bfloat16 inference keeps
+    attention kernels, for planning and describing them, or (q/k, v, rank) where the last ``rank`` q/k
+    channels are factors shared by every window (``plan_attention(..., rank=)``). ``bf16_safe``: whether bfloat16 inference keeps
     its output close to fp32.
     """
 
@@ -48,7 +49,7 @@ class ModelDescriptor:
     size_multiple: int = 1
     exact_context: int | None = None
     default_context: int = 16
-    attention_head_sizes: tuple[tuple[int, int], ...] = ()
+    attention_head_sizes: tuple[tuple[int, ...], ...] = ()
     bf16_safe: bool = True
     parameters: int = 0
     notes: tuple[str, ...] = field(default=())
