@@ -62,6 +62,7 @@ _MATH_CHUNK_ELEMENTS = 1 << 26
 # the last-level cache while every window of the call reads it).
 _BIAS_CHUNK_ELEMENTS = 1 << 21
 _BIAS_ROW_MULTIPLE = 64  # query rows per call: a multiple of the CPU flash kernel's query block
+_BIAS_MAX_CONTENT_FRACTION = 0.5  # auto on the CPU: sdpa-bias only where content width <= this x q/k width
 
 
 # ----------------------------------------------------------------------------- optional packages
@@ -302,11 +303,21 @@ def _widths(kernel: str, device: torch.device, qk: int, v: int, rank: int = 0) -
     return width, width
 
 
-def _candidates(backend: str, device: torch.device, rank: int = 0) -> list[str]:
+def _bias_pays(qk: int, v: int, rank: int) -> bool:
+    """Whether ``sdpa-bias`` measured faster than padded SDPA on the CPU for these head sizes.
+
+    It trades the fused kernel's width (q/k/v padded to ``qk``) for an additive mask, which the kernel reads
+    at a cost: whole-model A/B on the CPU (benchmarks/RESULTS.md) measured a win for SST-light's 32/16 and
+    40/16, about even for SST's 64/30 and a loss for its 48/30, hence content <= half of ``qk``.
+    """
+    return 0 < rank < qk and max(qk - rank, v) <= _BIAS_MAX_CONTENT_FRACTION * qk
+
+
+def _candidates(backend: str, device: torch.device, rank: int = 0, qk: int = 0, v: int = 0) -> list[str]:
     if backend == "auto":
         if device.type == "cuda":
             return ["fa3", "flash-attn", "sdpa"]
-        return ["sdpa-bias", "sdpa"] if device.type == "cpu" and rank else ["sdpa"]
+        return ["sdpa-bias", "sdpa"] if device.type == "cpu" and _bias_pays(qk, v, rank) else ["sdpa"]
     chain = [backend]
     while chain[-1] in _FALLBACK:
         chain.append(_FALLBACK[chain[-1]])
@@ -316,7 +327,7 @@ def _candidates(backend: str, device: torch.device, rank: int = 0) -> list[str]:
 @torch.compiler.disable  # asks PyTorch's dispatcher and imports packages: run eagerly, never traced
 def _resolve(backend: str, device: torch.device, dtype: torch.dtype, qk: int, v: int, rank: int = 0) -> AttentionPlan:
     reason = None
-    for kernel in _candidates(backend, device, rank):
+    for kernel in _candidates(backend, device, rank, qk, v):
         why = _unavailable(kernel, device, dtype, qk, v, rank)
         if why is not None:
             reason = reason or why
