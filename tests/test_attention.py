@@ -163,9 +163,12 @@ def test_cpu_auto_takes_shared_factors_as_a_bias() -> None:
     )
     assert plan.label == "PyTorch SDPA (CPU flash kernel, fp32, positional factors as a bias per query block)"
     assert plan.sizes == "40/16 -> 16/16 + rank-24 bias"
-    wide_v = plan_attention("auto", "cpu", torch.float32, 20, 16, rank=8)  # content 12 < v 16: one width
-    assert (wide_v.qk_width, wide_v.v_width) == (16, 16)
+    assert plan_attention("auto", "cpu", torch.float32, 32, 16, rank=16).kernel == "sdpa-bias"
     assert plan_attention("auto", "cpu", torch.bfloat16, 40, 16, rank=24).kernel == "sdpa-bias"
+    # Where it measured no faster (content above half the width: SST's 48/30), auto keeps padded SDPA.
+    assert plan_attention("auto", "cpu", torch.float32, 48, 30, rank=18).kernel == "sdpa"
+    wide_v = plan_attention("sdpa-bias", "cpu", torch.float32, 20, 16, rank=8)  # content 12 < v 16: one width
+    assert (wide_v.kernel, wide_v.qk_width, wide_v.v_width, wide_v.notice) == ("sdpa-bias", 16, 16, None)
     # No shared factors declared: the padded SDPA plan, as before.
     assert plan_attention("auto", "cpu", torch.float32, 40, 16).kernel == "sdpa"
     # Asked for by name without factors: falls back with a notice.
@@ -235,15 +238,15 @@ def test_sdpa_bias_is_exact_against_the_plain_formulation(
     monkeypatch.setattr(attention, "_BIAS_ROW_MULTIPLE", 4)
     q, k, v, bq, bk = _biased_inputs(batch, heads, tokens, d, rank, dv, seed=tokens + rank)
     expected = _exact_biased(q, k, v, bq, bk)
-    plan = plan_attention("auto", "cpu", torch.float32, d + rank, dv, rank=rank)
+    plan = plan_attention("sdpa-bias", "cpu", torch.float32, d + rank, dv, rank=rank)
     assert plan.kernel == "sdpa-bias"
-    out = attend(q, k, v, bias=(bq, bk))
+    out = attend(q, k, v, "sdpa-bias", bias=(bq, bk))
     assert out.shape == v.shape and out.dtype == torch.float32
     assert (out.double() - expected).abs().max().item() <= 5e-6  # float32 rounding of logits of a few units
     for backend in BACKENDS:  # every kernel takes the factors; those without a bias path append them
         other = attend(q, k, v, backend, bias=(bq, bk))
         assert (other.double() - expected).abs().max().item() <= 5e-6, backend
-    low = attend(q.bfloat16(), k.bfloat16(), v.bfloat16(), bias=(bq.bfloat16(), bk.bfloat16()))
+    low = attend(q.bfloat16(), k.bfloat16(), v.bfloat16(), "sdpa-bias", bias=(bq.bfloat16(), bk.bfloat16()))
     assert low.dtype == torch.bfloat16 and (low.double() - expected).abs().max().item() < 0.06
 
 
@@ -255,22 +258,22 @@ def test_sdpa_bias_in_float64_matches_to_rounding() -> None:
 
 
 def test_a_bias_plan_refuses_to_run_without_its_factors() -> None:
-    plan = plan_attention("auto", "cpu", torch.float32, 12, 8, rank=4)
+    plan = plan_attention("sdpa-bias", "cpu", torch.float32, 12, 8, rank=4)
     q = torch.zeros(1, 1, 16, 8)
     with pytest.raises(ValueError, match="needs its rank-4 bias factors"):
         run_plan(plan, q, q, q)
 
 
 def test_sst_layers_agree_across_kernels_with_and_without_the_bias_path() -> None:
-    model = _small_sst(dim=12, ranks=(3, 3, 5))
+    model = _small_sst(dim=12, ranks=(3, 3, 9))
     x = torch.rand(2, 3, 29, 35)
     outs = {}
     with torch.inference_mode():
-        for backend in ("auto", "sdpa", "math"):
+        for backend in ("auto", "sdpa", "sdpa-bias", "math"):
             model.set_attention_backend(backend)
             outs[backend] = model(x)
-    assert (outs["auto"] - outs["math"]).abs().max().item() <= 2e-6
-    assert (outs["sdpa"] - outs["math"]).abs().max().item() <= 2e-6
+    for backend in ("auto", "sdpa", "sdpa-bias"):
+        assert (outs[backend] - outs["math"]).abs().max().item() <= 2e-6, backend
 
 
 @pytest.mark.parametrize("kernel", ["flash-attn", "fa3"])
@@ -362,13 +365,14 @@ def test_math_backend_reproduces_the_golden_vectors_exactly() -> None:
 def test_the_kernel_line_names_the_kernel_and_the_padding() -> None:
     model = _small_sst(dim=12, ranks=(3, 3, 5))
     assert model.attention_head_sizes == ((9, 6, 3), (11, 6, 5))  # (q/k, v, RIB rank)
-    report = describe_attention("auto", "cpu", torch.float32, model.attention_head_sizes)
+    report = describe_attention("sdpa-bias", "cpu", torch.float32, model.attention_head_sizes)
     assert report.notices == ()
     assert report.line == (
         f"{KERNEL_LINE_PREFIX}PyTorch SDPA (CPU flash kernel, fp32, positional factors as a bias per query block);"
         " head sizes q,k/v 9/6 -> 6/6 + rank-3 bias, 11/6 -> 6/6 + rank-5 bias"
     )
-    padded = describe_attention("sdpa", "cpu", torch.float32, model.attention_head_sizes)
+    padded = describe_attention("auto", "cpu", torch.float32, model.attention_head_sizes)  # content > qk / 2
+    assert padded.notices == ()
     assert padded.line == (
         f"{KERNEL_LINE_PREFIX}PyTorch SDPA (CPU flash kernel, fp32); head sizes q,k/v 9/6 -> 9/9, 11/6 -> 11/11"
     )
@@ -405,7 +409,10 @@ def test_sst_upscale_verbose_prints_the_kernel_line(tmp_path, monkeypatch: pytes
     assert "attention" not in quiet.output
     verbose = runner.invoke(app, ["upscale", *model, "a.png", "-o", "c.png", "-v"])
     assert verbose.exit_code == 0, verbose.output
-    assert "attention kernel: PyTorch SDPA (CPU flash kernel, fp32, positional factors as a bias" in verbose.output
+    assert "attention kernel: PyTorch SDPA (CPU flash kernel, fp32); head sizes q,k/v 16/10 -> 16/16 |" in verbose.output
+    assert "fp32, positional factors as a bias per query block); head sizes q,k/v 20/10 -> 10/10 + rank-10 bias" in (
+        verbose.output
+    )
     fallback = runner.invoke(app, ["upscale", *model, "a.png", "-o", "d.png", "--attention", "flash-attn"])
     assert fallback.exit_code == 0, fallback.output
     assert "attention: flash-attn not installed; using PyTorch SDPA (CPU flash kernel, fp32)" in fallback.output
