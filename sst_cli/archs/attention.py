@@ -62,6 +62,7 @@ _MATH_CHUNK_ELEMENTS = 1 << 26
 # the last-level cache while every window of the call reads it).
 _BIAS_CHUNK_ELEMENTS = 1 << 21
 _BIAS_ROW_MULTIPLE = 64  # query rows per call: a multiple of the CPU flash kernel's query block
+_BIAS_MIN_BATCH = 2  # fewer windows than this: append the factors (measured 10% faster for one window)
 _BIAS_MAX_CONTENT_FRACTION = 0.5  # auto on the CPU: sdpa-bias only where content width <= this x q/k width
 
 
@@ -505,6 +506,11 @@ def run_plan(
     v = _pad_channels(v, plan.v_width).to(plan.dtype)
     if plan.kernel == "sdpa-bias":
         assert bias is not None
+        if q.shape[0] < _BIAS_MIN_BATCH:  # one window: building the bias costs more than the padding
+            q, k = _append_factors(q, k, bias)
+            width = max(q.shape[-1], v.shape[-1])
+            q, k, v = (_pad_channels(t, width) for t in (q, k, v))
+            return _sdpa(q, k, v)[..., : plan.v_width]
         return _sdpa_bias(q, k, v, *bias)
     if plan.kernel == "math":
         return _math(q, k, v)
