@@ -130,8 +130,10 @@ def main() -> None:
     clock = time.process_time if use_cpu else time.perf_counter
     flags = cpu_flags()
     native_bf16 = sorted(f for f in flags if f in ("avx512_bf16", "amx_bf16"))
-    print(f"# {cpu_name()}, {threads} torch thread(s), torch {torch.__version__}, "
-          f"{'CPU' if use_cpu else 'wall'} time, native bf16: {', '.join(native_bf16) or 'none'}", flush=True)  # fmt: skip
+    clock_name = "CPU" if use_cpu else "wall"
+    bf16_flags = ", ".join(native_bf16) or "none"
+    print(f"# {cpu_name()}, {threads} torch thread(s), torch {torch.__version__}, {clock_name} time, "
+          f"native bf16: {bf16_flags}", flush=True)  # fmt: skip
     rows = []
     for name in a.model or ["sst-light"]:
         for size in a.sizes:
@@ -148,8 +150,9 @@ def main() -> None:
             for r in mine[1:]:
                 for v in a.variants:
                     growth = (r[f"{v}_ms"] / first[f"{v}_ms"]) / (r["pixels"] / first["pixels"])
-                    print(f"{name} {v}: {first['lr']} -> {r['lr']}: time x{r[f'{v}_ms'] / first[f'{v}_ms']:.2f} "
-                          f"for pixels x{r['pixels'] / first['pixels']:.2f} (time per pixel x{growth:.2f})")  # fmt: skip
+                    more_time, more_pixels = r[f"{v}_ms"] / first[f"{v}_ms"], r["pixels"] / first["pixels"]
+                    print(f"{name} {v}: {first['lr']} -> {r['lr']}: time x{more_time:.2f} "
+                          f"for pixels x{more_pixels:.2f} (time per pixel x{growth:.2f})")  # fmt: skip
     if a.json:
         meta = dict(cpu=cpu_name(), threads=threads, torch=torch.__version__, clock="cpu" if use_cpu else "wall")
         a.json.write_text(json.dumps(dict(meta=meta, rows=rows), indent=2) + "\n")

@@ -159,7 +159,12 @@ def test_explicit_requests_fall_back_along_the_chain(monkeypatch: pytest.MonkeyP
 def test_cpu_auto_takes_shared_factors_as_a_bias() -> None:
     plan = plan_attention("auto", "cpu", torch.float32, 40, 16, rank=24)
     assert (plan.kernel, plan.dtype, plan.qk_width, plan.v_width, plan.rank, plan.notice) == (
-        "sdpa-bias", torch.float32, 16, 16, 24, None
+        "sdpa-bias",
+        torch.float32,
+        16,
+        16,
+        24,
+        None,
     )
     assert plan.label == "PyTorch SDPA (CPU flash kernel, fp32, positional factors as a bias per query block)"
     assert plan.sizes == "40/16 -> 16/16 + rank-24 bias"
@@ -208,7 +213,9 @@ def test_every_backend_agrees_on_the_cpu(dq: int, dv: int) -> None:
         assert low.dtype == torch.bfloat16 and (low.double() - expected).abs().max() < 0.05, backend
 
 
-def _exact_biased(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bq: torch.Tensor, bk: torch.Tensor) -> torch.Tensor:
+def _exact_biased(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bq: torch.Tensor, bk: torch.Tensor
+) -> torch.Tensor:
     """The plain formulation in float64: attention over ``[q, bq]`` and ``[k, bk]``."""
     n = q.shape[0]
     qq = torch.cat([q.double(), bq.double().expand(n, -1, -1, -1)], -1)
@@ -227,7 +234,14 @@ def _biased_inputs(batch: int, heads: int, tokens: int, d: int, rank: int, dv: i
 
 @pytest.mark.parametrize(
     "batch,heads,tokens,d,rank,dv",
-    [(3, 2, 64, 16, 24, 16), (1, 3, 64, 16, 24, 16), (1, 3, 100, 13, 5, 13), (5, 1, 37, 9, 3, 6), (2, 6, 256, 30, 34, 30), (4, 2, 81, 6, 11, 9)],
+    [
+        (3, 2, 64, 16, 24, 16),
+        (1, 3, 64, 16, 24, 16),
+        (1, 3, 100, 13, 5, 13),
+        (5, 1, 37, 9, 3, 6),
+        (2, 6, 256, 30, 34, 30),
+        (4, 2, 81, 6, 11, 9),
+    ],
 )
 @pytest.mark.parametrize("block_elements", [1 << 21, 600])  # one block, or many (last one partial)
 def test_sdpa_bias_is_exact_against_the_plain_formulation(
@@ -409,7 +423,9 @@ def test_sst_upscale_verbose_prints_the_kernel_line(tmp_path, monkeypatch: pytes
     assert "attention" not in quiet.output
     verbose = runner.invoke(app, ["upscale", *model, "a.png", "-o", "c.png", "-v"])
     assert verbose.exit_code == 0, verbose.output
-    assert "attention kernel: PyTorch SDPA (CPU flash kernel, fp32); head sizes q,k/v 16/10 -> 16/16 |" in verbose.output
+    assert (
+        "attention kernel: PyTorch SDPA (CPU flash kernel, fp32); head sizes q,k/v 16/10 -> 16/16 |" in verbose.output
+    )
     assert "fp32, positional factors as a bias per query block); head sizes q,k/v 20/10 -> 10/10 + rank-10 bias" in (
         verbose.output
     )

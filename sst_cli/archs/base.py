@@ -40,8 +40,8 @@ class ModelDescriptor:
     whole-image output (None: unknown, tiles are blended instead). ``default_context``: the context used
     when the user asks for none. ``attention_head_sizes``: (q/k, v) channels per head reaching the shared
     attention kernels, for planning and describing them, or (q/k, v, rank) where the last ``rank`` q/k
-    channels are factors shared by every window (``plan_attention(..., rank=)``). ``bf16_safe``: whether bfloat16 inference keeps
-    its output close to fp32.
+    channels are factors shared by every window (``plan_attention(..., rank=)``). ``bf16_safe``: whether
+    bfloat16 inference keeps its output close to fp32.
     """
 
     architecture: str
