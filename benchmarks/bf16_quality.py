@@ -23,11 +23,18 @@ from sst_cli import Upscaler
 from sst_cli.image_io import is_image_file, read_image
 
 WAYS = {"exact": ("fp32", "math"), "fp32": ("fp32", "auto"), "bf16": ("bf16", "auto")}
+WAYS_CPU_PADDED = {"fp32_padded": ("fp32", "sdpa")}  # --padded: also padded SDPA (auto may use sdpa-bias)
 
 
 def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
     mse = torch.mean((a.double() - b.double()) ** 2).item()
     return math.inf if mse == 0 else 10 * math.log10(1.0 / mse)
+
+
+def _show(key: str, value: object) -> str:
+    if not isinstance(value, float):
+        return str(value)
+    return f"{key} {value:.1e}" if key.startswith("fp32_max_abs") else f"{key} {value:.2f} dB"
 
 
 def main() -> None:
@@ -38,12 +45,14 @@ def main() -> None:
     parser.add_argument("--weights", default=None)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--padded", action="store_true", help="also fp32 with every layer on padded SDPA")
     args = parser.parse_args()
+    ways = dict(WAYS, **(WAYS_CPU_PADDED if args.padded else {}))
     upscalers = {
         way: Upscaler(
             args.model, args.scale, weights=args.weights, device=args.device, precision=p, attention=a, tile=0
         )
-        for way, (p, a) in WAYS.items()
+        for way, (p, a) in ways.items()
     }
     rows = []
     for path in sorted(p for p in args.folder.iterdir() if is_image_file(p)):
@@ -55,9 +64,12 @@ def main() -> None:
             "bf16_vs_exact": psnr(out["bf16"], out["exact"]),
             "fp32_vs_exact": psnr(out["fp32"], out["exact"]),
         }
+        if "fp32_padded" in out:
+            row["fp32_max_abs_vs_padded"] = (out["fp32"] - out["fp32_padded"]).abs().max().item()
+            row["fp32_max_abs_vs_exact"] = (out["fp32"] - out["exact"]).abs().max().item()
         rows.append(row)
-        print(" ".join(f"{k} {v:.2f} dB" if isinstance(v, float) else v for k, v in row.items()), flush=True)
-    medians = {k: statistics.median(r[k] for r in rows) for k in rows[0] if k != "image"}
+        print(" ".join(_show(k, v) for k, v in row.items()), flush=True)
+    medians = {k: statistics.median(r[k] for r in rows) for k in rows[0] if k != "image" and "max_abs" not in k}
     minima = {k: min(r[k] for r in rows) for k in medians}
     print("median: " + ", ".join(f"{k} {v:.2f} dB" for k, v in medians.items()))
     print("min:    " + ", ".join(f"{k} {v:.2f} dB" for k, v in minima.items()))

@@ -156,6 +156,43 @@ def test_explicit_requests_fall_back_along_the_chain(monkeypatch: pytest.MonkeyP
     )
 
 
+def test_cpu_auto_takes_shared_factors_as_a_bias() -> None:
+    plan = plan_attention("auto", "cpu", torch.float32, 40, 16, rank=24)
+    assert (plan.kernel, plan.dtype, plan.qk_width, plan.v_width, plan.rank, plan.notice) == (
+        "sdpa-bias",
+        torch.float32,
+        16,
+        16,
+        24,
+        None,
+    )
+    assert plan.label == "PyTorch SDPA (CPU flash kernel, fp32, positional factors as a bias per query block)"
+    assert plan.sizes == "40/16 -> 16/16 + rank-24 bias"
+    assert plan_attention("auto", "cpu", torch.float32, 32, 16, rank=16).kernel == "sdpa-bias"
+    assert plan_attention("auto", "cpu", torch.bfloat16, 40, 16, rank=24).kernel == "sdpa-bias"
+    # Where it measured no faster (content above half the width: SST's 48/30), auto keeps padded SDPA.
+    assert plan_attention("auto", "cpu", torch.float32, 48, 30, rank=18).kernel == "sdpa"
+    wide_v = plan_attention("sdpa-bias", "cpu", torch.float32, 20, 16, rank=8)  # content 12 < v 16: one width
+    assert (wide_v.kernel, wide_v.qk_width, wide_v.v_width, wide_v.notice) == ("sdpa-bias", 16, 16, None)
+    # No shared factors declared: the padded SDPA plan, as before.
+    assert plan_attention("auto", "cpu", torch.float32, 40, 16).kernel == "sdpa"
+    # Asked for by name without factors: falls back with a notice.
+    plain = plan_attention("sdpa-bias", "cpu", torch.float32, 40, 16)
+    assert plain.kernel == "sdpa" and plain.rank == 0
+    assert plain.notice and "sdpa-bias needs q/k channels that are shared low-rank factors" in plain.notice
+    # Explicit kernels keep their own layout: the factors are appended (rank 0 in the plan).
+    assert plan_attention("sdpa", "cpu", torch.float32, 40, 16, rank=24).rank == 0
+    assert plan_attention("math", "cpu", torch.float32, 40, 16, rank=24).rank == 0
+    with pytest.raises(ValueError, match="rank 50"):
+        plan_attention("auto", "cpu", torch.float32, 40, 16, rank=50)
+
+
+def test_gpu_auto_keeps_its_flash_kernels_when_factors_are_declared(monkeypatch: pytest.MonkeyPatch) -> None:
+    _gpu(monkeypatch, (9, 0), fa2=True, fa3=True)
+    plan = plan_attention("auto", CUDA, torch.float32, 44, 30, rank=14)
+    assert (plan.kernel, plan.rank, plan.qk_width, plan.v_width) == ("fa3", 0, 48, 48)
+
+
 def test_unknown_backends_are_refused_by_name() -> None:
     with pytest.raises(ValueError, match="unknown attention backend 'xformers'"):
         plan_attention("xformers", "cpu", torch.float32, 8, 8)
@@ -174,6 +211,83 @@ def test_every_backend_agrees_on_the_cpu(dq: int, dv: int) -> None:
         assert torch.allclose(out.double(), expected, atol=1e-5), backend
         low = attend(q.bfloat16(), k.bfloat16(), v.bfloat16(), backend)
         assert low.dtype == torch.bfloat16 and (low.double() - expected).abs().max() < 0.05, backend
+
+
+def _exact_biased(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bq: torch.Tensor, bk: torch.Tensor
+) -> torch.Tensor:
+    """The plain formulation in float64: attention over ``[q, bq]`` and ``[k, bk]``."""
+    n = q.shape[0]
+    qq = torch.cat([q.double(), bq.double().expand(n, -1, -1, -1)], -1)
+    kk = torch.cat([k.double(), bk.double().expand(n, -1, -1, -1)], -1)
+    return _exact(qq, kk, v)
+
+
+def _biased_inputs(batch: int, heads: int, tokens: int, d: int, rank: int, dv: int, seed: int) -> tuple:
+    gen = torch.Generator().manual_seed(seed)
+    q, k = (torch.randn(batch, heads, tokens, d, generator=gen) for _ in range(2))
+    v = torch.randn(batch, heads, tokens, dv, generator=gen)
+    bq, bk = (torch.randn(heads, tokens, rank, generator=gen) for _ in range(2))
+    # Logits of order a few units, positional part included (as with trained RIB weights).
+    return q * d**-0.5, k, v, bq * rank**-0.5 * 1.5, bk * 1.5
+
+
+@pytest.mark.parametrize(
+    "batch,heads,tokens,d,rank,dv",
+    [
+        (3, 2, 64, 16, 24, 16),
+        (1, 3, 64, 16, 24, 16),
+        (1, 3, 100, 13, 5, 13),
+        (5, 1, 37, 9, 3, 6),
+        (2, 6, 256, 30, 34, 30),
+        (4, 2, 81, 6, 11, 9),
+    ],
+)
+@pytest.mark.parametrize("block_elements", [1 << 21, 600])  # one block, or many (last one partial)
+def test_sdpa_bias_is_exact_against_the_plain_formulation(
+    monkeypatch: pytest.MonkeyPatch, batch: int, heads: int, tokens: int, d: int, rank: int, dv: int,
+    block_elements: int,
+) -> None:  # fmt: skip
+    monkeypatch.setattr(attention, "_BIAS_CHUNK_ELEMENTS", block_elements)
+    monkeypatch.setattr(attention, "_BIAS_ROW_MULTIPLE", 4)
+    q, k, v, bq, bk = _biased_inputs(batch, heads, tokens, d, rank, dv, seed=tokens + rank)
+    expected = _exact_biased(q, k, v, bq, bk)
+    plan = plan_attention("sdpa-bias", "cpu", torch.float32, d + rank, dv, rank=rank)
+    assert plan.kernel == "sdpa-bias"
+    out = attend(q, k, v, "sdpa-bias", bias=(bq, bk))
+    assert out.shape == v.shape and out.dtype == torch.float32
+    assert (out.double() - expected).abs().max().item() <= 5e-6  # float32 rounding of logits of a few units
+    for backend in BACKENDS:  # every kernel takes the factors; those without a bias path append them
+        other = attend(q, k, v, backend, bias=(bq, bk))
+        assert (other.double() - expected).abs().max().item() <= 5e-6, backend
+    low = attend(q.bfloat16(), k.bfloat16(), v.bfloat16(), "sdpa-bias", bias=(bq.bfloat16(), bk.bfloat16()))
+    assert low.dtype == torch.bfloat16 and (low.double() - expected).abs().max().item() < 0.06
+
+
+def test_sdpa_bias_in_float64_matches_to_rounding() -> None:
+    q, k, v, bq, bk = (t.double() for t in _biased_inputs(2, 3, 70, 10, 7, 10, seed=5))
+    out = attend(q, k, v, "sdpa-bias", bias=(bq, bk))
+    assert out.dtype == torch.float64
+    assert (out - _exact_biased(q, k, v, bq, bk)).abs().max().item() <= 1e-12
+
+
+def test_a_bias_plan_refuses_to_run_without_its_factors() -> None:
+    plan = plan_attention("sdpa-bias", "cpu", torch.float32, 12, 8, rank=4)
+    q = torch.zeros(1, 1, 16, 8)
+    with pytest.raises(ValueError, match="needs its rank-4 bias factors"):
+        run_plan(plan, q, q, q)
+
+
+def test_sst_layers_agree_across_kernels_with_and_without_the_bias_path() -> None:
+    model = _small_sst(dim=12, ranks=(3, 3, 9))
+    x = torch.rand(2, 3, 29, 35)
+    outs = {}
+    with torch.inference_mode():
+        for backend in ("auto", "sdpa", "sdpa-bias", "math"):
+            model.set_attention_backend(backend)
+            outs[backend] = model(x)
+    for backend in ("auto", "sdpa", "sdpa-bias"):
+        assert (outs[backend] - outs["math"]).abs().max().item() <= 2e-6, backend
 
 
 @pytest.mark.parametrize("kernel", ["flash-attn", "fa3"])
@@ -264,14 +378,22 @@ def test_math_backend_reproduces_the_golden_vectors_exactly() -> None:
 # ----------------------------------------------------------------------------- describing it
 def test_the_kernel_line_names_the_kernel_and_the_padding() -> None:
     model = _small_sst(dim=12, ranks=(3, 3, 5))
-    assert model.attention_head_sizes == ((9, 6), (11, 6))
-    report = describe_attention("auto", "cpu", torch.float32, model.attention_head_sizes)
+    assert model.attention_head_sizes == ((9, 6, 3), (11, 6, 5))  # (q/k, v, RIB rank)
+    report = describe_attention("sdpa-bias", "cpu", torch.float32, model.attention_head_sizes)
     assert report.notices == ()
     assert report.line == (
+        f"{KERNEL_LINE_PREFIX}PyTorch SDPA (CPU flash kernel, fp32, positional factors as a bias per query block);"
+        " head sizes q,k/v 9/6 -> 6/6 + rank-3 bias, 11/6 -> 6/6 + rank-5 bias"
+    )
+    padded = describe_attention("auto", "cpu", torch.float32, model.attention_head_sizes)  # content > qk / 2
+    assert padded.notices == ()
+    assert padded.line == (
         f"{KERNEL_LINE_PREFIX}PyTorch SDPA (CPU flash kernel, fp32); head sizes q,k/v 9/6 -> 9/9, 11/6 -> 11/11"
     )
     exact = describe_attention("math", "cpu", torch.float32, model.attention_head_sizes)
     assert exact.line.endswith("(matmul + softmax, fp32, exact); head sizes q,k/v 9/6, 11/6")
+    pairs = describe_attention("auto", "cpu", torch.float32, [(9, 6), (11, 6)])  # rooms without shared factors
+    assert pairs.line.endswith("(CPU flash kernel, fp32); head sizes q,k/v 9/6 -> 9/9, 11/6 -> 11/11")
 
 
 def test_upscaler_reports_its_kernel_and_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -301,7 +423,12 @@ def test_sst_upscale_verbose_prints_the_kernel_line(tmp_path, monkeypatch: pytes
     assert "attention" not in quiet.output
     verbose = runner.invoke(app, ["upscale", *model, "a.png", "-o", "c.png", "-v"])
     assert verbose.exit_code == 0, verbose.output
-    assert "attention kernel: PyTorch SDPA (CPU flash kernel, fp32); head sizes q,k/v" in verbose.output
+    assert (
+        "attention kernel: PyTorch SDPA (CPU flash kernel, fp32); head sizes q,k/v 16/10 -> 16/16 |" in verbose.output
+    )
+    assert "fp32, positional factors as a bias per query block); head sizes q,k/v 20/10 -> 10/10 + rank-10 bias" in (
+        verbose.output
+    )
     fallback = runner.invoke(app, ["upscale", *model, "a.png", "-o", "d.png", "--attention", "flash-attn"])
     assert fallback.exit_code == 0, fallback.output
     assert "attention: flash-attn not installed; using PyTorch SDPA (CPU flash kernel, fp32)" in fallback.output

@@ -78,7 +78,7 @@ def test_run_bench_measures_ours_and_the_reference() -> None:
     report = run_bench(settings, progress.append)
     assert report.device_type == "cpu" and report.torch == torch.__version__ and report.threads >= 1
     assert "median of 1 timed runs" in report.protocol and "LR = ceil(64/s) x ceil(48/s)" in report.protocol
-    assert report.kernels["sst-light fp32"].startswith("attention kernel: PyTorch SDPA (CPU flash kernel, fp32)")
+    assert report.kernels["sst-light fp32"].startswith("attention kernel: PyTorch SDPA (CPU flash kernel, fp32")
     assert [(r.precision, r.path) for r in report.results] == [
         ("fp32", "ours"), ("fp32", "reference"), ("bf16", "ours"), ("bf16", "reference"),
     ]  # fmt: skip

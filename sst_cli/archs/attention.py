@@ -14,6 +14,15 @@ Policy (``plan_attention`` decides once per backend, device, dtype and head size
 * ``math``: explicit matmul + softmax in the network's dtype; the exact fp32 path on any device.
 * CPU (and other devices): SDPA in the network's dtype. Its fused CPU flash kernel needs one head
   size for q, k and v, so v is zero-padded to q's width; rounding to a multiple of 8 measured no faster.
+* CPU, ``auto``, when the caller declares that the last ``rank`` q/k channels are low-rank factors
+  shared by every batch item (SST's RIB: ``q = [q_c, p_q]``, ``k = [k_c, p_k]``): ``sdpa-bias``. The
+  logits ``q_c k_c^T + p_q p_k^T`` are computed as SDPA over the content channels only, with the product
+  of the factors as an additive float mask, built once per query block and shared by all windows. The
+  fused kernel then multiplies D channels twice instead of D+R twice (no zero v channels, no positional
+  channels per window): exact in fp32, 1.3-1.7x faster attention on the CPU (benchmarks/RESULTS.md).
+
+Callers that can pass the factors separately plan with ``plan_attention(..., rank=R)`` and give the
+factors to ``run_plan(..., bias=(p_q, p_k))``; a plan that concatenates (every other kernel) does it there.
 
 A requested kernel that is missing or cannot run here falls back to the next one (fa3 -> flash-attn
 -> sdpa; sdpa-flash / sdpa-cudnn -> sdpa) and the plan carries a one-line notice saying so.
@@ -36,13 +45,25 @@ from ..errors import ConfigError
 KERNEL_LINE_PREFIX = "attention kernel: "  # the descriptive line (front ends show it on request)
 NOTICE_PREFIX = "attention: "  # a requested kernel fell back (front ends always show it)
 
-_FALLBACK = {"fa3": "flash-attn", "flash-attn": "sdpa", "sdpa-flash": "sdpa", "sdpa-cudnn": "sdpa"}
+_FALLBACK = {
+    "fa3": "flash-attn",
+    "flash-attn": "sdpa",
+    "sdpa-flash": "sdpa",
+    "sdpa-cudnn": "sdpa",
+    "sdpa-bias": "sdpa",
+}
 _MAX_FLASH_HEAD = 256  # FlashAttention-2/3 head-size limit
 _SDPA_CHOICES = {0: "math", 1: "flash", 2: "memory-efficient", 3: "cuDNN"}  # torch's SDPBackend values
 _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
 
 # Windows per chunk in the math backend: bounds the (tokens x tokens) score matrices it materialises.
 _MATH_CHUNK_ELEMENTS = 1 << 26
+# sdpa-bias: fp32 elements of the (heads, query rows, keys) bias built per SDPA call (8 MiB: it stays in
+# the last-level cache while every window of the call reads it).
+_BIAS_CHUNK_ELEMENTS = 1 << 21
+_BIAS_ROW_MULTIPLE = 64  # query rows per call: a multiple of the CPU flash kernel's query block
+_BIAS_MIN_BATCH = 2  # fewer windows than this: append the factors (measured 10% faster for one window)
+_BIAS_MAX_CONTENT_FRACTION = 0.5  # auto on the CPU: sdpa-bias only where content width <= this x q/k width
 
 
 # ----------------------------------------------------------------------------- optional packages
@@ -73,7 +94,7 @@ def _package_version(name: str) -> str | None:
 
 def available_backends() -> list[str]:
     """Backends whose kernel can run in this environment, without falling back."""
-    names = ["auto", "sdpa", "math"]
+    names = ["auto", "sdpa", "sdpa-bias", "math"]
     if torch.cuda.is_available():
         names += ["sdpa-flash", "sdpa-cudnn"]
         if flash_attn_func() is not None:
@@ -132,10 +153,16 @@ def _sdpa_check(kernel: str, device: torch.device, dtype: torch.dtype, width: in
 
 def _sdpa_choice(device: torch.device, dtype: torch.dtype, qk: int, v: int) -> str | None:
     """The kernel PyTorch's SDPA dispatcher picks for these shapes (private API, hence guarded)."""
+    return _sdpa_masked_choice(device, dtype, qk, v, masked=False)
+
+
+def _sdpa_masked_choice(device: torch.device, dtype: torch.dtype, qk: int, v: int, masked: bool = True) -> str | None:
+    """The same, with an additive float mask broadcast over the batch (what ``sdpa-bias`` passes)."""
     try:
         q, k, _ = _probe(device, dtype, qk)
         vv = torch.empty(1, 1, 64, v, device=device, dtype=dtype)
-        return _SDPA_CHOICES.get(int(torch._fused_sdp_choice(q, k, vv, scale=1.0)))
+        mask = torch.empty(1, 1, 64, 64, device=device, dtype=_bias_dtype(device, dtype)) if masked else None
+        return _SDPA_CHOICES.get(int(torch._fused_sdp_choice(q, k, vv, attn_mask=mask, scale=1.0)))
     except Exception:  # private and version-dependent: any failure just means "unknown"
         return None
 
@@ -170,6 +197,8 @@ class AttentionPlan:
 
     ``qk``/``v`` are the network's head sizes, ``qk_width``/``v_width`` what the kernel receives (zero
     channels appended), ``dtype`` what it computes in. ``notice`` is set when the request fell back.
+    ``rank`` > 0: the kernel takes the last ``rank`` q/k channels separately, as factors of an additive
+    bias (``run_plan(..., bias=...)``); ``qk_width`` is then the width of the content channels it receives.
     """
 
     requested: str
@@ -183,6 +212,7 @@ class AttentionPlan:
     v_width: int
     sdpa_choice: str | None = None
     notice: str | None = None
+    rank: int = 0
 
     @property
     def label(self) -> str:
@@ -202,6 +232,9 @@ class AttentionPlan:
             what = "flash" if self.kernel == "sdpa-flash" else "cuDNN"
             return f"PyTorch SDPA ({what} kernel, forced, {precision})"
         where = "CPU " if self.device_type == "cpu" else ""
+        if self.kernel == "sdpa-bias":
+            choice = f"{where}{self.sdpa_choice} kernel" if self.sdpa_choice else "kernel chosen by PyTorch"
+            return f"PyTorch SDPA ({choice}, {precision}, positional factors as a bias per query block)"
         if self.sdpa_choice is None:
             return f"PyTorch SDPA (kernel chosen by PyTorch, {precision})"
         return f"PyTorch SDPA ({where}{self.sdpa_choice} kernel, {precision})"
@@ -210,15 +243,19 @@ class AttentionPlan:
     def sizes(self) -> str:
         """Head sizes q,k/v as given, and as the kernel receives them when zero-padded."""
         given = f"{self.qk}/{self.v}"
+        if self.rank:
+            return f"{given} -> {self.qk_width}/{self.v_width} + rank-{self.rank} bias"
         if (self.qk_width, self.v_width) == (self.qk, self.v):
             return given
         return f"{given} -> {self.qk_width}/{self.v_width}"
 
 
-def _unavailable(kernel: str, device: torch.device, dtype: torch.dtype, qk: int, v: int) -> str | None:
+def _unavailable(kernel: str, device: torch.device, dtype: torch.dtype, qk: int, v: int, rank: int = 0) -> str | None:
     """Why ``kernel`` cannot run here (a phrase for the notice), or None when it can."""
     if kernel in ("sdpa", "math"):
         return None
+    if kernel == "sdpa-bias":
+        return None if 0 < rank < qk else "sdpa-bias needs q/k channels that are shared low-rank factors"
     if kernel in ("fa3", "flash-attn"):
         function = (fa3_func if kernel == "fa3" else flash_attn_func)()
         if function is None:
@@ -254,10 +291,12 @@ def _compute_dtype(kernel: str, device: torch.device, dtype: torch.dtype) -> tor
     return torch.bfloat16 if _bf16_kernels(device) else dtype
 
 
-def _widths(kernel: str, device: torch.device, qk: int, v: int) -> tuple[int, int]:
-    """Zero-padded widths, only where the kernel needs them."""
+def _widths(kernel: str, device: torch.device, qk: int, v: int, rank: int = 0) -> tuple[int, int]:
+    """Zero-padded widths, only where the kernel needs them (sdpa-bias: of the content channels)."""
     if kernel == "math":
         return qk, v
+    if kernel == "sdpa-bias":
+        qk -= rank
     if device.type == "cuda":  # flash kernels: one head size, a multiple of 8
         width = _round8(max(qk, v))
         return width, width
@@ -265,9 +304,21 @@ def _widths(kernel: str, device: torch.device, qk: int, v: int) -> tuple[int, in
     return width, width
 
 
-def _candidates(backend: str, device: torch.device) -> list[str]:
+def _bias_pays(qk: int, v: int, rank: int) -> bool:
+    """Whether ``sdpa-bias`` measured faster than padded SDPA on the CPU for these head sizes.
+
+    It trades the fused kernel's width (q/k/v padded to ``qk``) for an additive mask, which the kernel reads
+    at a cost: whole-model A/B on the CPU (benchmarks/RESULTS.md) measured a win for SST-light's 32/16 and
+    40/16, about even for SST's 64/30 and a loss for its 48/30, hence content <= half of ``qk``.
+    """
+    return 0 < rank < qk and max(qk - rank, v) <= _BIAS_MAX_CONTENT_FRACTION * qk
+
+
+def _candidates(backend: str, device: torch.device, rank: int = 0, qk: int = 0, v: int = 0) -> list[str]:
     if backend == "auto":
-        return ["fa3", "flash-attn", "sdpa"] if device.type == "cuda" else ["sdpa"]
+        if device.type == "cuda":
+            return ["fa3", "flash-attn", "sdpa"]
+        return ["sdpa-bias", "sdpa"] if device.type == "cpu" and _bias_pays(qk, v, rank) else ["sdpa"]
     chain = [backend]
     while chain[-1] in _FALLBACK:
         chain.append(_FALLBACK[chain[-1]])
@@ -275,17 +326,24 @@ def _candidates(backend: str, device: torch.device) -> list[str]:
 
 
 @torch.compiler.disable  # asks PyTorch's dispatcher and imports packages: run eagerly, never traced
-def _resolve(backend: str, device: torch.device, dtype: torch.dtype, qk: int, v: int) -> AttentionPlan:
+def _resolve(backend: str, device: torch.device, dtype: torch.dtype, qk: int, v: int, rank: int = 0) -> AttentionPlan:
     reason = None
-    for kernel in _candidates(backend, device):
-        why = _unavailable(kernel, device, dtype, qk, v)
+    for kernel in _candidates(backend, device, rank, qk, v):
+        why = _unavailable(kernel, device, dtype, qk, v, rank)
         if why is not None:
             reason = reason or why
             continue
         compute = _compute_dtype(kernel, device, dtype)
-        qk_width, v_width = _widths(kernel, device, qk, v)
-        choice = _sdpa_choice(device, compute, qk_width, v_width) if kernel == "sdpa" else None
-        plan = AttentionPlan(backend, kernel, device.type, dtype, compute, qk, v, qk_width, v_width, choice)
+        qk_width, v_width = _widths(kernel, device, qk, v, rank)
+        choice = None
+        if kernel == "sdpa":
+            choice = _sdpa_choice(device, compute, qk_width, v_width)
+        elif kernel == "sdpa-bias":
+            choice = _sdpa_masked_choice(device, compute, qk_width, v_width)
+        plan = AttentionPlan(
+            backend, kernel, device.type, dtype, compute, qk, v, qk_width, v_width, choice,
+            rank=rank if kernel == "sdpa-bias" else 0,
+        )  # fmt: skip
         if reason is not None and backend != "auto":
             plan = replace(plan, notice=f"{NOTICE_PREFIX}{reason}; using {plan.label}")
         return plan
@@ -295,16 +353,25 @@ def _resolve(backend: str, device: torch.device, dtype: torch.dtype, qk: int, v:
 _PLANS: dict[tuple, AttentionPlan] = {}
 
 
-def plan_attention(backend: str, device: torch.device | str, dtype: torch.dtype, qk: int, v: int) -> AttentionPlan:
-    """The kernel that runs for these arguments (cached: the forward pass asks on every call)."""
+def plan_attention(
+    backend: str, device: torch.device | str, dtype: torch.dtype, qk: int, v: int, rank: int = 0
+) -> AttentionPlan:
+    """The kernel that runs for these arguments (cached: the forward pass asks on every call).
+
+    ``rank`` > 0 declares that the last ``rank`` of the ``qk`` channels are low-rank factors shared by
+    every batch item, which the caller can pass separately (``run_plan(..., bias=...)``). The plan then
+    may take them as an additive bias (``plan.rank`` > 0) or not (``plan.rank`` == 0: concatenate them).
+    """
     device = torch.device(device)
     if device.type == "cuda" and device.index is None and torch.cuda.is_available():
         device = torch.device("cuda", torch.cuda.current_device())
-    key = (backend, device, dtype, qk, v)
+    key = (backend, device, dtype, qk, v, rank)
     plan = _PLANS.get(key)
     if plan is None:
         check_backend(backend)
-        plan = _PLANS[key] = _resolve(backend, device, dtype, qk, v)
+        if not 0 <= rank <= qk:
+            raise ConfigError(f"rank {rank} must be between 0 and the q/k head size {qk}")
+        plan = _PLANS[key] = _resolve(backend, device, dtype, qk, v, rank)
     return plan
 
 
@@ -324,10 +391,13 @@ class AttentionReport:
 
 
 def describe_attention(
-    backend: str, device: torch.device | str, dtype: torch.dtype, head_sizes: Iterable[tuple[int, int]]
+    backend: str, device: torch.device | str, dtype: torch.dtype, head_sizes: Iterable[tuple[int, ...]]
 ) -> AttentionReport:
-    """One line saying which kernel runs for a network's (q/k, v) head sizes, plus any fallback notices."""
-    plans = tuple(plan_attention(backend, device, dtype, qk, v) for qk, v in sorted(set(head_sizes)))
+    """One line saying which kernel runs for a network's head sizes, plus any fallback notices.
+
+    Each entry is ``(q/k, v)``, or ``(q/k, v, rank)`` for layers that pass ``rank`` shared factors separately.
+    """
+    plans = tuple(plan_attention(backend, device, dtype, *sizes) for sizes in sorted(set(head_sizes)))
     groups: dict[str, list[AttentionPlan]] = {}
     for plan in plans:
         groups.setdefault(plan.label, []).append(plan)
@@ -363,6 +433,39 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, forced: object | No
         return F.scaled_dot_product_attention(q, k, v, scale=1.0)
 
 
+def _bias_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
+    """The bias's dtype: fp32 where the kernel accepts it (the CPU flash kernel adds it in fp32)."""
+    return torch.float32 if device.type == "cpu" and dtype in (torch.bfloat16, torch.float16) else dtype
+
+
+def _sdpa_bias(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias_q: torch.Tensor, bias_k: torch.Tensor
+) -> torch.Tensor:
+    """``softmax(q k^T + bias_q bias_k^T) v``; ``bias_q``/``bias_k`` (heads, tokens, R) shared by the batch.
+
+    The bias is built for a block of query rows at a time (bounded memory, cache-resident while every
+    batch item of the block reads it) and given to SDPA as an additive float mask.
+    """
+    b, h, n, _ = q.shape
+    m = k.shape[-2]
+    bias_dtype = _bias_dtype(q.device, q.dtype)
+    # A contiguous (heads, R, keys) right factor and one reused output buffer: a transposed view or a
+    # fresh allocation per block each made the bias product 2-3x slower on the CPU.
+    bias_q, bias_k = bias_q.to(bias_dtype), bias_k.to(bias_dtype).transpose(-2, -1).contiguous()
+    rows = max(1, _BIAS_CHUNK_ELEMENTS // (h * m))
+    if rows >= n:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=torch.matmul(bias_q, bias_k).unsqueeze(0), scale=1.0)
+    rows = max(_BIAS_ROW_MULTIPLE, rows // _BIAS_ROW_MULTIPLE * _BIAS_ROW_MULTIPLE)
+    out = q.new_empty((b, h, n, v.shape[-1]))
+    buffer = q.new_empty((h * rows * m,), dtype=bias_dtype)
+    for start in range(0, n, rows):
+        sl = slice(start, min(n, start + rows))
+        bias = buffer[: h * (sl.stop - start) * m].view(h, sl.stop - start, m)
+        torch.matmul(bias_q[:, sl], bias_k, out=bias)
+        out[:, :, sl] = F.scaled_dot_product_attention(q[:, :, sl], k, v, attn_mask=bias.unsqueeze(0), scale=1.0)
+    return out
+
+
 def _flash(kernel: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     # flash-attn takes (batch, tokens, heads, channels); a transposed view is fine (last dim contiguous).
     out = kernel(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), softmax_scale=1.0)
@@ -371,13 +474,44 @@ def _flash(kernel: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) 
     return out.transpose(1, 2)
 
 
-def run_plan(plan: AttentionPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def _append_factors(
+    q: torch.Tensor, k: torch.Tensor, bias: tuple[torch.Tensor, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[q, bias_q]`` and ``[k, bias_k]``, the factors broadcast over the batch."""
+    n = q.shape[0]
+    bias_q, bias_k = (t.to(q.dtype).unsqueeze(0).expand(n, -1, -1, -1) for t in bias)
+    return torch.cat([q, bias_q], dim=-1), torch.cat([k, bias_k], dim=-1)
+
+
+def run_plan(
+    plan: AttentionPlan,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
     """Run a plan's kernel; inputs narrower than the plan's widths, or in another dtype, are adapted here.
+
+    ``bias``: low-rank factors ``(bias_q, bias_k)``, (heads, tokens, R), shared by every batch item, whose
+    product is added to the logits (``q``/``k`` then hold the other channels only). A plan with
+    ``rank`` > 0 takes them as they are; any other plan appends them to q and k.
 
     Returns (B, heads, tokens, ``plan.v_width``) in ``plan.dtype``: the caller slices and casts back.
     """
+    if plan.rank and bias is None:
+        raise ConfigError(f"the {plan.kernel} plan needs its rank-{plan.rank} bias factors")
+    if bias is not None and not plan.rank:
+        q, k = _append_factors(q, k, bias)
     q, k = (_pad_channels(t, plan.qk_width).to(plan.dtype) for t in (q, k))
     v = _pad_channels(v, plan.v_width).to(plan.dtype)
+    if plan.kernel == "sdpa-bias":
+        assert bias is not None
+        if q.shape[0] < _BIAS_MIN_BATCH:  # one window: building the bias costs more than the padding
+            q, k = _append_factors(q, k, bias)
+            width = max(q.shape[-1], v.shape[-1])
+            q, k, v = (_pad_channels(t, width) for t in (q, k, v))
+            return _sdpa(q, k, v)[..., : plan.v_width]
+        return _sdpa_bias(q, k, v, *bias)
     if plan.kernel == "math":
         return _math(q, k, v)
     if plan.kernel == "sdpa":
@@ -390,8 +524,19 @@ def run_plan(plan: AttentionPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
     return _flash(kernel, q, k, v)
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: str = "auto") -> torch.Tensor:
-    """``softmax(q k^T) v`` with scale 1 on (B, heads, tokens, C) tensors, through the planned kernel."""
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    backend: str = "auto",
+    bias: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """``softmax(q k^T) v`` with scale 1 on (B, heads, tokens, C) tensors, through the planned kernel.
+
+    With ``bias=(bias_q, bias_k)`` ((heads, tokens, R), shared by the batch): ``softmax(q k^T + bias_q
+    bias_k^T) v``, i.e. attention over ``[q, bias_q]`` and ``[k, bias_k]``.
+    """
     dv = v.shape[-1]
-    plan = plan_attention(backend, q.device, q.dtype, q.shape[-1], dv)
-    return run_plan(plan, q, k, v)[..., :dv].to(q.dtype)
+    rank = 0 if bias is None else bias[0].shape[-1]
+    plan = plan_attention(backend, q.device, q.dtype, q.shape[-1] + rank, dv, rank=rank)
+    return run_plan(plan, q, k, v, bias=bias)[..., :dv].to(q.dtype)

@@ -39,10 +39,12 @@ class ModelDescriptor:
     (1 = any origin). ``exact_context``: LR pixels of context beyond a tile edge that make tiled output equal
     whole-image output (None: unknown, tiles are blended instead). ``default_context``: the context used
     when the user asks for none. ``attention_head_sizes``: (q/k, v) channels per head reaching the shared
-    attention kernels, for planning and describing them. ``bf16_safe``: whether bfloat16 inference keeps
-    its output close to fp32. ``position_dependent``: the output depends on where the input lies in the
-    whole image (SSTReal's noise is keyed by position), so the tiler tells the network each tile's origin
-    through ``SRNetwork.at_tile_origins``. ``settings``: the runtime knobs ``SRNetwork.configure`` accepts.
+    attention kernels, for planning and describing them, or (q/k, v, rank) where the last ``rank`` q/k
+    channels are factors shared by every window (``plan_attention(..., rank=)``). ``bf16_safe``: whether
+    bfloat16 inference keeps its output close to fp32. ``position_dependent``: the output depends on where
+    the input lies in the whole image (SSTReal's noise is keyed by position), so the tiler tells the network
+    each tile's origin through ``SRNetwork.at_tile_origins``. ``settings``: the runtime knobs
+    ``SRNetwork.configure`` accepts.
     """
 
     architecture: str
@@ -50,7 +52,7 @@ class ModelDescriptor:
     size_multiple: int = 1
     exact_context: int | None = None
     default_context: int = 16
-    attention_head_sizes: tuple[tuple[int, int], ...] = ()
+    attention_head_sizes: tuple[tuple[int, ...], ...] = ()
     bf16_safe: bool = True
     parameters: int = 0
     notes: tuple[str, ...] = field(default=())

@@ -82,6 +82,11 @@ class WindowAttention(RibParameters):
         """(q/k, v) channels per head that reach the attention kernel: D + R and D."""
         return self.head_dim + self.rank, self.head_dim
 
+    @property
+    def attention_sizes(self) -> tuple[int, int, int]:
+        """(q/k, v, rank): the last R q/k channels are RIB factors shared by every window (see plan_attention)."""
+        return self.head_dim + self.rank, self.head_dim, self.rank
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.plain:
             return plain_window_attention(self, x)
@@ -93,10 +98,12 @@ class WindowAttention(RibParameters):
             x = F.pad(x, (0, pad_w, 0, pad_h), mode="reflect")
         if self.shift:
             x = torch.roll(x, shifts=(-(ws // 2), -(ws // 2)), dims=(2, 3))
-        plan = plan_attention(self.backend, x.device, x.dtype, *self.head_sizes)
+        plan = plan_attention(self.backend, x.device, x.dtype, *self.attention_sizes)
         q, k, v = self._partition(self.to_qkv(x), plan)
+        # A plan that takes the positional factors separately adds their product as a bias (no tails).
+        bias = self.positional_tails(ws, x.dtype, plan.dtype, self.rank) if plan.rank else None
         channels_last = x.stride(1) == 1 and x.shape[1] > 1
-        out = self._merge(run_plan(plan, q, k, v), x.shape, x.dtype, channels_last)
+        out = self._merge(run_plan(plan, q, k, v, bias=bias), x.shape, x.dtype, channels_last)
         if self.shift:
             out = torch.roll(out, shifts=(ws // 2, ws // 2), dims=(2, 3))
         return self.to_out(out[:, :, :h, :w] * gate)
@@ -113,13 +120,14 @@ class WindowAttention(RibParameters):
         nh, nw = hp // ws, wp // ws
         qkv[:, : heads * d].mul_(d**-0.5)  # the conv output is not needed by autograd: scale in place
         windows = qkv.view(b, 3, heads, d, nh, ws, nw, ws).permute(1, 0, 4, 6, 2, 5, 7, 3)
-        tails = self.positional_tails(ws, qkv.dtype, plan.dtype, plan.qk_width - d)
+        # Positional tails follow the content channels, unless the plan takes the factors as a bias.
+        tails = None if plan.rank else self.positional_tails(ws, qkv.dtype, plan.dtype, plan.qk_width - d)
         parts = []
         # Three buffers, not one: CPU allocations above 32 MB are fresh mmaps, page-faulted on every call.
         for i, width in enumerate((plan.qk_width, plan.qk_width, plan.v_width)):
             part = qkv.new_empty((b * nh * nw, heads, ws * ws, width), dtype=plan.dtype)
             part[..., :d].view(b, nh, nw, heads, ws, ws, d).copy_(windows[i])
-            if i < 2:
+            if i < 2 and tails is not None:
                 part[..., d:].copy_(tails[i])  # broadcast over windows
             elif width > d:
                 part[..., d:].zero_()

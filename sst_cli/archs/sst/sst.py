@@ -185,9 +185,9 @@ class SST(SRNetwork):
         return elem * max(body * padded, head * height * width)
 
     @property
-    def attention_head_sizes(self) -> tuple[tuple[int, int], ...]:
-        """Distinct (q/k, v) head sizes of the attention layers, for planning and describing kernels."""
-        return tuple(sorted({m.head_sizes for m in self.modules() if isinstance(m, WindowAttention)}))
+    def attention_head_sizes(self) -> tuple[tuple[int, ...], ...]:
+        """Distinct (q/k, v, rank) head sizes of the attention layers, for planning and describing kernels."""
+        return tuple(sorted({m.attention_sizes for m in self.modules() if isinstance(m, WindowAttention)}))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h, w = x.shape[-2:]
