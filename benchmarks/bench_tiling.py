@@ -4,7 +4,9 @@
 One photo-like input of about ``--megapixels`` (built from real photos: ``--image`` files, else
 the Set14 HR images in ``../shared/datasets`` beside the repository, else ``examples/*.png``) is
 upscaled once as a whole (tile 0) and once per tile size in ``--tiles`` (LR pixels, default overlap),
-plus one ``exact`` run with ``--with-exact``.  Every configuration runs in a fresh subprocess (this
+once per overlap in ``--overlaps`` (at ``--overlap-tile``), once per memory budget in ``--budgets`` (``--tile
+auto --max-memory``: the plan sst-cli chooses), plus one ``exact`` run with ``--with-exact``.  Every
+configuration runs in a fresh subprocess (this
 script re-invoked with the hidden ``--one`` option, which prints one JSON line) so that its peak
 resident memory (``ru_maxrss``) belongs to that configuration alone.  The child also reports its RSS
 right after the model is loaded (the baseline), so ``peak - baseline`` is the memory the run itself
@@ -61,9 +63,10 @@ class RunSpec:
     """One configuration, as handed to a child process (JSON on the command line)."""
 
     name: str
-    tile: int
+    tile: int | str  # a side, or "auto"
     exact: bool
     overlap: int | None
+    max_memory: int | None
     model: str
     scale: int | None
     weights: str | None
@@ -81,8 +84,9 @@ class RunResult:
     ok: bool
     error: str | None = None
     stage: str | None = None
-    tile_requested: int = 0
-    tile_used: int | None = None
+    tile_requested: int | str = 0
+    tile_used: int | list[int] | None = None
+    cost: float | None = None  # pixels computed per image pixel
     overlap: int | None = None
     align: int | None = None
     exact: bool = False
@@ -134,7 +138,7 @@ def run_one(spec: RunSpec) -> RunResult:
     try:
         import torch
 
-        from sst_cli.tiling import plan_tiles
+        from sst_cli.tiling import plan_tiles, tiling_cost
         from sst_cli.upscaler import Upscaler
 
         torch.set_num_threads(spec.threads)
@@ -156,6 +160,7 @@ def run_one(spec: RunSpec) -> RunResult:
             tile=spec.tile,
             tile_overlap=spec.overlap,
             exact=spec.exact,
+            max_memory=spec.max_memory,
         )
         result.rss_loaded_kib = _current_rss_kib()
         result.scale = upscaler.scale
@@ -169,14 +174,14 @@ def run_one(spec: RunSpec) -> RunResult:
         _, height, width = image.shape
         plan = upscaler.plan(height, width)
         cpu0, t0 = time.process_time(), time.perf_counter()
-        out = upscaler.run(image)
+        out, used = upscaler.run(image)
         result.time_s = time.perf_counter() - t0
         result.cpu_s = time.process_time() - cpu0
-        used = upscaler.last_tile if upscaler.last_tile is not None else plan.tile
-        result.tile_used = used
+        result.tile_used = list(used) if isinstance(used, tuple) else used
         result.overlap = plan.overlap
         result.align = plan.align
         result.n_tiles = len(plan_tiles(height, width, used, plan.overlap, plan.align))
+        result.cost = tiling_cost(height, width, used, plan.overlap)
         result.out_shape = list(out.shape)
 
         stage = "save"
@@ -289,20 +294,31 @@ def run_child(spec: RunSpec, timeout: float | None) -> RunResult:
 
 def make_specs(args: argparse.Namespace, input_path: Path, workdir: Path) -> list[RunSpec]:
     tiles = [0] + [t for t in dict.fromkeys(args.tiles) if t != 0]  # whole image first, computed once
-    runs: list[tuple[str, int, bool]] = [("whole" if t == 0 else f"tile {t}", t, False) for t in tiles]
+    # (name, tile, exact, overlap, memory budget)
+    runs: list[tuple[str, int | str, bool, int | None, int | None]] = [
+        ("whole" if t == 0 else f"tile {t}", t, False, args.overlap, None) for t in tiles
+    ]
+    nonzero = [t for t in tiles if t > 0]
+    if args.overlaps:
+        at = args.overlap_tile if args.overlap_tile is not None else max(nonzero, default=0)
+        if at <= 0:
+            raise SystemExit("--overlaps needs a positive tile size (--overlap-tile or a non-zero --tiles entry)")
+        runs += [(f"tile {at} overlap {o}", at, False, o, None) for o in args.overlaps]
+    for budget in args.budgets:
+        runs.append((f"auto, {budget}", "auto", False, args.overlap, _parse_bytes(budget)))
     if args.with_exact:
-        nonzero = [t for t in tiles if t > 0]
         exact_tile = args.exact_tile if args.exact_tile is not None else max(nonzero, default=0)
         if exact_tile <= 0:
             raise SystemExit("--with-exact needs a positive tile size (--exact-tile or a non-zero --tiles entry)")
-        runs.append((f"tile {exact_tile} exact", exact_tile, True))
+        runs.append((f"tile {exact_tile} exact", exact_tile, True, args.overlap, None))
     scale = args.scale if args.scale is not None else (None if args.config else 4)
     return [
         RunSpec(
             name=name,
             tile=tile,
             exact=exact,
-            overlap=args.overlap,
+            overlap=overlap,
+            max_memory=budget,
             model=args.model,
             scale=scale,
             weights=args.weights,
@@ -311,8 +327,15 @@ def make_specs(args: argparse.Namespace, input_path: Path, workdir: Path) -> lis
             input_path=str(input_path),
             output_path=str(workdir / f"out_{i}.npy"),
         )
-        for i, (name, tile, exact) in enumerate(runs)
+        for i, (name, tile, exact, overlap, budget) in enumerate(runs)
     ]
+
+
+def _parse_bytes(text: str) -> int:
+    """``300M`` / ``2G`` / ``123456`` -> bytes (powers of 1024), as ``--max-memory`` reads them."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper().removesuffix("B")
+    return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(text)
 
 
 def cpu_model() -> str:
@@ -372,7 +395,7 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 def table_rows(results: list[RunResult]) -> list[list[str]]:
     """One row of cells per result; a failed run is a two-cell row (name, reason)."""
-    whole = next((r for r in results if r.tile_requested == 0 and r.ok), None)
+    whole = next((r for r in results if r.name == "whole" and r.ok), None)
     rows: list[list[str]] = []
     for r in results:
         if not r.ok:
@@ -392,8 +415,9 @@ def table_rows(results: list[RunResult]) -> list[list[str]]:
         else:
             psnr = _fmt(r.psnr_db, 2)
             maxdiff = f"{r.max_abs_diff:.2e}" if r.max_abs_diff is not None else "n/a"
-        tile = "whole" if r.tile_used == 0 else str(r.tile_used)
-        if r.tile_used != r.tile_requested:
+        used = r.tile_used
+        tile = "whole" if used == 0 else (f"{used[0]}x{used[1]}" if isinstance(used, list) else str(used))
+        if used != r.tile_requested:
             tile += f" (asked {r.tile_requested})"
         rows.append(
             [
@@ -401,6 +425,7 @@ def table_rows(results: list[RunResult]) -> list[list[str]]:
                 tile,
                 "-" if r.tile_used == 0 else str(r.overlap),
                 str(r.n_tiles),
+                _fmt(r.cost, 2),
                 _fmt(r.time_s, 2),
                 _fmt(r.peak_kib / MIB if r.peak_kib is not None else None),
                 _fmt(r.rss_loaded_kib / MIB if r.rss_loaded_kib is not None else None),
@@ -420,6 +445,7 @@ COLUMNS = [
     "tile",
     "overlap",
     "tiles",
+    "cost",
     "time s",
     "peak MiB",
     "base MiB",
@@ -431,7 +457,8 @@ COLUMNS = [
     "max abs diff",
 ]
 LEGEND = (
-    "tile/overlap in LR pixels; peak = the run's ru_maxrss; base = RSS right after the model load "
+    "tile/overlap in LR pixels (rows x cols for strips); cost = pixels computed per image pixel; "
+    "peak = the run's ru_maxrss; base = RSS right after the model load "
     "(input already loaded); act = peak - base; × = ratio to whole; PSNR and max abs diff compare the raw "
     "float output with the whole-image output (peak 1.0)."
 )
@@ -472,6 +499,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--image", type=Path, action="append", default=[], help="source photo(s) for the mosaic")
     p.add_argument("--tiles", type=int, nargs="+", default=[0, 512, 256, 128], help="tile sizes, LR px; 0 = whole")
     p.add_argument("--overlap", type=int, default=None, help="tile overlap in LR px (default: the Upscaler's)")
+    p.add_argument("--overlaps", type=int, nargs="+", default=[], help="overlaps to try, LR px (at --overlap-tile)")
+    p.add_argument("--overlap-tile", type=int, default=None, help="tile of the --overlaps runs (default: largest)")
+    p.add_argument("--budgets", nargs="+", default=[], help="--max-memory values for --tile auto runs, e.g. 300M")
     p.add_argument("--with-exact", action="store_true", help="add one exact-tiling run")
     p.add_argument("--exact-tile", type=int, default=None, help="tile of the exact run (default: largest tile)")
     p.add_argument("--threads", type=int, default=available_cores(), help="torch threads in each run (default: all)")
@@ -510,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
             result = run_child(spec, args.timeout)
             if result.ok:
                 print(f"{result.time_s:.2f} s, peak {(result.peak_kib or 0) / MIB:.0f} MiB", file=sys.stderr)
-                if spec.tile == 0 and not spec.exact:
+                if spec.tile == 0 and not spec.exact and spec.overlap == args.overlap:
                     reference = Path(spec.output_path)
                 elif reference is not None:
                     result.psnr_db, result.max_abs_diff = compare(reference, Path(spec.output_path))

@@ -33,6 +33,7 @@ from .image_io import (
     write_image,
 )
 from .loader import ModelSpec
+from .tiling import TileSize
 from .upscaler import TileCallback, UpscaleOptions, Upscaler
 
 if TYPE_CHECKING:
@@ -332,7 +333,7 @@ class FileResult:
     error_type: str | None = None  # class name of the error, e.g. OutputExists, ImageError
     megapixels: float = 0.0  # input size
     seconds: float = 0.0
-    tile: int | None = None  # tile side used (0 = whole image)
+    tile: TileSize | None = None  # tile used: a side, (rows, cols), or 0 for the whole image
     traceback: str | None = field(default=None, repr=False, compare=False)  # text only: frames would pin images
 
 

@@ -35,7 +35,7 @@ from .archs.attention import check_backend, describe_attention
 from .choices import BENCH_PRECISIONS, COMPILE_MODES
 from .errors import ConfigError
 from .runtime import device_name, fp32_mode, resolve_device, resolve_precision, synchronize
-from .tiling import plan_tiles
+from .tiling import TileSize, plan_tiles, tile_sides
 from .upscaler import Upscaler
 from .zoo import check_scale, create_model, get_variant
 
@@ -147,7 +147,7 @@ class TiledMeasurement:
     precision: str
     lr: tuple[int, int]
     output: tuple[int, int]
-    tile: int
+    tile: TileSize
     overlap: int
     tiles: int
     median_s: float
@@ -409,8 +409,8 @@ def _measure_tiled(
     )
     plan = upscaler.plan(lr_h, lr_w)
     tiles = len(plan_tiles(lr_h, lr_w, plan.tile, plan.overlap, plan.align))
-    side = plan.tile + 2 * plan.overlap if plan.tile else max(lr_h, lr_w)
-    warm_image = image[:, : min(lr_h, side), : min(lr_w, side)]
+    rows, cols = tile_sides(plan.tile)
+    warm_image = image[:, : min(lr_h, rows + 2 * plan.overlap), : min(lr_w, cols + 2 * plan.overlap)] if rows else image
     say(f"{name} x{scale} {precision} tiled: {lr_w}x{lr_h} -> {lr_w * scale}x{lr_h * scale}, {tiles} tile(s)")
     for _ in range(max(1, settings.warmup)):
         upscaler.run(warm_image)

@@ -24,6 +24,7 @@ import torch
 from sst_cli.errors import ConfigError
 
 Forward = Callable[..., torch.Tensor]  # forward(x), or forward(x, origins) when run with origins=True
+TileSize = int | tuple[int, int]  # a square side or (rows, cols) in LR pixels; 0 = the whole image
 _WEIGHT_BITS = 16  # feather weights are multiples of 2**-16 so a constant image blends exactly
 
 
@@ -64,38 +65,103 @@ def align_overlap(overlap: int, align: int) -> int:
     return -(-overlap // align) * align
 
 
-def plan_tiles(height: int, width: int, tile: int, overlap: int, align: int = 1) -> list[Tile]:
+def tile_sides(tile: TileSize) -> tuple[int, int]:
+    """(rows, cols) of a tile size; 0 stays (0, 0), the whole image."""
+    if isinstance(tile, tuple):
+        rows, cols = tile
+        if (rows == 0) != (cols == 0):
+            raise ConfigError(f"a tile is the whole image (0) or has two positive sides, got {rows}x{cols}")
+        return rows, cols
+    return tile, tile
+
+
+def tile_label(tile: TileSize) -> str:
+    """How a tile size reads in messages: ``whole image``, ``256 px`` or ``128x448 px`` (rows x cols)."""
+    rows, cols = tile_sides(tile)
+    if rows == 0:
+        return "whole image"
+    return f"{rows} px" if rows == cols else f"{rows}x{cols} px"
+
+
+def plan_tiles(height: int, width: int, tile: TileSize, overlap: int, align: int = 1) -> list[Tile]:
     """Split an image into row-major tiles whose cores partition it exactly.
 
-    Cores form a grid of ``tile`` from the origin; the last row/column runs to the image edge and
-    may be smaller.  Contexts are cores grown by ``overlap`` and clipped to the image.
+    Cores form a grid of ``tile`` (a side, or rows x cols) from the origin; the last row/column runs to the
+    image edge and may be smaller.  Contexts are cores grown by ``overlap`` and clipped to the image.
     """
     _check_align(align)
     if height < 1 or width < 1:
         raise ConfigError(f"image size must be positive, got {height}x{width}")
-    if tile < 0:
-        raise ConfigError(f"tile size must be >= 0 (0 = whole image), got {tile}")
+    rows, cols = tile_sides(tile)
+    for side in (rows, cols):
+        if side < 0:
+            raise ConfigError(f"tile size must be >= 0 (0 = whole image), got {side}")
+        if side % align:
+            raise ConfigError(f"tile size {side} is not a multiple of the model's alignment {align}")
     if overlap < 0:
         raise ConfigError(f"tile overlap must be >= 0, got {overlap}")
-    if tile % align:
-        raise ConfigError(f"tile size {tile} is not a multiple of the model's alignment {align}")
     if overlap % align:
         raise ConfigError(f"tile overlap {overlap} is not a multiple of the model's alignment {align}")
-    if tile == 0 or (tile >= height and tile >= width):
+    if rows == 0 or (rows >= height and cols >= width):
         return [Tile(0, height, 0, width, 0, height, 0, width)]
-    tiles = []
-    for y0 in range(0, height, tile):
-        y1 = min(y0 + tile, height)
-        for x0 in range(0, width, tile):
-            x1 = min(x0 + tile, width)
-            tiles.append(
-                Tile(
-                    y0, y1, x0, x1,
-                    max(0, y0 - overlap), min(height, y1 + overlap),
-                    max(0, x0 - overlap), min(width, x1 + overlap),
-                )
-            )  # fmt: skip
-    return tiles
+    return [
+        Tile(y0, y1, x0, x1, cy0, cy1, cx0, cx1)
+        for (y0, y1), (cy0, cy1) in _spans(height, rows, overlap)
+        for (x0, x1), (cx0, cx1) in _spans(width, cols, overlap)
+    ]
+
+
+def _spans(size: int, tile: int, overlap: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Cores and contexts along one axis: cores of ``tile`` from 0 (the last one to the edge), contexts grown
+    by ``overlap`` and clipped."""
+    spans = []
+    for start in range(0, size, tile):
+        end = min(start + tile, size)
+        spans.append(((start, end), (max(0, start - overlap), min(size, end + overlap))))
+    return spans
+
+
+def tiling_cost(height: int, width: int, tile: TileSize, overlap: int) -> float:
+    """Pixels computed per image pixel: every tile computes its whole context, so small tiles cost a lot.
+
+    The sum of context areas factors into a product of per-axis sums, so no tile list is built."""
+    rows, cols = tile_sides(tile)
+    if rows == 0:
+        return 1.0
+    along_y = sum(c1 - c0 for _, (c0, c1) in _spans(height, rows, overlap))
+    along_x = sum(c1 - c0 for _, (c0, c1) in _spans(width, cols, overlap))
+    return along_y * along_x / (height * width)
+
+
+def cheapest_tile(
+    height: int, width: int, overlap: int, align: int, fits: Callable[[int, int], bool]
+) -> tuple[int, int] | None:
+    """The aligned (rows, cols) tile whose largest context box ``fits(h, w)`` and that computes the fewest
+    pixels in all, or None when not even an ``align`` tile fits.
+
+    Rectangles are considered too: for a wide image, strips often waste less on overlaps than squares of the
+    same memory.  Cost and the largest context are per-axis quantities, so the search is over pairs of sides."""
+    _check_align(align)
+
+    def axis(size: int) -> list[tuple[int, int, int]]:  # (side, summed context length, largest context)
+        sides = range(align, -(-size // align) * align + 1, align)
+        out = []
+        for side in sides:
+            contexts = [c1 - c0 for _, (c0, c1) in _spans(size, side, overlap)]
+            out.append((side, sum(contexts), max(contexts)))
+        return out
+
+    best: tuple[int, int, int] | None = None  # (cost in pixels, -area, ...) compared as a key
+    choice: tuple[int, int] | None = None
+    across = axis(width)
+    for rows, total_y, largest_y in axis(height):
+        for cols, total_x, largest_x in across:
+            if not fits(largest_y, largest_x):
+                break  # the largest context only grows with the side
+            key = (total_y * total_x, -rows * cols, rows)
+            if best is None or key < best:
+                best, choice = key, (rows, cols)
+    return choice
 
 
 def run_tiles(
@@ -126,16 +192,16 @@ def run_tiles_adaptive(
     image: torch.Tensor,
     scale: int,
     *,
-    tile: int,
+    tile: TileSize,
     overlap: int,
     align: int = 1,
     batch: int = 1,
     blend: bool = False,
     on_tile: Callable[[int, int], None] | None = None,
     is_oom: Callable[[BaseException], bool],
-    on_oom: Callable[[int], None] | None = None,
+    on_oom: Callable[[TileSize], None] | None = None,
     origins: bool = False,
-) -> tuple[torch.Tensor, int]:
+) -> tuple[torch.Tensor, TileSize]:
     """Run tiled inference, halving the tile on out-of-memory errors; return (output, tile size used).
 
     In crop mode finished cores are kept and not recomputed: an LR mask records them, and new
@@ -176,12 +242,19 @@ def run_tiles_adaptive(
             on_oom(tile)
 
 
-def _halve_tile(tile: int, height: int, width: int, align: int) -> int | None:
-    """Next smaller aligned tile, or None when it cannot shrink below ``align``."""
-    effective = max(height, width) if tile == 0 else min(tile, max(height, width))
-    if effective <= align:
+def _halve_tile(tile: TileSize, height: int, width: int, align: int) -> TileSize | None:
+    """Next smaller aligned tile (each side halved), or None when it cannot shrink below ``align``."""
+    rows, cols = tile_sides(tile)
+    if rows == 0:
+        rows = cols = max(height, width)
+    elif isinstance(tile, int):
+        rows = cols = min(tile, max(height, width))
+    else:
+        rows, cols = min(rows, height), min(cols, width)
+    if rows <= align and cols <= align:
         return None
-    return align_tile_size(effective // 2, align)
+    smaller = align_tile_size(max(align, rows // 2), align), align_tile_size(max(align, cols // 2), align)
+    return smaller[0] if smaller[0] == smaller[1] else smaller
 
 
 def _run(

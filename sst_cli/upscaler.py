@@ -29,7 +29,15 @@ from .runtime import (
     resolve_device,
     resolve_precision,
 )
-from .tiling import align_overlap, align_tile_size, plan_tiles, run_tiles_adaptive
+from .tiling import (
+    TileSize,
+    align_overlap,
+    align_tile_size,
+    cheapest_tile,
+    run_tiles_adaptive,
+    tile_label,
+    tiling_cost,
+)
 
 TileCallback = Callable[[int, int], None]  # (tiles done, tiles in all)
 
@@ -91,25 +99,26 @@ class UpscaleOptions:
 
 @dataclass(frozen=True)
 class TilePlan:
-    """How an image is cut: tile side (0 = whole image), context overlap, alignment, blending."""
+    """How an image is cut: tile (a side or rows x cols, 0 = whole image), context overlap, alignment,
+    blending, and tiles per forward pass."""
 
-    tile: int
+    tile: TileSize
     overlap: int
     align: int
     blend: bool
+    batch: int = 1
 
     def cost(self, height: int, width: int) -> float:
         """Pixels computed per image pixel: tiles compute their context too, so small tiles cost a lot."""
-        tiles = plan_tiles(height, width, self.tile, self.overlap, self.align)
-        return sum((t.cy1 - t.cy0) * (t.cx1 - t.cx0) for t in tiles) / (height * width)
+        return tiling_cost(height, width, self.tile, self.overlap)
 
 
 class Upscaled(NamedTuple):
-    """A run's output (C, H*scale, W*scale) and the tile side it used (0 = whole image), after any
+    """A run's output (C, H*scale, W*scale) and the tile it used (0 = whole image), after any
     out-of-memory halving."""
 
     image: torch.Tensor
-    tile: int
+    tile: TileSize
 
 
 class Upscaler:
@@ -154,7 +163,7 @@ class Upscaler:
                     self.options.attention, self.device, self.dtype, self.descriptor.attention_head_sizes
                 )
         self.on_message = on_message
-        self._costly: set[tuple[int, int]] = set()  # tile plans already said to be expensive
+        self._said_plans: set[tuple[TileSize, int, int]] = set()  # (tile, overlap, batch) already described
         self._say_rounding()
 
     def _say_rounding(self) -> None:
@@ -194,7 +203,13 @@ class Upscaler:
 
     # ----------------------------------------------------------------- tiling
     def plan(self, height: int, width: int) -> TilePlan:
-        """Tile size and overlap for an image, from the model's own description and the options."""
+        """Tile, overlap and batch for an image, from the model's own description and the options.
+
+        ``tile="auto"`` runs the whole image when it fits the memory budget; otherwise it takes the tile shape
+        (squares or strips) that computes the fewest pixels while its context fits, then as many tiles per
+        pass as still fit, up to ``batch``: a smaller batch costs little, a smaller tile costs overlap.
+        The overlap itself stays the model's default: a smaller one is faster but shows seams, so it is
+        only ever the user's choice (``tile_overlap``)."""
         d, o = self.descriptor, self.options
         align = d.size_multiple
         # Cores are cropped only where tiling can be exact; a network that sees the whole image (or says
@@ -208,31 +223,27 @@ class Upscaler:
             overlap = align_overlap(o.tile_overlap, align)
         else:
             overlap = align_overlap(d.default_context, align)
-        if o.tile == "auto":
-            tile = self._auto_tile(height, width, overlap, align)
-        else:
-            tile = align_tile_size(o.tile, align) if o.tile else 0
-        return TilePlan(tile, overlap, align, blend)
+        if o.tile != "auto":
+            return TilePlan(align_tile_size(o.tile, align) if o.tile else 0, overlap, align, blend, o.batch)
+        budget = o.max_memory if o.max_memory is not None else memory_budget(self.device)
+        if self._activation_bytes(height, width) <= budget:
+            return TilePlan(0, overlap, align, blend)
+
+        def fits(h: int, w: int) -> bool:
+            return self._activation_bytes(h, w) <= budget
+
+        # When nothing fits, the smallest aligned tile runs and out-of-memory halving has the last word.
+        rows, cols = cheapest_tile(height, width, overlap, align, fits) or (align, align)
+        largest = self._activation_bytes(min(height, rows + 2 * overlap), min(width, cols + 2 * overlap))
+        batch = max(1, min(o.batch, budget // max(1, largest)))
+        return TilePlan(rows if rows == cols else (rows, cols), overlap, align, blend, batch)
 
     def _activation_bytes(self, height: int, width: int) -> int:
+        """Estimated peak activation memory of one tile of this size in one forward pass."""
         network = network_of(self.model)
         if isinstance(network, SRNetwork):
-            per_tile = network.activation_bytes(height, width, self.dtype)
-        else:  # a foreign module: assume a few hundred float channels per pixel
-            per_tile = 1024 * height * width * torch.finfo(self.dtype).bits // 8
-        return int(per_tile) * self.options.batch
-
-    def _auto_tile(self, height: int, width: int, overlap: int, align: int) -> int:
-        budget = self.options.max_memory if self.options.max_memory is not None else memory_budget(self.device)
-        if self._activation_bytes(height, width) <= budget:
-            return 0
-        tile = align
-        while tile + align < max(height, width):
-            side = tile + align + 2 * overlap
-            if self._activation_bytes(min(side, height), min(side, width)) > budget:
-                break
-            tile += align
-        return tile
+            return int(network.activation_bytes(height, width, self.dtype))
+        return 1024 * height * width * torch.finfo(self.dtype).bits // 8  # a foreign module: ~1k channels
 
     def _forward(self, batch: torch.Tensor, origins: list[tuple[int, int]] | None = None) -> torch.Tensor:
         """One batch of tiles through the network; ``origins`` (LR, in the whole image) for networks whose
@@ -246,21 +257,14 @@ class Upscaler:
             y = self.model(x)
         return y.float().cpu()
 
-    def _on_oom(self, new_tile: int) -> None:
+    def _on_oom(self, new_tile: TileSize) -> None:
         release_memory(self.device)
-        self._say(f"out of memory: retrying with {new_tile}px tiles")
+        self._say(f"out of memory: retrying with {tile_label(new_tile)} tiles")
 
     def run(self, image: torch.Tensor, on_tile: TileCallback | None = None) -> Upscaled:
         """(C, H, W) float32 CPU tensor -> (C, H*scale, W*scale), tiled as planned."""
         plan = self.plan(image.shape[-2], image.shape[-1])
-        if plan.tile and (plan.tile, plan.overlap) not in self._costly:
-            cost = plan.cost(image.shape[-2], image.shape[-1])
-            if cost >= 2.0:
-                self._costly.add((plan.tile, plan.overlap))
-                self._say(
-                    f"{plan.tile} px tiles with {plan.overlap} px of context compute each pixel {cost:.1f} times "
-                    "(expect about that many times the whole image's time); larger tiles are faster if memory allows"
-                )
+        self._say_plan(plan, image.shape[-2], image.shape[-1])
         out, used = run_tiles_adaptive(
             self._forward,
             image,
@@ -268,7 +272,7 @@ class Upscaler:
             tile=plan.tile,
             overlap=plan.overlap,
             align=plan.align,
-            batch=self.options.batch,
+            batch=plan.batch,
             blend=plan.blend,
             on_tile=on_tile,
             is_oom=is_out_of_memory,
@@ -279,6 +283,25 @@ class Upscaler:
             hint = " (bf16 overflowed: try precision fp32)" if self.dtype != torch.float32 else ""
             raise NonFiniteOutput(f"the network produced NaN or Inf values{hint}")
         return Upscaled(out, used)
+
+    def _say_plan(self, plan: TilePlan, height: int, width: int) -> None:
+        """Say, once per plan, when tiles make the run expensive or the batch had to shrink to fit memory."""
+        key = (plan.tile, plan.overlap, plan.batch)
+        if not plan.tile or key in self._said_plans:
+            return
+        self._said_plans.add(key)
+        cost = plan.cost(height, width)
+        if cost >= 2.0:
+            self._say(
+                f"{tile_label(plan.tile)} tiles with {plan.overlap} px of context compute each pixel {cost:.1f} "
+                "times (expect about that many times the whole image's time); larger tiles are faster if memory "
+                "allows (--max-memory)"
+            )
+        if plan.batch < self.options.batch:
+            self._say(
+                f"batch {self.options.batch} becomes {plan.batch}: more {tile_label(plan.tile)} tiles per "
+                "pass do not fit the memory budget"
+            )
 
     # ----------------------------------------------------------------- images
     def output_size(self, width: int, height: int) -> tuple[int, int]:
@@ -293,7 +316,7 @@ class Upscaler:
         size = self.output_size(width, height)[::-1]
         return F.interpolate(t[None], size=size, mode="bicubic", antialias=True, align_corners=False)[0]
 
-    def upscale_picture(self, picture: Picture, on_tile: TileCallback | None = None) -> tuple[Picture, int]:
+    def upscale_picture(self, picture: Picture, on_tile: TileCallback | None = None) -> tuple[Picture, TileSize]:
         """Colour through the network; alpha through the network as gray, or resized, or passed if constant.
 
         Returns the upscaled picture (metadata carried over) and the tile side used for the colour.

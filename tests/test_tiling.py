@@ -12,9 +12,13 @@ from sst_cli.tiling import (
     Tile,
     align_overlap,
     align_tile_size,
+    cheapest_tile,
     plan_tiles,
     run_tiles,
     run_tiles_adaptive,
+    tile_label,
+    tile_sides,
+    tiling_cost,
 )
 
 
@@ -78,6 +82,83 @@ def test_plan_partitions_image(h: int, w: int, tile: int, overlap: int, align: i
     assert [(t.y0, t.x0) for t in tiles] == list(itertools.product(range(0, h, tile), range(0, w, tile)))
     assert (tiles[-1].y1, tiles[-1].x1) == (h, w)
     assert tiles[-1].y0 == (h - 1) // tile * tile
+
+
+@pytest.mark.parametrize(
+    ("h", "w", "tile", "overlap", "align"),
+    [(35, 19, (16, 8), 8, 8), (64, 48, (16, 48), 16, 16), (21, 37, (5, 11), 3, 1), (40, 9, (8, 64), 8, 8)],
+)
+def test_rectangular_tiles_partition_image(h: int, w: int, tile: tuple[int, int], overlap: int, align: int) -> None:
+    rows, cols = tile
+    tiles = plan_tiles(h, w, tile, overlap, align)
+    owned = torch.zeros(h, w, dtype=torch.int32)
+    for t in tiles:
+        owned[t.y0 : t.y1, t.x0 : t.x1] += 1
+        assert t.y1 - t.y0 <= rows and t.x1 - t.x0 <= cols
+        assert (t.cy0, t.cy1, t.cx0, t.cx1) == (
+            max(0, t.y0 - overlap),
+            min(h, t.y1 + overlap),
+            max(0, t.x0 - overlap),
+            min(w, t.x1 + overlap),
+        )
+    assert bool((owned == 1).all())
+    assert [(t.y0, t.x0) for t in tiles] == list(itertools.product(range(0, h, rows), range(0, w, cols)))
+
+
+def _summed_context(h: int, w: int, tile: int | tuple[int, int], overlap: int) -> int:
+    return sum((t.cy1 - t.cy0) * (t.cx1 - t.cx0) for t in plan_tiles(h, w, tile, overlap))
+
+
+@pytest.mark.parametrize(
+    ("h", "w", "tile", "overlap"),
+    [(20, 20, 8, 0), (21, 37, 8, 3), (21, 37, (4, 16), 5), (9, 30, 0, 4), (5, 5, 100, 2), (64, 48, (48, 16), 16)],
+)
+def test_tiling_cost_is_the_summed_context_area(h: int, w: int, tile: int | tuple[int, int], overlap: int) -> None:
+    assert tiling_cost(h, w, tile, overlap) == pytest.approx(_summed_context(h, w, tile, overlap) / (h * w))
+
+
+def _largest_context(h: int, w: int, tile: tuple[int, int], overlap: int) -> tuple[int, int]:
+    tiles = plan_tiles(h, w, tile, overlap)
+    return max(t.cy1 - t.cy0 for t in tiles), max(t.cx1 - t.cx0 for t in tiles)
+
+
+@pytest.mark.parametrize(
+    ("h", "w", "overlap", "align", "area"),
+    [(40, 72, 8, 8, 24 * 40), (72, 40, 8, 8, 24 * 40), (50, 50, 4, 4, 400), (33, 130, 8, 8, 3000), (16, 16, 8, 8, 64)],
+)
+def test_cheapest_tile_matches_an_exhaustive_search(h: int, w: int, overlap: int, align: int, area: int) -> None:
+    def fits(rows: int, cols: int) -> bool:
+        return rows * cols <= area
+
+    sides = [(r, c) for r in range(align, h + align, align) for c in range(align, w + align, align)]
+    fitting = [s for s in sides if fits(*_largest_context(h, w, s, overlap))]
+    chosen = cheapest_tile(h, w, overlap, align, fits)
+    if not fitting:
+        assert chosen is None
+        return
+    assert chosen is not None and chosen[0] % align == 0 and chosen[1] % align == 0
+    assert fits(*_largest_context(h, w, chosen, overlap))
+    assert _summed_context(h, w, chosen, overlap) == min(_summed_context(h, w, s, overlap) for s in fitting)
+
+
+def test_rectangles_beat_squares_under_a_memory_budget() -> None:
+    """A 480x320 photo with room for ~300x300 contexts: a 192x256 tile wastes less on overlaps than any square."""
+    h, w, overlap, align, area = 320, 480, 64, 64, 90_000
+
+    def fits(rows: int, cols: int) -> bool:
+        return rows * cols <= area
+
+    chosen = cheapest_tile(h, w, overlap, align, fits)
+    squares = [s for s in range(align, w + align, align) if fits(*_largest_context(h, w, (s, s), overlap))]
+    assert chosen == (192, 256)
+    assert tiling_cost(h, w, chosen, overlap) < 0.85 * min(tiling_cost(h, w, s, overlap) for s in squares)
+
+
+def test_tile_sizes_read_well() -> None:
+    assert [tile_label(t) for t in (0, 64, (64, 64), (128, 448))] == ["whole image", "64 px", "64 px", "128x448 px"]
+    assert tile_sides(64) == (64, 64) and tile_sides((8, 16)) == (8, 16)
+    with pytest.raises(ValueError, match="two positive sides"):
+        tile_sides((0, 16))
 
 
 @pytest.mark.parametrize(("tile", "h", "w"), [(0, 13, 7), (16, 16, 9), (100, 5, 5)])
@@ -281,6 +362,14 @@ def test_adaptive_resumes_without_recomputing() -> None:
     # 4 corner tiles finished at 16; at 8 the 4x4 sub-tiles inside them are skipped: 64 - 16 = 48 more.
     assert len(model.ok) == 4 + 48
     assert progress[-1] == (64, 64)
+
+
+def test_adaptive_halves_both_sides_of_a_strip() -> None:
+    img = image(2, 32, 64)
+    model = LimitedModel(24 * 32)  # a 16x32 strip's contexts (up to 24x40) do not fit, 8x16 ones (24x32) do
+    out, used = run_tiles_adaptive(model, img, 2, tile=(16, 32), overlap=8, align=8, is_oom=is_fake_oom)
+    assert used == (8, 16)
+    assert torch.equal(out, pointwise(img[None])[0])
 
 
 def test_adaptive_whole_image_and_batch() -> None:

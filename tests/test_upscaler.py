@@ -14,6 +14,7 @@ from PIL import Image
 from sst_cli import SST, SSTConfig, Upscaler
 from sst_cli.errors import ConfigError, NonFiniteOutput
 from sst_cli.runtime import fp32_mode
+from sst_cli.tiling import tile_sides, tiling_cost
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -96,9 +97,27 @@ def test_auto_tile_fits_the_memory_budget() -> None:
     assert Upscaler(model, tile="auto", max_memory=1 << 40).plan(500, 700).tile == 0
     budget = model.activation_bytes(80, 80)
     plan = Upscaler(model, tile="auto", max_memory=budget).plan(500, 700)
-    assert plan.tile > 0 and plan.tile % 16 == 0
-    side = plan.tile + 2 * plan.overlap
-    assert model.activation_bytes(side, side) <= budget
+    rows, cols = tile_sides(plan.tile)
+    assert rows > 0 and rows % 16 == 0 and cols % 16 == 0
+    assert model.activation_bytes(rows + 2 * plan.overlap, cols + 2 * plan.overlap) <= budget
+    # No square tile that fits the same budget computes fewer pixels.
+    context = 2 * plan.overlap
+    squares = [s for s in range(16, 700, 16) if model.activation_bytes(s + context, s + context) <= budget]
+    assert plan.cost(500, 700) <= min(tiling_cost(500, 700, s, plan.overlap) for s in squares)
+
+
+def test_auto_tile_shrinks_the_batch_before_the_tile() -> None:
+    model = _tiny_sst()
+    said: list[str] = []
+    budget = model.activation_bytes(80, 80) * 2
+    alone = Upscaler(model, tile="auto", max_memory=budget).plan(300, 300)
+    up = Upscaler(model, tile="auto", max_memory=budget, batch=8, on_message=said.append)
+    plan = up.plan(300, 300)
+    assert plan.tile == alone.tile and 1 <= plan.batch < 8  # the tile a batch of one gets, fewer per pass
+    rows, cols = tile_sides(plan.tile)
+    assert model.activation_bytes(rows + 2 * plan.overlap, cols + 2 * plan.overlap) * plan.batch <= budget
+    up.run(torch.rand(3, 300, 300))
+    assert any(s.startswith(f"batch 8 becomes {plan.batch}:") for s in said)
 
 
 def test_out_of_memory_halves_the_tile_and_reports_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -116,7 +135,7 @@ def test_out_of_memory_halves_the_tile_and_reports_it(monkeypatch: pytest.Monkey
     monkeypatch.setattr(up, "_forward", limited)
     out, used = up.run(x)
     assert used == 32
-    assert messages == ["out of memory: retrying with 32px tiles"]
+    assert messages == ["out of memory: retrying with 32 px tiles"]
     assert torch.equal(out, expected)
 
 

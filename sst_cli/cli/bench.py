@@ -106,6 +106,8 @@ def _results_table(report: BenchReport) -> Table:
 
 
 def _tiled_table(report: BenchReport) -> Table:
+    from ..tiling import tile_label
+
     table = Table(title="sst bench: tiled upscaling throughput (median)")
     for name in ("model", "scale", "precision", "output", "tile", "tiles", "s", "MP/s", "MiB"):
         table.add_column(name, justify="left" if name in ("model", "precision") else "right")
@@ -115,7 +117,7 @@ def _tiled_table(report: BenchReport) -> Table:
             f"x{t.scale}",
             t.precision,
             f"{t.output[0]}x{t.output[1]}",
-            f"{t.tile or 'whole'}+{t.overlap}",
+            f"{tile_label(t.tile)} +{t.overlap}",
             str(t.tiles),
             f"{t.median_s:.2f}",
             f"{t.megapixels_per_s:.3f}",

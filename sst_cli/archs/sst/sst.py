@@ -178,7 +178,7 @@ class SST(SRNetwork):
         """Rough peak activation memory of one forward pass (no grad), used to size tiles."""
         cfg, elem = self.config, torch.finfo(dtype).bits // 8
         align = max(cfg.window_sizes)
-        padded = (height + align) * (width + align)
+        padded = -(-height // align) * align * (-(-width // align) * align)  # each layer pads to the window grid
         body = 14 * cfg.dim + 3 * cfg.ffn_hidden
         inner = 3 if cfg.upsampler_type == "pixelshuffle_direct" else cfg.intermediate_dim
         head = 2 * inner * cfg.scale**2 + 6 * cfg.scale**2
