@@ -294,3 +294,32 @@ def test_cli_refuses_ig_lambda_and_seed_for_sst(tmp_path: Path) -> None:
         assert result.exit_code == 2, result.output
         assert "applies to generative models (sst-real) only" in " ".join(result.output.split())
         assert not (tmp_path / "o.png").exists()
+
+
+def test_before_after_crop_script(tmp_path: Path) -> None:
+    """examples/before_after.py (the README's before/after crop): bicubic on the left, the model on the right,
+    each the crop of a run on the region plus its context, the same pixels an Upscaler gives."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    weights = save_tiny(tmp_path / "real.safetensors")
+    out = tmp_path / "crop.png"
+    args = ["--weights", str(weights), "--image", str(repo / "examples/rocket.jpg"), "--box", "120,60,24,16"]
+    env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, str(repo / "examples/before_after.py"), *args, "--out", str(out)],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    crop = np.asarray(Image.open(out).convert("RGB"))
+    assert crop.shape == (16 * 4, 2 * 24 * 4 + 8, 3)
+    photo = Image.open(repo / "examples/rocket.jpg").convert("RGB")
+    region = photo.crop((104, 44, 160, 92))  # the box grown by 16 px of context
+    inner = (16 * 4, 16 * 4, (16 + 24) * 4, (16 + 16) * 4)
+    before = np.asarray(region.resize((56 * 4, 48 * 4), Image.BICUBIC).crop(inner))
+    after = np.asarray(Upscaler(None, weights=weights, device="cpu").upscale(region).crop(inner))
+    rows = slice(20, None)  # below the labels
+    assert np.array_equal(crop[rows, : 24 * 4], before[rows])
+    assert np.array_equal(crop[rows, 24 * 4 + 8 :], after[rows])
