@@ -264,6 +264,21 @@ def test_sdpa_bias_is_exact_against_the_plain_formulation(
     assert low.dtype == torch.bfloat16 and (low.double() - expected).abs().max().item() < 0.06
 
 
+@pytest.mark.parametrize(("batch", "tokens", "bias_path"), [(3, 64, True), (3, 65, False), (1, 64, False)])
+def test_sdpa_bias_appends_the_factors_where_the_bias_does_not_pay(
+    monkeypatch: pytest.MonkeyPatch, batch: int, tokens: int, bias_path: bool
+) -> None:
+    """One window, or windows with more keys than the limit (SST's 96-px windows, measured slower): padding."""
+    monkeypatch.setattr(attention, "_BIAS_MAX_TOKENS", 64)
+    called = []
+    real = attention._sdpa_bias
+    monkeypatch.setattr(attention, "_sdpa_bias", lambda *a: called.append(1) or real(*a))
+    q, k, v, bq, bk = _biased_inputs(batch, 2, tokens, 8, 4, 8, seed=3)
+    out = attend(q, k, v, "sdpa-bias", bias=(bq, bk))
+    assert bool(called) == bias_path
+    assert (out.double() - _exact_biased(q, k, v, bq, bk)).abs().max().item() <= 5e-6
+
+
 def test_sdpa_bias_in_float64_matches_to_rounding() -> None:
     q, k, v, bq, bk = (t.double() for t in _biased_inputs(2, 3, 70, 10, 7, 10, seed=5))
     out = attend(q, k, v, "sdpa-bias", bias=(bq, bk))
