@@ -8,6 +8,8 @@
 # one runs. GPU_CHECK_BUDGET (seconds, default 3600) skips the steps that would start after it is spent.
 # Needs sst-cli importable (pip install --no-deps -e .) and ../shared beside the checkout (bench/, golden/,
 # datasets/Set14); on the device machine benchmarks/gpu_stage.py's .gpu/shared stands in for it.
+# FlashAttention-4 (--attention fa4) runs in the golden and kernels steps once installed: benchmarks/gpu_wheels.sh
+# stages its wheels in two halves, carried in two calls; benchmarks/gpu_prelude.sh installs them.
 set -u
 out=${1:?usage: benchmarks/gpu_check.sh OUTDIR [STEP ...]}
 shift
@@ -55,7 +57,7 @@ step_cudatests() { run cudatests 300 python3 -m pytest -q -p no:cacheprovider -k
 
 step_kernels() {  # each attention kernel that runs here (sdpa = PyTorch's own pick, shown by auto), x2
   local backends
-  backends=$(python3 -c "from sst_cli.model.attention import available_backends as a; print(*a())")
+  backends=$(python3 -c "from sst_cli.archs.attention import available_backends as a; print(*a())")
   for k in $backends; do
     case $k in math | sdpa) continue ;; esac
     run "kernels-$k" 300 sst bench --device cuda -m sst-light -m sst -m sst-l -s 2 --attention "$k" \

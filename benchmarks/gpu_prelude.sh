@@ -14,4 +14,15 @@ mkdir -p /tmp/sst/eval
 [ -d .gpu/train291 ] && cp -rn .gpu/train291 /tmp/sst/
 [ -d .gpu/shared/datasets ] && cp -rn .gpu/shared/datasets/Set5 .gpu/shared/datasets/Set14 /tmp/sst/eval/
 [ -d .gpu/eval/B100 ] && cp -rn .gpu/eval/B100 /tmp/sst/eval/
-echo "prelude: sst-cli $(python3 -c 'import sst_cli; print(sst_cli.__version__)'), torch $(python3 -c 'import torch; print(torch.__version__)'); /tmp/sst: $(ls /tmp/sst /tmp/sst/eval | tr '\n' ' ')"
+# FlashAttention-4 wheels (benchmarks/gpu_wheels.sh), carried in two calls: gather, join the split wheel,
+# install once the set is complete.
+mkdir -p /tmp/sst/wheels
+for part in .gpu/wheels/a .gpu/wheels/b; do [ -d "$part" ] && cp -n "$part"/* /tmp/sst/wheels/; done
+for first in /tmp/sst/wheels/*.part00; do
+  [ -e "$first" ] && [ -e "${first%00}01" ] && cat "$first" "${first%00}01" >"${first%.part00}" && rm "$first" "${first%00}01"
+done
+if ls /tmp/sst/wheels/flash_attn_4-*.whl >/dev/null 2>&1 && ! ls /tmp/sst/wheels/*.part* >/dev/null 2>&1 \
+  && ! python3 -c "import flash_attn.cute" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps /tmp/sst/wheels/*.whl >/tmp/sst-fa4.log 2>&1 || cat /tmp/sst-fa4.log
+fi
+echo "prelude: sst-cli $(python3 -c 'import sst_cli; print(sst_cli.__version__)'), torch $(python3 -c 'import torch; print(torch.__version__)'); /tmp/sst: $(ls /tmp/sst /tmp/sst/eval | tr '\n' ' '); fa4: $(python3 -c 'import flash_attn.cute' 2>/dev/null && echo installed || echo absent)"

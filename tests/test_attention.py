@@ -34,12 +34,14 @@ def _fresh_plans() -> Iterator[None]:
     attention.reset_attention_plans()
 
 
-def _fake_flash(calls: list[dict], returns_tuple: bool = False) -> Callable:
-    """A CPU stand-in for flash_attn_func: (batch, tokens, heads, channels), softmax_scale, bf16 only."""
+def _fake_flash(calls: list[dict], returns_tuple: bool = False, one_width: bool = True) -> Callable:
+    """A CPU stand-in for flash_attn_func: (batch, tokens, heads, channels), softmax_scale, bf16 only;
+    FlashAttention-2/3 need one head size for q, k and v (``one_width``), FlashAttention-4 does not."""
 
     def kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float) -> object:
         calls.append({"shape": tuple(q.shape), "v": tuple(v.shape), "dtype": q.dtype})
-        assert q.dtype == k.dtype == v.dtype == torch.bfloat16 and q.shape[-1] == v.shape[-1]
+        assert q.dtype == k.dtype == v.dtype == torch.bfloat16 and (q.shape[-1] == v.shape[-1] or not one_width)
+        assert q.shape[-1] % 8 == 0 and v.shape[-1] % 8 == 0
         scores = torch.einsum("bqhc,bkhc->bhqk", q.float(), k.float()) * softmax_scale
         out = torch.einsum("bhqk,bkhc->bqhc", scores.softmax(-1), v.float()).to(q.dtype)
         return (out, None) if returns_tuple else out
@@ -47,15 +49,19 @@ def _fake_flash(calls: list[dict], returns_tuple: bool = False) -> Callable:
     return kernel
 
 
-def _gpu(monkeypatch: pytest.MonkeyPatch, capability: tuple[int, int], fa2: bool, fa3: bool) -> list[dict]:
+def _gpu(
+    monkeypatch: pytest.MonkeyPatch, capability: tuple[int, int], fa2: bool, fa3: bool, fa4: bool = False
+) -> list[dict]:
     """Pretend to be on a CUDA GPU of ``capability`` with the given packages installed."""
     calls: list[dict] = []
+    fake4 = _fake_flash(calls, returns_tuple=True, one_width=False)
     monkeypatch.setattr(attention, "_cuda_capability", lambda device: capability)
     monkeypatch.setattr(attention, "flash_attn_func", lambda: _fake_flash(calls) if fa2 else None)
     monkeypatch.setattr(attention, "fa3_func", lambda: _fake_flash(calls, returns_tuple=True) if fa3 else None)
+    monkeypatch.setattr(attention, "fa4_func", lambda: fake4 if fa4 else None)
     monkeypatch.setattr(attention, "_sdpa_choice", lambda device, dtype, qk, v: "flash")
     monkeypatch.setattr(attention, "_sdpa_check", lambda kernel, device, dtype, width: True)
-    monkeypatch.setattr(attention, "_flash_probe", lambda kernel, device, width: None)
+    monkeypatch.setattr(attention, "_flash_probe", lambda kernel, device, width, v_width=None: None)
     return calls
 
 
@@ -74,12 +80,13 @@ def test_cpu_runs_sdpa_in_the_network_dtype_with_v_padded_to_q() -> None:
     assert "exact" in exact.label
 
 
-@pytest.mark.parametrize("backend", ["flash-attn", "fa3", "sdpa-flash", "sdpa-cudnn"])
+@pytest.mark.parametrize("backend", ["flash-attn", "fa3", "fa4", "sdpa-flash", "sdpa-cudnn"])
 def test_gpu_kernels_on_the_cpu_fall_back_to_sdpa_with_one_notice(
     monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
     monkeypatch.setattr(attention, "flash_attn_func", lambda: None)
     monkeypatch.setattr(attention, "fa3_func", lambda: None)
+    monkeypatch.setattr(attention, "fa4_func", lambda: None)
     plan = plan_attention(backend, "cpu", torch.float32, 32, 16)
     assert plan.kernel == "sdpa" and plan.dtype == torch.float32
     assert plan.notice is not None and "\n" not in plan.notice
@@ -87,6 +94,7 @@ def test_gpu_kernels_on_the_cpu_fall_back_to_sdpa_with_one_notice(
     expected = {
         "flash-attn": "flash-attn not installed",
         "fa3": "fa3 not installed (flash_attn_interface)",
+        "fa4": "fa4 not installed (flash-attn-4)",
         "sdpa-flash": "sdpa-flash needs a CUDA GPU",
         "sdpa-cudnn": "sdpa-cudnn needs a CUDA GPU",
     }[backend]
@@ -113,6 +121,29 @@ def test_gpu_auto_prefers_fa3_then_fa2_then_sdpa_all_in_bf16(monkeypatch: pytest
     assert plan.label == "PyTorch SDPA (flash kernel, bf16 inside an fp32 network)"
     bf16 = plan_attention("auto", CUDA, torch.bfloat16, 44, 30)
     assert bf16.label == "PyTorch SDPA (flash kernel, bf16)"
+
+
+def test_fa4_on_request_with_its_own_v_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FlashAttention-4 takes v narrower than q/k: each is padded to a multiple of 8 only; auto leaves it out
+    until GPU measurements say where it wins."""
+    calls = _gpu(monkeypatch, (9, 0), fa2=True, fa3=True, fa4=True)
+    assert plan_attention("auto", CUDA, torch.float32, 44, 30).kernel == "fa3"
+    plan = plan_attention("fa4", CUDA, torch.float32, 44, 13)
+    assert (plan.kernel, plan.dtype, plan.qk_width, plan.v_width, plan.notice) == ("fa4", torch.bfloat16, 48, 16, None)
+    assert plan.label.startswith("FlashAttention-4 (flash-attn-4")
+    gen = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(2, 3, 24, n, generator=gen) * 0.3 for n in (44, 44, 13))
+    out = run_plan(plan, q, k, v)[..., :13].double()
+    assert calls[-1] == {"shape": (2, 24, 3, 48), "v": (2, 24, 3, 16), "dtype": torch.bfloat16}
+    assert (out - _exact(q, k, v)).abs().max().item() < 0.03  # bf16 inputs
+    attention.reset_attention_plans()
+    _gpu(monkeypatch, (7, 5), fa2=True, fa3=False, fa4=True)
+    old = plan_attention("fa4", CUDA, torch.float32, 44, 13)
+    assert old.kernel == "sdpa" and "fa4 needs compute capability 8.0 or newer, this GPU is 7.5" in (old.notice or "")
+    attention.reset_attention_plans()
+    _gpu(monkeypatch, (9, 0), fa2=True, fa3=True, fa4=False)  # not installed: the next FlashAttention
+    missing = plan_attention("fa4", CUDA, torch.float32, 44, 13)
+    assert missing.kernel == "fa3" and (missing.notice or "").startswith("attention: fa4 not installed (flash-attn-4)")
 
 
 def test_gpu_math_is_exact_fp32_and_unpadded(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -148,7 +179,7 @@ def test_explicit_requests_fall_back_along_the_chain(monkeypatch: pytest.MonkeyP
     assert wide.kernel == "sdpa" and "up to 256" in (wide.notice or "")
     attention.reset_attention_plans()
     _gpu(monkeypatch, (9, 0), fa2=True, fa3=True)  # a Hopper GPU, so fa3 gets as far as the probe
-    monkeypatch.setattr(attention, "_flash_probe", lambda kernel, device, width: "RuntimeError: head size 48")
+    monkeypatch.setattr(attention, "_flash_probe", lambda *args: "RuntimeError: head size 48")
     broken = plan_attention("auto", CUDA, torch.float32, 48, 30)  # a build that cannot run this head size
     assert (broken.kernel, broken.notice) == ("sdpa", None)
     assert "fa3 failed on head size 48 (RuntimeError: head size 48)" in (

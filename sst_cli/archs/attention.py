@@ -10,6 +10,9 @@ Policy (``plan_attention`` decides once per backend, device, dtype and head size
   FlashAttention-2 (``flash-attn``, 8.0+), else PyTorch SDPA (which picks its flash / cuDNN /
   memory-efficient kernel). An fp32 network runs attention in bf16 through these kernels, as the
   authors do; everything else stays fp32. All widths are zero-padded to one multiple of 8.
+* ``fa4``: FlashAttention-4 (``flash-attn-4``, CuTe DSL, compiled on first use; compute capability 8.0+),
+  on request only until GPU measurements say where ``auto`` should prefer it. It takes q/k and v of
+  different head sizes, so v is padded only to a multiple of 8, not to q's width.
 * ``sdpa-flash`` / ``sdpa-cudnn`` force one PyTorch kernel (CUDA only), to compare them.
 * ``math``: explicit matmul + softmax in the network's dtype; the exact fp32 path on any device.
 * CPU (and other devices): SDPA in the network's dtype. Its fused CPU flash kernel needs one head
@@ -24,7 +27,7 @@ Policy (``plan_attention`` decides once per backend, device, dtype and head size
 Callers that can pass the factors separately plan with ``plan_attention(..., rank=R)`` and give the
 factors to ``run_plan(..., bias=(p_q, p_k))``; a plan that concatenates (every other kernel) does it there.
 
-A requested kernel that is missing or cannot run here falls back to the next one (fa3 -> flash-attn
+A requested kernel that is missing or cannot run here falls back to the next one (fa4 -> fa3 -> flash-attn
 -> sdpa; sdpa-flash / sdpa-cudnn -> sdpa) and the plan carries a one-line notice saying so.
 """
 
@@ -46,6 +49,7 @@ KERNEL_LINE_PREFIX = "attention kernel: "  # the descriptive line (front ends sh
 NOTICE_PREFIX = "attention: "  # a requested kernel fell back (front ends always show it)
 
 _FALLBACK = {
+    "fa4": "fa3",
     "fa3": "flash-attn",
     "flash-attn": "sdpa",
     "sdpa-flash": "sdpa",
@@ -89,6 +93,22 @@ def fa3_func() -> Callable | None:
     return _optional_kernel("flash_attn_interface", "flash_attn_func")
 
 
+def fa4_func() -> Callable | None:
+    """FlashAttention-4 (CuTe DSL) from the ``flash-attn-4`` wheel, if installed."""
+    return _optional_kernel("flash_attn.cute", "flash_attn_func")
+
+
+_FLASH_MISSING = {
+    "flash-attn": "flash-attn not installed",
+    "fa3": "fa3 not installed (flash_attn_interface)",
+    "fa4": "fa4 not installed (flash-attn-4)",
+}
+
+
+def _flash_func(kernel: str) -> Callable | None:
+    return {"flash-attn": flash_attn_func, "fa3": fa3_func, "fa4": fa4_func}[kernel]()
+
+
 def _package_version(name: str) -> str | None:
     try:
         return importlib.metadata.version(name)
@@ -105,6 +125,8 @@ def available_backends() -> list[str]:
             names.append("flash-attn")
         if fa3_func() is not None:
             names.append("fa3")
+        if fa4_func() is not None:
+            names.append("fa4")
     return names
 
 
@@ -171,11 +193,12 @@ def _sdpa_masked_choice(device: torch.device, dtype: torch.dtype, qk: int, v: in
         return None
 
 
-def _flash_probe(kernel: Callable, device: torch.device, width: int) -> str | None:
+def _flash_probe(kernel: Callable, device: torch.device, width: int, v_width: int | None = None) -> str | None:
     """Run a FlashAttention kernel once on tiny bf16 tensors; builds differ in the head sizes they support."""
     try:
         t = torch.zeros(1, 16, 1, width, device=device, dtype=torch.bfloat16)
-        kernel(t, t, t, softmax_scale=1.0)
+        v = t if v_width in (None, width) else torch.zeros(1, 16, 1, v_width, device=device, dtype=torch.bfloat16)
+        kernel(t, t, v, softmax_scale=1.0)
     except Exception as exc:  # whatever the build raises, this kernel cannot serve these shapes here
         return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:80]}"
     return None
@@ -226,6 +249,9 @@ class AttentionPlan:
             precision += f" inside an {_DTYPE_NAMES.get(self.network_dtype, str(self.network_dtype))} network"
         if self.kernel == "fa3":
             return f"FlashAttention-3 ({precision})"
+        if self.kernel == "fa4":
+            version = _package_version("flash-attn-4")
+            return f"FlashAttention-4 (flash-attn-4{' ' + version if version else ''}, {precision})"
         if self.kernel == "flash-attn":
             version = _package_version("flash-attn")
             return f"FlashAttention-2 (flash-attn{' ' + version if version else ''}, {precision})"
@@ -260,22 +286,23 @@ def _unavailable(kernel: str, device: torch.device, dtype: torch.dtype, qk: int,
         return None
     if kernel == "sdpa-bias":
         return None if 0 < rank < qk else "sdpa-bias needs q/k channels that are shared low-rank factors"
-    if kernel in ("fa3", "flash-attn"):
-        function = (fa3_func if kernel == "fa3" else flash_attn_func)()
+    if kernel in _FLASH_MISSING:
+        function = _flash_func(kernel)
         if function is None:
-            return "fa3 not installed (flash_attn_interface)" if kernel == "fa3" else "flash-attn not installed"
+            return _FLASH_MISSING[kernel]
         if device.type != "cuda":
             return f"{kernel} needs a CUDA GPU"
         major, minor = _cuda_capability(device)
         if kernel == "fa3" and major != 9:
             return f"fa3 needs a Hopper GPU (compute capability 9.x), this one is {major}.{minor}"
-        if kernel == "flash-attn" and major < 8:
-            return f"flash-attn needs compute capability 8.0 or newer, this GPU is {major}.{minor}"
-        width = _round8(max(qk, v))
-        if width > _MAX_FLASH_HEAD:
-            return f"{kernel} supports head sizes up to {_MAX_FLASH_HEAD}, not {width}"
-        error = _flash_probe(function, device, width)
-        return None if error is None else f"{kernel} failed on head size {width} ({error})"
+        if kernel in ("flash-attn", "fa4") and major < 8:
+            return f"{kernel} needs compute capability 8.0 or newer, this GPU is {major}.{minor}"
+        width, v_width = _widths(kernel, device, qk, v)
+        if max(width, v_width) > _MAX_FLASH_HEAD:
+            return f"{kernel} supports head sizes up to {_MAX_FLASH_HEAD}, not {max(width, v_width)}"
+        error = _flash_probe(function, device, width, v_width)
+        sizes = str(width) if width == v_width else f"{width}/{v_width}"
+        return None if error is None else f"{kernel} failed on head size {sizes} ({error})"
     # sdpa-flash / sdpa-cudnn
     if device.type != "cuda":
         return f"{kernel} needs a CUDA GPU"
@@ -301,6 +328,8 @@ def _widths(kernel: str, device: torch.device, qk: int, v: int, rank: int = 0) -
         return qk, v
     if kernel == "sdpa-bias":
         qk -= rank
+    if kernel == "fa4":  # q/k and v may differ; each a multiple of 8
+        return _round8(qk), _round8(v)
     if device.type == "cuda":  # flash kernels: one head size, a multiple of 8
         width = _round8(max(qk, v))
         return width, width
@@ -522,7 +551,7 @@ def run_plan(
         return _sdpa(q, k, v)
     if plan.kernel in ("sdpa-flash", "sdpa-cudnn"):
         return _sdpa(q, k, v, _forced_sdpa_backend(plan.kernel))
-    kernel = fa3_func() if plan.kernel == "fa3" else flash_attn_func()
+    kernel = _flash_func(plan.kernel)
     if kernel is None:  # pragma: no cover - the plan checked it
         raise ConfigError(f"attention kernel {plan.kernel!r} disappeared after planning")
     return _flash(kernel, q, k, v)
