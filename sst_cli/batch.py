@@ -499,16 +499,18 @@ def run_batch(
     result = BatchResult()
     total = len(jobs)
     for index, plan in enumerate(plans):
-        if on_file_start:
-            on_file_start(plan.job, index, total)
+        current: Job | None = plan.job
+        # The whole step, reporting included: a signal between two files still gets the summary and the hint.
         try:
-            record = run.one(plan)
+            if on_file_start:
+                on_file_start(plan.job, index, total)
+            result.files.append(run.one(plan))
+            current = None
+            if on_file_done:
+                on_file_done(result.files[-1], index, total)
         except KeyboardInterrupt as stop:
             result.seconds = time.perf_counter() - started
-            raise BatchInterrupted(result, plan.job, total, getattr(stop, "exit_code", 130)) from None
-        result.files.append(record)
-        if on_file_done:
-            on_file_done(record, index, total)
+            raise BatchInterrupted(result, current, total, getattr(stop, "exit_code", 130)) from None
     result.seconds = time.perf_counter() - started
     return result
 

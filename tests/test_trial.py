@@ -186,6 +186,32 @@ def test_batch_interrupted_carries_the_signal_exit_code(monkeypatch: pytest.Monk
     assert info.value.exit_code == 143 and not list(Path("out").glob("*.sst-tmp"))
 
 
+@pytest.mark.parametrize("where", ["file_start", "file_done"])
+def test_a_signal_between_two_files_still_reports_what_was_done(where: str) -> None:
+    """The window around each file (progress display, reporting) is inside the interrupt handling too."""
+    from sst_cli.errors import Terminated
+
+    for name in "ab":
+        save(f"in/{name}.png")
+    up = Upscaler(Counting(), device="cpu")
+    jobs = discover_inputs(["in"], skips=Skips(frozenset({"nn"})))
+    naming = plan_output(jobs, "out", model="nn", scale=2, template=None)
+
+    def on_file_start(job: object, index: int, total: int) -> None:
+        if where == "file_start" and index == 1:
+            raise Terminated(signal.SIGTERM)
+
+    def on_file_done(record: object, index: int, total: int) -> None:
+        if where == "file_done" and index == 0:
+            raise Terminated(signal.SIGTERM)
+
+    with pytest.raises(BatchInterrupted) as info:
+        run_batch(jobs, up, naming=naming, on_file_start=on_file_start, on_file_done=on_file_done)
+    stop = info.value
+    assert stop.exit_code == 143 and [r.source.name for r in stop.result.files] == ["a.png"]
+    assert (stop.current.source.name if stop.current else None) == ("b.png" if where == "file_start" else None)
+
+
 # -------------------------------------------------------------------- 5: a full disk with TIFF output
 def test_tiff_on_a_full_disk_says_so_and_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     picture = read_image(save("a.png"))
