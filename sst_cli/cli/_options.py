@@ -8,12 +8,15 @@ Kept free of heavy imports, so that ``--help`` and option errors answer at once.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
 from ..choices import BACKENDS, DEFAULT_MODEL, DEVICE_HELP, PRECISIONS
 from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..upscaler import UpscaleOptions
 
 WeightsOption = Annotated[
     str | None, typer.Option("--weights", help="Weights file or hf://OWNER/REPO/PATH[@REV] instead of the zoo's.")
@@ -140,3 +143,11 @@ def model_specs(names: list[str], weights: list[str], config: str | None, hub_re
     arch = None if config else (networks[0] if networks else None)
     specs = [ModelSpec(arch, None, w, config, hub_repo) for w in weights]
     return ((BICUBIC,) if wants_bicubic else ()) + tuple(specs)
+
+
+def upscale_options(*, tile: str, max_memory: str | None, **values: Any) -> UpscaleOptions:
+    """The running options every upscaling command shares, from their text: ``--tile`` and ``--max-memory``
+    parsed here, the rest (device, precision, attention, overlap, exact, batch, ...) passed as given."""
+    from ..upscaler import UpscaleOptions  # torch: only once a command runs
+
+    return UpscaleOptions(tile=parse_tile(tile), max_memory=parse_size(max_memory), **values)

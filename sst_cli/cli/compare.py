@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ..choices import DEFAULT_MODEL
 from ._options import (
@@ -22,10 +21,9 @@ from ._options import (
     TileOverlapOption,
     model_specs,
     parse_crop,
-    parse_size,
-    parse_tile,
+    upscale_options,
 )
-from .output import console, err_console, handle_errors
+from .output import console, count_progress, handle_errors
 
 DEFAULT_REPORT = Path("sst-compare")
 
@@ -84,19 +82,12 @@ def compare(
       sst compare photo.png --weights mine.safetensors --crop 120,80,64,64 --png side-by-side.png
     """
     from ..compare import CompareSettings, run_compare
-    from ..upscaler import UpscaleOptions
 
     crop_box = parse_crop(crop)
-    options = UpscaleOptions(
-        device=device,
-        precision=precision,
-        attention=attention,
-        tile=parse_tile(tile),
-        tile_overlap=tile_overlap,
-        exact=exact,
-        batch=batch,
-        max_memory=parse_size(max_memory),
-    )
+    options = upscale_options(
+        device=device, precision=precision, attention=attention, tile=tile, tile_overlap=tile_overlap,
+        exact=exact, batch=batch, max_memory=max_memory,
+    )  # fmt: skip
     settings = CompareSettings(
         images=tuple(images),
         models=model_specs(model or [], weights or [], config, hub_repo),
@@ -107,10 +98,7 @@ def compare(
         crop=crop_box,
         title=title,
     )
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-        console=err_console, disable=quiet, transient=True,
-    ) as progress:  # fmt: skip
+    with count_progress(disable=quiet) as progress:
         task = progress.add_task("comparing", total=None)
         result = run_compare(
             settings,

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from ..choices import DEFAULT_MODEL, DEFAULT_SCALE
@@ -27,10 +26,9 @@ from ._options import (
     TileOverlapOption,
     model_specs,
     parse_crop,
-    parse_size,
-    parse_tile,
+    upscale_options,
 )
-from .output import console, err_console, handle_errors
+from .output import console, count_progress, handle_errors
 
 if TYPE_CHECKING:
     from ..evaluate import DatasetResult
@@ -172,7 +170,6 @@ def eval_command(
     from ..errors import ConfigError
     from ..evaluate import BICUBIC, PROTOCOL, EvalSettings, model_label, run_evaluation
     from ..files import atomic_write_text
-    from ..upscaler import UpscaleOptions
     from .downloads import download_display
 
     crop_box = parse_crop(crop)
@@ -181,16 +178,10 @@ def eval_command(
     if report is None and (crop is not None or crop_by != "difference"):
         raise ConfigError("--crop and --crop-by place the crops of a --report: give --report DIR too")
     models = model_specs(model or [], weights or [], config, hub_repo)
-    options = UpscaleOptions(
-        device=device,
-        precision=precision,
-        attention=attention,
-        tile=parse_tile(tile),
-        tile_overlap=tile_overlap,
-        exact=exact,
-        batch=batch,
-        max_memory=parse_size(max_memory),
-    )
+    options = upscale_options(
+        device=device, precision=precision, attention=attention, tile=tile, tile_overlap=tile_overlap,
+        exact=exact, batch=batch, max_memory=max_memory,
+    )  # fmt: skip
     settings = EvalSettings(
         datasets=tuple(dataset),
         models=models,
@@ -216,10 +207,7 @@ def eval_command(
             )  # fmt: skip
             recorder = eval_recorder(builder)
         stack.enter_context(hub.show_downloads(download_display(quiet=quiet, bar=False)))  # the eval bar is live
-        with Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-            console=err_console, disable=quiet, transient=True,
-        ) as progress:  # fmt: skip
+        with count_progress(disable=quiet) as progress:
             task = progress.add_task("evaluating", total=None)
             results = run_evaluation(
                 settings,

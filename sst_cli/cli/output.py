@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 from rich.console import Console
 
 from ..errors import SstError
 from ..signals import stop_on_signals
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -30,6 +33,14 @@ def set_debug(enabled: bool) -> None:
 
 def debug_enabled() -> bool:
     return _Debug.enabled
+
+
+def count_progress(*, disable: bool = False, **options: Any) -> Progress:
+    """A transient bar on stderr counting items: description, bar, done/total, time left."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    return Progress(*columns, console=err_console, transient=True, disable=disable, **options)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

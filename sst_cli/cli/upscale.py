@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
+from rich.progress import Progress, TaskID
 from rich.table import Table
 
 from ..choices import DEFAULT_SCALE
@@ -27,10 +27,9 @@ from ._options import (
     SeedOption,
     TileOverlapOption,
     WeightsOption,
-    parse_size,
-    parse_tile,
+    upscale_options,
 )
-from .output import console, debug_enabled, err_console, fail, handle_errors
+from .output import console, count_progress, debug_enabled, err_console, fail, handle_errors
 
 if TYPE_CHECKING:
     from ..batch import BatchResult, FileResult, Job
@@ -89,10 +88,7 @@ class Reporter:
                 self.note(report.line)
         if self.quiet or self.json_log or not err_console.is_terminal:
             return
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-        self.progress = Progress(
-            *columns, console=err_console, transient=True, redirect_stdout=False, redirect_stderr=False
-        )
+        self.progress = count_progress(redirect_stdout=False, redirect_stderr=False)
         self.progress.start()
         self.files_task = self.progress.add_task("files", total=total)
         self.tiles_task = self.progress.add_task("tiles", total=None)
@@ -287,25 +283,15 @@ def upscale(
     from ..batch import BatchEvents, BatchInterrupted, WriteOptions, upscale_files
     from ..loader import ModelSpec
     from ..parallel import plan_workers
-    from ..upscaler import UpscaleOptions
     from .downloads import download_display
 
     spec = ModelSpec(model, scale, weights, config, hub_repo)
     worker_plan = plan_workers(device, workers)
-    options = UpscaleOptions(
-        device=worker_plan.devices[0],
-        precision=precision,
-        attention=attention,
-        tile=parse_tile(tile),
-        tile_overlap=tile_overlap,
-        exact=exact,
-        batch=batch,
-        max_memory=parse_size(max_memory),
-        alpha=alpha,
-        outscale=outscale,
-        ig_lambda=ig_lambda,
-        seed=seed,
-    )
+    options = upscale_options(
+        device=worker_plan.devices[0], precision=precision, attention=attention, tile=tile,
+        tile_overlap=tile_overlap, exact=exact, batch=batch, max_memory=max_memory, alpha=alpha,
+        outscale=outscale, ig_lambda=ig_lambda, seed=seed,
+    )  # fmt: skip
     writing = WriteOptions(
         format=format,
         quality=quality,
