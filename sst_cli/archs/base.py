@@ -9,10 +9,11 @@ nothing else. A third architecture is one new room plus one line in ``archs.ARCH
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import torch
 from torch import nn
@@ -29,6 +30,38 @@ class ArchConfig(Protocol):
     def scale(self) -> int: ...
 
     def to_kwargs(self) -> dict[str, Any]: ...
+
+
+K = TypeVar("K", bound="OfficialKeywords")
+
+
+class OfficialKeywords:
+    """Base of the rooms' configs (frozen dataclasses of the authors' constructor keywords): built from an
+    option file's keywords with unknown ones refused by name, and written back as JSON-friendly keywords."""
+
+    title: ClassVar[str] = "model"  # in messages: "unknown SST config key(s)"
+
+    @classmethod
+    def unknown_hint(cls, unknown: Sequence[str]) -> str:
+        """More to say about these unknown keys (a room whose option files hold non-JSON values)."""
+        return ""
+
+    @classmethod
+    def from_kwargs(cls: type[K], kwargs: Mapping[str, Any]) -> K:
+        """Build from the official constructor keywords, refusing unknown keys by name."""
+        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]  # subclasses are dataclasses
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown {cls.title} config key(s): {', '.join(unknown)}{cls.unknown_hint(unknown)}; "
+                f"known: {', '.join(sorted(known))}"
+            )
+        return cls(**dict(kwargs))
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """JSON-friendly keywords, as in the official option files (lists, not tuples)."""
+        pairs = dataclasses.asdict(self).items()  # type: ignore[call-overload]  # subclasses are dataclasses
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in pairs}
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,13 @@ classes, not JSON values: the network always uses the official GELU and LayerNor
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 from ...errors import ConfigError
+from ..base import OfficialKeywords
 
 UPSAMPLERS = ("pixelshuffle", "pixelshuffledirect")
 RESI_CONNECTIONS = ("1conv", "3conv")
@@ -30,8 +30,10 @@ def _ints(value: int | Sequence[int], name: str) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class DATConfig:
+class DATConfig(OfficialKeywords):
     """The official keywords; defaults are the authors' DAT at x4 (their ``test_DAT_x4.yml``)."""
+
+    title: ClassVar[str] = "DAT"
 
     img_size: int = 64
     in_chans: int = 3
@@ -105,22 +107,10 @@ class DATConfig:
             raise ConfigError(f"qk_scale must be null or a positive number, got {self.qk_scale!r}")
 
     @classmethod
-    def from_kwargs(cls, kwargs: Mapping[str, Any]) -> DATConfig:
-        """Build from official constructor keywords, refusing unknown keys by name."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(kwargs) - known)
-        if unknown:
-            hint = ""
-            if {"act_layer", "norm_layer"} & set(unknown):
-                hint = " (act_layer / norm_layer are Python classes: the network always uses GELU and LayerNorm)"
-            raise ConfigError(
-                f"unknown DAT config key(s): {', '.join(unknown)}{hint}; known: {', '.join(sorted(known))}"
-            )
-        return cls(**dict(kwargs))
-
-    def to_kwargs(self) -> dict[str, Any]:
-        """JSON-friendly keywords, as in the official option files (lists, not tuples)."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+    def unknown_hint(cls, unknown: Sequence[str]) -> str:
+        if {"act_layer", "norm_layer"} & set(unknown):
+            return " (act_layer / norm_layer are Python classes: the network always uses GELU and LayerNorm)"
+        return ""
 
     @property
     def scale(self) -> int:

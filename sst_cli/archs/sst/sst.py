@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ...errors import ConfigError
-from ..base import ModelDescriptor, SRNetwork
+from ..base import ModelDescriptor, OfficialKeywords, SRNetwork
 from .layers import (
     DirectUpsampler,
     LayerNorm2d,
@@ -35,9 +34,30 @@ def _per_layer(value: int | Sequence[int], layers: int, name: str) -> tuple[int,
     return values
 
 
+def check_rib_layers(config: Any) -> None:
+    """The window-attention part of a config (SST's and SSTReal's, which shares these layers): window sizes,
+    heads and ranks per layer (an int means every layer; normalised to tuples on the frozen dataclass), RIB
+    attention, the DWC gate, and a width that the heads divide."""
+    windows = tuple(int(w) for w in config.window_sizes)
+    if not windows or min(windows) < 1:
+        raise ConfigError(f"window_sizes must be positive integers, got {list(config.window_sizes)}")
+    object.__setattr__(config, "window_sizes", windows)
+    object.__setattr__(config, "num_heads", _per_layer(config.num_heads, len(windows), "num_heads"))
+    object.__setattr__(config, "ranks", _per_layer(config.ranks, len(windows), "ranks"))
+    if config.attn_type != "RIB":
+        raise ConfigError(f"attn_type {config.attn_type!r} is not supported (only 'RIB')")
+    if config.gate_type != "DWC":
+        raise ConfigError(f"gate_type {config.gate_type!r} is not supported (only 'DWC')")
+    for heads in config.num_heads:
+        if config.dim % heads:
+            raise ConfigError(f"dim {config.dim} is not divisible by num_heads {heads}")
+
+
 @dataclass(frozen=True)
-class SSTConfig:
+class SSTConfig(OfficialKeywords):
     """The official ``SST(...)`` constructor keywords; defaults are the paper's SST at x4."""
+
+    title: ClassVar[str] = "SST"
 
     dim: int = 180
     window_sizes: tuple[int, ...] = (16, 32, 64, 16, 32, 64)
@@ -54,36 +74,11 @@ class SSTConfig:
     intermediate_dim: int = 64
 
     def __post_init__(self) -> None:
-        windows = tuple(int(w) for w in self.window_sizes)
-        if not windows or min(windows) < 1:
-            raise ConfigError(f"window_sizes must be positive integers, got {list(self.window_sizes)}")
-        object.__setattr__(self, "window_sizes", windows)
-        object.__setattr__(self, "num_heads", _per_layer(self.num_heads, len(windows), "num_heads"))
-        object.__setattr__(self, "ranks", _per_layer(self.ranks, len(windows), "ranks"))
-        if self.attn_type != "RIB":
-            raise ConfigError(f"attn_type {self.attn_type!r} is not supported (only 'RIB')")
-        if self.gate_type != "DWC":
-            raise ConfigError(f"gate_type {self.gate_type!r} is not supported (only 'DWC')")
+        check_rib_layers(self)
         if self.upsampler_type not in UPSAMPLERS:
             raise ConfigError(f"upsampler_type must be one of {', '.join(UPSAMPLERS)}, got {self.upsampler_type!r}")
         if self.upscaling_factor < 1:
             raise ConfigError(f"upscaling_factor must be >= 1, got {self.upscaling_factor}")
-        for heads in self.num_heads:
-            if self.dim % heads:
-                raise ConfigError(f"dim {self.dim} is not divisible by num_heads {heads}")
-
-    @classmethod
-    def from_kwargs(cls, kwargs: Mapping[str, Any]) -> SSTConfig:
-        """Build from official constructor kwargs, refusing unknown keys by name."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(kwargs) - known)
-        if unknown:
-            raise ConfigError(f"unknown SST config key(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        return cls(**dict(kwargs))
-
-    def to_kwargs(self) -> dict[str, Any]:
-        """JSON-friendly kwargs, as in the official option files."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
     @property
     def scale(self) -> int:

@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ...errors import ConfigError
+from ..base import OfficialKeywords
+from ..sst.sst import check_rib_layers
 
 RELEASED_WINDOWS = (16, 32, 64, 16, 32, 64)
 RELEASED_RANKS = (16, 16, 16, 32, 32, 32)
 
 
-def _per_layer(value: int | Sequence[int], layers: int, name: str) -> tuple[int, ...]:
-    values = (value,) * layers if isinstance(value, int) else tuple(int(v) for v in value)
-    if len(values) != layers:
-        raise ConfigError(f"{name} has {len(values)} entries but there are {layers} window sizes")
-    return values
-
-
 @dataclass(frozen=True)
-class SSTRealConfig:
+class SSTRealConfig(OfficialKeywords):
     """``EDMUNet`` keywords; defaults are the released SSTReal-X4 (54,986,502 parameters).
 
     The EDM wrapper's own keywords (``img_resolution``, ``img_channels``, ``sigma_min``, ``sigma_max``,
@@ -30,6 +23,8 @@ class SSTRealConfig:
     ``sampling_ig_lambda`` is the default λ of the recombination ``d_i + λ (d_f - d_i)``; the authors test
     with 2.0 (the constructor's own default, 1.0, is the training setting).
     """
+
+    title: ClassVar[str] = "SSTReal"
 
     img_resolution: int = 192
     img_channels: int = 3
@@ -59,20 +54,11 @@ class SSTRealConfig:
     drop_p: float = 0.05
 
     def __post_init__(self) -> None:
-        windows = tuple(int(w) for w in self.window_sizes)
-        if not windows or min(windows) < 1:
-            raise ConfigError(f"window_sizes must be positive integers, got {list(self.window_sizes)}")
-        object.__setattr__(self, "window_sizes", windows)
-        object.__setattr__(self, "num_heads", _per_layer(self.num_heads, len(windows), "num_heads"))
-        object.__setattr__(self, "ranks", _per_layer(self.ranks, len(windows), "ranks"))
+        check_rib_layers(self)
         if self.scale != 4:
             raise ConfigError(f"SSTReal upscales x4 only (its input stem and heads are fixed at x4), not x{self.scale}")
         if self.img_channels != 3:
             raise ConfigError(f"SSTReal works on RGB (img_channels 3), got {self.img_channels}")
-        if self.attn_type != "RIB":
-            raise ConfigError(f"attn_type {self.attn_type!r} is not supported (only 'RIB')")
-        if self.gate_type != "DWC":
-            raise ConfigError(f"gate_type {self.gate_type!r} is not supported (only 'DWC')")
         if self.num_blocks < 1:
             raise ConfigError(f"num_blocks must be at least 1, got {self.num_blocks}")
         if not 0 <= self.ig_idx < self.num_blocks:
@@ -81,22 +67,6 @@ class SSTRealConfig:
             raise ConfigError(f"sigma_data must be a positive number, got {self.sigma_data}")
         if not math.isfinite(self.sampling_ig_lambda):
             raise ConfigError(f"sampling_ig_lambda must be a finite number, got {self.sampling_ig_lambda}")
-        for heads in self.num_heads:
-            if self.dim % heads:
-                raise ConfigError(f"dim {self.dim} is not divisible by num_heads {heads}")
-
-    @classmethod
-    def from_kwargs(cls, kwargs: Mapping[str, Any]) -> SSTRealConfig:
-        """Build from official constructor keywords, refusing unknown keys by name."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(kwargs) - known)
-        if unknown:
-            raise ConfigError(f"unknown SSTReal config key(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        return cls(**dict(kwargs))
-
-    def to_kwargs(self) -> dict[str, Any]:
-        """JSON-friendly keywords, as in the official option file."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
     @property
     def ffn_hidden(self) -> int:
