@@ -10,8 +10,8 @@ nothing else. A third architecture is one new room plus one line in ``archs.ARCH
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
 
@@ -203,3 +203,18 @@ class Architecture:
             raise CheckpointError(
                 f"{source} does not match the requested {self.title} architecture: " + "; ".join(diffs)
             )
+
+
+@contextmanager
+def plain_layers(model: nn.Module, kind: type[nn.Module]) -> Iterator[nn.Module]:
+    """Inside the block, every ``kind`` layer of ``model`` runs its plain path (``layer.plain = True``: the
+    authors' formulation, for ``reference_path``); each layer's own setting comes back afterwards."""
+    layers = [m for m in model.modules() if isinstance(m, kind)]
+    saved = [layer.plain for layer in layers]
+    for layer in layers:
+        layer.plain = True  # type: ignore[assignment]  # nn.Module types attributes as Tensor | Module
+    try:
+        yield model
+    finally:
+        for layer, plain in zip(layers, saved, strict=True):
+            layer.plain = plain

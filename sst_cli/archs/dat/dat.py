@@ -9,14 +9,13 @@ Inputs are shifted by the DIV2K RGB mean (3 channels) and scaled by ``img_range`
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..base import ModelDescriptor, SRNetwork
+from ..base import ModelDescriptor, SRNetwork, plain_layers
 from .blocks import DATBlock, ResidualGroup, SpatialAttention, nchw, nhwc, residual_conv
 from .config import NUM_FEAT, DATConfig
 
@@ -110,7 +109,7 @@ class DAT(SRNetwork):
         return elem * max(body * padded, head * height * width)
 
     def reference_path(self) -> AbstractContextManager[nn.Module]:
-        return _plain_attention(self)
+        return plain_layers(self, SpatialAttention)  # the authors' matmul-softmax formulation
 
     # ----------------------------------------------------------------- forward
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
@@ -134,17 +133,3 @@ class DAT(SRNetwork):
         else:
             x = self.upsample(x)
         return x / cfg.img_range + mean
-
-
-@contextmanager
-def _plain_attention(model: nn.Module) -> Iterator[nn.Module]:
-    """Inside the block, every spatial attention runs the authors' matmul-softmax formulation."""
-    layers = [m for m in model.modules() if isinstance(m, SpatialAttention)]
-    saved = [layer.plain for layer in layers]
-    for layer in layers:
-        layer.plain = True
-    try:
-        yield model
-    finally:
-        for layer, plain in zip(layers, saved, strict=True):
-            layer.plain = plain

@@ -7,8 +7,7 @@ split and merged with reshape copies. Same kernel as the optimised path, so the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 import torch
@@ -16,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention import plan_attention, run_plan
+from ..base import plain_layers
 
 if TYPE_CHECKING:
     from .layers import WindowAttention
@@ -57,17 +57,8 @@ def plain_window_attention(layer: WindowAttention, x: torch.Tensor) -> torch.Ten
     return layer.to_out(out * gate)
 
 
-@contextmanager
-def reference_path(model: nn.Module) -> Iterator[nn.Module]:
+def reference_path(model: nn.Module) -> AbstractContextManager[nn.Module]:
     """Inside the block, ``model``'s SST attention layers run ``plain_window_attention`` (same weights)."""
     from .layers import WindowAttention
 
-    layers = [m for m in model.modules() if isinstance(m, WindowAttention)]
-    saved = [layer.plain for layer in layers]
-    for layer in layers:
-        layer.plain = True
-    try:
-        yield model
-    finally:
-        for layer, plain in zip(layers, saved, strict=True):
-            layer.plain = plain
+    return plain_layers(model, WindowAttention)
