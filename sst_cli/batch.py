@@ -430,29 +430,11 @@ def upscale_files(
     Raises BatchInterrupted on Ctrl-C with what was finished.
     """
     events = events or BatchEvents()
-    exclude = [Path(output)] if output is not None and not is_image_file(output) else []
-    skips = Skips() if include_outputs else Skips(own_output_labels() | {model_label(model).lower()})
-    jobs = discover_inputs(inputs, recursive, exclude=exclude, skips=skips)
-    naming = plan_output(
-        jobs,
-        output,
-        model=model_label(model),
-        scale=model.scale or DEFAULT_SCALE,
-        outscale=options.outscale,
-        template=writing.name,
-        format=writing.format,
-    )
     parallel = workers is not None and workers.parallel
-    planning = replace(options, device="cpu") if parallel else options
-    upscaler = Upscaler(model, options=planning, on_message=events.warning)
-    naming = replace(naming, scale=upscaler.scale)
-    if options.outscale is not None and options.outscale != upscaler.scale and events.note is not None:
-        events.note(
-            f"the model runs at its native x{upscaler.scale}; the result is then resized to x{options.outscale:g} "
-            "with an antialiasing (bicubic) filter"
-        )
-    if events.ready is not None:
-        events.ready(upscaler, len(jobs))
+    jobs, naming, upscaler = plan_batch(
+        inputs, output, model=model, options=options, writing=writing, recursive=recursive,
+        include_outputs=include_outputs, events=events, on_cpu=parallel,
+    )  # fmt: skip
     if workers is not None and parallel:
         from .parallel import run_batch_parallel
 
@@ -469,6 +451,46 @@ def upscale_files(
         on_file_done=events.file_done,
         on_note=events.note,
     )
+
+
+def plan_batch(
+    inputs: Sequence[str],
+    output: str | os.PathLike[str] | None,
+    *,
+    model: ModelSpec,
+    options: UpscaleOptions,
+    writing: WriteOptions,
+    recursive: bool,
+    include_outputs: bool,
+    events: BatchEvents,
+    on_cpu: bool,
+) -> tuple[list[Job], Naming, Upscaler]:
+    """Find the inputs and name their outputs (refusals come before the model loads), then load the model
+    that plans the batch (on the CPU with ``on_cpu``: workers or actors do the computing) and say it is
+    ready; shared by ``upscale_files`` and the Ray path."""
+    exclude = [Path(output)] if output is not None and not is_image_file(output) else []
+    skips = Skips() if include_outputs else Skips(own_output_labels() | {model_label(model).lower()})
+    jobs = discover_inputs(inputs, recursive, exclude=exclude, skips=skips)
+    naming = plan_output(
+        jobs,
+        output,
+        model=model_label(model),
+        scale=model.scale or DEFAULT_SCALE,
+        outscale=options.outscale,
+        template=writing.name,
+        format=writing.format,
+    )
+    planning = replace(options, device="cpu") if on_cpu else options
+    upscaler = Upscaler(model, options=planning, on_message=events.warning)
+    naming = replace(naming, scale=upscaler.scale)
+    if options.outscale is not None and options.outscale != upscaler.scale and events.note is not None:
+        events.note(
+            f"the model runs at its native x{upscaler.scale}; the result is then resized to x{options.outscale:g} "
+            "with an antialiasing (bicubic) filter"
+        )
+    if events.ready is not None:
+        events.ready(upscaler, len(jobs))
+    return jobs, naming, upscaler
 
 
 def run_batch(

@@ -15,12 +15,9 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .choices import DEFAULT_SCALE
 from .errors import ConfigError, SstError
-from .image_io import is_image_file
 
 if TYPE_CHECKING:
     from .batch import BatchEvents, BatchResult, FileResult, WriteOptions, _Plan
@@ -97,41 +94,17 @@ def upscale_files_ray(
     session is used and left running). Raises BatchInterrupted on Ctrl-C after killing the actors; a
     killed actor may leave a temporary file, which the next run in that folder removes.
     """
-    from .batch import (
-        BatchEvents,
-        BatchInterrupted,
-        BatchResult,
-        FileResult,
-        Skips,
-        _BatchRun,
-        discover_inputs,
-        model_label,
-        own_output_labels,
-        plan_output,
-    )
-    from .upscaler import Upscaler
+    from .batch import BatchEvents, BatchInterrupted, BatchResult, FileResult, _BatchRun, plan_batch
 
     ray = _import_ray()
     ray_options = ray_options or RayOptions()
     events = events or BatchEvents()
-    exclude = [Path(output)] if output is not None and not is_image_file(output) else []
-    skips = Skips() if include_outputs else Skips(own_output_labels() | {model_label(model).lower()})
-    jobs = discover_inputs(inputs, recursive, exclude=exclude, skips=skips)
-    naming = plan_output(
-        jobs,
-        output,
-        model=model_label(model),
-        scale=model.scale or DEFAULT_SCALE,
-        outscale=options.outscale,
-        template=writing.name,
-        format=writing.format,
-    )
-    planner = Upscaler(model, options=replace(options, device="cpu"), on_message=events.warning)
-    naming = replace(naming, scale=planner.scale)
+    jobs, naming, planner = plan_batch(
+        inputs, output, model=model, options=options, writing=writing, recursive=recursive,
+        include_outputs=include_outputs, events=events, on_cpu=True,
+    )  # fmt: skip
     if naming.file is not None and writing.format is None:
         writing = replace(writing, format=naming.file.suffix.lstrip("."))
-    if events.ready is not None:
-        events.ready(planner, len(jobs))
     started = time.perf_counter()
     run = _BatchRun(planner, naming, writing, None, events.note or (lambda text: None))
     plans = run.preflight(jobs)
