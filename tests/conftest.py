@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,16 @@ needs_datasets = pytest.mark.skipif(
 def _two_threads() -> None:
     """The golden vectors were computed with 2 intra-op threads; CI has 2 cores."""
     torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="module")
+def one_thread() -> Iterator[None]:
+    """Tiny tensors on shared cores: one intra-op thread is several times faster than two (no waiting on the
+    other). A module asks for it with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def golden_config(case: str) -> dict:

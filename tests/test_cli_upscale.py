@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -19,20 +18,11 @@ from sst_cli.errors import WeightsNotFound
 from sst_cli.image_io import Picture, read_image, write_image
 from sst_cli.upscaler import Upscaler
 
-pytestmark = needs_golden
+pytestmark = [needs_golden, pytest.mark.usefixtures("one_thread")]
 
 RNG = np.random.default_rng(11)
 MODEL = ["--weights", str(GOLDEN / "mini_x3.pth"), "--config", str(GOLDEN / "mini_x3.json"), "--device", "cpu"]
 runner = CliRunner()
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """The cores are shared and the images tiny: one thread is several times faster than two here."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(autouse=True)

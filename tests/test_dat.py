@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -38,13 +37,7 @@ TINY = {"embed_dim": 32, "depth": [2, 2], "num_heads": [2, 4], "split_size": [2,
         "img_size": 8, "upscale": 2, "resi_connection": "3conv"}  # fmt: skip
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """Tiny tensors on shared cores: one thread is faster than two here."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny(seed: int = 0, **overrides: object) -> DAT:

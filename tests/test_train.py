@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -56,13 +55,7 @@ def _write_images(folder: Path, count: int = 4, size: int = 40) -> Path:
     return folder
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny tensors: one thread is ~10x faster than two on a busy 2-core machine (no waiting on the other)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
