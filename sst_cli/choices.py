@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DEFAULT_MODEL = "sst-light-291"  # bundled: weights trained by sst-cli on 291 images, not the paper's
 DEFAULT_SCALE = 4
-BACKENDS = ("auto", "sdpa", "sdpa-flash", "sdpa-cudnn", "flash-attn", "fa3", "fa4", "math", "sdpa-bias")
+BACKENDS = ("auto", "sdpa", "sdpa-flash", "sdpa-cudnn", "flash-attn", "fa3", "fa4", "math", "sdpa-bias", "native")
 PRECISIONS = ("auto", "fp32", "bf16")
 BENCH_PRECISIONS = ("fp32", "bf16")
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")

@@ -49,6 +49,8 @@ def plain_window_attention(layer: WindowAttention, x: torch.Tensor) -> torch.Ten
     width = _round8(q.shape[-1])
     q, k, v = (F.pad(t.to(kernel_dtype), (0, width - t.shape[-1])) for t in (q, k, v))
     plan = plan_attention(layer.backend, x.device, kernel_dtype, width, width)
+    if plan.kernel == "native":  # sst-cli's own CPU kernel: the authors' code runs PyTorch's SDPA there
+        plan = plan_attention("sdpa", x.device, kernel_dtype, width, width)
     out = run_plan(plan, q, k, v)[..., :d].to(x.dtype)
     out = out.reshape(b, nh, nw, heads, ws, ws, d).permute(0, 3, 6, 1, 4, 2, 5).reshape(b, c, hp, wp)
     if layer.shift:

@@ -1,0 +1,195 @@
+"""sst-cli's own CPU attention kernel: numerics against float64, building, caching, refusing a bad build."""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from sst_cli.archs import attention, cpu_kernel
+from sst_cli.archs.attention import attend, plan_attention
+from sst_cli.archs.cpu_kernel import cpu_attention, kernel_problem
+
+needs_native = pytest.mark.skipif(kernel_problem() is not None, reason=f"no CPU kernel here: {kernel_problem()}")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_plans() -> Iterator[None]:
+    attention.reset_attention_plans()
+    yield
+    attention.reset_attention_plans()
+
+
+@pytest.fixture
+def fresh_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An empty kernel cache and no loaded library; the session's library is restored afterwards."""
+    monkeypatch.setenv("SST_KERNEL_CACHE", str(tmp_path / "kernels"))
+    cpu_kernel._library.cache_clear()
+    yield tmp_path / "kernels"
+    cpu_kernel._library.cache_clear()
+    monkeypatch.undo()
+    attention.reset_attention_plans()
+
+
+def _exact(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: tuple | None = None) -> torch.Tensor:
+    if bias is not None:
+        n = q.shape[0]
+        q = torch.cat([q, bias[0].expand(n, -1, -1, -1)], -1)
+        k = torch.cat([k, bias[1].expand(n, -1, -1, -1)], -1)
+    return torch.softmax(q.double() @ k.double().transpose(-1, -2), -1) @ v.double()
+
+
+def _inputs(batch: int, heads: int, tokens: int, d: int, rank: int, dv: int, seed: int, scale: float = 1.5) -> tuple:
+    gen = torch.Generator().manual_seed(seed)
+    q, k = (torch.randn(batch, heads, tokens, d, generator=gen) for _ in range(2))
+    v = torch.randn(batch, heads, tokens, dv, generator=gen)
+    bias = None
+    if rank:
+        bias = (
+            torch.randn(heads, tokens, rank, generator=gen) * rank**-0.5 * scale,
+            torch.randn(heads, tokens, rank, generator=gen) * scale,
+        )
+    return q * d**-0.5 * scale, k, v, bias
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "batch,heads,tokens,d,rank,dv",
+    [
+        (3, 2, 64, 16, 24, 16),  # SST-light's head sizes
+        (2, 6, 256, 30, 34, 30),  # SST's: v rounded up to 32
+        (1, 3, 100, 13, 5, 13),  # one window; keys not a multiple of 16; rows not a multiple of 6
+        (40, 2, 16, 8, 4, 8),  # many small windows: windows grouped under one bias block
+        (2, 1, 37, 9, 0, 6),  # no shared factors
+        (1, 2, 600, 12, 6, 20),  # several query blocks and key blocks, the last ones partial
+        (5, 1, 3, 4, 2, 3),  # fewer keys than one tile
+    ],
+)
+def test_native_matches_float64_attention(batch: int, heads: int, tokens: int, d: int, rank: int, dv: int) -> None:
+    q, k, v, bias = _inputs(batch, heads, tokens, d, rank, dv, seed=tokens + rank)
+    out = cpu_attention(q, k, v, bias)
+    assert out.shape == (batch, heads, tokens, -(-dv // 8) * 8) and out.dtype == torch.float32
+    assert (out[..., dv:] == 0).all()
+    assert (out[..., :dv].double() - _exact(q, k, v, bias)).abs().max().item() <= 5e-6
+    through_room = attend(q, k, v, "native", bias=bias)  # the attention room slices and casts back
+    assert torch.equal(through_room, out[..., :dv])
+
+
+@needs_native
+def test_large_logits_stay_finite_and_exact() -> None:
+    """The online softmax subtracts running maxima: logits in the hundreds neither overflow nor lose the answer."""
+    q, k, v, bias = _inputs(2, 2, 150, 8, 4, 8, seed=1, scale=40.0)
+    out = cpu_attention(q, k, v, bias)[..., :8]
+    assert torch.isfinite(out).all()
+    expected = _exact(q, k, v, bias)
+    sdpa = attend(q, k, v, "sdpa", bias=bias)  # float32 logits of ~100 carry ~1e-5 of rounding in any kernel
+    assert (out.double() - expected).abs().max().item() <= 2 * (sdpa.double() - expected).abs().max().item()
+
+
+@needs_native
+def test_the_result_does_not_depend_on_the_thread_count() -> None:
+    q, k, v, bias = _inputs(7, 3, 200, 16, 8, 16, seed=2)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = cpu_attention(q, k, v, bias)
+        torch.set_num_threads(3)
+        three = cpu_attention(q, k, v, bias)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one, three)  # each output row is computed by one thread, in one order
+
+
+@needs_native
+def test_auto_on_the_cpu_runs_it_in_fp32_only() -> None:
+    plan = plan_attention("auto", "cpu", torch.float32, 64, 30, rank=34)
+    assert (plan.kernel, plan.qk_width, plan.v_width, plan.rank, plan.notice) == ("native", 30, 32, 34, None)
+    assert plan.sizes == "64/30 -> 64/32"
+    assert plan.label.startswith("sst-cli CPU kernel (C, built by ") and plan.label.endswith(", fp32)")
+    assert plan_attention("auto", "cpu", torch.float32, 40, 16).kernel == "native"  # no factors declared
+    assert plan_attention("auto", "cpu", torch.bfloat16, 40, 16, rank=24).kernel == "sdpa-bias"
+    bf16 = plan_attention("native", "cpu", torch.bfloat16, 40, 16, rank=24)
+    assert bf16.kernel == "sdpa-bias" and bf16.notice is not None
+    assert bf16.notice.startswith("attention: native computes in fp32 only, not bf16; using PyTorch SDPA")
+    assert "native is a CPU kernel" in (plan_attention("native", "meta", torch.float32, 40, 16).notice or "")
+
+
+@needs_native
+def test_training_uses_sdpa_where_gradients_are_needed() -> None:
+    q, k, v, bias = _inputs(2, 2, 32, 8, 4, 8, seed=3)
+    q.requires_grad_(True)
+    out = attend(q, k, v, "native", bias=bias)
+    out.sum().backward()  # the C kernel has no backward pass: this went through SDPA
+    assert q.grad is not None and torch.isfinite(q.grad).all()
+    assert (out.detach().double() - _exact(q.detach(), k, v, bias)).abs().max().item() <= 5e-6
+
+
+def test_without_a_compiler_the_room_says_why_and_uses_sdpa(fresh_build: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CC", str(fresh_build / "no-such-compiler"))
+    assert kernel_problem() == "no C compiler found (set CC, or install gcc or clang)"
+    assert "native" not in attention.available_backends()
+    assert plan_attention("auto", "cpu", torch.float32, 40, 16, rank=24).kernel == "sdpa-bias"  # silently
+    plan = plan_attention("native", "cpu", torch.float32, 40, 16, rank=24)
+    assert plan.notice == (
+        "attention: native unavailable: no C compiler found (set CC, or install gcc or clang); using PyTorch SDPA"
+        " (CPU flash kernel, fp32, positional factors as a bias per query block)"
+    )
+    with pytest.raises(RuntimeError, match="the CPU attention kernel is unavailable: no C compiler found"):
+        cpu_attention(*_inputs(1, 1, 16, 4, 0, 4, seed=0)[:3])
+
+
+def _script(path: Path, body: str) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+def test_a_failing_compiler_is_reported_with_its_first_error(
+    fresh_build: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cc = _script(fresh_build.parent / "bin" / "cc", 'echo "fatal error: out of cheese" >&2; exit 1\n')
+    monkeypatch.setenv("CC", cc)
+    assert kernel_problem() == "compiling cpu_attention.c with cc failed: fatal error: out of cheese"
+    assert not list(fresh_build.glob("*.so"))  # nothing half-written left in the cache
+
+
+@needs_native
+def test_a_build_is_compiled_once_and_then_loaded_from_the_cache(
+    fresh_build: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compiles = []
+    real = cpu_kernel._compile
+    monkeypatch.setattr(cpu_kernel, "_compile", lambda *a: compiles.append(1) or real(*a))
+    assert kernel_problem() is None
+    assert len(compiles) == 1 and len(list(fresh_build.iterdir())) == 1
+    cpu_kernel._library.cache_clear()  # a new process
+    assert kernel_problem() is None and len(compiles) == 1
+
+
+@needs_native
+def test_a_build_that_computes_wrong_numbers_is_refused(fresh_build: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu_kernel, "_reference", lambda q, k, v: torch.zeros(q.shape[:-1] + v.shape[-1:]).double())
+    problem = kernel_problem()
+    assert problem is not None and problem.startswith("the compiled CPU kernel failed its self-test (max error")
+    assert plan_attention("auto", "cpu", torch.float32, 40, 16, rank=24).kernel == "sdpa-bias"
+
+
+@needs_native
+def test_the_reference_path_runs_pytorch_sdpa_not_the_native_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sst bench --reference`` stands for the authors' code, which has no such kernel."""
+    from sst_cli import SST, SSTConfig
+    from sst_cli.archs.sst.reference import reference_path
+
+    cfg = SSTConfig(dim=12, window_sizes=(4, 8), num_heads=2, ranks=(4, 4), n_blocks=1, upscaling_factor=2)
+    model = SST(**cfg.to_kwargs()).eval()
+    x = torch.rand(1, 3, 16, 16)
+    with torch.inference_mode():
+        ours = model(x)
+        monkeypatch.setattr(attention, "cpu_attention", lambda *a, **k: pytest.fail("the reference ran native"))
+        with reference_path(model):
+            reference = model(x)
+    assert (ours - reference).abs().max().item() <= 1e-5
