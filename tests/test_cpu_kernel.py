@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +28,8 @@ def _fresh_plans() -> Iterator[None]:
 def fresh_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """An empty kernel cache and no loaded library; the session's library is restored afterwards."""
     monkeypatch.setenv("SST_KERNEL_CACHE", str(tmp_path / "kernels"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
     cpu_kernel._library.cache_clear()
     yield tmp_path / "kernels"
     cpu_kernel._library.cache_clear()
@@ -193,3 +196,28 @@ def test_the_reference_path_runs_pytorch_sdpa_not_the_native_kernel(monkeypatch:
         with reference_path(model):
             reference = model(x)
     assert (ours - reference).abs().max().item() <= 1e-5
+
+
+def _unwritable_cache(fresh_build: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache folder that cannot be created (as under a read-only home; chmod does not stop root)."""
+    (fresh_build.parent / "file").write_text("not a folder")
+    monkeypatch.setattr(cpu_kernel, "_cache_dir", lambda: fresh_build.parent / "file" / "kernels")
+
+
+@needs_native
+def test_an_unwritable_cache_builds_in_a_private_temp_folder(
+    fresh_build: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _unwritable_cache(fresh_build, monkeypatch)
+    assert kernel_problem() is None
+    built = list((fresh_build.parent / "tmp").glob("sst-cli-kernels-*/*.so"))
+    assert len(built) == 1 and stat.S_IMODE(built[0].parent.stat().st_mode) == 0o700
+
+
+def test_a_temp_folder_others_can_write_is_not_used(fresh_build: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shared = cpu_kernel._temp_folder()
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)  # e.g. planted by another user: never load from or build into it
+    _unwritable_cache(fresh_build, monkeypatch)
+    problem = kernel_problem()
+    assert problem is not None and problem.startswith("no writable folder to build the kernel in (")

@@ -15,6 +15,7 @@ or if anything fails, ``kernel_problem`` says why and the attention room uses Py
 from __future__ import annotations
 
 import ctypes
+import getpass
 import hashlib
 import os
 import platform
@@ -80,10 +81,11 @@ def _first_line(text: str) -> str:
 
 
 def _compile(compiler: str, source: Path, target: Path) -> str | None:
-    """Build ``target``; returns None, or the compiler's first error line. Tries -march=native, then without."""
+    """Build ``target``; returns None, or the first error line of the first try (-march=native, -mcpu=native,
+    then no tuning flag: compilers differ in which they accept)."""
     suffix = ".dll" if sys.platform == "win32" else ".so"
     common = ["-O3", "-std=gnu11", "-shared", "-fPIC", "-pthread"]
-    error = "no output"
+    first_error = None
     for arch in (["-march=native"], ["-mcpu=native"], []):
         fd, tmp = tempfile.mkstemp(suffix=suffix, dir=target.parent)
         os.close(fd)
@@ -100,7 +102,8 @@ def _compile(compiler: str, source: Path, target: Path) -> str | None:
             error = f"{type(exc).__name__}: {exc}"
         finally:
             Path(tmp).unlink(missing_ok=True)
-    return error
+        first_error = first_error or error
+    return first_error
 
 
 def _version(compiler: str) -> str:
@@ -121,6 +124,27 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.sst_attention.restype = ctypes.c_int
 
 
+def _temp_folder() -> Path:
+    """Where to build when the cache folder cannot be written (a read-only home in a container)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "user"
+    return Path(tempfile.gettempdir()) / f"sst-cli-kernels-{user}"
+
+
+def _usable(folder: Path, private: bool) -> bool:
+    """Writable; and for a folder in the shared temp dir, ours alone, so nobody else can plant a library there."""
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = folder.stat()
+    except OSError:
+        return False
+    if private and hasattr(os, "getuid") and (info.st_uid != os.getuid() or info.st_mode & 0o022):
+        return False
+    return os.access(folder, os.W_OK)
+
+
 @cache
 def _library() -> _Library:
     compiler = _compiler()
@@ -128,12 +152,15 @@ def _library() -> _Library:
         return _Library(None, "no C compiler found (set CC, or install gcc or clang)")
     version = _version(compiler)
     key = hashlib.sha256("\n".join([SOURCE.read_text(), compiler, version, _cpu_identity()]).encode()).hexdigest()
-    target = _cache_dir() / f"cpu_attention-{key[:20]}{'.dll' if sys.platform == 'win32' else '.so'}"
-    if not target.exists():
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            return _Library(None, f"cannot create the kernel cache {target.parent} ({exc.strerror})")
+    name = f"cpu_attention-{key[:20]}{'.dll' if sys.platform == 'win32' else '.so'}"
+    # A read-only home (containers, sandboxes) must not cost the kernel: build in the temp folder then.
+    candidates = ((_cache_dir(), False), (_temp_folder(), True))
+    folders = [folder for folder, private in candidates if _usable(folder, private)]
+    if not folders:
+        return _Library(None, f"no writable folder to build the kernel in ({_cache_dir()}, {_temp_folder()})")
+    target = next((folder / name for folder in folders if (folder / name).exists()), None)
+    if target is None:
+        target = folders[0] / name
         error = _compile(compiler, SOURCE, target)
         if error is not None:
             return _Library(None, f"compiling {SOURCE.name} with {Path(compiler).name} failed: {error}")
