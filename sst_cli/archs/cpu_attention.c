@@ -75,12 +75,12 @@ INLINE float hsum(vf x) {
     return s;
 }
 
-/* acc[r] += q_r . k over dq channels, for one packed tile of 16 keys. */
+/* acc[r] += q_r . k over dq channels, for one packed tile of 16 keys; q interleaved (see interleave). */
 INLINE void dot_tile(const int R, vf (*a)[2], const float *q, int64_t dq, const float *k) {
-    for (int64_t c = 0; c < dq; c++, k += KT) {
+    for (int64_t c = 0; c < dq; c++, k += KT, q += RB) {
         vf k0 = load(k), k1 = load(k + W);
         for (int r = 0; r < R; r++) {
-            vf b = splat(q[r * dq + c]);
+            vf b = splat(q[r]);
             a[r][0] += b * k0;
             a[r][1] += b * k1;
         }
@@ -203,9 +203,22 @@ typedef struct {
     default: call_with_R(1); break;                                                                                   \
     }
 
+/* Query rows (row stride dq) regrouped RB at a time as [c][RB] (missing rows zero): the dot loop then reads
+ * every row's channel c from one pointer at fixed offsets instead of keeping RB row pointers in registers. */
+static void interleave(const float *q, int64_t rows, int64_t dq, float *out) {
+    for (int64_t r0 = 0; r0 < rows; r0 += RB, out += RB * dq)
+        for (int64_t c = 0; c < dq; c++)
+            for (int r = 0; r < RB; r++) out[c * RB + r] = r0 + r < rows ? q[(r0 + r) * dq + c] : 0.0f;
+}
+
+typedef struct {
+    float *B, *S, *O, *Q, *P; /* bias rows QB x m16, scores RB x KB, output QB x dv, q QB x d, p_q QB x rank */
+} scratch_t;
+
 /* One work item: QB query rows of one head, for a group of batch items (windows) that share its positional bias
- * rows. B: QB x m16 bias rows; S: RB x KB scores; O: QB x dv accumulators. */
-static void work_item(const job_t *J, int64_t item, float *B, float *S, float *O) {
+ * rows. */
+static void work_item(const job_t *J, int64_t item, scratch_t w) {
+    float *B = w.B, *S = w.S, *O = w.O;
     int64_t per_head = J->qblocks * ((J->batch + J->group - 1) / J->group);
     int64_t h = item / per_head, rest = item % per_head;
     int64_t i0 = (rest % J->qblocks) * QB, b0 = (rest / J->qblocks) * J->group;
@@ -214,7 +227,8 @@ static void work_item(const job_t *J, int64_t item, float *B, float *S, float *O
     int64_t n = J->n, m = J->m, m16 = J->m16, d = J->d, rank = J->rank, dv = J->dv;
     /* Bias rows pay when windows share them; a lone window adds the factors' product inside its own scores. */
     int grouped = rank > 0 && b1 - b0 > 1;
-    const float *pq = rank > 0 ? J->pq + (h * n + i0) * rank : NULL, *pkp = rank > 0 ? J->pkp + h * m16 * rank : NULL;
+    const float *pkp = rank > 0 ? J->pkp + h * m16 * rank : NULL, *pq = w.P;
+    if (rank > 0) interleave(J->pq + (h * n + i0) * rank, rows, rank, w.P);
     if (grouped) {
         for (int64_t r0 = 0; r0 < rows; r0 += RB) {
 #define BIAS(R) bias_rows(R, pq + r0 * rank, rank, pkp, m16, B + r0 * m16)
@@ -225,7 +239,8 @@ static void work_item(const job_t *J, int64_t item, float *B, float *S, float *O
     float mx[QB], l[QB];
     for (int64_t b = b0; b < b1; b++) {
         int64_t bh = b * J->heads + h;
-        const float *q = J->q + (bh * n + i0) * d, *kp = J->kp + bh * m16 * d, *v = J->v + bh * m16 * dv;
+        const float *q = w.Q, *kp = J->kp + bh * m16 * d, *v = J->v + bh * m16 * dv;
+        interleave(J->q + (bh * n + i0) * d, rows, d, w.Q);
         for (int64_t r = 0; r < rows; r++) mx[r] = -INFINITY, l[r] = 0;
         memset(O, 0, sizeof(float) * rows * dv);
         for (int64_t j0 = 0; j0 < m16; j0 += KB) {
@@ -253,24 +268,27 @@ static void work_item(const job_t *J, int64_t item, float *B, float *S, float *O
 
 static void *worker(void *arg) {
     job_t *J = arg;
-    float *B = J->rank > 0 ? malloc(sizeof(float) * QB * J->m16) : NULL;
-    float *S = malloc(sizeof(float) * RB * KB), *O = malloc(sizeof(float) * QB * J->dv);
-    if (S == NULL || O == NULL || (J->rank > 0 && B == NULL)) {
+    scratch_t w = {J->rank > 0 ? malloc(sizeof(float) * QB * J->m16) : NULL, malloc(sizeof(float) * RB * KB),
+                   malloc(sizeof(float) * QB * J->dv), malloc(sizeof(float) * QB * J->d),
+                   malloc(sizeof(float) * QB * (J->rank > 0 ? J->rank : 1))};
+    if (w.S == NULL || w.O == NULL || w.Q == NULL || w.P == NULL || (J->rank > 0 && w.B == NULL)) {
         __atomic_store_n(&J->failed, 1, __ATOMIC_RELAXED);
     } else {
         for (;;) {
             int64_t item = __atomic_fetch_add(&J->next, 1, __ATOMIC_RELAXED);
             if (item >= J->items) break;
-            work_item(J, item, B, S, O);
+            work_item(J, item, w);
         }
     }
-    free(B);
-    free(S);
-    free(O);
+    free(w.B);
+    free(w.S);
+    free(w.O);
+    free(w.Q);
+    free(w.P);
     return NULL;
 }
 
-int sst_kernel_version(void) { return 2; }
+int sst_kernel_version(void) { return 3; }
 
 /* softmax(q k^T + pq pk^T) v for batch x heads attention problems; see the layout at the top. pq / pkp may be NULL
  * (rank 0). Returns 0, or -1 when a worker could not allocate its scratch memory (then o holds nothing usable). */
