@@ -5,7 +5,7 @@ how time grows with pixels.
 Everything runs in one process on one set of random weights (seeded), and the variants are interleaved run
 by run, so that a shared or throttled machine slows all of them alike; the table gives medians. Variants:
 
-* ``auto``: what ``sst upscale`` runs on the CPU (``--attention auto``: ``sdpa-bias`` where it pays);
+* ``auto``: what ``sst upscale`` runs on the CPU (``--attention auto``: the native C kernel where it can be built);
 * ``sdpa``: the same network with every layer on padded SDPA (q/k = content + RIB factors, v zero-padded);
 * ``reference``: the reference path of ``sst bench --reference`` (the authors' way, step by step);
 * ``bf16``: ``auto`` with the network in bfloat16 (PSNR against the fp32 output is reported).

@@ -17,9 +17,9 @@ Policy (``plan_attention`` decides once per backend, device, dtype and head size
 * ``math``: explicit matmul + softmax in the network's dtype; the exact fp32 path on any device.
 * CPU (and other devices): SDPA in the network's dtype. Its fused CPU flash kernel needs one head
   size for q, k and v, so v is zero-padded to q's width; rounding to a multiple of 8 measured no faster.
-* CPU, ``auto``, fp32: ``native``, sst-cli's own kernel (``cpu_kernel.py``: C compiled on first use, q/k and v
-  of different widths, so nothing is padded; 1.3-1.9x faster than padded SDPA per call). Where it cannot be
-  built (no C compiler), or for bf16, the choices below.
+* CPU, ``auto``, fp32: ``native``, sst-cli's own kernel (``cpu_kernel.py``: C compiled on first use; q/k and
+  v of different widths; the RIB product computed once for a group of windows; 1.3-2.6x faster than padded
+  SDPA per call). Where it cannot be built (no C compiler), for bf16, and under autograd: the choices below.
 * CPU, ``auto``, when the caller declares that the last ``rank`` q/k channels are low-rank factors
   shared by every batch item (SST's RIB: ``q = [q_c, p_q]``, ``k = [k_c, p_k]``): ``sdpa-bias``. The
   logits ``q_c k_c^T + p_q p_k^T`` are computed as SDPA over the content channels only, with the product
