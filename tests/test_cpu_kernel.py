@@ -121,13 +121,20 @@ def test_auto_on_the_cpu_runs_it_in_fp32_only() -> None:
 
 
 @needs_native
-def test_training_uses_sdpa_where_gradients_are_needed() -> None:
-    q, k, v, bias = _inputs(2, 2, 32, 8, 4, 8, seed=3)
-    q.requires_grad_(True)
-    out = attend(q, k, v, "native", bias=bias)
-    out.sum().backward()  # the C kernel has no backward pass: this went through SDPA
-    assert q.grad is not None and torch.isfinite(q.grad).all()
-    assert (out.detach().double() - _exact(q.detach(), k, v, bias)).abs().max().item() <= 5e-6
+def test_training_runs_what_auto_runs_without_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C kernel has no backward pass: under autograd, sdpa-bias where it pays (content <= half of q/k)."""
+    biased = []
+    real = attention._sdpa_bias
+    monkeypatch.setattr(attention, "_sdpa_bias", lambda *a: biased.append(1) or real(*a))
+    monkeypatch.setattr(attention, "cpu_attention", lambda *a, **k: pytest.fail("the C kernel ran under autograd"))
+    for d, rank, pays in ((8, 12, True), (8, 4, False)):
+        q, k, v, bias = _inputs(2, 2, 32, d, rank, 8, seed=3)
+        q.requires_grad_(True)
+        out = attend(q, k, v, "native", bias=bias)
+        out.sum().backward()
+        assert bool(biased) == pays and q.grad is not None and torch.isfinite(q.grad).all()
+        assert (out.detach().double() - _exact(q.detach(), k, v, bias)).abs().max().item() <= 5e-6
+        biased.clear()
 
 
 def test_without_a_compiler_the_room_says_why_and_uses_sdpa(fresh_build: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -573,7 +573,10 @@ def run_plan(
         raise ConfigError(f"the {plan.kernel} plan needs its rank-{plan.rank} bias factors")
     if plan.kernel == "native":
         if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *(bias or ()))):
-            return _padded_sdpa(plan, q, k, v, bias)  # training: the C kernel has no backward pass
+            # Training: the C kernel has no backward pass; run what auto runs where it cannot be built.
+            instead = "sdpa-bias" if bias is not None and _bias_pays(plan.qk, plan.v, plan.rank) else "sdpa"
+            other = plan_attention(instead, q.device, plan.dtype, plan.qk, plan.v, plan.rank)
+            return _pad_channels(run_plan(other, q, k, v, bias)[..., : plan.v_width], plan.v_width)
         return cpu_attention(q, k, _pad_channels(v, plan.v_width), bias)
     if bias is not None and not plan.rank:
         q, k = _append_factors(q, k, bias)
