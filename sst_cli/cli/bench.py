@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ..errors import ConfigError
 from ..zoo import VARIANTS
-from ._options import ConfigOption, DeviceOption, WeightsOption, parse_tile, parse_wxh
+from ._options import AttentionOption, ConfigOption, DeviceOption, WeightsOption, parse_tile, parse_wxh
 from .output import console, err_console, handle_errors
 
 if TYPE_CHECKING:
@@ -174,9 +174,7 @@ def bench(
     runs: Annotated[int | None, typer.Option("--runs", help="Timed runs; the median is reported (default 10).")] = None,
     warmup: Annotated[int | None, typer.Option("--warmup", help="Untimed warm-up runs (default 3).")] = None,
     device: DeviceOption = "auto",
-    attention: Annotated[
-        str, typer.Option("--attention", help="auto, sdpa, sdpa-flash, sdpa-cudnn, flash-attn, fa3 or math.")
-    ] = "auto",
+    attention: AttentionOption = "auto",
     reference: Annotated[
         bool,
         typer.Option("--reference", help="Also time the authors' way of running the same network; print the ratio."),
