@@ -39,6 +39,17 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
+@pytest.fixture
+def fresh_plans() -> Iterator[None]:
+    """Attention plans are cached per process: tests that fake packages or kernels start and end without them.
+    A module asks for it with ``pytestmark = pytest.mark.usefixtures("fresh_plans")``."""
+    from sst_cli.archs.attention import reset_attention_plans
+
+    reset_attention_plans()
+    yield
+    reset_attention_plans()
+
+
 def golden_config(case: str) -> dict:
     return json.loads((GOLDEN / f"{case}.json").read_text())
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -27,11 +27,7 @@ from sst_cli.archs.sst.reference import reference_path
 CUDA = torch.device("cuda", 0)  # a device object is enough for planning; nothing runs on it here
 
 
-@pytest.fixture(autouse=True)
-def _fresh_plans() -> Iterator[None]:
-    attention.reset_attention_plans()
-    yield
-    attention.reset_attention_plans()
+pytestmark = pytest.mark.usefixtures("fresh_plans")
 
 
 @pytest.fixture

@@ -17,11 +17,7 @@ from sst_cli.archs.cpu_kernel import cpu_attention, kernel_problem
 needs_native = pytest.mark.skipif(kernel_problem() is not None, reason=f"no CPU kernel here: {kernel_problem()}")
 
 
-@pytest.fixture(autouse=True)
-def _fresh_plans() -> Iterator[None]:
-    attention.reset_attention_plans()
-    yield
-    attention.reset_attention_plans()
+pytestmark = pytest.mark.usefixtures("fresh_plans")
 
 
 @pytest.fixture
