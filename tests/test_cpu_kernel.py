@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import stat
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -224,3 +225,20 @@ def test_a_temp_folder_others_can_write_is_not_used(fresh_build: Path, monkeypat
     _unwritable_cache(fresh_build, monkeypatch)
     problem = kernel_problem()
     assert problem is not None and problem.startswith("no writable folder to build the kernel in (")
+
+
+def test_the_kernel_is_clean_under_address_and_undefined_behaviour_sanitizers(tmp_path: Path) -> None:
+    compiler = cpu_kernel._compiler()
+    if compiler is None:
+        pytest.skip("no C compiler")
+    harness = Path(__file__).with_name("sanitize_cpu_kernel.c")
+    binary = tmp_path / "sanitize"
+    flags = ["-O1", "-g", "-std=gnu11", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-pthread"]
+    build = subprocess.run(
+        [compiler, *flags, str(cpu_kernel.SOURCE), str(harness), "-o", str(binary), "-lm"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if build.returncode != 0:
+        pytest.skip(f"this compiler cannot build with sanitizers: {build.stderr.strip()[:200]}")
+    run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300, check=False)
+    assert (run.returncode, run.stdout.strip()) == (0, "ok"), run.stderr[-2000:]

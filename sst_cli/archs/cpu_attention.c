@@ -6,16 +6,16 @@
  * with the machine's own C compiler (-O3 -march=native) and called through ctypes; GCC/Clang vector extensions
  * keep it portable (AVX2 + FMA on x86-64, NEON on arm64).
  *
- * Layout: q (batch, heads, n, d): content channels; k packed in tiles of 16 keys, (batch * heads, m16 / 16, d, 16),
- * so that the score loop reads one contiguous stream; v (batch * heads, m16, dv) with dv a multiple of 8; o like q
- * with dv channels. m16 is m rounded up to 16: keys from m on are padding (their scores are masked to -inf; their
- * v rows must be finite, e.g. zero). Optional positional factors shared by the batch (SST's RIB), pq (heads, n,
- * rank) and pk packed like k, (heads, m16 / 16, rank, 16): their product is added to the logits. It is computed
- * once per block of query rows for a group of windows and read back as the initial value of the scores, so each
- * window pays d multiply-adds per score for q k^T instead of d + rank.
+ * Layout: q (batch, heads, n, d): content channels; k packed in tiles of 16 keys, (batch * heads, m16 / 16, d,
+ * 16), so that the score loop reads one contiguous stream; v (batch * heads, m16, dv) with dv a multiple of 8;
+ * o like q with dv channels. m16 is m rounded up to 16: keys from m on are padding (their scores are masked to
+ * -inf; their v rows must be finite, e.g. zero). Optional positional factors shared by the batch (SST's RIB):
+ * pq (heads, n, rank) and pk packed like k, (heads, m16 / 16, rank, 16); their product is added to the logits.
+ * It is computed once per block of query rows for a group of windows and read back as the initial value of the
+ * scores, so each window pays d multiply-adds per score for q k^T instead of d + rank.
  *
- * Each thread takes blocks of QB query rows of one head (and a group of windows) and runs an online softmax over blocks of KB
- * keys (the "flash" recurrence), RB rows at a time: scores (RB x KB, in L1) -> exp2 -> P V. Logits are
+ * Each thread takes blocks of QB query rows of one head (and a group of windows) and runs an online softmax over
+ * blocks of KB keys (the "flash" recurrence), RB rows at a time: scores (RB x KB, in L1) -> exp2 -> P V. Logits are
  * multiplied by log2(e) so that the exponential is a power of two: integer exponent plus a degree-5
  * polynomial on [-0.5, 0.5] (relative error 8e-8, below float32's rounding).
  */
@@ -27,6 +27,7 @@
 
 typedef float vf __attribute__((vector_size(32), aligned(4))); /* aligned(4): unaligned loads are fine */
 typedef int32_t vi __attribute__((vector_size(32), aligned(4)));
+typedef uint32_t vu __attribute__((vector_size(32), aligned(4)));
 #define W 8         /* floats per vector */
 #define KT 16       /* keys per packed tile: two vectors */
 #define RB 6        /* query rows per register block: 12 accumulators */
@@ -60,7 +61,7 @@ INLINE vf vexp2(vf x) {
     p = p * r + splat(2.402212158e-1f);
     p = p * r + splat(6.931469491e-1f);
     p = p * r + splat(1.000000071f);
-    return (vf)((vi)p + (((vi)t - (vi)magic) << 23)); /* times 2^n: add n to the exponent field */
+    return (vf)((vu)p + (((vu)t - (vu)magic) << 23)); /* times 2^n: add n to the exponent field (mod 2^32) */
 }
 
 INLINE float hmax(vf x) {
@@ -253,7 +254,8 @@ static void work_item(const job_t *J, int64_t item, scratch_t w) {
                     p.pq = pq + r0 * rank;
                     p.pkp = pkp + j0 * rank;
                 }
-#define STEP(R) row_block(R, q + r0 * d, d, kp + j0 * d, v + j0 * dv, p, kb, m - j0, dv, S, mx + r0, l + r0, O + r0 * dv)
+#define STEP(R)                                                                                                       \
+    row_block(R, q + r0 * d, d, kp + j0 * d, v + j0 * dv, p, kb, m - j0, dv, S, mx + r0, l + r0, O + r0 * dv)
                 BY_ROWS(STEP, rows - r0)
 #undef STEP
             }
@@ -287,8 +289,6 @@ static void *worker(void *arg) {
     free(w.P);
     return NULL;
 }
-
-int sst_kernel_version(void) { return 3; }
 
 /* softmax(q k^T + pq pk^T) v for batch x heads attention problems; see the layout at the top. pq / pkp may be NULL
  * (rank 0). Returns 0, or -1 when a worker could not allocate its scratch memory (then o holds nothing usable). */
