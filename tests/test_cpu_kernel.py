@@ -235,10 +235,20 @@ def test_the_kernel_is_clean_under_address_and_undefined_behaviour_sanitizers(tm
     binary = tmp_path / "sanitize"
     flags = ["-O1", "-g", "-std=gnu11", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-pthread"]
     build = subprocess.run(
-        [compiler, *flags, str(cpu_kernel.SOURCE), str(harness), "-o", str(binary), "-lm"],
+        [*compiler, *flags, str(cpu_kernel.SOURCE), str(harness), "-o", str(binary), "-lm"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     if build.returncode != 0:
         pytest.skip(f"this compiler cannot build with sanitizers: {build.stderr.strip()[:200]}")
     run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300, check=False)
     assert (run.returncode, run.stdout.strip()) == (0, "ok"), run.stderr[-2000:]
+
+
+@needs_native
+def test_cc_may_carry_a_wrapper_and_flags(fresh_build: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``CC="ccache gcc"`` style: split like a shell would; the wrapper runs the real compiler."""
+    real = cpu_kernel._compiler()
+    assert real is not None
+    wrapper = _script(fresh_build.parent / "bin" / "wrap", 'shift; exec "$@"\n')  # drops its marker argument
+    monkeypatch.setenv("CC", f"{wrapper} --marker {real[0]}")
+    assert kernel_problem() is None

@@ -20,6 +20,7 @@ import hashlib
 import os
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -51,14 +52,19 @@ def _cache_dir() -> Path:
     return Path(base) / "sst-cli" / "kernels"
 
 
-def _compiler() -> str | None:
-    wanted = os.environ.get("CC")
-    candidates = [wanted] if wanted else ["cc", "gcc", "clang"]
-    for name in candidates:
-        found = shutil.which(name.split()[0]) if name else None
+def _compiler() -> list[str] | None:
+    """The compiler command: ``$CC`` as a shell would split it (``ccache gcc`` works), else cc, gcc, clang."""
+    wanted = os.environ.get("CC", "").strip()
+    candidates = [shlex.split(wanted)] if wanted else [["cc"], ["gcc"], ["clang"]]
+    for command in candidates:
+        found = shutil.which(command[0])
         if found:
-            return found
+            return [found, *command[1:]]
     return None
+
+
+def _name(compiler: list[str]) -> str:
+    return " ".join([Path(compiler[0]).name, *compiler[1:]])
 
 
 def _cpu_identity() -> str:
@@ -80,7 +86,7 @@ def _first_line(text: str) -> str:
     return lines[0].strip()[:160] if lines else ""
 
 
-def _compile(compiler: str, source: Path, target: Path) -> str | None:
+def _compile(compiler: list[str], source: Path, target: Path) -> str | None:
     """Build ``target``; returns None, or the first error line of the first try (-march=native, -mcpu=native,
     then no tuning flag: compilers differ in which they accept)."""
     suffix = ".dll" if sys.platform == "win32" else ".so"
@@ -91,7 +97,7 @@ def _compile(compiler: str, source: Path, target: Path) -> str | None:
         os.close(fd)
         try:
             run = subprocess.run(
-                [compiler, *common, *arch, str(source), "-o", tmp, "-lm"],
+                [*compiler, *common, *arch, str(source), "-o", tmp, "-lm"],
                 capture_output=True, text=True, timeout=_COMPILE_TIMEOUT_S, check=False,
             )  # fmt: skip
             if run.returncode == 0:
@@ -106,15 +112,15 @@ def _compile(compiler: str, source: Path, target: Path) -> str | None:
     return first_error
 
 
-def _version(compiler: str) -> str:
+def _version(compiler: list[str]) -> str:
     """``gcc 12.2.0``, ``clang 15.0.0``: the compiler's family and version, from its ``--version`` line."""
     try:
-        out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30, check=False)
+        out = subprocess.run([*compiler, "--version"], capture_output=True, text=True, timeout=30, check=False)
         text = out.stdout
     except (OSError, subprocess.SubprocessError):
         text = ""
     line = _first_line(text)
-    family = "clang" if "clang" in line else "gcc" if "Free Software Foundation" in text else Path(compiler).name
+    family = "clang" if "clang" in line else "gcc" if "Free Software Foundation" in text else _name(compiler)
     number = re.search(r"\d+\.\d+(\.\d+)?", re.sub(r"\([^)]*\)", "", line))
     return f"{family} {number.group(0)}" if number else family
 
@@ -151,7 +157,8 @@ def _library() -> _Library:
     if compiler is None:
         return _Library(None, "no C compiler found (set CC, or install gcc or clang)")
     version = _version(compiler)
-    key = hashlib.sha256("\n".join([SOURCE.read_text(), compiler, version, _cpu_identity()]).encode()).hexdigest()
+    identity = [SOURCE.read_text(), *compiler, version, _cpu_identity()]
+    key = hashlib.sha256("\n".join(identity).encode()).hexdigest()
     name = f"cpu_attention-{key[:20]}{'.dll' if sys.platform == 'win32' else '.so'}"
     # A read-only home (containers, sandboxes) must not cost the kernel: build in the temp folder then.
     candidates = ((_cache_dir(), False), (_temp_folder(), True))
@@ -163,7 +170,7 @@ def _library() -> _Library:
         target = folders[0] / name
         error = _compile(compiler, SOURCE, target)
         if error is not None:
-            return _Library(None, f"compiling {SOURCE.name} with {Path(compiler).name} failed: {error}")
+            return _Library(None, f"compiling {SOURCE.name} with {_name(compiler)} failed: {error}")
     try:
         lib = ctypes.CDLL(str(target))
         _declare(lib)
