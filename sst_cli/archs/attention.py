@@ -18,7 +18,7 @@ Policy (``plan_attention`` decides once per backend, device, dtype and head size
 * CPU (and other devices): SDPA in the network's dtype. Its fused CPU flash kernel needs one head
   size for q, k and v, so v is zero-padded to q's width; rounding to a multiple of 8 measured no faster.
 * CPU, ``auto``, fp32: ``native``, sst-cli's own kernel (``cpu_kernel.py``: C compiled on first use; q/k and
-  v of different widths; the RIB product computed once for a group of windows; 1.3-2.6x faster than padded
+  v of different widths; the RIB product computed once for a group of windows; 1.5-2.1x faster than padded
   SDPA per call). Where it cannot be built (no C compiler), for bf16, and under autograd: the choices below.
 * CPU, ``auto``, when the caller declares that the last ``rank`` q/k channels are low-rank factors
   shared by every batch item (SST's RIB: ``q = [q_c, p_q]``, ``k = [k_c, p_k]``): ``sdpa-bias``. The

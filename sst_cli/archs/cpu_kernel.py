@@ -4,7 +4,7 @@ Why C: PyTorch's fused CPU kernel needs one width for q, k and v, so SST's v is 
 about a third of its arithmetic multiplies zeros; ``sdpa-bias`` avoids the padding but pays for reading a mask.
 This kernel takes v at its own width, and SST's positional factors separately: their product is computed once
 per block of query rows for a group of windows and added to the scores, so each window pays only its content
-channels. It measured 1.3-2.6x faster than padded SDPA per call (benchmarks/RESULTS.md). There is no wheel to
+channels. It measured 1.5-2.1x faster than padded SDPA per call (benchmarks/RESULTS.md). There is no wheel to
 ship it in, so it is compiled here with the machine's C compiler (``$CC``, else ``cc``/``gcc``/``clang``;
 ``-O3 -march=native``, a few seconds, once) into
 ``$XDG_CACHE_HOME/sst-cli/kernels`` (default ``~/.cache``; ``SST_KERNEL_CACHE`` overrides), keyed by the
