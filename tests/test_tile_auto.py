@@ -1,0 +1,72 @@
+"""``--tile auto`` on a big GPU, with the device's memory mocked: big tiles, and the same plan after a warm-up."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sst_cli import Upscaler, create_model
+from sst_cli import upscaler as upscaler_module
+from sst_cli.runtime import GPU_MEMORY_FRACTION, memory_budget
+from sst_cli.tiling import plan_tiles
+
+GIB = 1 << 30
+CUDA = torch.device("cuda")
+
+
+class FakeCard:
+    """torch.cuda's memory queries for an 80 GB card on which PyTorch may already hold a cache."""
+
+    def __init__(self, free: float, reserved: float = 0.0, allocated: float = 0.0) -> None:
+        self.free, self.reserved, self.allocated = int(free * GIB), int(reserved * GIB), int(allocated * GIB)
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (self.free, 80 * GIB))
+        monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: self.reserved)
+        monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: self.allocated)
+
+
+def test_budget_counts_what_pytorch_caches_but_does_not_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeCard(free=79).install(monkeypatch)
+    fresh = memory_budget(CUDA)
+    assert fresh == int(79 * GIB * GPU_MEMORY_FRACTION)
+    # After a big tile: the driver sees 1 GB free, but 74 of PyTorch's 76 GB reserved are unused cache.
+    FakeCard(free=1, reserved=76, allocated=2).install(monkeypatch)
+    assert memory_budget(CUDA) == int(75 * GIB * GPU_MEMORY_FRACTION)
+    # Memory other processes or live tensors hold is not counted.
+    FakeCard(free=10, reserved=30, allocated=30).install(monkeypatch)
+    assert memory_budget(CUDA) == int(10 * GIB * GPU_MEMORY_FRACTION)
+
+
+@pytest.fixture(scope="module")
+def sst_l_x4() -> Upscaler:
+    torch.manual_seed(0)
+    return Upscaler(create_model("sst-l", 4), tile="auto", precision="fp32")
+
+
+@pytest.mark.parametrize(
+    "card", [FakeCard(free=79), FakeCard(free=0.5, reserved=75, allocated=0.4)], ids=["fresh", "after-warm-up"]
+)
+def test_a_4k_frame_on_an_80_gb_card_gets_big_tiles(
+    sst_l_x4: Upscaler, card: FakeCard, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The measured case: 3840x2160 at x4 with SST-L in bf16 chose 64 px tiles with 64 px of overlap."""
+    card.install(monkeypatch)
+    monkeypatch.setattr(upscaler_module, "memory_budget", lambda device: memory_budget(CUDA))
+    monkeypatch.setattr(sst_l_x4, "dtype", torch.bfloat16)
+    plan = sst_l_x4.plan(2160, 3840)
+    tiles = plan_tiles(2160, 3840, plan.tile, plan.overlap, plan.align)
+    assert 1 <= len(tiles) <= 2
+    assert plan.cost(2160, 3840) < 1.05  # overlap adds under 5 % to the work
+    assert max(t.context_shape[0] * t.context_shape[1] for t in tiles) * 2 > 2160 * 3840 / 2
+
+
+def test_a_small_card_still_tiles_within_its_budget(sst_l_x4: Upscaler, monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeCard(free=8, reserved=4, allocated=4).install(monkeypatch)
+    monkeypatch.setattr(upscaler_module, "memory_budget", lambda device: memory_budget(CUDA))
+    monkeypatch.setattr(sst_l_x4, "dtype", torch.bfloat16)
+    plan = sst_l_x4.plan(2160, 3840)
+    tiles = plan_tiles(2160, 3840, plan.tile, plan.overlap, plan.align)
+    largest = max(sst_l_x4._activation_bytes(*t.context_shape) for t in tiles)
+    assert largest <= 8 * GIB * GPU_MEMORY_FRACTION
+    assert len(tiles) > 2 and plan.cost(2160, 3840) < 1.5
