@@ -518,6 +518,7 @@ def run_batch(
     started = time.perf_counter()
     run = _BatchRun(upscaler, naming, writing, on_tile, on_note or (lambda text: None))
     plans = run.preflight(jobs)
+    upscaler.expect(sum(p.megapixels for p in plans if p.skip is None and p.failure is None))
     result = BatchResult()
     total = len(jobs)
     for index, plan in enumerate(plans):

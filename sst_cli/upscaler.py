@@ -18,6 +18,7 @@ from torch import nn
 from .archs import ModelDescriptor, SRNetwork, describe, network_of
 from .archs.attention import AttentionReport, check_backend, describe_attention
 from .choices import ALPHA_MODES, DEFAULT_MODEL, DEFAULT_SCALE
+from .compiling import COMPILE_CHOICES, CompiledNetwork, wants_compile
 from .errors import ConfigError, ImageError, NonFiniteOutput, OutputExists
 from .image_io import ImageInfo, Picture, choose_format, cmyk_to_rgb, read_image, write_image
 from .loader import ConfigSource, ModelSpec
@@ -53,7 +54,9 @@ class UpscaleOptions:
     forward pass; ``alpha``: transparency through the network (``model``) or bicubic (``resize``);
     ``outscale``: resize the native output to this final scale. ``ig_lambda`` and ``seed``: runtime settings
     of generative models (SSTReal: λ of its recombination, default 2.0, and the seed of its noise, default
-    0); None leaves the model's own, and a model without the setting refuses it.
+    0); None leaves the model's own, and a model without the setting refuses it. ``compile``: ``on`` runs the
+    network through torch.compile (cached on disk, eager if it fails), ``off`` never, ``auto`` only on CUDA once
+    ``Upscaler.expect`` announces a batch long enough to repay it (``compiling.wants_compile``).
     """
 
     device: str = "auto"
@@ -68,6 +71,7 @@ class UpscaleOptions:
     outscale: float | None = None
     ig_lambda: float | None = None
     seed: int | None = None
+    compile: str = "auto"
 
     def __post_init__(self) -> None:
         resolve_device(self.device)  # a device PyTorch cannot use here is an option error, said at once
@@ -89,6 +93,8 @@ class UpscaleOptions:
             raise ConfigError(f"ig_lambda must be a finite number, got {self.ig_lambda}")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
             raise ConfigError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if self.compile not in COMPILE_CHOICES:
+            raise ConfigError(f"unknown compile choice {self.compile!r}; choose one of {', '.join(COMPILE_CHOICES)}")
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -165,6 +171,26 @@ class Upscaler:
         self.on_message = on_message
         self._said_plans: set[tuple[TileSize, int, int]] = set()  # (tile, overlap, batch) already described
         self._say_rounding()
+        self.compiled: CompiledNetwork | None = None
+        self.expect(0.0)
+
+    def expect(self, megapixels: float) -> None:
+        """Announce the input megapixels a batch will upscale, so that ``compile="auto"`` can decide whether
+        compiling repays itself (``compile="on"`` compiles whatever this says)."""
+        if self.compiled is not None or not wants_compile(self.options.compile, self.device, megapixels):
+            return
+        if self.descriptor.position_dependent:
+            self._say("--compile: this network's output depends on tile positions, which compiling would fix; eager")
+            return
+        fixed_tiles = isinstance(self.options.tile, int) and self.options.tile > 0
+        self.compiled = CompiledNetwork(self.model, self.device, self._say, cuda_graphs=fixed_tiles, prime=self._prime)
+
+    def _prime(self) -> None:
+        """One eager forward on a tiny input: kernel choices made on first use are cached before tracing."""
+        side = max(16, self.descriptor.size_multiple)
+        x = torch.zeros(1, 3, side, side, device=self.device, dtype=self.dtype)
+        with torch.inference_mode(), fp32_mode(self.device, self.dtype):
+            self.model(x)
 
     def _say_rounding(self) -> None:
         """Say when the model's window grid changes the tile or overlap the user asked for."""
@@ -254,7 +280,7 @@ class Upscaler:
         if origins is not None and isinstance(network, SRNetwork):
             located = network.at_tile_origins(origins)
         with torch.inference_mode(), fp32_mode(self.device, self.dtype), located:
-            y = self.model(x)
+            y = self.model(x) if self.compiled is None else self.compiled(x)
         return y.float().cpu()
 
     def _on_oom(self, new_tile: TileSize) -> None:

@@ -263,6 +263,14 @@ def upscale(
     ] = None,
     ig_lambda: IgLambdaOption = None,
     seed: SeedOption = None,
+    compile: Annotated[
+        str,
+        typer.Option(
+            "--compile",
+            help="torch.compile the network (cached on disk; eager if it fails): on, off, or auto (on CUDA for "
+            "batches of 50+ megapixels).",
+        ),
+    ] = "auto",
     max_pixels: Annotated[
         int, typer.Option("--max-pixels", help="Refuse larger inputs (decompression bombs); 0 = no limit.")
     ] = _DEFAULT_MAX_PIXELS,
@@ -290,7 +298,7 @@ def upscale(
     options = upscale_options(
         device=worker_plan.devices[0], precision=precision, attention=attention, tile=tile,
         tile_overlap=tile_overlap, exact=exact, batch=batch, max_memory=max_memory, alpha=alpha,
-        outscale=outscale, ig_lambda=ig_lambda, seed=seed,
+        outscale=outscale, ig_lambda=ig_lambda, seed=seed, compile=compile.strip().lower(),
     )  # fmt: skip
     writing = WriteOptions(
         format=format,

@@ -1,0 +1,125 @@
+"""``--compile``: compiled == eager on the CPU, a second process hits the cache, failures fall back to eager."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from compile_child import tiny_sst
+from typer.testing import CliRunner
+
+from sst_cli import Upscaler
+from sst_cli import upscaler as upscaler_module
+from sst_cli.cli import app
+from sst_cli.compiling import AUTO_COMPILE_MEGAPIXELS, compile_cache_dir, wants_compile
+from sst_cli.errors import ConfigError
+from sst_cli.runtime import package_version
+
+CHILD = Path(__file__).with_name("compile_child.py")
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")
+
+
+def test_auto_compiles_only_long_batches_on_cuda() -> None:
+    assert not wants_compile("auto", CUDA, AUTO_COMPILE_MEGAPIXELS - 1)
+    assert wants_compile("auto", CUDA, AUTO_COMPILE_MEGAPIXELS)
+    assert not wants_compile("auto", CPU, 1e9)
+    assert wants_compile("on", CPU, 0) and not wants_compile("off", CUDA, 1e9)
+
+
+def test_cache_folder_is_keyed_by_versions_unless_the_user_chose_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    ours = compile_cache_dir()
+    assert ours.parent == tmp_path / "sst-cli" / "compile"
+    assert package_version() in ours.name and torch.__version__.replace("+", "_") in ours.name
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    assert compile_cache_dir() == tmp_path / "mine"
+
+
+def test_unknown_choice_is_an_option_error() -> None:
+    with pytest.raises(ConfigError, match="unknown compile choice 'fast'"):
+        Upscaler(tiny_sst(), compile="fast")
+    result = CliRunner().invoke(app, ["upscale", "x.png", "--compile", "fast"])
+    assert result.exit_code == 2 and "unknown compile choice 'fast'" in result.output
+
+
+def _eager(image: torch.Tensor) -> torch.Tensor:
+    return Upscaler(tiny_sst(), tile=16, tile_overlap=8, compile="off").run(image).image
+
+
+def test_missing_compiler_runs_eager_with_one_notice() -> None:
+    from torch._inductor import config
+
+    image = torch.rand(3, 24, 24)
+    said: list[str] = []
+    up = Upscaler(tiny_sst(), tile=16, tile_overlap=8, compile="on", on_message=said.append)
+    with config.patch({"cpp.cxx": (None, "/nonexistent/g++")}):
+        assert torch.equal(up.run(image).image, _eager(image))
+    notices = [s for s in said if "compile" in s]
+    assert notices == ["--compile: no C++ compiler '/nonexistent/g++' found (install g++ or set CXX); running eager"]
+
+
+def test_failing_compile_runs_eager_with_one_notice(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: object, **kwargs: object) -> object:
+        def run(x: torch.Tensor) -> torch.Tensor:
+            raise RuntimeError("C++ compile error\ncc1plus: fatal error")
+
+        return run
+
+    monkeypatch.setattr(torch, "compile", broken)
+    image = torch.rand(3, 24, 24)
+    said: list[str] = []
+    up = Upscaler(tiny_sst(), tile=16, tile_overlap=8, compile="on", on_message=said.append)
+    assert torch.equal(up.run(image).image, _eager(image))
+    assert said[-1] == "torch.compile failed (RuntimeError: C++ compile error); running eager"
+    assert len([s for s in said if "failed" in s]) == 1  # said once, not per tile
+    assert up.compiled is not None and up.compiled.eager
+
+
+def test_auto_waits_for_the_batch_to_be_announced(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(upscaler_module, "wants_compile", lambda choice, device, mp: choice == "auto" and mp >= 10)
+    up = Upscaler(tiny_sst(), compile="auto")
+    assert up.compiled is None
+    up.expect(5.0)
+    assert up.compiled is None
+    up.expect(20.0)
+    assert up.compiled is not None
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
+    """The same tiled run compiled in two fresh processes sharing one empty cache folder."""
+    cache = tmp_path_factory.mktemp("inductor")
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache)}
+    runs = []
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, str(CHILD)], env=env, capture_output=True, text=True, timeout=900, check=False
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return runs[0], runs[1]
+
+
+def test_compiled_equals_eager_on_the_cpu(two_processes: tuple[dict, dict]) -> None:
+    """fp32 both ways; inductor fuses and vectorises (reductions in another order, no fast-math), so outputs
+    agree to rounding: 1e-5 of the output's range is ~100 float32 ulps over this network's ~30 ops in a row."""
+    first, _ = two_processes
+    assert first["compiled"], first["messages"]
+    assert first["max_abs_diff"] <= 1e-5 * first["max_abs"]
+    assert first["messages"][0].startswith("compiling the network for cpu")
+    assert any(m.startswith("compiled in ") for m in first["messages"])
+    assert first["misses"] > 0
+
+
+def test_a_second_process_hits_the_cache(two_processes: tuple[dict, dict]) -> None:
+    first, second = two_processes
+    assert second["compiled"] and second["misses"] == 0 and second["hits"] >= first["misses"]
+    assert second["max_abs_diff"] == first["max_abs_diff"]
