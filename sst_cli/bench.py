@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from .archs import SRNetwork
 from .archs.attention import check_backend, describe_attention
+from .archs.tracing import prepare_tracing
 from .choices import BENCH_PRECISIONS, COMPILE_MODES
 from .errors import ConfigError
 from .runtime import device_name, fp32_mode, resolve_device, resolve_precision, synchronize
@@ -300,6 +301,7 @@ def _networks(settings: BenchSettings) -> Iterator[tuple[str, int, SRNetwork]]:
 def _compiled(model: SRNetwork, mode: str) -> Callable[[torch.Tensor], torch.Tensor]:
     if mode == "none":
         return model
+    prepare_tracing()
     return torch.compile(model, mode=None if mode == "default" else mode)
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .archs.tracing import prepare_tracing
 from .runtime import is_out_of_memory, package_version
 
 COMPILE_CHOICES = ("auto", "on", "off")
@@ -91,9 +92,10 @@ class CompiledNetwork:
     """Calls ``model`` through ``torch.compile``; on a failed compile, says so in one line and runs eager.
 
     ``say`` receives the notices: one before the first (long) compile, one with its time, one per later
-    recompilation for a new kind of shape, and the fallback. ``prime`` runs the model eagerly once on a tiny
-    input before compiling, so that work the network does eagerly on first use (choosing attention
-    kernels) is done and cached, and the traced graph has no breaks for it.
+    recompilation for a new kind of shape, and the fallback. ``prime`` runs before compiling (the Upscaler
+    picks a traceable attention kernel and runs the model once on a tiny input, so that work done eagerly
+    on first use, choosing kernels, is cached and the graph has no breaks for it); ``on_eager`` undoes it
+    when compiling fails.
     """
 
     def __init__(
@@ -104,8 +106,9 @@ class CompiledNetwork:
         *,
         cuda_graphs: bool = False,
         prime: Callable[[], object] | None = None,
+        on_eager: Callable[[], object] | None = None,
     ) -> None:
-        self.model, self.device, self.say, self.prime = model, device, say, prime
+        self.model, self.device, self.say, self.prime, self.on_eager = model, device, say, prime, on_eager
         self.cuda_graphs = cuda_graphs and device.type == "cuda"
         self.cache = compile_cache_dir()
         self.eager = False  # set once compiling failed or cannot work here
@@ -133,7 +136,7 @@ class CompiledNetwork:
                 raise
             first = (str(exc).strip().splitlines() or [""])[0][:200]
             self.say(f"torch.compile failed ({type(exc).__name__}: {first}); running eager")
-            self.eager = True
+            self._fall_back()
             return self.model(x)
         seconds = time.perf_counter() - started
         self._calls += 1
@@ -150,8 +153,9 @@ class CompiledNetwork:
         problem = compiler_problem(self.device)
         if problem is not None:
             self.say(f"--compile: {problem}; running eager")
-            self.eager = True
+            self._fall_back()
             return False
+        prepare_tracing()
         if self.prime is not None:
             self.prime()
         mode = "reduce-overhead" if self.cuda_graphs else None
@@ -162,6 +166,11 @@ class CompiledNetwork:
             f"minutes; cached in {self.cache})"
         )
         return True
+
+    def _fall_back(self) -> None:
+        self.eager = True
+        if self.on_eager is not None:
+            self.on_eager()
 
 
 def _graph_count() -> int:

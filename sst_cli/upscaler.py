@@ -183,10 +183,30 @@ class Upscaler:
             self._say("--compile: this network's output depends on tile positions, which compiling would fix; eager")
             return
         fixed_tiles = isinstance(self.options.tile, int) and self.options.tile > 0
-        self.compiled = CompiledNetwork(self.model, self.device, self._say, cuda_graphs=fixed_tiles, prime=self._prime)
+        self.compiled = CompiledNetwork(
+            self.model,
+            self.device,
+            self._say,
+            cuda_graphs=fixed_tiles,
+            prime=self._prime,
+            on_eager=lambda: self._use_attention(self.options.attention),
+        )
+
+    def _use_attention(self, backend: str) -> None:
+        network = network_of(self.model)
+        if isinstance(network, SRNetwork):
+            network.set_attention_backend(backend)
+            if self.descriptor.attention_head_sizes:
+                self.attention = describe_attention(
+                    backend, self.device, self.dtype, self.descriptor.attention_head_sizes
+                )
 
     def _prime(self) -> None:
-        """One eager forward on a tiny input: kernel choices made on first use are cached before tracing."""
+        """Before compiling: on the CPU, SDPA for ``auto`` attention (sst-cli's C kernel is opaque to the compiler,
+        a graph break at every attention); then one eager forward on a tiny input, so that kernel choices made
+        on first use are cached before tracing."""
+        if self.device.type == "cpu" and self.options.attention == "auto":
+            self._use_attention("sdpa")
         side = max(16, self.descriptor.size_multiple)
         x = torch.zeros(1, 3, side, side, device=self.device, dtype=self.dtype)
         with torch.inference_mode(), fp32_mode(self.device, self.dtype):

@@ -114,8 +114,8 @@ def test_compiled_equals_eager_on_the_cpu(two_processes: tuple[dict, dict]) -> N
     first, _ = two_processes
     assert first["compiled"], first["messages"]
     assert first["max_abs_diff"] <= 1e-5 * first["max_abs"]
-    assert first["messages"][0].startswith("compiling the network for cpu")
-    assert any(m.startswith("compiled in ") for m in first["messages"])
+    compiling = [m for m in first["messages"] if "compil" in m]
+    assert compiling[0].startswith("compiling the network for cpu") and compiling[1].startswith("compiled in ")
     assert first["misses"] > 0
 
 
@@ -123,3 +123,20 @@ def test_a_second_process_hits_the_cache(two_processes: tuple[dict, dict]) -> No
     first, second = two_processes
     assert second["compiled"] and second["misses"] == 0 and second["hits"] >= first["misses"]
     assert second["max_abs_diff"] == first["max_abs_diff"]
+
+
+def test_start_up_does_not_import_the_compiler() -> None:
+    """``torch.compiler.disable`` at import time loaded torch._dynamo (~3.5 s); runs that never compile skip it."""
+    code = "import sys, sst_cli.cli.upscale, sst_cli.batch, sst_cli.upscaler; print('torch._dynamo' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert done.stdout.strip() == "False"
+
+
+def test_prepare_tracing_hides_the_eager_only_functions_from_dynamo() -> None:
+    from sst_cli.archs import attention, cpu_kernel
+    from sst_cli.archs.tracing import prepare_tracing
+
+    prepare_tracing()
+    for marked in (cpu_kernel.cpu_attention, attention._resolve):
+        assert marked.run is not marked.fn  # type: ignore[attr-defined]
+        assert getattr(marked.run, "_torchdynamo_disable", False)

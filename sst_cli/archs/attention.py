@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from ..choices import BACKENDS
 from ..errors import ConfigError
 from .cpu_kernel import cpu_attention, kernel_description, kernel_problem
+from .tracing import never_traced
 
 KERNEL_LINE_PREFIX = "attention kernel: "  # the descriptive line (front ends show it on request)
 NOTICE_PREFIX = "attention: "  # a requested kernel fell back (front ends always show it)
@@ -381,7 +382,7 @@ def _candidates(backend: str, device: torch.device, rank: int = 0, qk: int = 0, 
     return chain
 
 
-@torch.compiler.disable  # asks PyTorch's dispatcher and imports packages: run eagerly, never traced
+@never_traced  # asks PyTorch's dispatcher and imports packages: run eagerly
 def _resolve(backend: str, device: torch.device, dtype: torch.dtype, qk: int, v: int, rank: int = 0) -> AttentionPlan:
     reason = None
     for kernel in _candidates(backend, device, rank, qk, v):

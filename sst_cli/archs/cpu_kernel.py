@@ -32,6 +32,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from .tracing import never_traced
+
 SOURCE = Path(__file__).with_name("cpu_attention.c")
 _KEY_TILE = 16  # keys per packed tile (KT in the C source)
 _VECTOR = 8  # floats per vector: v's width is rounded up to it
@@ -259,7 +261,7 @@ def _run(
     return out
 
 
-@torch.compiler.disable  # a foreign call on raw pointers: never traced
+@never_traced  # a foreign call on raw pointers
 def cpu_attention(
     q: torch.Tensor,
     k: torch.Tensor,
