@@ -140,3 +140,21 @@ def test_prepare_tracing_hides_the_eager_only_functions_from_dynamo() -> None:
     for marked in (cpu_kernel.cpu_attention, attention._resolve):
         assert marked.run is not marked.fn  # type: ignore[attr-defined]
         assert getattr(marked.run, "_torchdynamo_disable", False)
+
+
+def test_a_batch_announces_the_megapixels_it_will_compute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+    from PIL import Image
+
+    from sst_cli.batch import Naming, discover_inputs, run_batch
+
+    monkeypatch.chdir(tmp_path)
+    Path("in").mkdir()
+    for name, size in (("a.png", (40, 30)), ("b.png", (20, 10))):
+        Image.fromarray(np.zeros((size[1], size[0], 3), dtype=np.uint8)).save(Path("in") / name)
+    Path("in/broken.png").write_bytes(b"not an image")
+    up = Upscaler(tiny_sst(), compile="auto")
+    announced: list[float] = []
+    monkeypatch.setattr(up, "expect", announced.append)
+    run_batch(discover_inputs(["in"]), up, naming=Naming(model="tiny", scale=2, folder=Path("out")))
+    assert announced == [pytest.approx((40 * 30 + 20 * 10) / 1e6)]
