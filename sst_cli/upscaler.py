@@ -172,6 +172,7 @@ class Upscaler:
         self._said_plans: set[tuple[TileSize, int, int]] = set()  # (tile, overlap, batch) already described
         self._say_rounding()
         self.compiled: CompiledNetwork | None = None
+        self._said_eager = False
         self.expect(0.0)
 
     def expect(self, megapixels: float) -> None:
@@ -180,7 +181,11 @@ class Upscaler:
         if self.compiled is not None or not wants_compile(self.options.compile, self.device, megapixels):
             return
         if self.descriptor.position_dependent:
-            self._say("--compile: this network's output depends on tile positions, which compiling would fix; eager")
+            if not self._said_eager:
+                self._say(
+                    "--compile: this network's output depends on tile positions, which compiling would fix; eager"
+                )
+            self._said_eager = True
             return
         fixed_tiles = isinstance(self.options.tile, int) and self.options.tile > 0
         self.compiled = CompiledNetwork(

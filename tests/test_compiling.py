@@ -158,3 +158,25 @@ def test_a_batch_announces_the_megapixels_it_will_compute(tmp_path: Path, monkey
     monkeypatch.setattr(up, "expect", announced.append)
     run_batch(discover_inputs(["in"]), up, naming=Naming(model="tiny", scale=2, folder=Path("out")))
     assert announced == [pytest.approx((40 * 30 + 20 * 10) / 1e6)]
+
+
+def test_a_position_dependent_network_stays_eager_and_says_so_once() -> None:
+    import torch.nn.functional as F
+
+    from sst_cli.archs import ModelDescriptor, SRNetwork
+
+    class Positional(SRNetwork):
+        def describe(self) -> ModelDescriptor:
+            return ModelDescriptor("POS", 2, position_dependent=True)
+
+        def activation_bytes(self, height: int, width: int, dtype: torch.dtype = torch.float32) -> int:
+            return height * width
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return F.interpolate(x, scale_factor=2, mode="nearest")
+
+    said: list[str] = []
+    up = Upscaler(Positional(), compile="on", on_message=said.append)
+    up.expect(100.0)
+    assert up.compiled is None and up.run(torch.rand(3, 8, 8)).image.shape == (3, 16, 16)
+    assert said == ["--compile: this network's output depends on tile positions, which compiling would fix; eager"]
