@@ -64,7 +64,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _config(data: Path, out: Path, **kw: object) -> TrainConfig:
-    base = TrainConfig(data=(data,), out=out, iters=6, model=TINY, patch=8, batch=2, device="cpu", report_every=0)
+    base = TrainConfig(data=(data,), out=out, iters=6, model=TINY, patch=8, batch=2, device="cpu", report_every=1)
     return replace(base, **kw)
 
 
@@ -119,7 +119,7 @@ def test_existing_run_needs_resume_or_overwrite_and_resume_needs_the_same_networ
     assert set(saved) == {"params_ema", "params", "meta"}  # .pth: the authors' layout
     with pytest.raises(OutputExists, match=r"--resume.*--overwrite"):
         train(config)
-    with pytest.raises(ConfigError, match="is a run of custom x2, not custom x3"):
+    with pytest.raises(ConfigError, match=r"is a x2 run and this one is x3; start the new scale with --init"):
         train(replace(config, resume=True, scale=3))
     with pytest.raises(ConfigError, match="no training state"):
         train(replace(config, out=tmp_path / "other.pth", resume=True))
