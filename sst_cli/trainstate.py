@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -45,7 +45,7 @@ def to_cpu(obj: Any) -> Any:
 
 def capture_rng(data: torch.Generator, device: torch.device) -> dict[str, Any]:
     """Every random state a run may draw from, in types that ``torch.load(weights_only=True)`` accepts."""
-    name, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)  # type: ignore[misc]
+    name, keys, pos, has_gauss, gauss = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state(legacy=True))
     return {
         "data": data.get_state(),
         "torch": torch.get_rng_state(),
@@ -88,9 +88,11 @@ def read_state(path: Path) -> dict[str, Any]:
         raise ConfigError(f"--resume: there is no training state {path}; start without --resume")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # pickle, zip and OS errors all mean "not a usable state file"
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"--resume: {path} is not a readable training state ({reason})") from None
+    except Exception as exc:  # pickle, zip and OS errors (torch's own words suggest unsafe loading: not repeated)
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise CheckpointError(
+            f"--resume: {path} is not a readable training state (corrupt, truncated or not one: {detail})"
+        ) from None
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
         raise CheckpointError(f"--resume: {path} is not an sst-cli training state (format {STATE_FORMAT})")
     missing = [key for key in REQUIRED if key not in state]
