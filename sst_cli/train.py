@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
-import os
 import random
 import signal
 import threading
@@ -38,8 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from .archs.sst import SST, SSTConfig
-from .checkpoint import read_weights
-from .errors import CheckpointError, ConfigError, OutputExists
+from .errors import ConfigError, OutputExists
 from .files import atomic_save
 from .recipe import (
     BATCH_CPU,
@@ -57,13 +54,30 @@ from .recipe import (
 )
 from .runtime import package_version, resolve_device
 from .trainset import Message, PatchSampler, find_images, load_images
-from .trainstate import capture_rng, check_resume, read_state, restore_rng, state_path, write_state
+from .trainstate import (
+    InitReport,
+    capture_rng,
+    check_resume,
+    init_from,
+    read_state,
+    restore_rng,
+    state_path,
+    write_state,
+)
 from .zoo import check_scale, get_variant
 
-__all__ = ["TrainConfig", "TrainResult", "TrainingInterrupted", "init_from", "learning_rate", "state_path", "train"]
+__all__ = [
+    "InitReport",
+    "TrainConfig",
+    "TrainResult",
+    "TrainingInterrupted",
+    "init_from",
+    "learning_rate",
+    "state_path",
+    "train",
+]
 
 REPORT_EVERY_CUDA = 50  # steps between progress reports on a GPU: each one waits for it (on a CPU: every step)
-MIN_INIT_FRACTION = 0.5  # --init must fill at least this share of the network's tensors
 PRECISIONS = ("auto", "bf16", "fp32")  # auto: bf16 autocast on a GPU that has it, else fp32
 WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt")
 
@@ -123,27 +137,6 @@ class TrainProgress:
 
 
 @dataclass(frozen=True)
-class InitReport:
-    """What ``init_from`` did with each tensor of the network."""
-
-    source: Path
-    loaded: list[str]
-    resized: list[str]  # sub-pixel convs mapped from another scale
-    reinitialised: list[str]
-    unused: list[str]  # tensors in the file that the network has no place for
-
-    def summary(self) -> str:
-        """One line for logs: counts, and the names of what was not simply loaded."""
-        parts = [f"{len(self.loaded)} tensors loaded"]
-        if self.resized:
-            parts.append(f"resized from the other scale: {', '.join(self.resized)}")
-        parts.append(f"re-initialised: {', '.join(self.reinitialised) or 'none'}")
-        if self.unused:
-            parts.append(f"{len(self.unused)} in the file unused")
-        return f"init from {self.source}: " + "; ".join(parts)
-
-
-@dataclass(frozen=True)
 class TrainResult:
     """How a run ended: ``finished`` when it reached ``iters``; ``out`` is None when it was interrupted."""
 
@@ -175,58 +168,6 @@ def learning_rate(iteration: int, iters: int, base: float, warmup: int) -> float
     halvings = sum(iteration >= round(m * iters) for m in MILESTONES)
     ramp = min(1.0, (iteration + 1) / warmup) if warmup > 0 else 1.0
     return base * ramp * LR_GAMMA**halvings
-
-
-# ------------------------------------------------------------------------------------------------ init
-
-
-def _subpixel_resize(weight: torch.Tensor, groups: int, scale: int) -> torch.Tensor | None:
-    """Map a pixel-shuffle conv's output channels (group, sub-pixel) to ``scale`` by nearest sub-pixel."""
-    old = math.isqrt(weight.shape[0] // groups) if weight.shape[0] % groups == 0 else 0
-    if old < 1 or old * old * groups != weight.shape[0]:
-        return None
-    index = []
-    for g in range(groups):
-        for i in range(scale):
-            for j in range(scale):  # the old sub-pixel whose centre is nearest to this one's
-                oi, oj = int((i + 0.5) * old / scale), int((j + 0.5) * old / scale)
-                index.append(g * old * old + oi * old + oj)
-    return weight[torch.tensor(index)].clone()
-
-
-def init_from(model: SST, path: str | os.PathLike[str]) -> InitReport:
-    """Start ``model`` from weights of another scale (x2 -> x3 -> x4 as the paper does).
-
-    Tensors whose shapes match are loaded (``params_ema`` first, as the authors' training does); the
-    upsampler conv whose width depends on the scale is resized sub-pixel by sub-pixel; anything else
-    keeps its fresh initialisation. Raises when less than half of the network's tensors fit.
-    """
-    state, _ = read_weights(path)
-    target = model.state_dict()
-    scale = model.config.scale
-    new: dict[str, torch.Tensor] = {}
-    loaded, resized, fresh = [], [], []
-    for key, value in target.items():
-        src = state.get(key)
-        if src is not None and src.shape == value.shape:
-            new[key] = src
-            loaded.append(key)
-            continue
-        mapped = None
-        if src is not None and key.startswith("upsampler.up_conv.") and src.shape[1:] == value.shape[1:]:
-            mapped = _subpixel_resize(src, value.shape[0] // (scale * scale), scale)
-        if mapped is not None and mapped.shape == value.shape:
-            new[key] = mapped
-            resized.append(key)
-        else:
-            fresh.append(key)
-    if len(loaded) < MIN_INIT_FRACTION * len(target):
-        raise CheckpointError(
-            f"--init {path}: only {len(loaded)} of the network's {len(target)} tensors fit it; it is not "
-            "weights of the same architecture (another model or config?)"
-        )
-    model.load_state_dict({k: v.to(target[k].dtype) for k, v in new.items()}, strict=False)
-    return InitReport(Path(path), loaded, resized, fresh, [k for k in state if k not in target])
 
 
 # ------------------------------------------------------------------------------------------------ files

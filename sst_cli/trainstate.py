@@ -1,4 +1,6 @@
-"""The training state file: what a run needs to continue bit for bit in another session, and its checks.
+"""What a run takes from earlier runs: its own state file (``resume``) or another scale's weights (``init``).
+
+The state file is what a run needs to continue bit for bit in another session.
 
 One ``torch.save`` dict (loaded back with ``weights_only``): ``params`` and ``params_ema`` in the authors'
 layout (so the file also loads as weights, e.g. for ``--init``), the optimizer, the schedule position, the
@@ -9,20 +11,25 @@ or scale, is refused with one sentence naming it.
 
 from __future__ import annotations
 
+import math
 import os
 import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 import torch
 
+from .archs.sst import SST
+from .checkpoint import read_weights
 from .errors import CheckpointError, ConfigError
 from .files import atomic_save
 
 STATE_FORMAT = "sst-cli-train/1"
 REQUIRED = ("params", "params_ema", "optimizer", "iteration", "elapsed", "rng", "settings")
 # Settings that may change on resume (with a note): anything else would be another run.
+MIN_INIT_FRACTION = 0.5  # --init must fill at least this share of the network's tensors
 MAY_CHANGE = ("iters", "batch", "patch", "lr", "warmup", "ema_decay", "data", "precision", "device")
 
 
@@ -117,3 +124,73 @@ def check_resume(state: dict[str, Any], settings: dict[str, Any], path: Path) ->
     if saved.get("seed") != settings["seed"]:
         raise ConfigError(f"--resume: {path} was started with --seed {saved.get('seed')}, not {settings['seed']}")
     return [key for key in MAY_CHANGE if saved.get(key) != settings[key]]
+
+
+@dataclass(frozen=True)
+class InitReport:
+    """What ``init_from`` did with each tensor of the network."""
+
+    source: Path
+    loaded: list[str]
+    resized: list[str]  # sub-pixel convs mapped from another scale
+    reinitialised: list[str]
+    unused: list[str]  # tensors in the file that the network has no place for
+
+    def summary(self) -> str:
+        """One line for logs: counts, and the names of what was not simply loaded."""
+        parts = [f"{len(self.loaded)} tensors loaded"]
+        if self.resized:
+            parts.append(f"resized from the other scale: {', '.join(self.resized)}")
+        parts.append(f"re-initialised: {', '.join(self.reinitialised) or 'none'}")
+        if self.unused:
+            parts.append(f"{len(self.unused)} in the file unused")
+        return f"init from {self.source}: " + "; ".join(parts)
+
+
+def _subpixel_resize(weight: torch.Tensor, groups: int, scale: int) -> torch.Tensor | None:
+    """Map a pixel-shuffle conv's output channels (group, sub-pixel) to ``scale`` by nearest sub-pixel."""
+    old = math.isqrt(weight.shape[0] // groups) if weight.shape[0] % groups == 0 else 0
+    if old < 1 or old * old * groups != weight.shape[0]:
+        return None
+    index = []
+    for g in range(groups):
+        for i in range(scale):
+            for j in range(scale):  # the old sub-pixel whose centre is nearest to this one's
+                oi, oj = int((i + 0.5) * old / scale), int((j + 0.5) * old / scale)
+                index.append(g * old * old + oi * old + oj)
+    return weight[torch.tensor(index)].clone()
+
+
+def init_from(model: SST, path: str | os.PathLike[str]) -> InitReport:
+    """Start ``model`` from weights of another scale (x2 -> x3 -> x4 as the paper does).
+
+    Tensors whose shapes match are loaded (``params_ema`` first, as the authors' training does); the
+    upsampler conv whose width depends on the scale is resized sub-pixel by sub-pixel; anything else
+    keeps its fresh initialisation. Raises when less than half of the network's tensors fit.
+    """
+    state, _ = read_weights(path)
+    target = model.state_dict()
+    scale = model.config.scale
+    new: dict[str, torch.Tensor] = {}
+    loaded, resized, fresh = [], [], []
+    for key, value in target.items():
+        src = state.get(key)
+        if src is not None and src.shape == value.shape:
+            new[key] = src
+            loaded.append(key)
+            continue
+        mapped = None
+        if src is not None and key.startswith("upsampler.up_conv.") and src.shape[1:] == value.shape[1:]:
+            mapped = _subpixel_resize(src, value.shape[0] // (scale * scale), scale)
+        if mapped is not None and mapped.shape == value.shape:
+            new[key] = mapped
+            resized.append(key)
+        else:
+            fresh.append(key)
+    if len(loaded) < MIN_INIT_FRACTION * len(target):
+        raise CheckpointError(
+            f"--init {path}: only {len(loaded)} of the network's {len(target)} tensors fit it; it is not "
+            "weights of the same architecture (another model or config?)"
+        )
+    model.load_state_dict({k: v.to(target[k].dtype) for k, v in new.items()}, strict=False)
+    return InitReport(Path(path), loaded, resized, fresh, [k for k in state if k not in target])
