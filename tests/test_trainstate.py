@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_train import TINY, _write_images
 from typer.testing import CliRunner
 
 from sst_cli import create_model
@@ -16,7 +17,6 @@ from sst_cli.cli import app
 from sst_cli.errors import CheckpointError, ConfigError
 from sst_cli.train import TrainConfig, train
 from sst_cli.trainstate import capture_rng, restore_rng, to_cpu, write_state
-from tests.test_train import TINY, _write_images
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 runner = CliRunner()

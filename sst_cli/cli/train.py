@@ -64,7 +64,8 @@ class TrainReporter:
             f"training {plan['model']} x{scale} on {plan['images']} images from {', '.join(plan['data'])}: "
             f"{iters} iterations{resumed}, batch {plan['batch']}, LR patch {patch} (HR {patch * scale}), "
             f"lr {plan['lr']:g} (warm-up {plan['warmup']}, halved at {milestones}), EMA {plan['ema_decay']}, "
-            f"{plan['device']} ({plan['precision']})",
+            f"{plan['device']} ({plan['precision']}{', compiled' if plan['compile'] else ''}), "
+            f"loss read every {plan['report_every']} steps",
             markup=False,
             soft_wrap=True,
         )
