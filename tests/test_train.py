@@ -90,14 +90,15 @@ def test_loss_goes_down_and_weights_load_with_metadata(data: Path, tmp_path: Pat
     assert all(torch.equal(weights[k], v) for k, v in model.state_dict().items())
 
 
-def test_interrupted_then_resumed_equals_one_straight_run(data: Path, tmp_path: Path) -> None:
-    straight = train(_config(data, tmp_path / "a.safetensors"))
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_interrupted_then_resumed_equals_one_straight_run(data: Path, tmp_path: Path, precision: str) -> None:
+    straight = train(_config(data, tmp_path / "a.safetensors", precision=precision))
 
     def ctrl_c_at_3(p: TrainProgress) -> None:
         if p.iteration == 3:
             os.kill(os.getpid(), signal.SIGINT)
 
-    split = _config(data, tmp_path / "b.safetensors")
+    split = _config(data, tmp_path / "b.safetensors", precision=precision)
     with pytest.raises(TrainingInterrupted) as stop:
         train(split, on_progress=ctrl_c_at_3)
     assert stop.value.result.iteration == 3 and stop.value.result.out is None
