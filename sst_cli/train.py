@@ -269,6 +269,17 @@ def _check(config: TrainConfig) -> None:
             raise ConfigError(message)
 
 
+def _adamw(model: torch.nn.Module, lr: float) -> torch.optim.AdamW:
+    """Fused AdamW: one kernel for all parameters and, unlike the per-tensor path, no ``.item()`` per step.
+
+    torch < 2.4 has no fused kernel on the CPU; there the per-tensor path runs (a CPU does not wait anyway).
+    """
+    try:
+        return torch.optim.AdamW(model.parameters(), lr=lr, betas=BETAS, weight_decay=WEIGHT_DECAY, fused=True)
+    except RuntimeError:
+        return torch.optim.AdamW(model.parameters(), lr=lr, betas=BETAS, weight_decay=WEIGHT_DECAY)
+
+
 class _TrainingRun:
     """The live objects of one run (network, EMA, optimizer, sampler) and their state file."""
 
@@ -299,10 +310,7 @@ class _TrainingRun:
         self.live = list(self.model.state_dict().values())  # views of the parameters, updated in place
         source = saved["params_ema"] if saved is not None else self.model.state_dict()
         self.ema = {k: v.detach().to(device=device, dtype=torch.float32, copy=True) for k, v in source.items()}
-        # fused: one kernel for all parameters, and (unlike the per-tensor CPU path) no .item() per step
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=self.base_lr, betas=BETAS, weight_decay=WEIGHT_DECAY, fused=True
-        )
+        self.optimizer = _adamw(self.model, self.base_lr)
         self.sampler = PatchSampler(images, config.patch, arch.scale, config.seed, device)
         self.iteration, self.elapsed_before = 0, 0.0
         if saved is not None:
