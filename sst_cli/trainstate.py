@@ -1,12 +1,11 @@
 """What a run takes from earlier runs: its own state file (``resume``) or another scale's weights (``init``).
 
-The state file is what a run needs to continue bit for bit in another session.
-
-One ``torch.save`` dict (loaded back with ``weights_only``): ``params`` and ``params_ema`` in the authors'
-layout (so the file also loads as weights, e.g. for ``--init``), the optimizer, the schedule position, the
-iteration and training seconds, the random states (torch, CUDA, numpy, Python, and the data order's own
-generator) and the settings of the run. A file that is not such a state, or is a run of another network
-or scale, is refused with one sentence naming it.
+The state file holds what a run needs to continue bit for bit in another session, as one ``torch.save``
+dict (loaded back with ``weights_only``): ``params`` and ``params_ema`` in the authors' layout (so the file
+also loads as weights, e.g. for ``--init``), the optimizer, the schedule position, the iteration and
+training seconds, the random states (torch, CUDA, numpy, Python, and the data order's own generator) and
+the settings of the run. A file that is not such a state, or is a run of another network, scale or seed,
+is refused with one sentence naming it.
 """
 
 from __future__ import annotations
@@ -28,8 +27,8 @@ from .files import atomic_save
 
 STATE_FORMAT = "sst-cli-train/1"
 REQUIRED = ("params", "params_ema", "optimizer", "iteration", "elapsed", "rng", "settings")
-# Settings that may change on resume (with a note): anything else would be another run.
 MIN_INIT_FRACTION = 0.5  # --init must fill at least this share of the network's tensors
+# Settings that may change on resume (with a note); the network, scale and seed may not.
 MAY_CHANGE = ("iters", "batch", "patch", "lr", "warmup", "ema_decay", "data", "precision", "device")
 
 

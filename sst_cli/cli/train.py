@@ -112,6 +112,7 @@ def _summary(result: TrainResult, half: bool) -> None:
         console.print(
             f"stopped by the time limit at iteration {result.iteration} of {result.iters}{loss}; "
             f"continue with the same command plus --resume {result.state}",
+            markup=False,
             soft_wrap=True,
         )
     console.print(f"EMA weights ({kind}): {result.out}", markup=False, soft_wrap=True)
