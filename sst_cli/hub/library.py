@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .. import __version__
+from .._version import __version__
 from .progress import progress_kwargs, tqdm_class
 
 T = TypeVar("T")
