@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from .archs.sst import SST, SSTConfig
+from .archs.tracing import prepare_tracing
 from .errors import ConfigError, OutputExists
 from .files import atomic_save
 from .recipe import (
@@ -320,6 +321,7 @@ class _TrainingRun:
         self.bf16 = settings["precision"] == "bf16 autocast"
         self.forward: Callable[[torch.Tensor], torch.Tensor] = self.model
         if config.compile:  # the network only: the optimizer and EMA are already one fused kernel each
+            prepare_tracing()  # the eager-only helpers of attention, hidden from dynamo (archs.tracing)
             self.forward = torch.compile(self.model)
         self.start = time.monotonic()
 
