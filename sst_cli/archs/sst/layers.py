@@ -9,6 +9,16 @@ from torch import nn
 from ..attention import AttentionPlan, plan_attention, run_plan
 from .reference import plain_window_attention
 from .rib import RibParameters
+from .windows import merge_gated
+
+
+def _channels_last(x: torch.Tensor) -> bool:
+    return x.stride(1) == 1 and x.shape[1] > 1
+
+
+def _needs_grad(*tensors: torch.Tensor) -> bool:
+    """Whether autograd records these (then no ``out=`` writes, which it cannot differentiate)."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 class LayerNorm2d(nn.Module):
@@ -90,6 +100,15 @@ class WindowAttention(RibParameters):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.plain:
             return plain_window_attention(self, x)
+        layout = torch.channels_last if _channels_last(x) else torch.contiguous_format
+        image = torch.empty(x.shape, dtype=x.dtype, device=x.device, memory_format=layout)
+        return self.to_out(self.gated(x, image))
+
+    def gated(self, x: torch.Tensor, image: torch.Tensor) -> torch.Tensor:
+        """``attention(x) * sigmoid(gate(x))`` before ``to_out``, written into ``image`` (B, C, H, W, any strides).
+
+        Tokens move into their windows once (q, k, v) and back once, gated and cropped on the way back.
+        """
         h, w = x.shape[-2:]
         ws = self.window
         gate = torch.sigmoid(self.gate(x))
@@ -102,11 +121,15 @@ class WindowAttention(RibParameters):
         q, k, v = self._partition(self.to_qkv(x), plan)
         # A plan that takes the positional factors separately adds their product as a bias (no tails).
         bias = self.positional_tails(ws, x.dtype, plan.dtype, self.rank) if plan.rank else None
-        channels_last = x.stride(1) == 1 and x.shape[1] > 1
-        out = self._merge(run_plan(plan, q, k, v, bias=bias), x.shape, x.dtype, channels_last)
-        if self.shift:
-            out = torch.roll(out, shifts=(ws // 2, ws // 2), dims=(2, 3))
-        return self.to_out(out[:, :, :h, :w] * gate)
+        out = run_plan(plan, q, k, v, bias=bias)
+        shift = ws // 2 if self.shift else 0
+        if _needs_grad(out, gate):  # autograd cannot differentiate out= writes: the same steps, one by one
+            out = self._merge(out, x.shape, x.dtype, _channels_last(x))
+            if shift:
+                out = torch.roll(out, shifts=(shift, shift), dims=(2, 3))
+            return out[:, :, :h, :w] * gate
+        merge_gated(out, gate, image, ws, (x.shape[-2], x.shape[-1]), shift)
+        return image
 
     def _partition(self, qkv: torch.Tensor, plan: AttentionPlan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Window tokens of q, k, v, each written once into a buffer at the kernel's width and dtype.
@@ -118,7 +141,9 @@ class WindowAttention(RibParameters):
         ws, heads = self.window, self.heads
         d = qkv.shape[1] // (3 * heads)
         nh, nw = hp // ws, wp // ws
-        qkv[:, : heads * d].mul_(d**-0.5)  # the conv output is not needed by autograd: scale in place
+        grad = _needs_grad(qkv)
+        if grad:
+            qkv[:, : heads * d].mul_(d**-0.5)  # the conv output is not needed by autograd: scale in place
         windows = qkv.view(b, 3, heads, d, nh, ws, nw, ws).permute(1, 0, 4, 6, 2, 5, 7, 3)
         # Positional tails follow the content channels, unless the plan takes the factors as a bias.
         tails = None if plan.rank else self.positional_tails(ws, qkv.dtype, plan.dtype, plan.qk_width - d)
@@ -126,7 +151,11 @@ class WindowAttention(RibParameters):
         # Three buffers, not one: CPU allocations above 32 MB are fresh mmaps, page-faulted on every call.
         for i, width in enumerate((plan.qk_width, plan.qk_width, plan.v_width)):
             part = qkv.new_empty((b * nh * nw, heads, ws * ws, width), dtype=plan.dtype)
-            part[..., :d].view(b, nh, nw, heads, ws, ws, d).copy_(windows[i])
+            content = part[..., :d].view(b, nh, nw, heads, ws, ws, d)
+            if i == 0 and not grad:
+                torch.mul(windows[0], d**-0.5, out=content)  # q scaled on its way into the window
+            else:
+                content.copy_(windows[i])
             if i < 2 and tails is not None:
                 part[..., d:].copy_(tails[i])  # broadcast over windows
             elif width > d:
