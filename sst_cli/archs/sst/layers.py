@@ -9,6 +9,7 @@ from torch import nn
 from ..attention import AttentionPlan, plan_attention, run_plan
 from .reference import plain_window_attention
 from .rib import RibParameters
+from .fused import add_projection, fusable, owned_stream, projection_buffer
 from .windows import merge_gated
 
 
@@ -53,8 +54,14 @@ class ConvFFN(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = F.gelu(self.proj(x))
-        h = h + F.gelu(self.dwc(h))
-        return self.agg(h)
+        return self.agg(h + F.gelu(self.dwc(h)))
+
+    def add_into(self, residual: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``residual += forward(x)`` in place, the sum before ``agg`` written straight into its input buffer."""
+        h = F.gelu(self.proj(x))
+        rows, image = projection_buffer(x, h.shape[1])
+        torch.add(h, F.gelu(self.dwc(h)), out=image)
+        return add_projection(residual, rows, self.agg)
 
 
 def local_gate(dim: int) -> nn.Sequential:
@@ -187,16 +194,27 @@ class TransformerLayer(nn.Module):
         self.norm_ffn = LayerNorm2d(dim)
         self.ffn = ConvFFN(dim, ffn_hidden)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm_attn(x))
-        return x + self.ffn(self.norm_ffn(x))
+    def forward(self, x: torch.Tensor, owned: bool = False) -> torch.Tensor:
+        """``owned``: ``x`` may be overwritten (nothing else reads it later), so the residual adds go in place."""
+        if self.attn.plain or not fusable():
+            x = x + self.attn(self.norm_attn(x))
+            return x + self.ffn(self.norm_ffn(x))
+        y = self.norm_attn(x)
+        rows, image = projection_buffer(y, y.shape[1])
+        self.attn.gated(y, image)  # no autograd here: it writes image
+        x = add_projection(owned_stream(x, owned), rows, self.attn.to_out)
+        return self.ffn.add_into(x, self.norm_ffn(x))
 
 
 class ResidualGroup(nn.Sequential):
     """SSTB: transformer layers then a 3x3 conv, with one residual around the whole group."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + super().forward(x)
+        y = x
+        for i, layer in enumerate(self):
+            # The group's input is needed for its residual; what the layers produce may be overwritten.
+            y = layer(y, owned=i > 0) if isinstance(layer, TransformerLayer) else layer(y)
+        return x + y
 
 
 class DirectUpsampler(nn.Module):
