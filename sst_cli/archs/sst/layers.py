@@ -7,9 +7,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention import AttentionPlan, plan_attention, run_plan
+from .depthwise import DepthwiseConv2d
+from .fused import add_projection, fusable, owned_stream, projection_buffer
 from .reference import plain_window_attention
 from .rib import RibParameters
-from .fused import add_projection, fusable, owned_stream, projection_buffer
 from .windows import merge_gated
 
 
@@ -49,7 +50,7 @@ class ConvFFN(nn.Module):
     def __init__(self, dim: int, hidden: int) -> None:
         super().__init__()
         self.proj = nn.Conv2d(dim, hidden, 1)
-        self.dwc = nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden)
+        self.dwc = DepthwiseConv2d(hidden)
         self.agg = nn.Conv2d(hidden, dim, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -66,7 +67,7 @@ class ConvFFN(nn.Module):
 
 def local_gate(dim: int) -> nn.Sequential:
     """Convolutional local attention gate (depth-wise 3x3, point-wise 1x1); sigmoid applied by the caller."""
-    return nn.Sequential(nn.Conv2d(dim, dim, 3, padding=1, groups=dim), nn.Conv2d(dim, dim, 1))
+    return nn.Sequential(DepthwiseConv2d(dim), nn.Conv2d(dim, dim, 1))
 
 
 class WindowAttention(RibParameters):
@@ -165,7 +166,9 @@ class WindowAttention(RibParameters):
                 content.copy_(windows[i])
             if i < 2 and tails is not None:
                 part[..., d:].copy_(tails[i])  # broadcast over windows
-            elif width > d:
+            elif width > d and (i < 2 or grad):
+                # q/k padding must be zero (it meets the other's). v's padding only reaches output channels
+                # that _merge/merge_gated drop (each output channel reads one v channel): left unwritten.
                 part[..., d:].zero_()
             parts.append(part)
         return parts[0], parts[1], parts[2]

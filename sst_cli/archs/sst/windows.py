@@ -14,12 +14,12 @@ import torch
 
 
 class AxisPiece(NamedTuple):
-    """Image positions ``start + k * length + i`` (``k < count``, ``i < length``) read from window grid cells
-    ``window + k`` at offsets ``offset + i``. ``count`` > 1 only with ``length`` == the window size."""
+    """Image positions ``start + k * length + i`` (``k < repeat``, ``i < length``) read from window grid cells
+    ``window + k`` at offsets ``offset + i``. ``repeat`` > 1 only with ``length`` == the window size."""
 
     start: int
     window: int
-    count: int
+    repeat: int
     offset: int
     length: int
 
@@ -36,9 +36,9 @@ def axis_pieces(size: int, padded: int, window: int, shift: int) -> list[AxisPie
         while cell < end:
             win, off = divmod(cell, window)
             if off == 0 and end - cell >= window:  # a run of whole windows
-                count = (end - cell) // window
-                pieces.append(AxisPiece(start, win, count, 0, window))
-                step = count * window
+                repeat = (end - cell) // window
+                pieces.append(AxisPiece(start, win, repeat, 0, window))
+                step = repeat * window
             else:  # part of one window
                 step = min(window - off, end - cell)
                 pieces.append(AxisPiece(start, win, 1, off, step))
@@ -66,11 +66,11 @@ def merge_gated(
     for py in axis_pieces(h, hp, window, shift):
         for px in axis_pieces(w, wp, window, shift):
             src = windows[
-                :, py.window : py.window + py.count, py.offset : py.offset + py.length,
-                px.window : px.window + px.count, px.offset : px.offset + px.length,
+                :, py.window : py.window + py.repeat, py.offset : py.offset + py.length,
+                px.window : px.window + px.repeat, px.offset : px.offset + px.length,
             ]  # fmt: skip
-            rows = slice(py.start, py.start + py.count * py.length)
-            cols = slice(px.start, px.start + px.count * px.length)
-            shape = (b, py.count, py.length, px.count, px.length, heads, d)
-            dst = img[:, rows, cols].unflatten(1, (py.count, py.length)).unflatten(3, (px.count, px.length))
+            rows = slice(py.start, py.start + py.repeat * py.length)
+            cols = slice(px.start, px.start + px.repeat * px.length)
+            shape = (b, py.repeat, py.length, px.repeat, px.length, heads, d)
+            dst = img[:, rows, cols].unflatten(1, (py.repeat, py.length)).unflatten(3, (px.repeat, px.length))
             torch.mul(src, gt[:, rows, cols].unflatten(1, shape[1:3]).unflatten(3, shape[3:5]), out=dst)
