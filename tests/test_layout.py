@@ -10,7 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from sst_cli import SST
 from sst_cli.archs.sst import depthwise
 from sst_cli.archs.sst.fused import add_projection, projection_buffer
-from sst_cli.archs.sst.windows import axis_pieces, merge_gated
+from sst_cli.archs.sst.windows import axis_pieces, grid_pieces, merge_gated, partition_into
 
 TINY = {"dim": 16, "window_sizes": (4, 8), "num_heads": (2, 4), "ranks": (3, 5), "n_blocks": 2}
 SHIFTED = {"dim": 12, "window_sizes": (4, 4), "num_heads": (2, 2), "ranks": (3, 3), "n_blocks": 2}
@@ -34,6 +34,39 @@ def test_axis_pieces_cover_every_position_once_from_the_right_cell(size: int, wi
             for i in range(p.length):
                 seen[p.start + k * p.length + i] = (p.window + k) * window + p.offset + i
     assert seen == {y: (y - shift) % padded for y in range(size)}
+
+
+@pytest.mark.parametrize("size,window,shift", [(13, 4, 0), (16, 8, 0), (13, 4, 2), (5, 8, 4), (9, 8, 4), (3, 4, 2)])
+def test_grid_pieces_read_the_reflected_rolled_position_of_every_cell(size: int, window: int, shift: int) -> None:
+    padded = -(-size // window) * window
+    reflected = list(range(size)) + [size - 2 - j for j in range(padded - size)]  # reflect padding
+    strip = reflected[size:]
+    seen = {}
+    for p in grid_pieces(size, padded, window, shift):
+        for k in range(p.repeat):
+            for i in range(p.length):
+                source = p.start + k * p.length + i
+                seen[(p.window + k) * window + p.offset + i] = strip[source] if p.kind else source
+    assert seen == {g: reflected[(g + shift) % padded] for g in range(padded)}
+
+
+@pytest.mark.parametrize("shift", [0, 2])
+@pytest.mark.parametrize("size", [(7, 10), (8, 8), (5, 3)])
+def test_partition_into_is_pad_roll_and_window_copies(shift: int, size: tuple[int, int]) -> None:
+    b, heads, d, ws = 2, 2, 3, 4
+    h, w = size
+    grid = (-(-h // ws) * ws, -(-w // ws) * ws)
+    qkv = torch.randn(b, 3 * heads * d, h, w).contiguous(memory_format=torch.channels_last)
+    n = b * grid[0] * grid[1] // ws**2
+    parts = [torch.full((n, heads, ws * ws, d + 2), 7.0) for _ in range(3)]
+    partition_into(parts, qkv, ws, grid, shift, 0.5)
+    padded = F.pad(qkv, (0, grid[1] - w, 0, grid[0] - h), mode="reflect")
+    padded = torch.roll(padded, (-shift, -shift), (2, 3))
+    windows = padded.view(b, 3, heads, d, grid[0] // ws, ws, grid[1] // ws, ws).permute(1, 0, 4, 6, 2, 5, 7, 3)
+    for i, part in enumerate(parts):
+        expected = windows[i].reshape(n, heads, ws * ws, d) * (0.5 if i == 0 else 1.0)
+        assert torch.equal(part[..., :d], expected)
+        assert (part[..., d:] == 7.0).all()  # other channels untouched
 
 
 @pytest.mark.parametrize("shift", [0, 2])

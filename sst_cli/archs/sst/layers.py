@@ -11,16 +11,11 @@ from .depthwise import DepthwiseConv2d
 from .fused import add_projection, fusable, owned_stream, projection_buffer
 from .reference import plain_window_attention
 from .rib import RibParameters
-from .windows import merge_gated
+from .windows import merge_gated, partition_into
 
 
 def _channels_last(x: torch.Tensor) -> bool:
     return x.stride(1) == 1 and x.shape[1] > 1
-
-
-def _needs_grad(*tensors: torch.Tensor) -> bool:
-    """Whether autograd records these (then no ``out=`` writes, which it cannot differentiate)."""
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 class LayerNorm2d(nn.Module):
@@ -115,63 +110,69 @@ class WindowAttention(RibParameters):
     def gated(self, x: torch.Tensor, image: torch.Tensor) -> torch.Tensor:
         """``attention(x) * sigmoid(gate(x))`` before ``to_out``, written into ``image`` (B, C, H, W, any strides).
 
-        Tokens move into their windows once (q, k, v) and back once, gated and cropped on the way back.
+        Tokens move into their windows once (q, k, v, straight from the unpadded image) and back once, gated
+        and cropped on the way back (windows.py). Under autograd, which cannot differentiate those ``out=``
+        writes, the same steps run one by one on a padded copy.
         """
         h, w = x.shape[-2:]
         ws = self.window
+        shift = ws // 2 if self.shift else 0
+        grid = (h + -h % ws, w + -w % ws)
         gate = torch.sigmoid(self.gate(x))
-        pad_h, pad_w = -h % ws, -w % ws
-        if pad_h or pad_w:
-            x = F.pad(x, (0, pad_w, 0, pad_h), mode="reflect")
-        if self.shift:
-            x = torch.roll(x, shifts=(-(ws // 2), -(ws // 2)), dims=(2, 3))
         plan = plan_attention(self.backend, x.device, x.dtype, *self.attention_sizes)
-        q, k, v = self._partition(self.to_qkv(x), plan)
+        grad = torch.is_grad_enabled()
+        if grad:
+            padded = F.pad(x, (0, grid[1] - w, 0, grid[0] - h), mode="reflect") if grid != (h, w) else x
+            if shift:
+                padded = torch.roll(padded, shifts=(-shift, -shift), dims=(2, 3))
+            q, k, v = self._partition(self.to_qkv(padded), plan)
+        else:
+            q, k, v = self._window_buffers(x, grid, plan, zero_v=False)
+            partition_into([q, k, v], self.to_qkv(x), ws, grid, shift, self.head_dim**-0.5)
         # A plan that takes the positional factors separately adds their product as a bias (no tails).
         bias = self.positional_tails(ws, x.dtype, plan.dtype, self.rank) if plan.rank else None
         out = run_plan(plan, q, k, v, bias=bias)
-        shift = ws // 2 if self.shift else 0
-        if _needs_grad(out, gate):  # autograd cannot differentiate out= writes: the same steps, one by one
-            out = self._merge(out, x.shape, x.dtype, _channels_last(x))
+        if grad:
+            out = self._merge(out, torch.Size((x.shape[0], x.shape[1], *grid)), x.dtype, _channels_last(x))
             if shift:
                 out = torch.roll(out, shifts=(shift, shift), dims=(2, 3))
             return out[:, :, :h, :w] * gate
-        merge_gated(out, gate, image, ws, (x.shape[-2], x.shape[-1]), shift)
+        merge_gated(out, gate, image, ws, grid, shift)
         return image
 
-    def _partition(self, qkv: torch.Tensor, plan: AttentionPlan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Window tokens of q, k, v, each written once into a buffer at the kernel's width and dtype.
+    def _window_buffers(
+        self, x: torch.Tensor, grid: tuple[int, int], plan: AttentionPlan, zero_v: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v buffers at the kernel's width and dtype, everything but the content channels written.
 
-        One strided copy per tensor plus the cached positional tails replace what the plain formulation
-        does per forward: a permute copy, scaling q, two concatenations, zero padding and a dtype cast.
+        The cached positional tails (or zeros) follow q's and k's content channels, unless the plan takes the
+        factors as a bias. v's padding only reaches output channels that are dropped (each output channel
+        reads one v channel), so it stays unwritten unless autograd will differentiate through it.
         """
-        b, _, hp, wp = qkv.shape
-        ws, heads = self.window, self.heads
-        d = qkv.shape[1] // (3 * heads)
-        nh, nw = hp // ws, wp // ws
-        grad = _needs_grad(qkv)
-        if grad:
-            qkv[:, : heads * d].mul_(d**-0.5)  # the conv output is not needed by autograd: scale in place
-        windows = qkv.view(b, 3, heads, d, nh, ws, nw, ws).permute(1, 0, 4, 6, 2, 5, 7, 3)
-        # Positional tails follow the content channels, unless the plan takes the factors as a bias.
-        tails = None if plan.rank else self.positional_tails(ws, qkv.dtype, plan.dtype, plan.qk_width - d)
+        ws, heads, d = self.window, self.heads, self.head_dim
+        windows = x.shape[0] * (grid[0] // ws) * (grid[1] // ws)
+        tails = None if plan.rank else self.positional_tails(ws, x.dtype, plan.dtype, plan.qk_width - d)
         parts = []
         # Three buffers, not one: CPU allocations above 32 MB are fresh mmaps, page-faulted on every call.
         for i, width in enumerate((plan.qk_width, plan.qk_width, plan.v_width)):
-            part = qkv.new_empty((b * nh * nw, heads, ws * ws, width), dtype=plan.dtype)
-            content = part[..., :d].view(b, nh, nw, heads, ws, ws, d)
-            if i == 0 and not grad:
-                torch.mul(windows[0], d**-0.5, out=content)  # q scaled on its way into the window
-            else:
-                content.copy_(windows[i])
+            part = x.new_empty((windows, heads, ws * ws, width), dtype=plan.dtype)
             if i < 2 and tails is not None:
                 part[..., d:].copy_(tails[i])  # broadcast over windows
-            elif width > d and (i < 2 or grad):
-                # q/k padding must be zero (it meets the other's). v's padding only reaches output channels
-                # that _merge/merge_gated drop (each output channel reads one v channel): left unwritten.
+            elif width > d and (i < 2 or zero_v):
                 part[..., d:].zero_()
             parts.append(part)
         return parts[0], parts[1], parts[2]
+
+    def _partition(self, qkv: torch.Tensor, plan: AttentionPlan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Window tokens of the padded (and rolled) q, k, v, q scaled: the autograd path's copies."""
+        b, _, hp, wp = qkv.shape
+        ws, heads, d = self.window, self.heads, self.head_dim
+        qkv[:, : heads * d].mul_(d**-0.5)  # the conv output is not needed by autograd: scale in place
+        windows = qkv.view(b, 3, heads, d, hp // ws, ws, wp // ws, ws).permute(1, 0, 4, 6, 2, 5, 7, 3)
+        parts = self._window_buffers(qkv, (hp, wp), plan, zero_v=True)
+        for part, window in zip(parts, windows, strict=False):
+            part[..., :d].view(b, hp // ws, wp // ws, heads, ws, ws, d).copy_(window)
+        return parts
 
     def _merge(self, out: torch.Tensor, shape: torch.Size, dtype: torch.dtype, channels_last: bool) -> torch.Tensor:
         """Windows back to an image in the network's dtype: one copy that also drops padded channels."""
