@@ -65,7 +65,7 @@ class BenchSettings:
     compile: str = "none"
     tf32: bool = False
     input: str | None = None
-    channels_last: bool | None = None  # None: the model's default (on the CPU only)
+    channels_last: bool | None = None  # None: the model's default (SST: channels-last; SSTReal: on the CPU)
     seed: int = 0
     weights: str | None = None  # a checkpoint (any architecture) instead of zoo models with random weights
     config: str | None = None  # constructor keywords for ``weights`` (JSON file), when the file needs them

@@ -194,7 +194,7 @@ def bench(
         ),
     ] = "none",
     channels_last: Annotated[
-        str, typer.Option("--channels-last", help="Activation layout: auto (channels-last on the CPU only), on, off.")
+        str, typer.Option("--channels-last", help="Activation layout: auto (the network's default), on, off.")
     ] = "auto",
     tf32: Annotated[
         bool, typer.Option("--tf32", help="Allow TF32 in fp32 runs (off by default, as in upscale).")
