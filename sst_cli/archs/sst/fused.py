@@ -38,8 +38,9 @@ def add_projection(residual: torch.Tensor, rows: torch.Tensor, conv: nn.Conv2d) 
 
 
 def fusable() -> bool:
-    """In-place accumulation needs autograd off (training keeps the plain adds)."""
-    return not torch.is_grad_enabled()
+    """Whether the ``out=`` / in-place forms run: not under autograd (training), which cannot differentiate
+    them, nor while torch.compile traces, which fuses the plain steps itself."""
+    return not torch.is_grad_enabled() and not torch.compiler.is_compiling()
 
 
 def owned_stream(x: torch.Tensor, owned: bool) -> torch.Tensor:

@@ -111,8 +111,8 @@ class WindowAttention(RibParameters):
         """``attention(x) * sigmoid(gate(x))`` before ``to_out``, written into ``image`` (B, C, H, W, any strides).
 
         Tokens move into their windows once (q, k, v, straight from the unpadded image) and back once, gated
-        and cropped on the way back (windows.py). Under autograd, which cannot differentiate those ``out=``
-        writes, the same steps run one by one on a padded copy.
+        and cropped on the way back (windows.py). Where those ``out=`` writes cannot run (``fusable``: autograd,
+        torch.compile), the same steps run one by one on a padded copy.
         """
         h, w = x.shape[-2:]
         ws = self.window
@@ -120,8 +120,8 @@ class WindowAttention(RibParameters):
         grid = (h + -h % ws, w + -w % ws)
         gate = torch.sigmoid(self.gate(x))
         plan = plan_attention(self.backend, x.device, x.dtype, *self.attention_sizes)
-        grad = torch.is_grad_enabled()
-        if grad:
+        stepwise = not fusable()
+        if stepwise:
             padded = F.pad(x, (0, grid[1] - w, 0, grid[0] - h), mode="reflect") if grid != (h, w) else x
             if shift:
                 padded = torch.roll(padded, shifts=(-shift, -shift), dims=(2, 3))
@@ -132,7 +132,7 @@ class WindowAttention(RibParameters):
         # A plan that takes the positional factors separately adds their product as a bias (no tails).
         bias = self.positional_tails(ws, x.dtype, plan.dtype, self.rank) if plan.rank else None
         out = run_plan(plan, q, k, v, bias=bias)
-        if grad:
+        if stepwise:
             out = self._merge(out, torch.Size((x.shape[0], x.shape[1], *grid)), x.dtype, _channels_last(x))
             if shift:
                 out = torch.roll(out, shifts=(shift, shift), dims=(2, 3))
@@ -164,7 +164,7 @@ class WindowAttention(RibParameters):
         return parts[0], parts[1], parts[2]
 
     def _partition(self, qkv: torch.Tensor, plan: AttentionPlan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Window tokens of the padded (and rolled) q, k, v, q scaled: the autograd path's copies."""
+        """Window tokens of the padded (and rolled) q, k, v, q scaled: the step-by-step path's copies."""
         b, _, hp, wp = qkv.shape
         ws, heads, d = self.window, self.heads, self.head_dim
         qkv[:, : heads * d].mul_(d**-0.5)  # the conv output is not needed by autograd: scale in place
@@ -205,7 +205,7 @@ class TransformerLayer(nn.Module):
             return x + self.ffn(self.norm_ffn(x))
         y = self.norm_attn(x)
         rows, image = projection_buffer(y, y.shape[1])
-        self.attn.gated(y, image)  # no autograd here: it writes image
+        self.attn.gated(y, image)  # fusable(): it writes image
         x = add_projection(owned_stream(x, owned), rows, self.attn.to_out)
         return self.ffn.add_into(x, self.norm_ffn(x))
 
