@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
+from ..checks import check_running_values
 from ..choices import BACKENDS, DEFAULT_MODEL, DEVICE_HELP, PRECISIONS
 from ..errors import ConfigError
 
@@ -143,6 +144,11 @@ def model_specs(names: list[str], weights: list[str], config: str | None, hub_re
     arch = None if config else (networks[0] if networks else None)
     specs = [ModelSpec(arch, None, w, config, hub_repo) for w in weights]
     return ((BICUBIC,) if wants_bicubic else ()) + tuple(specs)
+
+
+def check_upscale_options(*, tile: str, max_memory: str | None, **values: Any) -> None:
+    """The checks of ``upscale_options`` that need no torch (all but the device's), from the options' text."""
+    check_running_values(tile=parse_tile(tile), max_memory=parse_size(max_memory), **values)
 
 
 def upscale_options(*, tile: str, max_memory: str | None, **values: Any) -> UpscaleOptions:
