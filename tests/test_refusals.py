@@ -69,6 +69,28 @@ def test_refused_options_answer_without_importing_torch(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["photo.png"]  # nothing written
 
 
+OTHER_COMMANDS = [
+    (["eval", "-d", "Set5", "--precision", "fp8"], "unknown precision 'fp8'"),
+    (["eval", "-d", "Set5", "--max-memory", "lots"], "--max-memory must be a size"),
+    (["compare", "photo.png", "--tile", "abc"], "--tile must be auto, 0"),
+    (["compare", "photo.png", "--attention", "foo"], "unknown attention backend 'foo'"),
+    (["bench", "--precision", "fp16"], "unknown precision 'fp16'"),
+    (["bench", "--attention", "foo"], "unknown attention backend 'foo'"),
+]
+if sys.platform != "darwin":
+    OTHER_COMMANDS.append((["bench", "--device", "mps"], "device 'mps' (Apple GPU) is not available here"))
+
+
+@pytest.mark.parametrize(("args", "message"), OTHER_COMMANDS)
+def test_other_commands_refuse_without_importing_torch(
+    tmp_path: Path, photo: Path, args: list[str], message: str
+) -> None:
+    code, lines = _sst(tmp_path, *args)
+    assert code == 2, lines
+    assert lines[-1] == "torch not imported", lines
+    assert len(lines) == 2 and lines[0].startswith("error: ") and message in lines[0], lines
+
+
 def test_missing_inputs_answer_without_importing_torch(tmp_path: Path) -> None:
     code, lines = _sst(tmp_path, "upscale", "missing.png", "gone/*.jpg")
     assert code == 2 and lines[-1] == "torch not imported", lines
