@@ -32,9 +32,9 @@ import torch
 from torch import nn
 
 from .archs.tracing import prepare_tracing
+from .choices import COMPILE_CHOICES
 from .runtime import is_out_of_memory, package_version
 
-COMPILE_CHOICES = ("auto", "on", "off")
 # ``auto`` compiles on CUDA once a batch's input images add up to this many megapixels (before upscaling).
 # H100, SST-L x2 bf16: eager ~1.8 s per input megapixel, compiled ~40 % less (0.7 s/MP saved); a cached
 # compile (the goal: <= 30 s) is repaid after ~45 MP, a first one (249 s measured) after ~350 MP.
