@@ -38,7 +38,7 @@ def _zoo_match(room: Room, inferred: Mapping[str, Any]) -> tuple[ArchConfig, str
         config = variant.config(scale)
         try:
             room.compare(inferred, config, "")
-        except (CheckpointError, ConfigError):
+        except (CheckpointError, ConfigError, KeyError):  # KeyError: SST's check on an upsampler mismatch
             continue
         return config, name
     return None
@@ -51,7 +51,7 @@ def choose_config(room: Room, state: Mapping[str, torch.Tensor], configs: Sequen
         try:
             config = room.make_config(read_config_kwargs(source))
             room.compare(inferred, config, "")
-        except (CheckpointError, ConfigError, TypeError):
+        except (CheckpointError, ConfigError, TypeError, KeyError):
             continue
         return config, "config given to install()"
     if complete:
