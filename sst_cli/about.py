@@ -29,11 +29,17 @@ def about_file(path: str | os.PathLike[str]) -> dict[str, object]:
             "tags": ", ".join(extra.tags) or "-",
             "channels": f"{extra.input_channels} in, {extra.output_channels} out",
             "size requirements": extra.size_requirements,
-            "precisions": "fp32" + (", bf16" if extra.supports_bf16 else "") + (", fp16" if extra.supports_fp16 else ""),
+            "precisions": "fp32"
+            + (", bf16" if extra.supports_bf16 else "")
+            + (", fp16" if extra.supports_fp16 else ""),
             "tiling (spandrel)": extra.tiling,
         }
     exact = f"{d.exact_context} px (measured)" if d.exact_context is not None else "none (tiles are blended)"
-    facts |= {"tile alignment": f"{d.size_multiple} px", "exact context": exact, "default context": f"{d.default_context} px"}
+    facts |= {
+        "tile alignment": f"{d.size_multiple} px",
+        "exact context": exact,
+        "default context": f"{d.default_context} px",
+    }
     if d.seam_note:
         facts["seams"] = d.seam_note
     return facts

@@ -8,6 +8,7 @@ this file in a second environment that has it. Without it, only the no-spandrel 
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -41,12 +42,26 @@ def _builders() -> dict[str, Callable[[], torch.nn.Module]]:
         "ESRGAN": lambda: RRDBNet(in_nc=3, out_nc=3, num_filters=16, num_blocks=1, scale=2),
         "Compact": lambda: SRVGGNetCompact(num_in_ch=3, num_out_ch=3, num_feat=16, num_conv=4, upscale=4),
         "SwinIR": lambda: SwinIR(
-            embed_dim=24, depths=[2, 2], num_heads=[2, 2], window_size=8, upscale=2,
-            upsampler="pixelshuffledirect", img_size=32, mlp_ratio=2.0,
+            embed_dim=24,
+            depths=[2, 2],
+            num_heads=[2, 2],
+            window_size=8,
+            upscale=2,
+            upsampler="pixelshuffledirect",
+            img_size=32,
+            mlp_ratio=2.0,
         ),
         "HAT": lambda: HAT(
-            embed_dim=24, depths=(2,), num_heads=(2,), window_size=8, upscale=2, img_size=32, num_feat=16,
-            compress_ratio=3, squeeze_factor=8, mlp_ratio=2.0,
+            embed_dim=24,
+            depths=(2,),
+            num_heads=(2,),
+            window_size=8,
+            upscale=2,
+            img_size=32,
+            num_feat=16,
+            compress_ratio=3,
+            squeeze_factor=8,
+            mlp_ratio=2.0,
         ),
         "DAT": lambda: DAT(
             embed_dim=32, split_size=[4, 8], depth=[2], num_heads=[2], upscale=2, img_size=32, expansion_factor=2.0
@@ -129,9 +144,7 @@ GLOBAL = pytest.mark.xfail(
 
 
 @needs_spandrel
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=GLOBAL) if n in ("HAT", "DAT", "OmniSR") else n for n in NAMES]
-)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=GLOBAL) if n in ("HAT", "DAT", "OmniSR") else n for n in NAMES])
 def test_tiled_within_60_db_of_spandrel(tmp_path: Path, name: str) -> None:
     path = _checkpoint(tmp_path, name)
     image = _image(72, 88)
@@ -213,6 +226,26 @@ def test_without_spandrel_the_message_says_to_install_it(tmp_path: Path, monkeyp
 
     monkeypatch.setattr(bridge, "available", lambda: False)
     path = tmp_path / "4x-Something.pth"
-    torch.save({"params_ema": {"conv_first.weight": torch.zeros(4, 3, 3, 3), "body.0.rdb1.conv1.weight": torch.zeros(1)}}, path)
+    torch.save(
+        {"params_ema": {"conv_first.weight": torch.zeros(4, 3, 3, 3), "body.0.rdb1.conv1.weight": torch.zeros(1)}}, path
+    )
     with pytest.raises(CheckpointError, match=r"4x-Something\.pth: this is a RRDBNet .*sst-cli\[spandrel\]"):
         load_model(path)
+
+
+@needs_spandrel
+def test_eval_weights_runs_a_spandrel_checkpoint(tmp_path: Path) -> None:
+    from conftest import DATASETS
+
+    from sst_cli.cli import app
+
+    if not (DATASETS / "Set5").is_dir():
+        pytest.skip(f"Set5 not found under {DATASETS}")
+    path = _checkpoint(tmp_path, "Compact")  # x4
+    out = tmp_path / "r.json"
+    args = ["eval", "--weights", str(path), "-d", "Set5", "--data-root", str(DATASETS), "--json", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    rows = json.loads(out.read_text())
+    text = json.dumps(rows)
+    assert '"scale": 4' in text and '"Set5"' in text

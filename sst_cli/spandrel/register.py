@@ -44,7 +44,9 @@ def _zoo_match(room: Room, inferred: Mapping[str, Any]) -> tuple[ArchConfig, str
     return None
 
 
-def choose_config(room: Room, state: Mapping[str, torch.Tensor], configs: Sequence[ConfigSource]) -> tuple[ArchConfig, str]:
+def choose_config(
+    room: Room, state: Mapping[str, torch.Tensor], configs: Sequence[ConfigSource]
+) -> tuple[ArchConfig, str]:
     """The config for these tensors and how it was chosen (a tag)."""
     inferred, complete = room.infer(state)
     for source in configs:
