@@ -166,7 +166,7 @@ def any_architecture(state: Mapping[str, torch.Tensor]) -> bool:
 def _load_foreign(state: Mapping[str, torch.Tensor], source: str) -> SRNetwork:
     """A checkpoint none of sst-cli's architectures claims: through spandrel when it is installed, else
     sst-cli's own explanation plus what installing spandrel would add."""
-    from . import spandrel
+    from .spandrel import foreign as spandrel
 
     if spandrel.available():
         return spandrel.load_foreign(state, source)

@@ -222,7 +222,7 @@ def test_bf16_only_where_the_model_supports_it(tmp_path: Path, monkeypatch: pyte
 
 
 def test_without_spandrel_the_message_says_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from sst_cli import spandrel as bridge
+    from sst_cli.spandrel import foreign as bridge
 
     monkeypatch.setattr(bridge, "available", lambda: False)
     path = tmp_path / "4x-Something.pth"
