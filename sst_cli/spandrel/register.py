@@ -38,7 +38,7 @@ def _zoo_match(room: Room, inferred: Mapping[str, Any]) -> tuple[ArchConfig, str
         config = variant.config(scale)
         try:
             room.compare(inferred, config, "")
-        except (CheckpointError, ConfigError, KeyError):  # KeyError: SST's check on an upsampler mismatch
+        except (CheckpointError, ConfigError):
             continue
         return config, name
     return None
@@ -53,7 +53,7 @@ def choose_config(
         try:
             config = room.make_config(read_config_kwargs(source))
             room.compare(inferred, config, "")
-        except (CheckpointError, ConfigError, TypeError, KeyError):
+        except (CheckpointError, ConfigError, TypeError):
             continue
         return config, "config given to install()"
     if complete:
