@@ -30,6 +30,7 @@ from ._options import (
     upscale_options,
 )
 from .output import console, count_progress, debug_enabled, err_console, fail, handle_errors
+from .video_options import CodecOption, CrfOption, LosslessOption, PixFmtOption
 
 if TYPE_CHECKING:
     from ..batch import BatchResult, FileResult, Job
@@ -273,8 +274,12 @@ def upscale(
     json_log: Annotated[
         bool, typer.Option("--json-log", help="One JSON object per line on stdout per file and a final summary.")
     ] = False,
+    codec: CodecOption = None,
+    crf: CrfOption = None,
+    pix_fmt: PixFmtOption = None,
+    lossless: LosslessOption = False,
 ) -> None:
-    """Upscale images, files or whole folders, with one model loaded once for the batch.
+    """Upscale images or videos, files or whole folders, with one model loaded once for the batch.
 
     Exit status: 0 when every file was written or skipped, 1 when any failed, 2 for invalid options,
     130 when interrupted (rerun with --skip-existing to resume).
@@ -284,6 +289,7 @@ def upscale(
     from ..loader import ModelSpec
     from ..parallel import plan_workers
     from .downloads import download_display
+    from .upscale_video import VideoReporter, upscale_videos
 
     spec = ModelSpec(model, scale, weights, config, hub_repo)
     worker_plan = plan_workers(device, workers)
@@ -300,7 +306,14 @@ def upscale(
         name=name,
         max_pixels=max_pixels,
     )
-    reporter = Reporter(quiet=quiet, json_log=json_log)
+    from ..video_batch import find_videos  # video files go to the video batch (sst-cli[video])
+    from ..video_io import VideoOptions
+
+    video_options = VideoOptions(codec, crf, pix_fmt, lossless)
+    videos, images = find_videos(inputs, recursive)
+    if videos and (ray is not None or worker_plan.parallel):
+        raise ConfigError("video files run on one device: leave out --ray, --workers and device lists")
+    reporter = VideoReporter(quiet=quiet, json_log=json_log) if videos else Reporter(quiet=quiet, json_log=json_log)
     events = BatchEvents(
         note=reporter.note,
         warning=reporter.message,
@@ -313,7 +326,13 @@ def upscale(
         raise ConfigError("--ray runs its own workers: leave out --workers and device lists")
     try:
         with hub.show_downloads(download_display(quiet=quiet, json_log=json_log)):
-            if ray is not None:
+            if videos:
+                assert isinstance(reporter, VideoReporter)
+                result = upscale_videos(
+                    videos, images, output, spec=spec, options=options, writing=writing, video=video_options,
+                    recursive=recursive, include_outputs=include_outputs, events=events, reporter=reporter,
+                )  # fmt: skip
+            elif ray is not None:
                 from ..cluster import RayOptions, upscale_files_ray
 
                 result = upscale_files_ray(
