@@ -114,6 +114,8 @@ def upscale_video_files(
             _claim(plan, claimed, writing)
         except SstError as exc:
             plan.failure = exc
+    if all(p.failure is not None or p.skip is not None for p in plans):  # nothing to compute: no model needed
+        return _run(plans, None, video, writing, events)
     if on_expected is not None:
         on_expected(sum(p.info.frames for p in plans if p.info is not None and p.failure is None and p.skip is None))
     upscaler = Upscaler(model, options=options, on_message=events.warning)
@@ -173,7 +175,7 @@ def _claim(plan: _VideoPlan, claimed: dict[str, Path], writing: WriteOptions) ->
 
 
 def _run(
-    plans: Sequence[_VideoPlan], upscaler: Upscaler, video: VideoOptions, writing: WriteOptions, events: BatchEvents
+    plans: Sequence[_VideoPlan], upscaler: Upscaler | None, video: VideoOptions, writing: WriteOptions, events: BatchEvents
 ) -> BatchResult:
     started = time.perf_counter()
     result = BatchResult()
@@ -194,7 +196,7 @@ def _run(
     return result
 
 
-def _one(plan: _VideoPlan, upscaler: Upscaler, video: VideoOptions, writing: WriteOptions,
+def _one(plan: _VideoPlan, upscaler: Upscaler | None, video: VideoOptions, writing: WriteOptions,
          events: BatchEvents) -> FileResult:  # fmt: skip
     started = time.perf_counter()
     record = FileResult(plan.job.source, plan.target, "failed")
@@ -204,7 +206,7 @@ def _one(plan: _VideoPlan, upscaler: Upscaler, video: VideoOptions, writing: Wri
     try:
         if plan.failure is not None:
             raise plan.failure
-        assert plan.info is not None and plan.target is not None
+        assert plan.info is not None and plan.target is not None and upscaler is not None
         record.megapixels = expected_megapixels(plan.info)
         encoding = plan_video(upscaler, plan.info, video)
         say = events.note or (lambda text: None)
