@@ -175,7 +175,11 @@ def _claim(plan: _VideoPlan, claimed: dict[str, Path], writing: WriteOptions) ->
 
 
 def _run(
-    plans: Sequence[_VideoPlan], upscaler: Upscaler | None, video: VideoOptions, writing: WriteOptions, events: BatchEvents
+    plans: Sequence[_VideoPlan],
+    upscaler: Upscaler | None,
+    video: VideoOptions,
+    writing: WriteOptions,
+    events: BatchEvents,
 ) -> BatchResult:
     started = time.perf_counter()
     result = BatchResult()

@@ -88,7 +88,7 @@ def test_existing_outputs_fail_or_are_skipped(tmp_path: Path) -> None:
     assert Path("a_mini_x3_x3.mp4").read_bytes() == b"earlier"
 
 
-def test_sigterm_mid_clip_leaves_nothing_and_says_how_to_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sigterm_mid_clip_leaves_nothing_and_says_to_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clip("a.mp4")
     real = Upscaler.upscale
     calls: list[int] = []

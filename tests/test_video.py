@@ -101,7 +101,7 @@ def test_lossless_frames_are_exactly_the_upscalers(tmp_path: Path, tiny: Upscale
     result, _ = decoded(out)
     assert result[0].format.name == "bgr0" and len(result) == len(source) == 6
     assert seconds(out) == seconds(clip) and audio_packets(out) == audio_packets(clip)
-    for before, after in zip(source, result):
+    for before, after in zip(source, result, strict=True):
         expected = tiny.upscale(before.to_ndarray(format="rgb24"))
         np.testing.assert_array_equal(after.to_ndarray(format="rgb24"), expected)
 
