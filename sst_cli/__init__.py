@@ -7,13 +7,9 @@ do not pay for importing torch.
 from __future__ import annotations
 
 from importlib import import_module
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-try:
-    __version__ = version("sst-cli")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0.0.0+unknown"
+from ._version import __version__
 
 _EXPORTS = {
     "DAT": "sst_cli.archs.dat",

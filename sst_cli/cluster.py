@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, Any
 from .errors import ConfigError, SstError
 
 if TYPE_CHECKING:
-    from .batch import BatchEvents, BatchResult, FileResult, WriteOptions, _Plan
+    from .filerun import BatchEvents, BatchResult, FileResult
     from .loader import ModelSpec
+    from .naming import WriteOptions
+    from .preflight import _Plan
     from .upscaler import UpscaleOptions
 
 
@@ -65,7 +67,7 @@ class _Actor:
     def __init__(self, spec: ModelSpec, options: UpscaleOptions, naming: Any, writing: WriteOptions) -> None:
         import torch
 
-        from .batch import _BatchRun
+        from .filerun import _BatchRun
         from .upscaler import Upscaler
 
         if options.device == "cpu":
@@ -94,7 +96,8 @@ def upscale_files_ray(
     session is used and left running). Raises BatchInterrupted on Ctrl-C after killing the actors; a
     killed actor may leave a temporary file, which the next run in that folder removes.
     """
-    from .batch import BatchEvents, BatchInterrupted, BatchResult, FileResult, _BatchRun, plan_batch
+    from .batch import plan_batch
+    from .filerun import BatchEvents, BatchInterrupted, BatchResult, FileResult, _BatchRun
 
     ray = _import_ray()
     ray_options = ray_options or RayOptions()

@@ -28,13 +28,16 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, SstError
+from .filerun import BatchEvents, BatchInterrupted, BatchResult, FileResult, _BatchRun
 
 if TYPE_CHECKING:
     from multiprocessing.queues import Queue
     from multiprocessing.synchronize import Event
 
-    from .batch import BatchEvents, BatchResult, FileResult, Job, Naming, WriteOptions, _BatchRun, _Plan
+    from .inputs import Job
     from .loader import ModelSpec
+    from .naming import Naming, WriteOptions
+    from .preflight import _Plan
     from .upscaler import UpscaleOptions, Upscaler
 
 
@@ -123,7 +126,6 @@ def _init_worker(
     try:
         import torch
 
-        from .batch import _BatchRun
         from .upscaler import Upscaler
 
         if device == "cpu":
@@ -195,8 +197,6 @@ def run_batch_parallel(
     BatchInterrupted (what finished, one file that was running) on Ctrl-C / SIGTERM after every worker has
     stopped, and the SstError of a worker that cannot load the model.
     """
-    from .batch import BatchInterrupted, BatchResult, _BatchRun
-
     started = time.perf_counter()
     if naming.file is not None and writing.format is None:
         writing = replace(writing, format=naming.file.suffix.lstrip("."))
@@ -299,8 +299,6 @@ def run_batch_parallel(
 
 def _lost(plan: _Plan) -> FileResult:
     """A file whose worker process died (killed, or out of memory at the operating-system level)."""
-    from .batch import FileResult
-
     reason = "its worker process stopped unexpectedly (killed, or out of memory); rerun with --skip-existing"
     return FileResult(plan.job.source, plan.target, "failed", reason, "WorkerLost", plan.megapixels)
 

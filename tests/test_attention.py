@@ -21,8 +21,7 @@ from sst_cli.archs.attention import (
     plan_attention,
     run_plan,
 )
-from sst_cli.archs.sst.layers import WindowAttention
-from sst_cli.archs.sst.reference import reference_path
+from sst_cli.archs.sst.layers import WindowAttention, reference_path
 
 CUDA = torch.device("cuda", 0)  # a device object is enough for planning; nothing runs on it here
 

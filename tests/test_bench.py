@@ -10,8 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from sst_cli.archs import attention
-from sst_cli.archs.sst.layers import WindowAttention
-from sst_cli.archs.sst.reference import reference_path
+from sst_cli.archs.sst.layers import WindowAttention, reference_path
 from sst_cli.bench import BenchSettings, lr_size, quick_cpu_settings, run_bench
 from sst_cli.cli import app
 from sst_cli.cli.bench import _settings

@@ -189,7 +189,7 @@ def test_a_build_that_computes_wrong_numbers_is_refused(fresh_build: Path, monke
 def test_the_reference_path_runs_pytorch_sdpa_not_the_native_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     """``sst bench --reference`` stands for the authors' code, which has no such kernel."""
     from sst_cli import SST, SSTConfig
-    from sst_cli.archs.sst.reference import reference_path
+    from sst_cli.archs.sst.layers import reference_path
 
     cfg = SSTConfig(dim=12, window_sizes=(4, 8), num_heads=2, ranks=(4, 4), n_blocks=1, upscaling_factor=2)
     model = SST(**cfg.to_kwargs()).eval()

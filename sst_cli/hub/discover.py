@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .. import __version__
+from .._version import __version__
 from ..errors import WeightsNotFound
 
 MAX_COLLECTIONS = 10

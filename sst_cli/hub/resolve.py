@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .. import __version__
+from .._version import __version__
 from ..errors import CheckpointError, ConfigError, WeightsNotFound
 from . import discover, net
 from .manifest import (

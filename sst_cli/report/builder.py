@@ -13,7 +13,6 @@ import math
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,7 @@ from PIL import Image
 from ..errors import ConfigError
 from ..files import atomic_folder, check_folder_replaceable
 from ..metrics import psnr
+from . import page as index_page
 from .crops import (
     CropBox,
     CropBy,
@@ -33,55 +33,12 @@ from .crops import (
     nearest,
     to_pil,
 )
+from .entries import BICUBIC, HR, LR, ImageEntry, Method, Score
 
 REPORT_JSON = "report.json"
 GENERATOR = "sst-cli report"
 THUMB_SIDE = 160  # px, longest side of a thumbnail
-CROP_DISPLAY = 240  # px, about how wide a crop is shown (an integer zoom of its pixels)
 PNG_LEVEL = 3  # zlib level for full-size PNGs: a third of level 9's time, a few percent larger
-
-LR, BICUBIC, HR = "lr", "bicubic", "hr"
-
-
-@dataclass(frozen=True)
-class Score:
-    """PSNR-Y / SSIM-Y of one method on one image (SSIM may be unknown)."""
-
-    psnr: float
-    ssim: float | None = None
-
-
-@dataclass
-class Method:
-    """A column of the report: ``id`` names its files, ``label`` is shown."""
-
-    id: str
-    label: str
-    kind: str  # "lr", "bicubic", "model" or "hr"
-
-
-@dataclass
-class ImageEntry:
-    """What a report keeps in memory about one image (its pixels live in the staging folder)."""
-
-    order: int
-    key: str
-    slug: str
-    name: str
-    scale: int
-    lr_size: tuple[int, int]  # (width, height)
-    out_size: tuple[int, int]
-    dataset: str | None = None
-    bit_depth: int = 8
-    alpha: bool = False
-    has_hr: bool = False
-    scores: dict[str, Score] = field(default_factory=dict)  # method id -> whole-image score
-    crop_psnr: dict[str, float] = field(default_factory=dict)  # method id -> PSNR-Y of the crop
-    change: dict[str, float] = field(default_factory=dict)  # model id -> mean |ΔY| from bicubic (8-bit levels)
-    outputs: set[str] = field(default_factory=set)
-    crop: CropBox | None = None  # in input pixels
-    thumb: str = ""
-
 
 def is_report(folder: Path) -> bool:
     """True when ``folder`` holds a report sst-cli wrote (its report.json says so), so it may be replaced."""
@@ -339,15 +296,13 @@ class ReportBuilder:
 
     def finish(self) -> Path:
         """Crops, thumbnails, report.json and index.html; returns the page's path (inside the staging folder)."""
-        from .page import render_page
-
         if not self.entries:
             raise ConfigError("a report needs at least one image")
         for entry in self.entries.values():
             self._finish_entry(entry)
         (self.folder / REPORT_JSON).write_text(json.dumps(self.to_json(), indent=1) + "\n", encoding="utf-8")
         page = self.folder / "index.html"
-        page.write_text(render_page(self), encoding="utf-8")
+        page.write_text(index_page.render_page(self), encoding="utf-8")
         self.finished = True
         return page
 

@@ -12,14 +12,9 @@ from datetime import datetime, timezone
 from html import escape
 from importlib import resources
 from string import Template
-from typing import TYPE_CHECKING
 
-from .. import __version__
-
-if TYPE_CHECKING:
-    from .builder import ImageEntry, Method, ReportBuilder
-
-from .builder import BICUBIC, CROP_DISPLAY, HR, LR
+from .._version import __version__
+from .entries import BICUBIC, CROP_DISPLAY, HR, LR, ImageEntry, Method, ReportView
 
 
 def template() -> Template:
@@ -39,7 +34,7 @@ def _attr(value: float | None) -> str:
     return "" if value is None or not math.isfinite(value) else f"{value:.6f}"
 
 
-def _summary(report: ReportBuilder) -> str:
+def _summary(report: ReportView) -> str:
     if not report.ground_truth:
         models = ", ".join(escape(m.label) for m in report.models) or "none"
         scales = sorted({e.scale for e in report.entries.values()})
@@ -74,7 +69,7 @@ def _sort_button(key: str, label: str, first: str = "descending", title: str = "
     return f'<th><button type="button" data-key="{key}" data-first="{first}"{tip}>{label}</button></th>'
 
 
-def _table_head(report: ReportBuilder) -> str:
+def _table_head(report: ReportView) -> str:
     cells = [_sort_button("order", "image", "ascending", "original order")]
     if report.ground_truth:
         cells.append(_sort_button("psnr-bicubic", "bicubic<br>PSNR", title="whole image, PSNR-Y in dB"))
@@ -87,7 +82,7 @@ def _table_head(report: ReportBuilder) -> str:
     return "<tr>" + "".join(cells) + "</tr>"
 
 
-def _columns(report: ReportBuilder) -> int:
+def _columns(report: ReportView) -> int:
     return 1 + (1 + 2 * len(report.models) if report.ground_truth else len(report.models))
 
 
@@ -124,7 +119,7 @@ def _crop_zoom(entry: ImageEntry) -> int:
     return max(1, min(8, round(CROP_DISPLAY / side)))
 
 
-def _crops(report: ReportBuilder, entry: ImageEntry) -> str:
+def _crops(report: ReportView, entry: ImageEntry) -> str:
     assert entry.crop is not None
     box = entry.crop.scaled(entry.scale)
     zoom = _crop_zoom(entry)
@@ -152,7 +147,7 @@ def _crops(report: ReportBuilder, entry: ImageEntry) -> str:
     return f'<div class="crops">{"".join(figures)}</div><p class="where">{where}</p>'
 
 
-def _slider(report: ReportBuilder, entry: ImageEntry) -> str:
+def _slider(report: ReportView, entry: ImageEntry) -> str:
     shown = [m for m in report.methods if m.kind != "model" or m.id in entry.outputs]
     models = [m for m in shown if m.kind == "model"]
     left = next(m for m in shown if m.id == BICUBIC)
@@ -183,7 +178,7 @@ def _slider(report: ReportBuilder, entry: ImageEntry) -> str:
     )
 
 
-def _row(report: ReportBuilder, entry: ImageEntry) -> str:
+def _row(report: ReportView, entry: ImageEntry) -> str:
     data = {"order": str(entry.order)}
     cells = [_name_cell(entry)]
     if report.ground_truth:
@@ -219,7 +214,7 @@ def _score_cell(score: object) -> str:
     return f'<td class="score"><span class="db">{_num(psnr)}</span>{small}</td>'
 
 
-def render_page(report: ReportBuilder) -> str:
+def render_page(report: ReportView) -> str:
     """The whole HTML page of a finished report."""
     notes = list(report.notes)
     if report.ground_truth:

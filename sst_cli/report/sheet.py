@@ -55,7 +55,7 @@ def flatten(tile: Image.Image) -> Image.Image:
 
 def render_sheet(report: ReportBuilder) -> Image.Image:
     """The sheet of a finished report (its crops are read from the report's folder)."""
-    from .builder import HR, LR
+    from .entries import HR, LR
 
     font, title_font = _font(FONT_SIZE), _font(TITLE_SIZE)
     line = FONT_SIZE + 6

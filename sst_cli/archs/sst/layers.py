@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..attention import AttentionPlan, plan_attention, run_plan
-from .reference import plain_window_attention
+from ..base import plain_layers
 from .rib import RibParameters
 
 
@@ -71,7 +73,7 @@ class WindowAttention(RibParameters):
         self.window = window
         self.shift = shift
         self.backend = "auto"
-        self.plain = False  # run reference.plain_window_attention instead (the baseline of sst bench)
+        self.plain = False  # run _plain_forward instead (the baseline of sst bench)
         self.init_rib(heads, rank, rib_hidden, n_freqs)
         self.to_qkv = nn.Conv2d(dim, 3 * dim, 1)
         self.to_out = nn.Conv2d(dim, dim, 1)
@@ -89,7 +91,7 @@ class WindowAttention(RibParameters):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.plain:
-            return plain_window_attention(self, x)
+            return self._plain_forward(x)
         h, w = x.shape[-2:]
         ws = self.window
         gate = torch.sigmoid(self.gate(x))
@@ -107,6 +109,44 @@ class WindowAttention(RibParameters):
         if self.shift:
             out = torch.roll(out, shifts=(ws // 2, ws // 2), dims=(2, 3))
         return self.to_out(out[:, :, :h, :w] * gate)
+
+    def _plain_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """What ``forward`` computes, written the plain way the authors' code runs it (the baseline of ``sst bench``).
+
+        Per forward: RIB coordinates, features and MLP recomputed; q scaled and concatenated with expanded
+        positional factors; q, k and v each cast and zero-padded to one multiple of 8 by separate copies;
+        windows split and merged with reshape copies. Same kernel as the optimised path, so the two must agree.
+        """
+        b, c, h, w = x.shape
+        ws, heads = self.window, self.heads
+        d = c // heads
+        gate = torch.sigmoid(self.gate(x))
+        pad_h, pad_w = -h % ws, -w % ws
+        if pad_h or pad_w:
+            x = F.pad(x, (0, pad_w, 0, pad_h), mode="reflect")
+        if self.shift:
+            x = torch.roll(x, shifts=(-(ws // 2), -(ws // 2)), dims=(2, 3))
+        hp, wp = x.shape[-2:]
+        nh, nw = hp // ws, wp // ws
+        qkv = self.to_qkv(x).view(b, 3, heads, d, nh, ws, nw, ws)
+        q, k, v = qkv.permute(1, 0, 4, 6, 2, 5, 7, 3).reshape(3, b * nh * nw, heads, ws * ws, d).unbind(0)
+        pos_q, pos_k = self.compute_factors(ws)
+        pos_q, pos_k = pos_q.to(q.dtype), pos_k.to(q.dtype)
+        n = q.shape[0]
+        q = torch.cat([q * d**-0.5, (pos_q * self.rank**-0.5).expand(n, -1, -1, -1)], dim=-1)
+        k = torch.cat([k, pos_k.expand(n, -1, -1, -1)], dim=-1)
+        kernel_dtype = plan_attention(self.backend, x.device, x.dtype, d + self.rank, d).dtype
+        width = _round8(q.shape[-1])
+        q, k, v = (F.pad(t.to(kernel_dtype), (0, width - t.shape[-1])) for t in (q, k, v))
+        plan = plan_attention(self.backend, x.device, kernel_dtype, width, width)
+        if plan.kernel == "native":  # sst-cli's own CPU kernel: the authors' code runs PyTorch's SDPA there
+            plan = plan_attention("sdpa", x.device, kernel_dtype, width, width)
+        out = run_plan(plan, q, k, v)[..., :d].to(x.dtype)
+        out = out.reshape(b, nh, nw, heads, ws, ws, d).permute(0, 3, 6, 1, 4, 2, 5).reshape(b, c, hp, wp)
+        if self.shift:
+            out = torch.roll(out, shifts=(ws // 2, ws // 2), dims=(2, 3))
+        out = out[:, :, :h, :w].contiguous()
+        return self.to_out(out * gate)
 
     def _partition(self, qkv: torch.Tensor, plan: AttentionPlan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Window tokens of q, k, v, each written once into a buffer at the kernel's width and dtype.
@@ -146,6 +186,15 @@ class WindowAttention(RibParameters):
         windows = out[..., :d].view(b, nh, nw, heads, ws, ws, d).permute(0, 3, 6, 1, 4, 2, 5)
         image.view(b, heads, d, nh, ws, nw, ws).copy_(windows)
         return image
+
+
+def _round8(width: int) -> int:
+    return -(-width // 8) * 8
+
+
+def reference_path(model: nn.Module) -> AbstractContextManager[nn.Module]:
+    """Inside the block, ``model``'s SST attention layers run ``_plain_forward`` (same weights)."""
+    return plain_layers(model, WindowAttention)
 
 
 class TransformerLayer(nn.Module):

@@ -21,8 +21,8 @@ from .layers import (
     ShuffleUpsampler,
     TransformerLayer,
     WindowAttention,
+    reference_path,
 )
-from .reference import reference_path
 
 UPSAMPLERS = ("pixelshuffle_direct", "pixelshuffle")
 

@@ -20,8 +20,7 @@ from torch import nn
 
 from ...errors import ConfigError
 from ..base import ModelDescriptor, SRNetwork
-from ..sst.layers import WindowAttention
-from ..sst.reference import reference_path
+from ..sst.layers import WindowAttention, reference_path
 from .config import SSTRealConfig
 from .layers import RealCore
 from .noise import position_noise

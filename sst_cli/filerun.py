@@ -1,0 +1,157 @@
+"""Running one planned file, and the records a batch keeps: shared by ``run_batch``, the worker processes of
+``parallel`` and the Ray actors of ``cluster``.
+
+Each file ends as a ``FileResult`` (done / skipped / failed with a reason) so that one bad file never stops
+the batch. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from .errors import ImageError, SstError
+from .image_io import output_format, read_image, write_image
+from .inputs import Job
+from .naming import Naming, WriteOptions
+from .preflight import Preflight, _Plan
+
+if TYPE_CHECKING:
+    from .tiling import TileSize
+    from .upscaler import TileCallback, Upscaler
+
+Status = Literal["done", "skipped", "failed"]
+
+
+@dataclass
+class FileResult:
+    """What happened to one input."""
+
+    source: Path
+    output: Path | None
+    status: Status
+    reason: str | None = None
+    error_type: str | None = None  # class name of the error, e.g. OutputExists, ImageError
+    megapixels: float = 0.0  # input size
+    seconds: float = 0.0
+    tile: TileSize | None = None  # tile used: a side, (rows, cols), or 0 for the whole image
+    traceback: str | None = field(default=None, repr=False, compare=False)  # text only: frames would pin images
+
+
+@dataclass
+class BatchResult:
+    """Per-file records plus totals; ``seconds`` is the wall time of the whole batch."""
+
+    files: list[FileResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def count(self, status: Status) -> int:
+        return sum(r.status == status for r in self.files)
+
+    @property
+    def done(self) -> int:
+        return self.count("done")
+
+    @property
+    def skipped(self) -> int:
+        return self.count("skipped")
+
+    @property
+    def failed(self) -> int:
+        return self.count("failed")
+
+    @property
+    def failures(self) -> list[FileResult]:
+        return [r for r in self.files if r.status == "failed"]
+
+    @property
+    def megapixels(self) -> float:
+        """Input megapixels upscaled (done files only)."""
+        return sum(r.megapixels for r in self.files if r.status == "done")
+
+    @property
+    def megapixels_per_second(self) -> float:
+        """Throughput over the time spent on files that were upscaled (skips and failures excluded)."""
+        busy = sum(r.seconds for r in self.files if r.status == "done")
+        return self.megapixels / busy if busy > 0 else 0.0
+
+
+class BatchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a batch: still a KeyboardInterrupt, carrying what was finished and what was running."""
+
+    def __init__(self, result: BatchResult, current: Job | None, total: int, exit_code: int = 130) -> None:
+        super().__init__("interrupted")
+        self.result, self.current, self.total = result, current, total
+        self.exit_code = exit_code  # 130 for Ctrl-C, 128 + N for signal N (143 for SIGTERM)
+
+
+FileStart = Callable[[Job, int, int], None]
+FileDone = Callable[[FileResult, int, int], None]
+
+
+@dataclass(frozen=True)
+class BatchEvents:
+    """What a front end may want to hear about while a batch runs; every callback is optional.
+
+    ``note``: remarks (e.g. the model's native scale differs from ``--outscale``); ``warning``: things that
+    went wrong but were handled (out-of-memory retries); ``ready``: the model is loaded and ``total`` files
+    are about to run; then ``file_start`` / ``tile`` / ``file_done`` per file.
+    """
+
+    note: Callable[[str], None] | None = None
+    warning: Callable[[str], None] | None = None
+    ready: Callable[[Upscaler, int], None] | None = None
+    file_start: FileStart | None = None
+    tile: TileCallback | None = None
+    file_done: FileDone | None = None
+
+
+@dataclass
+class _BatchRun:
+    """Settings of one batch: its outputs are planned by a ``Preflight``, then each file runs with ``one``."""
+
+    upscaler: Upscaler
+    naming: Naming
+    writing: WriteOptions
+    on_tile: TileCallback | None
+    note: Callable[[str], None]
+
+    def preflight(self, jobs: Sequence[Job]) -> list[_Plan]:
+        """Plan every output from the image headers alone and say up front what will not work."""
+        return Preflight(self.upscaler, self.naming, self.writing, self.note).preflight(jobs)
+
+
+    def one(self, plan: _Plan) -> FileResult:
+        started = time.perf_counter()
+        job = plan.job
+        record = FileResult(job.source, plan.target, "failed", megapixels=plan.megapixels)
+        if plan.skip is not None:
+            record.status, record.reason = "skipped", plan.skip
+            return record
+        try:
+            if plan.failure is not None:
+                raise plan.failure
+            assert plan.target is not None and plan.format is not None
+            picture = read_image(job.source, max_pixels=self.writing.max_pixels or None)
+            if output_format(picture, self.writing.format) != plan.format and plan.format != "png":
+                raise ImageError(f"cannot read '{job.source}': its pixels do not match its header")
+            upscaled, record.tile = self.upscaler.upscale_picture(picture, self.on_tile)
+            write_image(
+                plan.target,
+                upscaled,
+                format=plan.format,
+                quality=self.writing.quality,
+                overwrite=self.writing.overwrite,
+            )
+            record.status = "done"
+        except (SstError, OSError, RuntimeError, MemoryError) as exc:  # torch kernel failures are RuntimeErrors
+            record.reason = str(exc) if isinstance(exc, SstError) else f"{type(exc).__name__}: {exc}"
+            record.error_type = type(exc).__name__
+            record.traceback = "".join(traceback.format_exception(exc))
+        record.seconds = time.perf_counter() - started
+        return record
+

@@ -1,0 +1,160 @@
+"""Finding a batch's inputs: INPUT arguments (files, folders, globs) become jobs, in a stable order.
+
+Files sst-cli cannot read, and files named like its own outputs, become skipped jobs rather than being
+passed over silently; a named file that does not exist becomes a failed job so the rest still runs.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from .errors import ConfigError
+from .files import TEMP_SUFFIX
+from .image_io import EXTENSIONS, is_image_file
+
+_MAGIC = re.compile(r"[*?[]")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One input file; ``base`` is the folder its output sub-path is measured from."""
+
+    source: Path
+    base: Path
+    from_folder: bool = False  # came from a folder INPUT: default output goes to the sibling <name>_sst folder
+    error: str | None = None  # known to fail before reading (e.g. the named file does not exist)
+    skip: str | None = None  # found in a folder but not upscaled, and why (counted and listed, never silent)
+
+    @property
+    def relative(self) -> Path:
+        """Path below ``base``: the sub-folder tree that is recreated in the output folder."""
+        try:
+            return self.source.relative_to(self.base)
+        except ValueError:
+            return Path(self.source.name)
+
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith(".") or name.endswith(TEMP_SUFFIX)
+
+
+#: Image kinds users have that sst-cli does not read: counted as skipped in folders rather than ignored.
+UNSUPPORTED_SUFFIXES = frozenset({".heic", ".heif", ".avif", ".jxl", ".exr", ".hdr", ".psd", ".dng", ".cr2", ".nef"})
+_OWN_OUTPUT = re.compile(r".+_(?P<model>[a-z0-9][a-z0-9+._-]*)_x\d+(?:\.\d+)?", re.IGNORECASE)
+
+
+def own_output_labels() -> frozenset[str]:
+    """Model labels sst-cli puts into default output names (zoo names; a weights stem is added per run)."""
+    from .zoo import list_models
+
+    return frozenset(list_models())
+
+
+def is_own_output(path: Path, labels: frozenset[str]) -> bool:
+    """True when the name is one sst-cli's default template gives (``photo_sst-light_x4.png``)."""
+    match = _OWN_OUTPUT.fullmatch(path.stem)
+    return match is not None and match["model"].lower() in labels
+
+
+def _folder_images(folder: Path, recursive: bool, exclude: Sequence[Path], skips: Skips) -> list[Job]:
+    """Jobs for the image files in ``folder`` (the whole tree with ``recursive``), hidden and temp files left out;
+    images sst-cli cannot read or wrote itself become skipped jobs, so that none is passed over silently."""
+    excluded = {os.path.realpath(p) for p in exclude}
+    found: list[Path] = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = (
+            []
+            if not recursive
+            else [d for d in dirs if not _hidden(d) and os.path.realpath(os.path.join(root, d)) not in excluded]
+        )
+        found.extend(Path(root, f) for f in files if not _hidden(f) and _image_like(f))
+    return [Job(p, folder, True, skip=skips.reason(p)) for p in sorted(found, key=lambda p: p.as_posix())]
+
+
+def _image_like(name: str) -> bool:
+    return is_image_file(name) or os.path.splitext(name)[1].lower() in UNSUPPORTED_SUFFIXES
+
+
+@dataclass(frozen=True)
+class Skips:
+    """Which files found in folders are not upscaled: formats sst-cli cannot read, and its own outputs."""
+
+    own_labels: frozenset[str] = frozenset()  # empty: own outputs are upscaled like any image
+
+    def reason(self, path: Path) -> str | None:
+        if not is_image_file(path):
+            return f"{path.suffix.lstrip('.').upper()} is not a format sst-cli reads (convert it to PNG first)"
+        if self.own_labels and is_own_output(path, self.own_labels):
+            return "named like an sst-cli output (add --include-outputs to upscale it too)"
+        return None
+
+
+def _glob_root(pattern: str) -> Path:
+    """The literal folder in front of the first wildcard: the tree below it is kept in the output."""
+    parts = Path(pattern).parts
+    literal: list[str] = []
+    for part in parts[:-1]:
+        if _MAGIC.search(part):
+            break
+        literal.append(part)
+    return Path(*literal) if literal else Path(".")
+
+
+def _expand(item: str, recursive: bool, exclude: Sequence[Path], skips: Skips) -> list[Job]:
+    path = Path(item)
+    if path.is_dir():
+        return _folder_images(path, recursive, exclude, skips)
+    if path.exists() or os.path.islink(item):
+        return [Job(path, path.parent)]  # named explicitly: tried whatever its name, so errors are reported
+    if not _MAGIC.search(item):
+        return [Job(path, path.parent, error=f"cannot read '{item}': no such file or folder")]
+    root = _glob_root(item)
+    jobs: list[Job] = []
+    for match in sorted(glob.glob(item, recursive=True)):
+        found = Path(match)
+        if found.is_dir():
+            jobs.extend(
+                replace(j, base=root, from_folder=False) for j in _folder_images(found, recursive, exclude, skips)
+            )
+        elif found.is_file() and _image_like(found.name) and not _hidden(found.name):
+            jobs.append(Job(found, root, skip=skips.reason(found)))
+    if not jobs:
+        return [Job(path, root, error=f"no image files match '{item}'")]
+    return jobs
+
+
+def discover_inputs(
+    inputs: Iterable[str], recursive: bool = False, *, exclude: Sequence[Path] = (), skips: Skips | None = None
+) -> list[Job]:
+    """Jobs for INPUT items (files, folders, globs), in argument order, each expansion sorted, no duplicates.
+
+    A missing file becomes a failed job so the rest of the batch still runs. Folders in ``exclude``
+    (the output folder) are not searched, so a rerun does not pick up its own results as inputs.
+    Raises ConfigError when nothing at all is found, since there is nothing to report on.
+    """
+    items = list(inputs)
+    jobs: list[Job] = []
+    seen: set[str] = set()
+    for item in items:
+        for job in _expand(item, recursive, exclude, skips or Skips()):
+            key = os.path.realpath(job.source) if job.error is None else f"missing:{job.source}"
+            if key not in seen:
+                seen.add(key)
+                jobs.append(job)
+    if not any(job.skip is None for job in jobs):
+        if jobs:
+            reasons = "; ".join(sorted({f"{j.source.name}: {j.skip}" for j in jobs})[:3])
+            raise ConfigError(f"nothing to upscale in {', '.join(repr(i) for i in items)}: {reasons}")
+        folders = [i for i in items if Path(i).is_dir()]
+        nested = any(any(p.is_dir() and not _hidden(p.name) for p in Path(f).iterdir()) for f in folders)
+        kinds = ", ".join(sorted(set(EXTENSIONS.values()) | {"jpeg", "tiff", "gif"}))
+        hint = "; they have sub-folders: add --recursive to search them" if nested and not recursive else ""
+        raise ConfigError(f"no image files found in {', '.join(repr(i) for i in items)} (looked for {kinds}){hint}")
+    return jobs
+

@@ -1,0 +1,174 @@
+"""Preflight of a batch: every output planned from the image headers alone, before any computation.
+
+Unreadable headers, existing targets, two inputs with one output name, folders that cannot be written and
+formats too small for the result are known here, so no result is computed in vain. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import ImageError, OutputExists, SstError, WriteError
+from .files import TEMP_SUFFIX
+from .image_io import choose_format, probe_image
+from .inputs import Job
+from .naming import Naming, WriteOptions
+
+if TYPE_CHECKING:
+    from .upscaler import Upscaler
+
+
+@dataclass
+class _Plan:
+    """One job's output, decided before any computation; ``failure`` or ``skip`` end it without computing."""
+
+    job: Job
+    target: Path | None = None
+    format: str | None = None
+    megapixels: float = 0.0
+    failure: SstError | None = None
+    skip: str | None = None
+
+
+
+class _Skip(Exception):
+    """Internal: the output exists and skip_existing is set."""
+
+
+@dataclass
+class Preflight:
+    """Settings of one batch plus the outputs claimed so far (so two inputs never share an output)."""
+
+    upscaler: Upscaler
+    naming: Naming
+    writing: WriteOptions
+    note: Callable[[str], None]
+    inputs: dict[str, Path] = field(default_factory=dict)
+    claimed: dict[str, Path] = field(default_factory=dict)
+    folders: dict[Path, str | None] = field(default_factory=dict)  # checked output folder -> why unusable
+
+    def preflight(self, jobs: Sequence[Job]) -> list[_Plan]:
+        """Plan every output from the image headers alone and say up front what will not work."""
+        self.inputs = {os.path.realpath(j.source): j.source for j in jobs if j.error is None}
+        plans = [self._plan(job) for job in jobs]
+        clashes = [p for p in plans if isinstance(p.failure, OutputNameClash)]
+        if clashes:
+            self.note(
+                f"{len(clashes)} input(s) would share an output name with another input (e.g. a.png and a.bmp): "
+                'they fail before any computation; keep them apart with --name "{stem}.{suffix}_{model}_x{scale}.{ext}"'
+            )
+        for folder in self.folders:
+            _clean_stale_temporaries(folder, self.note)
+        return plans
+
+    def _plan(self, job: Job) -> _Plan:
+        plan = _Plan(job)
+        if job.skip is not None:
+            plan.skip = job.skip
+            return plan
+        try:
+            if job.error is not None:
+                raise ImageError(job.error)
+            info = probe_image(job.source, max_pixels=self.writing.max_pixels or None)
+            plan.megapixels = info.width * info.height / 1e6
+            out_size = self.upscaler.output_size(info.width, info.height)
+            fmt, why = choose_format(info, self.writing.format, out_size)
+            if why and self.naming.file is not None and fmt != self.writing.format:
+                raise ImageError(f"cannot write '{self.naming.file}': {why}; name the output .png")
+            if why and fmt != info.format:
+                self.note(f"{job.source}: writing PNG because {why}")
+            if info.frames > 1:
+                self.note(f"{job.source}: animated ({info.frames} frames); only the first frame is upscaled")
+            plan.format, plan.target = fmt, self.naming.target(job, fmt)
+            self.claim(plan.target, job)
+            self._check_folder(plan.target.parent)
+        except _Skip:
+            plan.skip = f"'{plan.target}' already exists"
+        except SstError as exc:
+            plan.failure = exc
+        return plan
+
+    def claim(self, target: Path, job: Job) -> None:
+        """Refuse outputs that are an input or another job's output; then apply the existing-file policy."""
+        key = os.path.realpath(target)
+        if key in self.inputs:
+            raise OutputExists(f"'{target}' is an input file; refusing to write over it (change -o or --name)")
+        if key in self.claimed:
+            raise OutputNameClash(f"'{target}' is already the output of '{self.claimed[key]}' (change --name or -o)")
+        self.claimed[key] = job.source
+        if os.path.lexists(target):
+            if self.writing.skip_existing:
+                raise _Skip
+            if not self.writing.overwrite:
+                raise OutputExists(f"'{target}' already exists")
+
+    def _check_folder(self, folder: Path) -> None:
+        """Create the output folder now and prove it writable, so that no result is computed in vain."""
+        if folder not in self.folders:
+            self.folders[folder] = _unwritable(folder)
+        why = self.folders[folder]
+        if why is not None:
+            raise WriteError(f"cannot write into '{folder}': {why}")
+
+
+
+class OutputNameClash(OutputExists):
+    """Two inputs map to one output name (``a.png`` and ``a.bmp``)."""
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why files cannot be written in ``folder`` (made if missing), or None; tried with a real file."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-test.", suffix=TEMP_SUFFIX, dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except FileExistsError:
+        return "a file of that name is in the way"
+    except OSError as exc:
+        return _os_reason(exc)
+    return None
+
+
+def _os_reason(exc: OSError) -> str:
+    reasons = {
+        errno.EROFS: "the file system is read-only",
+        errno.EACCES: "permission denied",
+        errno.EPERM: "permission denied",
+        errno.ENOSPC: "no space left on device",
+        errno.ENOTDIR: "a file is in the way of that folder",
+    }
+    return reasons.get(exc.errno or 0, exc.strerror or str(exc))
+
+
+_TEMP_NAME = re.compile(r"\..+\.[0-9a-f]{8}" + re.escape(TEMP_SUFFIX))
+
+
+def _clean_stale_temporaries(folder: Path, note: Callable[[str], None]) -> None:
+    """Remove temporaries that an earlier, killed run left in ``folder`` (ours by name); ones touched in the last
+    minute may belong to another sst-cli process still writing there, so they are only reported."""
+    now = time.time()
+    removed = recent = 0
+    with suppress(OSError):
+        for entry in os.scandir(folder):
+            if not (_TEMP_NAME.fullmatch(entry.name) and entry.is_file()):
+                continue
+            if entry.stat().st_mtime > now - 60:
+                recent += 1
+                continue
+            with suppress(OSError):
+                os.unlink(entry.path)
+                removed += 1
+    if removed:
+        note(f"removed {removed} unfinished file(s) that an interrupted run left in '{folder}'")
+    if recent:
+        note(f"'{folder}' holds {recent} unfinished file(s) of another run that may still be writing; left alone")
