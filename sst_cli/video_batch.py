@@ -16,23 +16,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .batch import (
-    DEFAULT_OUTSCALE_TEMPLATE,
-    DEFAULT_TEMPLATE,
-    BatchEvents,
-    BatchInterrupted,
-    BatchResult,
-    FileResult,
-    Job,
-    Naming,
-    WriteOptions,
-    model_label,
-)
 from .choices import DEFAULT_SCALE
 from .errors import ConfigError, OutputExists, SstError, VideoError
+from .filerun import BatchEvents, BatchInterrupted, BatchResult, FileResult
 from .files import TEMP_SUFFIX
 from .image_io import is_image_file
+from .inputs import Job
 from .loader import ModelSpec
+from .naming import DEFAULT_OUTSCALE_TEMPLATE, DEFAULT_TEMPLATE, Naming, WriteOptions, model_label
 from .upscaler import UpscaleOptions, Upscaler
 from .video import VideoResult, describe_plan, expected_megapixels, plan_video, upscale_video
 from .video_io import VideoInfo, VideoOptions, choose_codec, is_video_file, output_extension, probe_video, require_av

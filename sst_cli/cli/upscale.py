@@ -289,7 +289,7 @@ def upscale(
     from ..loader import ModelSpec
     from ..parallel import plan_workers
     from .downloads import download_display
-    from .upscale_video import VideoReporter, upscale_videos
+    from .upscale_video import upscale_videos
 
     spec = ModelSpec(model, scale, weights, config, hub_repo)
     worker_plan = plan_workers(device, workers)
@@ -313,7 +313,7 @@ def upscale(
     videos, images = find_videos(inputs, recursive)
     if videos and (ray is not None or worker_plan.parallel):
         raise ConfigError("video files run on one device: leave out --ray, --workers and device lists")
-    reporter = VideoReporter(quiet=quiet, json_log=json_log) if videos else Reporter(quiet=quiet, json_log=json_log)
+    reporter = Reporter(quiet=quiet, json_log=json_log)
     events = BatchEvents(
         note=reporter.note,
         warning=reporter.message,
@@ -327,10 +327,10 @@ def upscale(
     try:
         with hub.show_downloads(download_display(quiet=quiet, json_log=json_log)):
             if videos:
-                assert isinstance(reporter, VideoReporter)
                 result = upscale_videos(
                     videos, images, output, spec=spec, options=options, writing=writing, video=video_options,
                     recursive=recursive, include_outputs=include_outputs, events=events, reporter=reporter,
+                    stop_bars=reporter.stop,
                 )  # fmt: skip
             elif ray is not None:
                 from ..cluster import RayOptions, upscale_files_ray

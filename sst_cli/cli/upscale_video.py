@@ -1,20 +1,23 @@
-"""``sst upscale`` on video files: the video options, a frames progress bar, and the call into video_batch."""
+"""``sst upscale`` on video files: frames counted with frames/s and ETA, and the call into video_batch."""
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Protocol
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TaskID, TextColumn
 from rich.progress import TimeRemainingColumn as EtaColumn
 from rich.text import Text
 
 from .output import err_console
-from .upscale import Reporter
 
 if TYPE_CHECKING:
-    from ..batch import BatchEvents, BatchResult, Job, WriteOptions
+    from ..filerun import BatchEvents, BatchResult, FileStart
+    from ..inputs import Job
     from ..loader import ModelSpec
+    from ..naming import WriteOptions
     from ..upscaler import UpscaleOptions, Upscaler
     from ..video_io import VideoOptions
 
@@ -25,56 +28,80 @@ class _Fps(ProgressColumn):
         return Text("" if speed is None else f"{speed:.2f} frames/s")
 
 
-class VideoReporter(Reporter):
-    """The image reporter, counting frames (with frames/s and ETA) per clip and over all clips."""
+class Bars(Protocol):
+    """What of ``upscale.Reporter`` the frame counter uses (its progress bars and JSON events)."""
 
-    def __init__(self, *, quiet: bool, json_log: bool) -> None:
-        super().__init__(quiet=quiet, json_log=json_log)
-        self.expected = 0
-        self.all_task: Any = None
+    json_log: bool
+    progress: Progress | None
+    files_task: TaskID | None
+    tiles_task: TaskID | None
+
+    def emit(self, event: str, **fields: Any) -> None: ...
+
+
+class FrameCounter:
+    """Counts frames per clip and over all clips, with frames/s and ETA: on the reporter's terminal bars (which
+    it rebuilds with a frames/s column) or as JSON ``progress`` events, at most one a second."""
+
+    def __init__(self, reporter: Bars) -> None:
+        self.reporter = reporter
+        self.expected = 0  # frames in all clips, as their containers say (0: unknown)
+        self.all_task: TaskID | None = None
         self.before = 0  # frames of the clips already finished
         self.current = 0
         self.last_event = 0.0
         self.started = time.perf_counter()
 
+    def hook(self, events: BatchEvents) -> BatchEvents:
+        """``events`` with the bars rebuilt once the model is ready and frames counted instead of tiles."""
+        return replace(events, ready=self._ready(events.ready), file_start=self._start(events.file_start),
+                       tile=self.frame)  # fmt: skip
+
     def expect(self, frames: int) -> None:
         self.expected = frames
 
-    def ready(self, upscaler: Upscaler, total: int, verbose: bool) -> None:
-        super().ready(upscaler, total, verbose)
-        if self.progress is None:
-            return
-        self.progress.stop()
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), _Fps(), EtaColumn())
-        self.progress = Progress(*columns, console=err_console, transient=True)
-        self.progress.start()
-        self.files_task = self.progress.add_task("clips", total=total)
-        self.all_task = self.progress.add_task("all frames", total=self.expected or None)
-        self.tiles_task = self.progress.add_task("frames", total=None)
+    def _ready(self, ready: Callable[[Upscaler, int], None] | None) -> Callable[[Upscaler, int], None]:
+        def run(upscaler: Upscaler, total: int) -> None:
+            if ready is not None:
+                ready(upscaler, total)
+            r = self.reporter
+            if r.progress is None:
+                return
+            r.progress.stop()
+            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), _Fps(), EtaColumn())
+            r.progress = Progress(*columns, console=err_console, transient=True)
+            r.progress.start()
+            r.files_task = r.progress.add_task("clips", total=total)
+            self.all_task = r.progress.add_task("all frames", total=self.expected or None)
+            r.tiles_task = r.progress.add_task("frames", total=None)
 
-    def file_start(self, job: Job, index: int, total: int) -> None:
-        self.before += self.current
-        self.current = 0
-        if self.progress is not None and self.tiles_task is not None:
-            self.progress.reset(self.tiles_task, description=f"  {job.source.name}", total=None)
-        if self.json_log:
-            self.emit("file_start", index=index + 1, total=total, input=str(job.source))
+        return run
 
-    def tile(self, done: int, total: int) -> None:
-        """Frames done in the current clip (the image reporter's tiles callback)."""
+    def _start(self, start: FileStart | None) -> FileStart:
+        def run(job: Job, index: int, total: int) -> None:
+            self.before += self.current
+            self.current = 0
+            if start is not None:
+                start(job, index, total)
+
+        return run
+
+    def frame(self, done: int, total: int) -> None:
+        """Frames done in the current clip, of ``total`` expected."""
         self.current = done
-        if self.progress is not None and self.tiles_task is not None:
-            self.progress.update(self.tiles_task, completed=done, total=total or None)
+        r = self.reporter
+        if r.progress is not None and r.tiles_task is not None:
+            r.progress.update(r.tiles_task, completed=done, total=total or None)
             if self.all_task is not None:
-                self.progress.update(self.all_task, completed=self.before + done)
+                r.progress.update(self.all_task, completed=self.before + done)
         now = time.perf_counter()
-        if self.json_log and now - self.last_event >= 1.0:
+        if r.json_log and now - self.last_event >= 1.0:
             self.last_event = now
             fps = (self.before + done) / max(now - self.started, 1e-9)
             left = max(self.expected - self.before - done, 0)
             eta = round(left / fps, 1) if fps > 0 and self.expected else None
-            self.emit("progress", frames=done, frames_expected=total, frames_all=self.before + done,
-                      frames_all_expected=self.expected, frames_per_second=round(fps, 3), eta_seconds=eta)  # fmt: skip
+            r.emit("progress", frames=done, frames_expected=total, frames_all=self.before + done,
+                   frames_all_expected=self.expected, frames_per_second=round(fps, 3), eta_seconds=eta)  # fmt: skip
 
 
 def upscale_videos(
@@ -89,20 +116,23 @@ def upscale_videos(
     recursive: bool,
     include_outputs: bool,
     events: BatchEvents,
-    reporter: VideoReporter,
+    reporter: Bars,
+    stop_bars: Callable[[], None],
 ) -> BatchResult:
-    """The images among the inputs first (the usual batch), then the clips; one result for both."""
-    from ..batch import BatchInterrupted, BatchResult, upscale_files
+    """The images among the inputs first (the usual batch), then the clips, counted in frames; one result."""
+    from ..batch import upscale_files
+    from ..filerun import BatchInterrupted, BatchResult
     from ..video_batch import upscale_video_files
 
     done = BatchResult()
     if images:
         done = upscale_files(images, output, model=spec, options=options, writing=writing, recursive=recursive,
                              include_outputs=include_outputs, events=events)  # fmt: skip
-        reporter.stop()
+        stop_bars()
+    counter = FrameCounter(reporter)
     try:
         clips = upscale_video_files(videos, output, model=spec, options=options, writing=writing, video=video,
-                                    events=events, on_expected=reporter.expect)  # fmt: skip
+                                    events=counter.hook(events), on_expected=counter.expect)  # fmt: skip
     except BatchInterrupted as stop:
         stop.result.files[:0] = done.files
         stop.total += len(done.files)
