@@ -94,8 +94,13 @@ def _transcode(
         av.open(os.fspath(temp), "w", format=plan.muxer, options=keep) as output,
     ):
         video = source.streams.video[0]
-        video.thread_type = "AUTO"
-        encoder = open_output_stream(output, info, video, plan)
+        # On the CPU the codecs get one thread each: background codec threads would take cores from the network's
+        # threads, which wait for each other; beside a GPU they run in parallel with it.
+        threads = 1 if upscaler.device.type == "cpu" else 0
+        video.codec_context.thread_count = threads
+        if threads != 1:
+            video.thread_type = "AUTO"
+        encoder = open_output_stream(output, info, video, plan, threads)
         copies = _copy_streams(source, video, output, result)
         output.start_encoding()  # header now: a muxer refusing a stream fails before any frame is computed
         step = _frame_step(info)

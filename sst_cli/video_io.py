@@ -278,15 +278,16 @@ def _nearest_format(source: str, depth: int, formats: list[str]) -> str:
     return "yuv420p" if "yuv420p" in formats else formats[0]
 
 
-def open_output_stream(output: Any, info: VideoInfo, source_stream: Any, plan: EncodePlan) -> Any:
+def open_output_stream(output: Any, info: VideoInfo, source_stream: Any, plan: EncodePlan, threads: int = 0) -> Any:
     """The encoder stream of the result: the input's time base (timestamps are copied, so variable frame rates
-    stay), colour description and display rotation."""
+    stay), colour description and display rotation; ``threads`` encoder threads (0: FFmpeg's choice)."""
     rate = info.rate or Fraction(25)
     stream = output.add_stream(plan.codec, rate=rate, options=plan.options)
     stream.width, stream.height, stream.pix_fmt = plan.width, plan.height, plan.pix_fmt
     stream.time_base = info.time_base
     ctx = stream.codec_context
     ctx.time_base = info.time_base
+    ctx.thread_count = threads
     source = source_stream.codec_context
     if not plan.pix_fmt.startswith(("gbr", "bgr", "rgb")):
         for key in ("color_primaries", "color_trc", "colorspace", "color_range"):
