@@ -153,7 +153,7 @@ def _copy_streams(source: Any, video: Any, output: Any, result: VideoResult) -> 
         if stream.index == video.index:
             continue
         ctx = getattr(stream, "codec_context", None)
-        codec = ctx.name if ctx is not None else "unknown"
+        codec = ctx.codec.canonical_name if ctx is not None and ctx.codec is not None else "unknown"
         label = f"{stream.type} {codec}"
         if stream.type not in _COPIED or codec not in supported:
             result.dropped.append(label)

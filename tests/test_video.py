@@ -143,11 +143,16 @@ def test_codec_choices_are_checked_before_computing(tmp_path: Path) -> None:
         VideoOptions(lossless=True, codec="libx264")
 
 
-def test_damaged_frames_are_counted_and_the_rest_keep_their_time(tmp_path: Path, tiny: Upscaler) -> None:
-    clip = make_clip(tmp_path / "hurt.mkv", codec="mjpeg", pix_fmt="yuvj420p", corrupt={2})
+def test_damaged_frames_are_counted_and_the_rest_keep_their_time_and_subtitles(tmp_path: Path, tiny: Upscaler) -> None:
+    clip = make_clip(tmp_path / "hurt.mkv", codec="mjpeg", pix_fmt="yuvj420p", corrupt={2}, subtitles=True)
     out = tmp_path / "hurt_x2.mkv"
     result = upscale_video(tiny, clip, out)
-    assert (result.frames, result.lost) == (5, 1)
+    assert (result.frames, result.lost, result.copied) == (5, 1, ["audio aac", "subtitle subrip"])
+    assert (
+        audio_packets(out, "subtitle")
+        == audio_packets(clip, "subtitle")
+        == [b"line 0", b"line 1", b"line 2", b"line 3", b"line 4", b"line 5"]
+    )
     expected = [Fraction(ms, 1000) for i, ms in enumerate((0, 40, 100, 120, 200, 260)) if i != 2]
     assert seconds(clip) == seconds(out) == expected
     assert audio_packets(out) == audio_packets(clip)

@@ -23,6 +23,7 @@ def make_clip(
     rotation: int = 0,
     bt709: bool = True,
     corrupt: Collection[int] = (),
+    subtitles: bool = False,
     seed: int = 0,
 ) -> Path:
     """Write a clip; ``corrupt`` replaces those frames' packets with garbage bytes (an intra-only codec keeps the
@@ -46,6 +47,13 @@ def make_clip(
         if audio:
             sound = out.add_stream("aac", rate=8000)
             sound.layout = "mono"
+        if subtitles:  # SubRip text, muxed as it is (Matroska)
+            text = out.add_mux_stream("subrip")
+            text.time_base = Fraction(1, 1000)
+            for i, pts in enumerate(pts_ms):
+                line = av.Packet(f"line {i}".encode())
+                line.pts, line.dts, line.duration, line.time_base, line.stream = pts, pts, 30, Fraction(1, 1000), text
+                out.mux(line)
         if video:
             deep = "10" in pix_fmt or "16" in pix_fmt
             for i, pts in enumerate(pts_ms):
@@ -95,8 +103,10 @@ def seconds(path: Path) -> list[Fraction]:
     return [frame.pts * time_base for frame in frames]
 
 
-def audio_packets(path: Path) -> list[bytes]:
+def audio_packets(path: Path, kind: str = "audio") -> list[bytes]:
+    """The packets of the clip's first stream of that kind (audio, subtitle), as bytes."""
     import av
 
     with av.open(str(path)) as clip:
-        return [bytes(p) for p in clip.demux(clip.streams.audio[0]) if p.size]
+        stream = next(s for s in clip.streams if s.type == kind)
+        return [bytes(p) for p in clip.demux(stream) if p.size]
