@@ -255,6 +255,8 @@ def plan_encoding(info: VideoInfo, out_width: int, out_height: int, options: Vid
             opts["b"] = "0"  # constant quality, not a bitrate cap
     if codec == LOSSLESS_CODEC:
         opts.update(level="3", slicecrc="1")
+    if codec == "libx265":
+        opts["x265-params"] = "log-level=error"  # x265 otherwise prints its own summary on stderr
     depth = 16 if deep and (options.lossless or _depth(pix_fmt) > 8) else 8
     return EncodePlan(codec, pix_fmt, _MUXERS.get(ext, "matroska"), ext, width, height, depth, opts, tuple(notes))
 

@@ -67,6 +67,10 @@ def test_lossless_writes_mkv_and_option_errors_come_first(tmp_path: Path) -> Non
     clip("a.mp4", audio=False)
     assert sst("a.mp4", "--lossless").exit_code == 0
     assert Path("a_mini_x3_x3.mkv").is_file()
+    assert sst("a.mp4", "--lossless", "-o", "named.mkv").exit_code == 0 and Path("named.mkv").is_file()
+    clip("more/b.mp4", audio=False)
+    result = sst("a.mp4", "more", "-o", "one.mp4")
+    assert result.exit_code == 2 and "names one video file" in result.stderr
     result = sst("a.mp4", "--lossless", "--codec", "libx264")
     assert result.exit_code == 2 and "--lossless" in result.stderr
 

@@ -132,7 +132,7 @@ def test_odd_sizes_lose_a_row_for_420_or_keep_it_in_444(tmp_path: Path) -> None:
 
 def test_codec_choices_are_checked_before_computing(tmp_path: Path) -> None:
     info = probe_video(make_clip(tmp_path / "a.mp4", pts_ms=(0,), audio=False))
-    assert plan_encoding(info, 64, 48, VideoOptions(codec="libx265", crf=20)).options == {"crf": "20"}
+    assert plan_encoding(info, 64, 48, VideoOptions(codec="libx265", crf=20)).options["crf"] == "20"
     with pytest.raises(ConfigError, match="no encoder 'nonsense'"):
         plan_encoding(info, 64, 48, VideoOptions(codec="nonsense"))
     with pytest.raises(ConfigError, match="cannot write pixel format"):
