@@ -9,7 +9,9 @@ is started again from its first frame, since its partial output was never kept.
 
 from __future__ import annotations
 
+import glob
 import os
+import re
 import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
@@ -21,12 +23,14 @@ from .errors import ConfigError, OutputExists, SstError, VideoError
 from .filerun import BatchEvents, BatchInterrupted, BatchResult, FileResult
 from .files import TEMP_SUFFIX
 from .image_io import is_image_file
-from .inputs import Job
+from .inputs import Job, is_own_output
 from .loader import ModelSpec
 from .naming import DEFAULT_OUTSCALE_TEMPLATE, DEFAULT_TEMPLATE, Naming, WriteOptions, model_label
 from .upscaler import UpscaleOptions, Upscaler
 from .video import VideoResult, describe_plan, expected_megapixels, plan_video, upscale_video
 from .video_io import VideoInfo, VideoOptions, choose_codec, is_video_file, output_extension, probe_video, require_av
+
+_MAGIC = re.compile(r"[*?[]")
 
 
 @dataclass
@@ -38,23 +42,38 @@ class _VideoPlan:
     skip: str | None = None
 
 
-def find_videos(inputs: Iterable[str], recursive: bool) -> tuple[list[Job], list[str]]:
-    """Split INPUT items into video jobs (files named, or found in folders) and the items left for the image
-    batch: image files, globs, and folders that also hold images (or hold no video). Needs no PyAV."""
+def find_videos(
+    inputs: Iterable[str], recursive: bool, own_labels: frozenset[str] = frozenset()
+) -> tuple[list[Job], list[str]]:
+    """Split INPUT items into video jobs (files named, or found in folders or globs) and the items left for the
+    image batch: image files, and folders or globs that also hold images (or no video). Clips found (not named)
+    whose names sst-cli's template gives with a model of ``own_labels`` become skipped jobs. Needs no PyAV."""
     videos: list[Job] = []
     rest: list[str] = []
     for item in inputs:
         path = Path(item)
         if path.is_dir():
             found, images = _scan(path, recursive)
-            videos.extend(Job(p, path, from_folder=True) for p in found)
+            videos.extend(Job(p, path, from_folder=True, skip=_own(p, own_labels)) for p in found)
             if images or not found:
+                rest.append(item)
+        elif not path.exists() and _MAGIC.search(item):  # a glob: its videos here, the rest to the image batch
+            matches = sorted(glob.glob(item, recursive=True))
+            clips = [Path(m) for m in matches if is_video_file(m) and Path(m).is_file()]
+            videos.extend(Job(p, p.parent, skip=_own(p, own_labels)) for p in clips)
+            if not matches or any(not is_video_file(m) for m in matches):
                 rest.append(item)
         elif is_video_file(path):
             videos.append(Job(path, path.parent))
         else:
             rest.append(item)
     return videos, rest
+
+
+def _own(path: Path, labels: frozenset[str]) -> str | None:
+    if labels and is_own_output(path, labels):
+        return "named like an sst-cli output (add --include-outputs to upscale it too)"
+    return None
 
 
 def _scan(folder: Path, recursive: bool) -> tuple[list[Path], bool]:
@@ -95,9 +114,11 @@ def upscale_video_files(
     single = _single_target(output, jobs, writing)
     folder = None if output is None or single is not None else Path(output)
     naming = Naming(label, scale, options.outscale, writing.name, folder=folder, file=single)
-    plans = [_VideoPlan(job) for job in jobs]
+    plans = [_VideoPlan(job, skip=job.skip) for job in jobs]
     claimed: dict[str, Path] = {os.path.realpath(j.source): j.source for j in jobs}
     for plan in plans:  # probe and name everything before the model is loaded
+        if plan.skip is not None:
+            continue
         try:
             plan.info = probe_video(plan.job.source)
             codec = choose_codec(plan.info, video)

@@ -53,12 +53,13 @@ def test_folder_of_clips_and_images_recursive(tmp_path: Path) -> None:
     clip("media/a.mp4")
     clip("media/deep/b.mkv", codec="mjpeg", pix_fmt="yuvj420p")
     Image.fromarray(np.zeros((12, 16, 3), np.uint8)).save("media/c.png")
+    Path("media/old_sst-light-291_x4.mp4").write_bytes(b"earlier")  # named like an output: skipped, not read
     result = sst("media", "--recursive", "--json-log")
     assert result.exit_code == 0, result.output
     written = sorted(p.relative_to("media_sst").as_posix() for p in Path("media_sst").rglob("*") if p.is_file())
     assert written == ["a_mini_x3_x3.mp4", "c_mini_x3_x3.png", "deep/b_mini_x3_x3.mkv"]
     events = [json.loads(line) for line in result.stdout.splitlines()]
-    assert events[-1]["event"] == "summary" and events[-1]["done"] == 3
+    assert events[-1]["event"] == "summary" and (events[-1]["done"], events[-1]["skipped"]) == (3, 1)
     progress = [e for e in events if e["event"] == "progress"]
     assert progress and {"frames", "frames_per_second", "eta_seconds"} <= set(progress[0])
 

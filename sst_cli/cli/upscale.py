@@ -306,11 +306,14 @@ def upscale(
         name=name,
         max_pixels=max_pixels,
     )
+    from ..inputs import own_output_labels
+    from ..naming import model_label
     from ..video_batch import find_videos  # video files go to the video batch (sst-cli[video])
     from ..video_io import VideoOptions
 
     video_options = VideoOptions(codec, crf, pix_fmt, lossless)
-    videos, images = find_videos(inputs, recursive)
+    own = frozenset() if include_outputs else own_output_labels() | {model_label(spec).lower()}
+    videos, images = find_videos(inputs, recursive, own)
     if videos and (ray is not None or worker_plan.parallel):
         raise ConfigError("video files run on one device: leave out --ray, --workers and device lists")
     reporter = Reporter(quiet=quiet, json_log=json_log)
