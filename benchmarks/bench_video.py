@@ -123,6 +123,8 @@ def main() -> None:
                 tensor = torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1), dtype=np.float32) / 255.0)
                 up.run(tensor)
             network = time.perf_counter() - started
+            print(f"  {width}x{height}: decode {decode / len(arrays):.3f} s/f, network {network / len(arrays):.2f} s/f",
+                  flush=True)  # fmt: skip
             encode = encode_seconds(clip, frames, up.scale, up, folder)
             started = time.perf_counter()
             result = upscale_video(up, clip, folder / "out.mp4")
