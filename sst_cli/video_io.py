@@ -269,7 +269,7 @@ def _depth(pix_fmt: str) -> int:
 def _nearest_format(source: str, depth: int, formats: list[str]) -> str:
     """The input's pixel format if the encoder takes it, else one with its depth and chroma, else 8-bit 4:2:0."""
     if not formats or source in formats:
-        return source if source in formats or not formats else formats[0]
+        return source
     chroma = next((c for c in ("444", "422", "420") if c in source), "420")
     same_depth = [f for f in formats if _depth(f) == depth and not f.startswith(("gbr", "yuva"))]
     for candidate in same_depth:

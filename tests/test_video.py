@@ -93,6 +93,25 @@ def test_default_codec_keeps_family_timing_audio_rotation_and_colour(tmp_path: P
     assert frames[0].rotation == 90
 
 
+class _Nearest(torch.nn.Module):
+    """Pixel replication x2: what comes out is what went in, so colour conversions can be checked."""
+
+    scale = 2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.interpolate(x, scale_factor=2, mode="nearest")
+
+
+@pytest.mark.parametrize("bt709", [True, False])
+def test_colours_survive_the_yuv_round_trip(tmp_path: Path, bt709: bool) -> None:
+    clip = make_clip(tmp_path / "red.mp4", colour=(200, 40, 60), bt709=bt709, pts_ms=(0, 40), audio=False)
+    out = tmp_path / "red_x2.mp4"
+    upscale_video(Upscaler(_Nearest(), device="cpu", tile=0), clip, out)
+    before = decoded(clip)[0][1].to_ndarray(format="rgb24").astype(int)
+    after = decoded(out)[0][1].to_ndarray(format="rgb24").astype(int)
+    assert np.abs(after[::2, ::2] - before).max() <= 3  # BT.601 against BT.709 would be off by tens of levels
+
+
 def test_lossless_frames_are_exactly_the_upscalers(tmp_path: Path, tiny: Upscaler) -> None:
     clip = make_clip(tmp_path / "a.mp4")
     out = tmp_path / "a.mkv"

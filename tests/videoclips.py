@@ -24,6 +24,7 @@ def make_clip(
     bt709: bool = True,
     corrupt: Collection[int] = (),
     subtitles: bool = False,
+    colour: tuple[int, int, int] | None = None,
     seed: int = 0,
 ) -> Path:
     """Write a clip; ``corrupt`` replaces those frames' packets with garbage bytes (an intra-only codec keeps the
@@ -62,6 +63,8 @@ def make_clip(
                     frame = av.VideoFrame.from_ndarray(pixels, format="rgb48le")
                 else:
                     pixels = rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+                    if colour is not None:
+                        pixels[:] = colour
                     frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
                 frame = frame.reformat(format=pix_fmt, dst_colorspace=1 if bt709 else None)
                 frame.pts, frame.time_base = pts, Fraction(1, 1000)
