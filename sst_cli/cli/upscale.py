@@ -187,7 +187,7 @@ def _record_fields(record: FileResult) -> dict[str, Any]:
 
 @handle_errors
 def upscale(
-    inputs: Annotated[list[str], typer.Argument(metavar="INPUT", help="Image files, folders or quoted globs.")],
+    inputs: Annotated[list[str], typer.Argument(metavar="INPUT", help="Images or videos, folders, quoted globs.")],
     output: Annotated[
         str | None,
         typer.Option(
@@ -288,8 +288,9 @@ def upscale(
     from ..batch import BatchEvents, BatchInterrupted, WriteOptions, upscale_files
     from ..loader import ModelSpec
     from ..parallel import plan_workers
+    from ..video_io import VideoOptions
     from .downloads import download_display
-    from .upscale_video import upscale_videos
+    from .upscale_video import split_videos, upscale_videos
 
     spec = ModelSpec(model, scale, weights, config, hub_repo)
     worker_plan = plan_workers(device, workers)
@@ -306,16 +307,9 @@ def upscale(
         name=name,
         max_pixels=max_pixels,
     )
-    from ..inputs import own_output_labels
-    from ..naming import model_label
-    from ..video_batch import find_videos  # video files go to the video batch (sst-cli[video])
-    from ..video_io import VideoOptions
-
     video_options = VideoOptions(codec, crf, pix_fmt, lossless)
-    own = frozenset() if include_outputs else own_output_labels() | {model_label(spec).lower()}
-    videos, images = find_videos(inputs, recursive, own)
-    if videos and (ray is not None or worker_plan.parallel):
-        raise ConfigError("video files run on one device: leave out --ray, --workers and device lists")
+    parallel = ray is not None or worker_plan.parallel
+    videos, images = split_videos(inputs, spec, recursive, include_outputs, parallel=parallel)  # sst-cli[video]
     reporter = Reporter(quiet=quiet, json_log=json_log)
     events = BatchEvents(
         note=reporter.note,

@@ -104,6 +104,22 @@ class FrameCounter:
                    frames_all_expected=self.expected, frames_per_second=round(fps, 3), eta_seconds=eta)  # fmt: skip
 
 
+def split_videos(
+    inputs: list[str], spec: ModelSpec, recursive: bool, include_outputs: bool, *, parallel: bool
+) -> tuple[list[Job], list[str]]:
+    """The video clips among the inputs (for ``upscale_videos``) and the items left for the image batch."""
+    from ..errors import ConfigError
+    from ..inputs import own_output_labels
+    from ..naming import model_label
+    from ..video_batch import find_videos
+
+    own = frozenset() if include_outputs else own_output_labels() | {model_label(spec).lower()}
+    videos, images = find_videos(inputs, recursive, own)
+    if videos and parallel:
+        raise ConfigError("video files run on one device: leave out --ray, --workers and device lists")
+    return videos, images
+
+
 def upscale_videos(
     videos: list[Job],
     images: list[str],
