@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -108,3 +109,10 @@ def test_sigterm_mid_clip_leaves_nothing_and_says_to_resume(tmp_path: Path, monk
     result = sst("a.mp4")
     assert result.exit_code == 143 and "--skip-existing" in result.stderr
     assert sorted(p.name for p in Path(".").iterdir()) == ["a.mp4"]
+
+
+def test_without_pyav_a_clip_is_an_option_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clip("a.mp4")
+    monkeypatch.setitem(sys.modules, "av", None)
+    result = sst("a.mp4")
+    assert result.exit_code == 2 and "pip install 'sst-cli[video]'" in result.stderr
