@@ -26,6 +26,7 @@ from .image_io import is_image_file
 from .inputs import Job, is_own_output
 from .loader import ModelSpec
 from .naming import DEFAULT_OUTSCALE_TEMPLATE, DEFAULT_TEMPLATE, Naming, WriteOptions, model_label
+from .preflight import _clean_stale_temporaries, _unwritable
 from .upscaler import UpscaleOptions, Upscaler
 from .video import VideoResult, describe_plan, expected_megapixels, plan_video, upscale_video
 from .video_io import VideoInfo, VideoOptions, choose_codec, is_video_file, output_extension, probe_video, require_av
@@ -115,7 +116,8 @@ def upscale_video_files(
     folder = None if output is None or single is not None else Path(output)
     naming = Naming(label, scale, options.outscale, writing.name, folder=folder, file=single)
     plans = [_VideoPlan(job, skip=job.skip) for job in jobs]
-    claimed: dict[str, Path] = {os.path.realpath(j.source): j.source for j in jobs}
+    claimed: dict[str, Path] = {}
+    inputs = {os.path.realpath(j.source) for j in jobs}
     for plan in plans:  # probe and name everything before the model is loaded
         if plan.skip is not None:
             continue
@@ -123,9 +125,11 @@ def upscale_video_files(
             plan.info = probe_video(plan.job.source)
             codec = choose_codec(plan.info, video)
             plan.target = single or _target(naming, plan.job, output_extension(plan.job.source, video, codec), scale)
-            _claim(plan, claimed, writing)
+            _claim(plan, claimed, inputs, writing)
         except SstError as exc:
             plan.failure = exc
+    for folder in sorted({p.target.parent for p in plans if p.target is not None and p.failure is None}):
+        _clean_stale_temporaries(folder, events.note or (lambda text: None))
     if all(p.failure is not None or p.skip is not None for p in plans):  # nothing to compute: no model needed
         return _run(plans, None, video, writing, events)
     if on_expected is not None:
@@ -137,7 +141,7 @@ def upscale_video_files(
             assert plan.info is not None and plan.target is not None
             plan.target = _target(naming, plan.job, plan.target.suffix.lstrip("."), upscaler.scale)
             try:
-                _claim(plan, claimed, writing)
+                _claim(plan, claimed, inputs, writing)
             except SstError as exc:
                 plan.failure = exc
     if events.ready is not None:
@@ -165,25 +169,24 @@ def _target(naming: Naming, job: Job, ext: str, scale: int) -> Path:
     return naming.folder_for(job) / name
 
 
-def _claim(plan: _VideoPlan, claimed: dict[str, Path], writing: WriteOptions) -> None:
+def _claim(plan: _VideoPlan, claimed: dict[str, Path], inputs: set[str], writing: WriteOptions) -> None:
     """Refuse outputs that are an input or another clip's output, then apply the existing-file policy."""
     assert plan.target is not None
     key = os.path.realpath(plan.target)
     owner = claimed.get(key)
+    if key in inputs:
+        raise OutputExists(f"'{plan.target}' is an input file; refusing to write over it (change -o or --name)")
     if owner is not None and owner != plan.job.source:
-        raise OutputExists(f"'{plan.target}' is an input or the output of '{owner}' (change --name or -o)")
+        raise OutputExists(f"'{plan.target}' is already the output of '{owner}' (change --name or -o)")
     claimed[key] = plan.job.source
     if os.path.lexists(plan.target):
         if writing.skip_existing:
             plan.skip = f"'{plan.target}' already exists"
         elif not writing.overwrite:
             raise OutputExists(f"'{plan.target}' already exists")
-    try:
-        plan.target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise VideoError(f"cannot write into '{plan.target.parent}': {exc.strerror or exc}") from None
-    if not os.access(plan.target.parent, os.W_OK):
-        raise VideoError(f"cannot write into '{plan.target.parent}': permission denied")
+    why = _unwritable(plan.target.parent)  # made if missing, and proved writable with a real file
+    if why is not None:
+        raise VideoError(f"cannot write into '{plan.target.parent}': {why}")
 
 
 def _run(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -116,3 +117,15 @@ def test_without_pyav_a_clip_is_an_option_error(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setitem(sys.modules, "av", None)
     result = sst("a.mp4")
     assert result.exit_code == 2 and "pip install 'sst-cli[video]'" in result.stderr
+
+
+def test_an_input_is_never_written_over_and_stale_temporaries_go(tmp_path: Path) -> None:
+    clip("a.mp4", audio=False)
+    before = Path("a.mp4").read_bytes()
+    stale = Path(".a_mini_x3_x3.mp4.0123abcd.sst-tmp")
+    stale.write_bytes(b"left by a killed run")
+    os.utime(stale, (1, 1))
+    result = sst("a.mp4", "-o", "a.mp4", "--overwrite")
+    assert result.exit_code == 1 and "is an input file" in result.stderr
+    assert Path("a.mp4").read_bytes() == before and stale.exists()  # nothing planned there: nothing cleaned
+    assert sst("a.mp4").exit_code == 0 and not stale.exists()
