@@ -13,6 +13,8 @@ Printed: seconds per frame of each, pipeline frames/s, and pipeline / (network +
 issue's goal is at most 1.2.
 
     PYTHONPATH=. python benchmarks/bench_video.py --sizes 854x480 1920x1080 --frames 3 --scale 2
+    PYTHONPATH=. python benchmarks/bench_video.py --sizes 854x480 1920x1080 --frames 30 --scale 2 \
+        --model sst-l --device cuda --precision bf16
 """
 
 from __future__ import annotations
@@ -92,6 +94,8 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=3)
     parser.add_argument("--scale", type=int, default=2)
     parser.add_argument("--model", default="sst-light-291")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--precision", default="auto", help="auto (bf16 on GPUs that support it), fp32, bf16")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -99,15 +103,15 @@ def main() -> None:
         # The bundled weights are x4 only; the x2 network has the same body (only its upsampler is smaller),
         # and time does not depend on weight values, so the SST-light x2 architecture is timed untrained.
         torch.manual_seed(0)
-        up = Upscaler(create_model("sst-light", args.scale).eval(), device="cpu")
+        up = Upscaler(create_model("sst-light", args.scale).eval(), device=args.device, precision=args.precision)
         label = f"sst-light x{args.scale} (architecture of sst-light-291, untrained weights: only x4 is bundled)"
     else:
-        up = Upscaler(args.model, args.scale, device="cpu")
+        up = Upscaler(args.model, args.scale, device=args.device, precision=args.precision)
         label = f"{args.model} x{up.scale}"
     cpu = platform.processor() or platform.machine()
     print(f"date {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; {cpu}, {os.cpu_count()} cores, {args.threads} torch "
           f"threads; torch {torch.__version__}, PyAV {av.__version__}")  # fmt: skip
-    print(f"model {label}; fp32 CPU, --tile auto; one warm-up frame of 64x64 before timing")
+    print(f"model {label}; {up.device}, {up.dtype}, --tile auto; one warm-up frame of 64x64 before timing")
     up.upscale(np.zeros((64, 64, 3), np.uint8))
     print("| input | output | frames | decode s/f | network s/f | encode s/f | pipeline s/f | frames/s | ratio |")
     print("|---|---|---|---|---|---|---|---|---|")
