@@ -14,7 +14,7 @@ issue's goal is at most 1.2.
 
     PYTHONPATH=. python benchmarks/bench_video.py --sizes 854x480 1920x1080 --frames 3 --scale 2
     PYTHONPATH=. python benchmarks/bench_video.py --sizes 854x480 1920x1080 --frames 30 --scale 2 \
-        --model sst-l --device cuda --precision bf16
+        --model sst-l --untrained --device cuda --precision bf16
 """
 
 from __future__ import annotations
@@ -94,12 +94,17 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=3)
     parser.add_argument("--scale", type=int, default=2)
     parser.add_argument("--model", default="sst-light-291")
+    parser.add_argument("--untrained", action="store_true", help="random weights of --model (same time, no download)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precision", default="auto", help="auto (bf16 on GPUs that support it), fp32, bf16")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    if args.model == "sst-light-291" and args.scale != 4:
+    if args.untrained:
+        torch.manual_seed(0)
+        up = Upscaler(create_model(args.model, args.scale).eval(), device=args.device, precision=args.precision)
+        label = f"{args.model} x{args.scale}, untrained weights"
+    elif args.model == "sst-light-291" and args.scale != 4:
         # The bundled weights are x4 only; the x2 network has the same body (only its upsampler is smaller),
         # and time does not depend on weight values, so the SST-light x2 architecture is timed untrained.
         torch.manual_seed(0)
