@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 from PIL import Image, ImageCms, UnidentifiedImageError
@@ -288,16 +288,22 @@ def _no_pillow_bomb_limit() -> Iterator[None]:
 def _tile_rawmode(im: Image.Image) -> str | None:
     """The raw mode Pillow will decode with (only the PNG and TIFF decoders are inspected)."""
     tiles = getattr(im, "tile", None)
-    if im.format not in ("PNG", "TIFF") or not tiles or tiles[0].codec_name not in _CODECS:
+    # A tile is (codec name, extents, offset, args): a plain tuple before Pillow 11, a named tuple since.
+    if im.format not in ("PNG", "TIFF") or not tiles or tiles[0][0] not in _CODECS:
         return None
-    args = tiles[0].args
+    args = tiles[0][3]
     return args if isinstance(args, str) else (args[0] if args and isinstance(args[0], str) else None)
+
+
+def _with_args(tile: Any, args: object) -> Any:
+    """``tile`` with other decoder arguments, in the type this Pillow uses (tuple, or ``ImageFile._Tile``)."""
+    return tile._replace(args=args) if hasattr(tile, "_replace") else (*tile[:3], args)
 
 
 def _decode_raw(im: Image.Image, rawmode: str) -> np.ndarray:
     """Load ``im`` unpacking its pixel bytes with ``rawmode`` instead of the one Pillow picked."""
     tiles = im.tile  # type: ignore[attr-defined]
-    im.tile = [t._replace(args=rawmode if isinstance(t.args, str) else (rawmode, *t.args[1:])) for t in tiles]  # type: ignore[attr-defined]
+    im.tile = [_with_args(t, rawmode if isinstance(t[3], str) else (rawmode, *t[3][1:])) for t in tiles]  # type: ignore[attr-defined]
     im.load()
     return np.asarray(im)
 

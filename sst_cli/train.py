@@ -8,17 +8,21 @@ saved and used. Pairs are made on the fly: a random HR crop of ``patch * scale``
 flip / transpose, and its LR by MATLAB-compatible bicubic ``imresize`` of the uint8 crop, which is how
 the benchmark LR images are made.
 
-A run is resumable across sessions: every ``checkpoint_every`` seconds, on Ctrl-C / SIGTERM and at the end
-a state file ``<out stem>.state.pth`` is written atomically in the authors' layout (``params``,
-``params_ema``) plus optimizer, iteration, RNG states and settings, so ``resume=True`` continues exactly.
+A run is resumable across sessions: every ``checkpoint_every`` seconds (or ``checkpoint_iters`` steps), on
+Ctrl-C / SIGTERM and at the end a state file (``trainstate.py``; ``<out stem>.state.pth`` unless ``state``
+says otherwise) is written atomically, so ``resume=True`` continues exactly: interrupted and resumed gives
+the same weights as one straight run, bit for bit.
+
+Speed (issue 29): the images stay on the device as uint8 and patches are cut there (``PatchSampler``);
+BF16 autocast keeps fp32 master weights; the loop never waits for the GPU except to report the loss every
+``report_every`` steps; ``compile`` runs the network through ``torch.compile``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
-import os
+import random
 import signal
 import threading
 import time
@@ -32,8 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from .archs.sst import SST, SSTConfig
-from .checkpoint import read_weights
-from .errors import CheckpointError, ConfigError, OutputExists
+from .errors import ConfigError, OutputExists
 from .files import atomic_save
 from .recipe import (
     BATCH_CPU,
@@ -51,11 +54,31 @@ from .recipe import (
 )
 from .runtime import package_version, resolve_device
 from .trainset import Message, PatchSampler, find_images, load_images
+from .trainstate import (
+    InitReport,
+    capture_rng,
+    check_resume,
+    init_from,
+    read_state,
+    restore_rng,
+    state_path,
+    write_state,
+)
 from .zoo import check_scale, get_variant
 
-REPORT_EVERY = 1.0  # seconds between progress reports (each one waits for the GPU)
-MIN_INIT_FRACTION = 0.5  # --init must fill at least this share of the network's tensors
-STATE_FORMAT = "sst-cli-train/1"
+__all__ = [
+    "InitReport",
+    "TrainConfig",
+    "TrainResult",
+    "TrainingInterrupted",
+    "init_from",
+    "learning_rate",
+    "state_path",
+    "train",
+]
+
+REPORT_EVERY_CUDA = 50  # steps between progress reports on a GPU: each one waits for it (on a CPU: every step)
+PRECISIONS = ("auto", "bf16", "fp32")  # auto: bf16 autocast on a GPU that has it, else fp32
 WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt")
 
 
@@ -75,20 +98,30 @@ class TrainConfig:
     ema_decay: float = EMA_DECAY
     seed: int = 0
     device: str = "auto"
-    checkpoint_every: float = CHECKPOINT_EVERY
+    checkpoint_every: float = CHECKPOINT_EVERY  # seconds between state saves
+    checkpoint_iters: int = 0  # also save every this many steps (0: only by time)
     time_limit: float | None = None  # seconds of training in this session
-    init: Path | None = None
-    resume: bool = False
+    init: Path | None = None  # weights or a training state of another scale to start from
+    resume: bool = False  # continue the run saved in ``state``
+    state: Path | None = None  # the training state file; default ``state_path(out)``
     overwrite: bool = False
     half: bool = False  # save the final weights as float16
-    report_every: float = REPORT_EVERY
+    precision: str = "auto"  # "bf16" (autocast, fp32 master weights), "fp32", or auto
+    compile: bool = False  # run the network through torch.compile
+    report_every: int | None = None  # steps between progress reports; default 1 on a CPU, 50 on a GPU
 
     def __post_init__(self) -> None:
         """Accept str / PathLike paths and any sequence of folders from API callers."""
         object.__setattr__(self, "data", tuple(Path(p) for p in self.data))
         object.__setattr__(self, "out", Path(self.out))
-        if self.init is not None:
-            object.__setattr__(self, "init", Path(self.init))
+        for name in ("init", "state"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
+
+    @property
+    def state_file(self) -> Path:
+        """Where the training state is read (``resume``) and written."""
+        return self.state if self.state is not None else state_path(self.out)
 
 
 @dataclass(frozen=True)
@@ -101,27 +134,6 @@ class TrainProgress:
     lr: float
     elapsed: float  # training seconds, earlier sessions included
     rate: float  # iterations per second in this session
-
-
-@dataclass(frozen=True)
-class InitReport:
-    """What ``init_from`` did with each tensor of the network."""
-
-    source: Path
-    loaded: list[str]
-    resized: list[str]  # sub-pixel convs mapped from another scale
-    reinitialised: list[str]
-    unused: list[str]  # tensors in the file that the network has no place for
-
-    def summary(self) -> str:
-        """One line for logs: counts, and the names of what was not simply loaded."""
-        parts = [f"{len(self.loaded)} tensors loaded"]
-        if self.resized:
-            parts.append(f"resized from the other scale: {', '.join(self.resized)}")
-        parts.append(f"re-initialised: {', '.join(self.reinitialised) or 'none'}")
-        if self.unused:
-            parts.append(f"{len(self.unused)} in the file unused")
-        return f"init from {self.source}: " + "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -148,15 +160,6 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.result = result
 
 
-# ----------------------------------------------------------------------------------------------- data
-
-
-def state_path(out: str | os.PathLike[str]) -> Path:
-    """Where the training state of a run writing ``out`` lives: beside it, ``<stem>.state.pth``."""
-    out = Path(out)
-    return out.with_name(out.stem + ".state.pth")
-
-
 # --------------------------------------------------------------------------------------------- schedule
 
 
@@ -167,70 +170,7 @@ def learning_rate(iteration: int, iters: int, base: float, warmup: int) -> float
     return base * ramp * LR_GAMMA**halvings
 
 
-# ------------------------------------------------------------------------------------------------ init
-
-
-def _subpixel_resize(weight: torch.Tensor, groups: int, scale: int) -> torch.Tensor | None:
-    """Map a pixel-shuffle conv's output channels (group, sub-pixel) to ``scale`` by nearest sub-pixel."""
-    old = math.isqrt(weight.shape[0] // groups) if weight.shape[0] % groups == 0 else 0
-    if old < 1 or old * old * groups != weight.shape[0]:
-        return None
-    index = []
-    for g in range(groups):
-        for i in range(scale):
-            for j in range(scale):  # the old sub-pixel whose centre is nearest to this one's
-                oi, oj = int((i + 0.5) * old / scale), int((j + 0.5) * old / scale)
-                index.append(g * old * old + oi * old + oj)
-    return weight[torch.tensor(index)].clone()
-
-
-def init_from(model: SST, path: str | os.PathLike[str]) -> InitReport:
-    """Start ``model`` from weights of another scale (x2 -> x3 -> x4 as the paper does).
-
-    Tensors whose shapes match are loaded (``params_ema`` first, as the authors' training does); the
-    upsampler conv whose width depends on the scale is resized sub-pixel by sub-pixel; anything else
-    keeps its fresh initialisation. Raises when less than half of the network's tensors fit.
-    """
-    state, _ = read_weights(path)
-    target = model.state_dict()
-    scale = model.config.scale
-    new: dict[str, torch.Tensor] = {}
-    loaded, resized, fresh = [], [], []
-    for key, value in target.items():
-        src = state.get(key)
-        if src is not None and src.shape == value.shape:
-            new[key] = src
-            loaded.append(key)
-            continue
-        mapped = None
-        if src is not None and key.startswith("upsampler.up_conv.") and src.shape[1:] == value.shape[1:]:
-            mapped = _subpixel_resize(src, value.shape[0] // (scale * scale), scale)
-        if mapped is not None and mapped.shape == value.shape:
-            new[key] = mapped
-            resized.append(key)
-        else:
-            fresh.append(key)
-    if len(loaded) < MIN_INIT_FRACTION * len(target):
-        raise CheckpointError(
-            f"--init {path}: only {len(loaded)} of the network's {len(target)} tensors fit it; it is not "
-            "weights of the same architecture (another model or config?)"
-        )
-    model.load_state_dict({k: v.to(target[k].dtype) for k, v in new.items()}, strict=False)
-    return InitReport(Path(path), loaded, resized, fresh, [k for k in state if k not in target])
-
-
 # ------------------------------------------------------------------------------------------------ files
-
-
-def _cpu(obj: Any) -> Any:
-    """Tensors (nested in dicts / lists) moved to the CPU, so a state file loads anywhere."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu().clone()
-    if isinstance(obj, dict):
-        return {k: _cpu(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_cpu(v) for v in obj)
-    return obj
 
 
 def save_weights(
@@ -311,6 +251,12 @@ def _check(config: TrainConfig) -> None:
         (config.warmup is None or config.warmup >= 0, f"warmup must be >= 0 iterations, got {config.warmup}"),
         (0.0 <= config.ema_decay < 1.0, f"ema decay must be in [0, 1), got {config.ema_decay}"),
         (config.checkpoint_every >= 0, f"checkpoint interval must be >= 0 seconds, got {config.checkpoint_every}"),
+        (config.checkpoint_iters >= 0, f"checkpoint interval must be >= 0 steps, got {config.checkpoint_iters}"),
+        (
+            config.report_every is None or config.report_every >= 1,
+            f"report_every must be at least 1 step, got {config.report_every}",
+        ),
+        (config.precision in PRECISIONS, f"precision must be one of {', '.join(PRECISIONS)}, got {config.precision!r}"),
         (config.time_limit is None or config.time_limit > 0, f"time limit must be positive, got {config.time_limit}"),
         (bool(config.data), "give at least one --data folder"),
         (
@@ -323,28 +269,15 @@ def _check(config: TrainConfig) -> None:
             raise ConfigError(message)
 
 
-def _read_state(path: Path) -> dict[str, Any]:
+def _adamw(model: torch.nn.Module, lr: float) -> torch.optim.AdamW:
+    """Fused AdamW: one kernel for all parameters and, unlike the per-tensor path, no ``.item()`` per step.
+
+    torch < 2.4 has no fused kernel on the CPU; there the per-tensor path runs (a CPU does not wait anyway).
+    """
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # pickle, zip and OS errors all mean "not a usable state file"
-        raise CheckpointError(f"{path}: not a readable training state ({exc})") from exc
-    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-        raise CheckpointError(f"{path}: not an sst-cli training state (format {STATE_FORMAT})")
-    return state
-
-
-def _check_resume(state: dict[str, Any], settings: dict[str, Any], path: Path, say: Message) -> None:
-    """Refuse a state file of another network; say which other settings changed."""
-    saved = state["settings"]
-    if saved["sst_config"] != settings["sst_config"] or saved["model"] != settings["model"]:
-        raise ConfigError(
-            f"--resume: {path} is a run of {saved['model']} x{saved['scale']}, not {settings['model']} "
-            f"x{settings['scale']}; use the same --model, --scale and --config, or another --out"
-        )
-    keys = ("iters", "batch", "patch", "lr", "warmup", "ema_decay", "data", "precision")
-    changed = [k for k in keys if saved.get(k) != settings[k]]
-    if changed:
-        say(f"resuming with changed {', '.join(changed)}: the run continues, but not exactly as planned")
+        return torch.optim.AdamW(model.parameters(), lr=lr, betas=BETAS, weight_decay=WEIGHT_DECAY, fused=True)
+    except RuntimeError:
+        return torch.optim.AdamW(model.parameters(), lr=lr, betas=BETAS, weight_decay=WEIGHT_DECAY)
 
 
 class _TrainingRun:
@@ -362,8 +295,11 @@ class _TrainingRun:
     ) -> None:
         self.config, self.settings, self.device = config, settings, device
         self.batch, self.warmup, self.base_lr = settings["batch"], settings["warmup"], settings["lr"]
-        self.state_file = state_path(config.out)
+        self.iters = settings["iters"]
+        self.state_file = config.state_file
         torch.manual_seed(config.seed)
+        random.seed(config.seed)
+        np.random.seed(config.seed)
         self.model = SST(**arch.to_kwargs()).to(device)
         self.init: InitReport | None = None
         if saved is not None:
@@ -374,23 +310,17 @@ class _TrainingRun:
         self.live = list(self.model.state_dict().values())  # views of the parameters, updated in place
         source = saved["params_ema"] if saved is not None else self.model.state_dict()
         self.ema = {k: v.detach().to(device=device, dtype=torch.float32, copy=True) for k, v in source.items()}
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
-            lr=self.base_lr,
-            betas=BETAS,
-            weight_decay=WEIGHT_DECAY,
-            fused=device.type == "cuda" or None,  # one kernel for all parameters instead of several per tensor
-        )
-        self.sampler = PatchSampler(images, config.patch, arch.scale, config.seed)
+        self.optimizer = _adamw(self.model, self.base_lr)
+        self.sampler = PatchSampler(images, config.patch, arch.scale, config.seed, device)
         self.iteration, self.elapsed_before = 0, 0.0
         if saved is not None:
             self.optimizer.load_state_dict(saved["optimizer"])
             self.iteration, self.elapsed_before = int(saved["iteration"]), float(saved["elapsed"])
-            self.sampler.generator.set_state(saved["rng"]["data"])
-            torch.set_rng_state(saved["rng"]["torch"])
-            if device.type == "cuda" and saved["rng"].get("cuda") is not None:
-                torch.cuda.set_rng_state(saved["rng"]["cuda"], device)
+            restore_rng(saved["rng"], self.sampler.generator, device)
         self.bf16 = settings["precision"] == "bf16 autocast"
+        self.forward: Callable[[torch.Tensor], torch.Tensor] = self.model
+        if config.compile:  # the network only: the optimizer and EMA are already one fused kernel each
+            self.forward = torch.compile(self.model)
         self.start = time.monotonic()
 
     def elapsed(self) -> float:
@@ -398,16 +328,16 @@ class _TrainingRun:
         return self.elapsed_before + time.monotonic() - self.start
 
     def lr(self) -> float:
-        return learning_rate(self.iteration, self.config.iters, self.base_lr, self.warmup)
+        return learning_rate(self.iteration, self.iters, self.base_lr, self.warmup)
 
     def step(self) -> torch.Tensor:
         """One optimisation step and EMA update; returns the loss without waiting for the GPU."""
         lr = self.lr()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        lr_img, hr_img = self.sampler.sample(self.batch, self.device)
+        lr_img, hr_img = self.sampler.sample(self.batch)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            sr = self.model(lr_img)
+            sr = self.forward(lr_img)  # parameters stay float32: autocast casts copies for the matmuls
         loss = F.l1_loss(sr.float(), hr_img)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -420,31 +350,24 @@ class _TrainingRun:
 
     def save_state(self) -> None:
         """The resumable state, in the authors' layout (``params``, ``params_ema``) plus what resuming needs."""
-        cuda = self.device.type == "cuda"
-        rng = {
-            "data": self.sampler.generator.get_state(),
-            "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state(self.device) if cuda else None,
-        }
         scheduler = {
-            "milestones": [round(m * self.config.iters) for m in MILESTONES],
+            "milestones": [round(m * self.iters) for m in MILESTONES],
             "gamma": LR_GAMMA,
             "warmup": self.warmup,
             "base_lr": self.base_lr,
             "next_lr": self.lr(),
         }
         payload = {
-            "format": STATE_FORMAT,
-            "params": _cpu(self.model.state_dict()),
-            "params_ema": _cpu(self.ema),
-            "optimizer": _cpu(self.optimizer.state_dict()),
+            "params": self.model.state_dict(),
+            "params_ema": self.ema,
+            "optimizer": self.optimizer.state_dict(),
             "scheduler": scheduler,
             "iteration": self.iteration,
             "elapsed": self.elapsed(),
-            "rng": rng,
+            "rng": capture_rng(self.sampler.generator, self.device),
             "settings": self.settings,
         }
-        atomic_save(self.state_file, lambda tmp: torch.save(payload, tmp))
+        write_state(self.state_file, payload)
 
     def save_weights(self, images: int) -> None:
         """The EMA weights to ``out``, with metadata that says who trained them on what."""
@@ -477,18 +400,27 @@ class _TrainingRun:
         save_weights(self.config.out, self.ema, self.model.state_dict(), metadata, self.config.half)
 
 
+def _precision(requested: str, device: torch.device) -> str:
+    """The precision recorded in the settings: "bf16 autocast" or "fp32"."""
+    has_bf16 = device.type != "cuda" or torch.cuda.is_bf16_supported()
+    if requested == "bf16" and not has_bf16:
+        raise ConfigError(f"--precision bf16: {torch.cuda.get_device_name(device)} has no bfloat16; use fp32")
+    bf16 = requested == "bf16" or (requested == "auto" and device.type == "cuda" and has_bf16)
+    return "bf16 autocast" if bf16 else "fp32"
+
+
 def planned_settings(config: TrainConfig) -> dict[str, Any]:
     """Every setting of a run with its defaults resolved (recorded in its files), without reading any data."""
     _check(config)
     name, arch = _architecture(config)
     device = resolve_device(config.device)
-    bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    cuda = device.type == "cuda"
     return {
         "model": name,
         "scale": arch.scale,
         "sst_config": arch.to_kwargs(),
         "iters": config.iters,
-        "batch": config.batch or (BATCH_CUDA if device.type == "cuda" else BATCH_CPU),
+        "batch": config.batch or (BATCH_CUDA if cuda else BATCH_CPU),
         "patch": config.patch,
         "lr": config.lr or (LR_FROM_INIT if config.init is not None else LR_SCRATCH),
         "warmup": config.warmup if config.warmup is not None else round(WARMUP_FRACTION * config.iters),
@@ -497,8 +429,32 @@ def planned_settings(config: TrainConfig) -> dict[str, Any]:
         "data": [str(p) for p in config.data],
         "init": None if config.init is None else str(config.init),
         "device": str(device),
-        "precision": "bf16 autocast" if bf16 else "fp32",
+        "precision": _precision(config.precision, device),
+        "compile": config.compile,
+        "report_every": config.report_every or (REPORT_EVERY_CUDA if cuda else 1),
     }
+
+
+def _prepare(config: TrainConfig, settings: dict[str, Any], say: Message) -> dict[str, Any] | None:
+    """The saved state to resume (its settings merged into ``settings``), or None; refuses clobbering a run."""
+    state_file = config.state_file
+    if not config.resume:
+        if not config.overwrite:
+            for path in (config.out, state_file):
+                if path.exists():
+                    raise OutputExists(
+                        f"{path} exists: pass --resume to continue that run, or --overwrite to start over"
+                    )
+        return None
+    saved = read_state(state_file)
+    for key in ("batch", "lr", "warmup"):  # defaults follow the saved run, not this command's --init
+        if getattr(config, key) is None:
+            settings[key] = saved["settings"][key]
+    changed = check_resume(saved, settings, state_file)
+    if changed:
+        say(f"resuming with changed {', '.join(changed)}: the run continues, but not exactly as planned")
+    settings["init"] = saved["settings"].get("init")
+    return saved
 
 
 def train(
@@ -511,39 +467,28 @@ def train(
     """Train (or, with ``resume``, continue) one network and save its EMA weights to ``config.out``.
 
     ``on_start`` gets the resolved settings (see ``planned_settings``, plus ``images`` and ``iteration``)
-    once the data is loaded and the network is ready. Raises TrainingInterrupted (a KeyboardInterrupt)
+    once the data is loaded and the network is ready. Progress is reported every ``report_every`` steps,
+    the only points where the loop waits for the GPU. Raises TrainingInterrupted (a KeyboardInterrupt)
     after saving the state when Ctrl-C or SIGTERM arrives.
     """
     say: Message = on_message or (lambda _text: None)
     settings = planned_settings(config)
     device = torch.device(settings["device"])
-    state_file = state_path(config.out)
-    saved: dict[str, Any] | None = None
-    if config.resume:
-        if not state_file.is_file():
-            raise ConfigError(f"--resume: there is no training state {state_file}; start without --resume")
-        saved = _read_state(state_file)
-        for key in ("batch", "lr", "warmup"):  # defaults follow the saved run, not this command's --init
-            if getattr(config, key) is None:
-                settings[key] = saved["settings"][key]
-        _check_resume(saved, settings, state_file, say)
-        settings["init"] = saved["settings"].get("init")
-    elif not config.overwrite:
-        for path in (config.out, state_file):
-            if path.exists():
-                raise OutputExists(f"{path} exists: pass --resume to continue that run, or --overwrite to start over")
-    try:  # before the data is read: a folder that cannot be made is known now, not at the first save
-        config.out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"--out {config.out}: cannot create its folder ({exc.strerror or exc})") from None
+    state_file = config.state_file
+    saved = _prepare(config, settings, say)
+    for path, option in ((config.out, "--out"), (state_file, "--state")):
+        try:  # before the data is read: a folder that cannot be made is known now, not at the first save
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"{option} {path}: cannot create its folder ({exc.strerror or exc})") from None
     images = load_images(find_images(config.data), config.patch * settings["scale"], say)
     run = _TrainingRun(config, SSTConfig.from_kwargs(settings["sst_config"]), settings, device, images, saved, say)
     if on_start is not None:
         on_start({**settings, "images": len(images), "iteration": run.iteration, "state": str(state_file)})
-    first = run.iteration
+    first, every = run.iteration, settings["report_every"]
     losses: list[float] = []
-    pending: list[torch.Tensor] = []
-    last_report = last_save = run.start
+    pending: list[torch.Tensor] = []  # losses still on the device, read at the next report
+    last_save = run.start
     stopped_by = "done"
     run.model.train()
     with _stop_requests() as stop, _cudnn_benchmark(device):
@@ -556,17 +501,17 @@ def train(
                 break
             lr = run.lr()
             pending.append(run.step())
-            now = time.monotonic()
-            if now - last_report >= config.report_every or run.iteration in (first + 1, config.iters):
+            if run.iteration % every == 0 or run.iteration in (first + 1, config.iters):
                 values = torch.stack(pending).tolist()  # the one place the loop waits for the GPU
                 losses += values
                 pending.clear()
-                last_report = now
                 if on_progress is not None:
+                    now = time.monotonic()
                     rate = (run.iteration - first) / max(now - run.start, 1e-9)
                     mean = sum(values) / len(values)
                     on_progress(TrainProgress(run.iteration, config.iters, mean, lr, run.elapsed(), rate))
-            if now - last_save >= config.checkpoint_every and run.iteration < config.iters:
+            by_steps = config.checkpoint_iters > 0 and run.iteration % config.checkpoint_iters == 0
+            if (by_steps or time.monotonic() - last_save >= config.checkpoint_every) and run.iteration < config.iters:
                 run.save_state()
                 say(f"checkpoint: iteration {run.iteration}, state saved to {state_file}")
                 last_save = time.monotonic()

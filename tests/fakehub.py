@@ -1,6 +1,6 @@
 """A small fake Hugging Face Hub (and GitHub release) on 127.0.0.1, served with the standard library.
 
-It answers the requests huggingface_hub 2.x makes, in the shapes its source expects:
+It answers the requests huggingface_hub makes (0.23 to 2.x), in the shapes their sources expect:
 
 * ``GET /api/collections?owner=O`` (items truncated to 4, no ``position``), ``GET /api/collections/<slug>``
   (with ``position``), ``GET /api/models?author=O``, ``GET /api/models/<repo>[/revision/<rev>]`` (siblings with
@@ -27,6 +27,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
 LFS_SUFFIXES = (".pth", ".pt", ".safetensors", ".bin", ".ckpt")
+# Fields the real Hub sends with every model (listing and info); huggingface_hub before 0.24 requires them.
+_MODEL_STATS = {"private": False, "downloads": 0, "likes": 0, "tags": []}
 
 
 def commit_of(text: str) -> str:
@@ -187,7 +189,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             elif path == "/api/models":
                 author = query.get("author", [""])[0]
                 repos = [r for r in hub.repos.values() if r.repo_id.split("/")[0] == author]
-                self._json([{"id": r.repo_id, "author": author, "sha": r.commit, "private": False} for r in repos])
+                self._json([{"id": r.repo_id, "author": author, "sha": r.commit, **_MODEL_STATS} for r in repos])
             elif path.startswith("/api/models/"):
                 self._model_info(path[len("/api/models/") :], "blobs" in query)
             elif "/resolve/" in path:
@@ -219,7 +221,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                         sibling["lfs"] = {"size": len(data), "sha256": repo.sha256(name), "pointerSize": 134}
                 siblings.append(sibling)
             self._json({"id": repo.repo_id, "author": repo.repo_id.split("/")[0], "sha": repo.commit,
-                        "private": False, "siblings": siblings})  # fmt: skip
+                        "siblings": siblings, **_MODEL_STATS})  # fmt: skip
 
         def _resolve(self, path: str, fault: object) -> None:
             match = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)

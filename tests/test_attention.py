@@ -529,3 +529,17 @@ def test_cuda_backends_agree_and_the_reference_path_matches() -> None:
         with reference_path(model):
             reference = model(x)
     assert (ours - reference).abs().max().item() <= 2e-2 * ours.abs().max().item()  # both attend in bf16
+
+
+def test_chunked_bias_attention_trains(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under autograd the query-row blocks of sdpa-bias give the gradients of the one-block product."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 1, 2048, 8, requires_grad=True) for _ in range(3))
+    bias_q, bias_k = (torch.randn(1, 2048, 2, requires_grad=True) for _ in range(2))
+    grads = []
+    for chunk in (attention._BIAS_CHUNK_ELEMENTS, 1 << 30):  # blocks of 1024 query rows, then one block
+        monkeypatch.setattr(attention, "_BIAS_CHUNK_ELEMENTS", chunk)
+        out = attention._sdpa_bias(q, k, v, bias_q, bias_k)
+        grads.append(torch.autograd.grad(out.square().sum(), (q, k, v, bias_q, bias_k)))
+    for chunked, whole in zip(*grads, strict=True):
+        torch.testing.assert_close(chunked, whole, rtol=1e-4, atol=1e-5)

@@ -400,3 +400,52 @@ def test_env_vars_honoured_in_fresh_process(tmp_path: Path) -> None:
     ).stdout
     assert DATA_A.decode() in out
     assert "missing: other.pth from tester/sst-fake is not in the Hugging Face cache" in out
+
+
+class _Answer(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(f"HTTP {status}")
+        self.response = type("Response", (), {"status_code": status})()
+
+
+def test_transient_failures_are_told_apart() -> None:
+    """Which failures sst-cli asks again for, whichever huggingface_hub (and HTTP library) raised them."""
+    from sst_cli.hub.library import transient
+
+    assert transient(_Answer(500)) and transient(_Answer(503)) and transient(_Answer(429))
+    assert not transient(_Answer(404)) and not transient(_Answer(401)) and not transient(ValueError("x"))
+    assert transient(ConnectionResetError()) and transient(OSError("Consistency check failed: file should be"))
+    try:
+        try:
+            raise TimeoutError("read timed out")
+        except TimeoutError as inner:
+            raise RuntimeError("LocalEntryNotFoundError-like wrapper") from inner
+    except RuntimeError as wrapped:
+        assert transient(wrapped)  # 0.x wraps the connection error: its cause decides
+
+
+def test_retried_gives_up_after_the_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sst_cli.hub import library
+
+    monkeypatch.setattr(library, "RETRY_WAITS", (0.0, 0.0))
+    calls: list[int] = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise _Answer(502)
+        return "ok"
+
+    def failing(status: int) -> str:
+        calls.append(1)
+        raise _Answer(status)
+
+    assert library.retried(flaky) == "ok" and len(calls) == 3
+    calls.clear()
+    with pytest.raises(_Answer):
+        library.retried(lambda: failing(500))
+    assert len(calls) == 3  # three attempts, then the error
+    calls.clear()
+    with pytest.raises(_Answer):
+        library.retried(lambda: failing(404))
+    assert len(calls) == 1  # not found: asked once

@@ -64,7 +64,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _config(data: Path, out: Path, **kw: object) -> TrainConfig:
-    base = TrainConfig(data=(data,), out=out, iters=6, model=TINY, patch=8, batch=2, device="cpu", report_every=0)
+    base = TrainConfig(data=(data,), out=out, iters=6, model=TINY, patch=8, batch=2, device="cpu", report_every=1)
     return replace(base, **kw)
 
 
@@ -90,14 +90,15 @@ def test_loss_goes_down_and_weights_load_with_metadata(data: Path, tmp_path: Pat
     assert all(torch.equal(weights[k], v) for k, v in model.state_dict().items())
 
 
-def test_interrupted_then_resumed_equals_one_straight_run(data: Path, tmp_path: Path) -> None:
-    straight = train(_config(data, tmp_path / "a.safetensors"))
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_interrupted_then_resumed_equals_one_straight_run(data: Path, tmp_path: Path, precision: str) -> None:
+    straight = train(_config(data, tmp_path / "a.safetensors", precision=precision))
 
     def ctrl_c_at_3(p: TrainProgress) -> None:
         if p.iteration == 3:
             os.kill(os.getpid(), signal.SIGINT)
 
-    split = _config(data, tmp_path / "b.safetensors")
+    split = _config(data, tmp_path / "b.safetensors", precision=precision)
     with pytest.raises(TrainingInterrupted) as stop:
         train(split, on_progress=ctrl_c_at_3)
     assert stop.value.result.iteration == 3 and stop.value.result.out is None
@@ -119,7 +120,7 @@ def test_existing_run_needs_resume_or_overwrite_and_resume_needs_the_same_networ
     assert set(saved) == {"params_ema", "params", "meta"}  # .pth: the authors' layout
     with pytest.raises(OutputExists, match=r"--resume.*--overwrite"):
         train(config)
-    with pytest.raises(ConfigError, match="is a run of custom x2, not custom x3"):
+    with pytest.raises(ConfigError, match=r"is a x2 run and this one is x3; start the new scale with --init"):
         train(replace(config, resume=True, scale=3))
     with pytest.raises(ConfigError, match="no training state"):
         train(replace(config, out=tmp_path / "other.pth", resume=True))
@@ -211,3 +212,145 @@ def test_cli_trains_end_to_end_and_reports_bad_data_in_one_line(data: Path, tmp_
     assert len(lines) == 1 and lines[0].startswith("error:") and "benchmark test set" in lines[0]
     missing = runner.invoke(app, [*args[:3], "--data", str(tmp_path / "nowhere"), "--iters", "3", "--out", "y.pth"])
     assert missing.exit_code == 2 and "is not a folder" in missing.output
+
+
+def test_bf16_autocast_trains_with_float32_master_weights(data: Path, tmp_path: Path) -> None:
+    kw = {"iters": 30, "batch": 4}
+    bf16 = train(_config(data, tmp_path / "bf16.safetensors", precision="bf16", **kw))
+    fp32 = train(_config(data, tmp_path / "fp32.safetensors", precision="fp32", **kw))
+    first, last = np.mean(bf16.losses[:5]), np.mean(bf16.losses[-5:])
+    assert last < 0.7 * first, (first, last)
+    assert bf16.losses != fp32.losses  # autocast did run the network in bfloat16
+    state = torch.load(bf16.state, weights_only=True)
+    assert state["settings"]["precision"] == "bf16 autocast"
+    assert all(v.dtype == torch.float32 for v in state["params"].values())  # the master copy stays fp32
+    moments = [s["exp_avg"] for s in state["optimizer"]["state"].values()]
+    assert moments and all(m.dtype == torch.float32 for m in moments)
+    with pytest.raises(ConfigError, match="precision must be one of auto, bf16, fp32"):
+        train(_config(data, tmp_path / "x.safetensors", precision="fp16"))
+
+
+# What makes the host wait for a GPU: reading a tensor's value on the host, or an explicit synchronize.
+HOST_READS = ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "cpu", "numpy")
+
+
+def _count_host_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    calls: list[str] = []
+    for name in HOST_READS:
+        original = getattr(torch.Tensor, name)
+
+        def counted(
+            self: torch.Tensor, *args: object, _name: str = name, _f: object = original, **kw: object
+        ) -> object:
+            calls.append(_name)
+            return _f(self, *args, **kw)  # type: ignore[operator]
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: calls.append("synchronize"))
+    return calls
+
+
+OLD_TORCH = tuple(int(part) for part in torch.__version__.split(".")[:2]) < (2, 4)
+
+
+@pytest.mark.skipif(OLD_TORCH, reason="torch < 2.4 has no fused AdamW on the CPU; its per-tensor path reads steps")
+def test_the_loop_reads_the_loss_once_per_report_and_never_inside_a_step(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sst_cli.train as engine
+
+    calls = _count_host_reads(monkeypatch)
+    in_step: list[str] = []
+    step = engine._TrainingRun.step
+
+    def watched(self: engine._TrainingRun) -> torch.Tensor:
+        before = len(calls)
+        loss = step(self)
+        in_step.extend(calls[before:])
+        return loss
+
+    monkeypatch.setattr(engine._TrainingRun, "step", watched)
+    train(_config(data, tmp_path / "warm.safetensors", iters=1))  # once per process: attention kernel plans
+    in_step.clear()
+    counts, reports = [], []
+    for iters in (8, 16):
+        calls.clear()
+        seen: list[TrainProgress] = []
+        kw = {"iters": iters, "report_every": 4, "checkpoint_every": 1e9}
+        result = train(_config(data, tmp_path / f"s{iters}.safetensors", **kw), on_progress=seen.append)
+        counts.append(len(calls))
+        reports.append([p.iteration for p in seen])
+        assert len(result.losses) == iters  # every step's loss is still kept, read in batches
+    assert in_step == []  # a step (sampling, forward, backward, AdamW, EMA) never reads a value on the host
+    assert reports == [[1, 4, 8], [1, 4, 8, 12, 16]]
+    assert counts[1] - counts[0] == 2  # 8 more steps cost 2 more reads: one per report, not one per step
+
+
+def test_checkpoint_every_n_steps_then_resume_that_state_from_the_cli(data: Path, tmp_path: Path) -> None:
+    straight = train(_config(data, tmp_path / "a.safetensors"))
+    copy = tmp_path / "at3.state.pth"
+
+    def keep_the_checkpoint(text: str) -> None:
+        if text.startswith("checkpoint: iteration 3,"):
+            copy.write_bytes(state_path(tmp_path / "b.safetensors").read_bytes())
+
+    notes: list[str] = []
+    train(
+        _config(data, tmp_path / "b.safetensors", checkpoint_iters=3),
+        on_message=lambda t: (notes.append(t), keep_the_checkpoint(t)),
+    )
+    assert [n.split(",")[0] for n in notes] == ["checkpoint: iteration 3"]  # every 3 steps, but not at the end
+    assert torch.load(copy, weights_only=True)["iteration"] == 3
+
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY.to_kwargs()))
+    out = tmp_path / "c.safetensors"
+    args = ["train", "--config", str(config), "--data", str(data), "--iters", "6", "--out", str(out)]
+    args += ["--patch", "8", "--batch", "2", "--device", "cpu", "--resume", str(copy)]
+    cli = runner.invoke(app, args)
+    assert cli.exit_code == 0, cli.output
+    assert "resuming at iteration 3" in " ".join(cli.output.split())
+    a, b = (torch.load(p, weights_only=True) for p in (straight.state, copy))  # --resume STATE keeps writing STATE
+    assert b["iteration"] == 6 and not state_path(out).exists()
+    for key in ("params", "params_ema"):
+        assert all(torch.equal(a[key][k], b[key][k]) for k in a[key]), key
+    assert all(
+        torch.equal(a["optimizer"]["state"][i]["exp_avg_sq"], s["exp_avg_sq"])
+        for i, s in b["optimizer"]["state"].items()
+    )
+    both = runner.invoke(app, [*args, "--state", str(tmp_path / "other.state.pth")])
+    assert both.exit_code == 2 and "give --resume or --state, not both" in both.output
+
+
+def test_x3_starts_from_a_tiny_x2_training_state(data: Path, tmp_path: Path) -> None:
+    x2 = train(_config(data, tmp_path / "x2.safetensors", iters=3))
+    x3_config = _config(data, tmp_path / "x3.safetensors", iters=2, scale=3, patch=6, init=x2.state)
+    fresh = SST(**replace(TINY, upscaling_factor=3).to_kwargs())
+    report = init_from(fresh, x2.state)  # the state's params_ema, as the official loader prefers
+    ema = torch.load(x2.state, weights_only=True)["params_ema"]
+    up = ["upsampler.up_conv.weight", "upsampler.up_conv.bias"]
+    assert report.resized == up and report.reinitialised == [] and len(report.loaded) == len(ema) - 2
+    assert all(torch.equal(fresh.state_dict()[k], ema[k]) for k in report.loaded)
+    x3 = train(x3_config)
+    assert x3.init is not None and x3.init.resized == up and x3.finished
+    with safe_open(str(x3.out), framework="pt") as f:
+        meta = f.metadata()
+    assert meta["init"] == x2.state.name and meta["lr"] == "0.00025" and meta["scale"] == "3"
+
+
+def test_compile_runs_the_same_step(data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled: list[object] = []
+    original = torch.compile
+
+    def eager_compile(model: torch.nn.Module, **kw: object) -> object:
+        compiled.append(model)  # TorchDynamo traces the step; the "eager" backend skips the C++ compile
+        return original(model, backend="eager")
+
+    monkeypatch.setattr(torch, "compile", eager_compile)
+    plain = train(_config(data, tmp_path / "p.safetensors", iters=2))
+    fast = train(_config(data, tmp_path / "c.safetensors", iters=2, compile=True))
+    assert len(compiled) == 1 and isinstance(compiled[0], SST)
+    a, b = (torch.load(r.state, weights_only=True) for r in (plain, fast))
+    assert set(a["params"]) == set(b["params"])  # no _orig_mod. prefixes: the plain module is saved
+    assert all(torch.allclose(a["params"][k], b["params"][k], atol=1e-6) for k in a["params"])
+    assert b["settings"]["compile"] is True

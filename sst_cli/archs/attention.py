@@ -517,7 +517,10 @@ def _sdpa_bias(
     for start in range(0, n, rows):
         sl = slice(start, min(n, start + rows))
         bias = buffer[: h * (sl.stop - start) * m].view(h, sl.stop - start, m)
-        torch.matmul(bias_q[:, sl], bias_k, out=bias)
+        if bias_q.requires_grad and torch.is_grad_enabled():  # training: autograd refuses out=
+            bias = torch.matmul(bias_q[:, sl], bias_k)
+        else:
+            torch.matmul(bias_q[:, sl], bias_k, out=bias)
         out[:, :, sl] = F.scaled_dot_product_attention(q[:, :, sl], k, v, attn_mask=bias.unsqueeze(0), scale=1.0)
     return out
 

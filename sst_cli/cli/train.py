@@ -64,7 +64,8 @@ class TrainReporter:
             f"training {plan['model']} x{scale} on {plan['images']} images from {', '.join(plan['data'])}: "
             f"{iters} iterations{resumed}, batch {plan['batch']}, LR patch {patch} (HR {patch * scale}), "
             f"lr {plan['lr']:g} (warm-up {plan['warmup']}, halved at {milestones}), EMA {plan['ema_decay']}, "
-            f"{plan['device']} ({plan['precision']})",
+            f"{plan['device']} ({plan['precision']}{', compiled' if plan['compile'] else ''}), "
+            f"loss read every {plan['report_every']} steps",
             markup=False,
             soft_wrap=True,
         )
@@ -110,7 +111,8 @@ def _summary(result: TrainResult, half: bool) -> None:
     else:
         console.print(
             f"stopped by the time limit at iteration {result.iteration} of {result.iters}{loss}; "
-            "continue with the same command plus --resume",
+            f"continue with the same command plus --resume {result.state}",
+            markup=False,
             soft_wrap=True,
         )
     console.print(f"EMA weights ({kind}): {result.out}", markup=False, soft_wrap=True)
@@ -144,12 +146,21 @@ def train(
     init: Annotated[
         Path | None,
         typer.Option(
-            "--init", metavar="FILE", help="Start from these weights (e.g. x2 for x3); the upsampler is adapted."
+            "--init",
+            metavar="FILE",
+            help="Start from these weights or training state (e.g. x2 for x3); the upsampler is adapted.",
         ),
     ] = None,
     resume: Annotated[
-        bool, typer.Option("--resume", help="Continue the run saved in <out stem>.state.pth beside --out.")
-    ] = False,
+        Path | None,
+        typer.Option("--resume", metavar="STATE", help="Continue the run saved in this training state file."),
+    ] = None,
+    state: Annotated[
+        Path | None,
+        typer.Option(
+            "--state", metavar="FILE", help="Where to keep the training state (default <out stem>.state.pth)."
+        ),
+    ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Start over, replacing --out and its state.")] = False,
     patch: Annotated[int, typer.Option("--patch", help="LR patch side in pixels (HR = patch x scale).")] = PATCH,
     batch: Annotated[int | None, typer.Option("--batch", help="Patches per step (default 16 on GPU, 4 on CPU).")] = (
@@ -167,6 +178,19 @@ def train(
     checkpoint_every: Annotated[
         float, typer.Option("--checkpoint-every", help="Seconds between saves of the training state.")
     ] = 300.0,
+    checkpoint_iters: Annotated[
+        int, typer.Option("--checkpoint-iters", metavar="N", help="Also save the state every N steps (0: off).")
+    ] = 0,
+    precision: Annotated[
+        str, typer.Option("--precision", help="auto (bf16 on a GPU that has it), bf16 (autocast) or fp32.")
+    ] = "auto",
+    compile_: Annotated[
+        bool, typer.Option("--compile", help="Run the network through torch.compile (pays off on long GPU runs).")
+    ] = False,
+    report_every: Annotated[
+        int | None,
+        typer.Option("--report-every", metavar="N", help="Steps between loss reads (default 1 on CPU, 50 on GPU)."),
+    ] = None,
     time_limit: Annotated[
         float | None,
         typer.Option(
@@ -181,7 +205,8 @@ def train(
 
     LR patches are made from random HR crops with MATLAB-compatible bicubic downscaling; benchmark test
     sets (Set5, Set14, B100, Urban100, Manga109) are refused as training data. The state is saved every
-    --checkpoint-every seconds, at the end and on Ctrl-C, so --resume continues across sessions.
+    --checkpoint-every seconds (or --checkpoint-iters steps), at the end and on Ctrl-C, so the same
+    command plus --resume STATE continues across sessions exactly where it stopped.
     Exit status: 0 done (or stopped by --time-limit), 2 invalid options, 130 interrupted (state saved).
     """
     from ..archs.sst import SSTConfig
@@ -192,6 +217,8 @@ def train(
 
     if model is not None and config is not None:
         raise ConfigError("give --model or --config, not both")
+    if resume is not None and state is not None and resume != state:
+        raise ConfigError("--resume STATE keeps writing STATE: give --resume or --state, not both")
     arch = SSTConfig.from_kwargs(read_config_kwargs(config)) if config is not None else (model or "sst-light")
     settings = TrainConfig(
         data=tuple(data),
@@ -207,11 +234,16 @@ def train(
         seed=seed,
         device=device,
         checkpoint_every=checkpoint_every,
+        checkpoint_iters=checkpoint_iters,
         time_limit=None if time_limit is None else time_limit * 60.0,
         init=init,
-        resume=resume,
+        resume=resume is not None,
+        state=resume if resume is not None else state,
         overwrite=overwrite,
         half=half,
+        precision=precision,
+        compile=compile_,
+        report_every=report_every,
     )
     reporter = TrainReporter(quiet=quiet, log_every=log_every)
     with reporter.running(iters):
@@ -223,7 +255,7 @@ def train(
             r = stop.result
             raise fail(
                 f"interrupted at iteration {r.iteration} of {r.iters}; training state saved to {r.state}: "
-                "rerun the same command with --resume to continue",
+                f"rerun the same command with --resume {r.state} to continue",
                 130,
             ) from None
     _summary(result, half)

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .._version import __version__
 from ..errors import WeightsNotFound
+from . import library
 
 MAX_COLLECTIONS = 10
 MAX_REPOS = 60
@@ -33,9 +33,7 @@ class Found:
 
 
 def api() -> Any:
-    from huggingface_hub import HfApi
-
-    return HfApi(library_name="sst-cli", library_version=__version__)
+    return library.client()
 
 
 def _words(text: str) -> list[str]:

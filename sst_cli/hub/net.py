@@ -12,17 +12,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..errors import CheckpointError, ConfigError, WeightsNotFound
-from .progress import progress_kwargs
+from .library import NETWORK_MODULES, progress
+from .library import endpoint as endpoint
 from .refs import sha256_of
 
 DEFAULT_PROBE_TIMEOUT = 3.0
-
-
-def endpoint() -> str:
-    """The Hub endpoint huggingface_hub uses (HF_ENDPOINT), read at call time."""
-    from huggingface_hub import constants
-
-    return constants.ENDPOINT.rstrip("/")
 
 
 def offline() -> bool:
@@ -118,7 +112,7 @@ def reason(exc: BaseException) -> str:
     if isinstance(exc, HfHubHTTPError) and status is not None:
         return f"the server answered HTTP {status}"
     module = type(exc).__module__.split(".", 1)[0]
-    if module in ("httpx", "httpx2", "httpcore", "h11", "ssl") or isinstance(exc, ConnectionError | TimeoutError):
+    if module in NETWORK_MODULES or isinstance(exc, ConnectionError | TimeoutError):
         return f"the connection failed or was cut off ({type(exc).__name__}: {clean(exc, 120)})"
     if isinstance(exc, OSError) and "Consistency check failed" in str(exc):
         return "the download was incomplete (the server sent fewer bytes than announced)"
@@ -161,8 +155,8 @@ def download_url(url: str, destination: Path, *, expected_sha256: str | None = N
     destination.parent.mkdir(parents=True, exist_ok=True)
     temp = destination.with_name(f".{destination.name}.{secrets.token_hex(4)}.incomplete")
     try:
-        with temp.open("wb") as fh:
-            http_get(url, fh, displayed_filename=destination.name, **progress_kwargs(http_get))
+        with temp.open("wb") as fh, progress(http_get) as kwargs:
+            http_get(url, fh, displayed_filename=destination.name, **kwargs)
         actual = sha256_of(temp)
         if expected_sha256 and actual != expected_sha256:
             raise CheckpointError(

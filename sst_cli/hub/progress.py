@@ -79,7 +79,7 @@ def tqdm_class() -> type | None:
 
         def __init__(self, *args: Any, total: int | None = None, initial: int = 0, desc: str | None = None,
                      **kwargs: Any) -> None:  # fmt: skip
-            self.n, self.total = initial, total
+            self.n, self.total, self.desc, self.closed = initial, total, desc, False
             self.format_dict: dict[str, Any] = {}
             display.start((desc or "weights").rsplit("/", 1)[-1], total)
             if initial:
@@ -102,7 +102,9 @@ def tqdm_class() -> type | None:
             pass
 
         def close(self) -> None:
-            display.stop()
+            if not self.closed:
+                self.closed = True
+                display.stop()
 
         def __enter__(self) -> _Bar:
             return self

@@ -19,9 +19,8 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .._version import __version__
 from ..errors import CheckpointError, ConfigError, WeightsNotFound
-from . import discover, net
+from . import discover, library, net
 from .manifest import (
     Entry,
     bundled_models,
@@ -33,7 +32,7 @@ from .manifest import (
     release_base,
 )
 from .pins import Pin, drop_pin, get_pin, pin_key, release_dir, save_pin
-from .progress import note, progress_kwargs
+from .progress import note
 from .refs import COMMIT_RE, SHA256_RE, HubFile, sha256_of
 
 _DO_INSTEAD = "pass --hub-repo OWNER/REPO if you know a repository that holds it, or download it yourself and pass " \
@@ -117,10 +116,8 @@ def _evict(path: Path) -> None:
 
 def cached_path(file: HubFile) -> Path | None:
     """Path of ``file`` in the HF cache, or None; never touches the network."""
-    from huggingface_hub import try_to_load_from_cache
-
     try:
-        found = try_to_load_from_cache(file.repo_id, file.filename, revision=file.revision)
+        found = library.cached_file(file.repo_id, file.filename, file.revision)
     except Exception as exc:  # HFValidationError for malformed ids
         error = net.as_config_error(exc, file.uri)
         if error is not None:
@@ -210,15 +207,8 @@ def _checked_cached(entry: Entry, key: str, pin: Pin, location: Location) -> Loc
 
 def _fetch_hub(entry: Entry, key: str, found: discover.Found) -> Location:
     """Download a located file at its commit, verify it (manifest sha256, else LFS), pin it."""
-    from huggingface_hub import hf_hub_download
-
     note(f"{entry.label}: {found.path} from the Hugging Face repository {found.repo_id} (commit {found.commit[:7]})")
-    path = Path(
-        hf_hub_download(
-            found.repo_id, found.path, revision=found.commit, library_name="sst-cli", library_version=__version__,
-            **progress_kwargs(hf_hub_download),
-        )
-    )  # fmt: skip
+    path = library.hub_download(found.repo_id, found.path, found.commit)
     expected = entry.sha256 or found.sha256 or _lfs_sha256(path)
     actual = sha256_of(path)
     if expected and actual != expected:
@@ -236,7 +226,8 @@ def _fetch_release(entry: Entry, key: str, url: str) -> Location:
     assert entry.filename is not None
     note(f"{entry.label}: {entry.filename} from the authors' release {url}")
     destination = release_dir() / entry.filename
-    actual = net.download_url(url, destination, expected_sha256=entry.sha256, label=f"{entry.label} weights")
+    label = f"{entry.label} weights"
+    actual = library.retried(lambda: net.download_url(url, destination, expected_sha256=entry.sha256, label=label))
     save_pin(key, Pin("release", entry.filename, actual, url=url).with_stat(destination))
     return Location(entry.name, entry.scale, "release", destination, filename=entry.filename, url=url,
                     sha256=actual, pinned=True)  # fmt: skip
@@ -273,7 +264,7 @@ def _find_and_fetch(entry: Entry, key: str, pin: Pin | None, *, release: bool = 
     hub = net.endpoint()
     if net.reachable(hub):
         try:
-            found = _find_on_hub(entry, pin)
+            found = library.retried(lambda: _find_on_hub(entry, pin))
             if found is not None:
                 return _fetch_hub(entry, key, found)
             problems.append(_not_on_hub(entry))
@@ -424,8 +415,6 @@ def download(file: HubFile, *, pull_hint: str | None = None) -> Path:
     A cached file is used without a request when offline, when its revision is a commit, or when the Hub does
     not answer the quick probe. ``pull_hint``: the command suggested when offline and not cached.
     """
-    from huggingface_hub import hf_hub_download
-
     cached = cached_path(file)
     pinned_commit = bool(file.revision and COMMIT_RE.match(file.revision))
     if cached is not None and (net.offline() or pinned_commit):
@@ -442,12 +431,7 @@ def download(file: HubFile, *, pull_hint: str | None = None) -> Path:
             return _verified(cached, file, fresh=False)
         raise net.no_network([net.host_of(net.endpoint())], what, pull_hint)
     try:
-        local = Path(
-            hf_hub_download(
-                file.repo_id, file.filename, revision=file.revision, library_name="sst-cli",
-                library_version=__version__, **progress_kwargs(hf_hub_download),
-            )
-        )  # fmt: skip
+        local = library.hub_download(file.repo_id, file.filename, file.revision)
     except Exception as exc:  # huggingface_hub/httpx raise many unrelated types; all become one sentence
         raise _download_error(file, exc) from exc
     return _verified(local, file, fresh=local != cached)

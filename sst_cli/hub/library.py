@@ -1,0 +1,147 @@
+"""huggingface_hub behaving the same on every version sst-cli supports (0.23 to 2.x): the calls that differ.
+
+* Settings are read from ``huggingface_hub.constants`` when a call is made and passed explicitly (endpoint,
+  cache folder): releases before 1.0 copy them into each of their modules at import, so a later change (a test,
+  a caller setting HF_HUB_CACHE at run time) reached some functions and not others.
+* Transient failures (HTTP 429 / 5xx, a connection refused or cut off, a truncated body) are retried here, a
+  fixed number of times, whatever the library did first: 2.x retries most requests itself, 1.x not an API
+  listing answered with HTTP 500, 0.x hardly any.
+* Progress goes to the current display through ``tqdm_class`` where the function takes one (1.x and later);
+  before, ``http_get`` makes its bar from ``file_download.tqdm``, which is swapped for the time of the call,
+  and a transfer it resumes continues the same bar.
+* A download that fails leaves no ``.incomplete`` file in the cache (0.x keeps them to resume later).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .._version import __version__
+from .progress import progress_kwargs, tqdm_class
+
+T = TypeVar("T")
+
+RETRY_WAITS: tuple[float, ...] = (1.0, 3.0)  # seconds before the second and the third attempt
+_TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+NETWORK_MODULES = ("httpx", "httpx2", "httpcore", "h11", "requests", "urllib3", "ssl")
+_SWAP_LOCK = threading.Lock()
+
+
+def endpoint() -> str:
+    """The Hub endpoint (HF_ENDPOINT as huggingface_hub read it), without a trailing slash."""
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT.rstrip("/")
+
+
+def cache_dir() -> str:
+    """The Hub cache folder (HF_HUB_CACHE, else HF_HOME/hub) as huggingface_hub read it."""
+    from huggingface_hub import constants
+
+    return str(constants.HF_HUB_CACHE)
+
+
+def client() -> Any:
+    """An ``HfApi`` for the current endpoint."""
+    from huggingface_hub import HfApi
+
+    return HfApi(endpoint=endpoint(), library_name="sst-cli", library_version=__version__)
+
+
+@contextlib.contextmanager
+def progress(function: Any) -> Iterator[dict[str, Any]]:
+    """The keywords that send ``function``'s progress to the current display (see the module docstring)."""
+    kwargs = progress_kwargs(function)
+    bar = tqdm_class()
+    from huggingface_hub import file_download
+
+    if kwargs or bar is None or not hasattr(file_download, "tqdm"):
+        yield kwargs
+        return
+    opened: list[Any] = []
+
+    def make(*args: Any, initial: int = 0, desc: str | None = None, **options: Any) -> Any:
+        last = opened[-1] if opened else None
+        if last is not None and not last.closed and last.desc == desc:  # a resumed transfer: the same bar
+            last.update(initial - last.n)
+            return last
+        opened.append(bar(*args, initial=initial, desc=desc, **options))
+        return opened[-1]
+
+    with _SWAP_LOCK:
+        saved = file_download.tqdm
+        setattr(file_download, "tqdm", make)  # noqa: B010 (a module attribute, swapped back below)
+        try:
+            yield {}
+        finally:
+            setattr(file_download, "tqdm", saved)  # noqa: B010
+            for left in opened:
+                left.close()
+
+
+def hub_download(repo_id: str, filename: str, revision: str | None) -> Path:
+    """``hf_hub_download`` into the current cache from the current endpoint, retried, progress to the current
+    display; when it fails for good, the ``.incomplete`` files it wrote in that repository's cache are removed."""
+    from huggingface_hub import hf_hub_download
+
+    blobs = Path(cache_dir()) / f"models--{repo_id.replace('/', '--')}" / "blobs"
+    started = time.time() - 1.0
+    try:
+        with progress(hf_hub_download) as kwargs:
+            return Path(
+                retried(lambda: hf_hub_download(
+                    repo_id, filename, revision=revision, cache_dir=cache_dir(), endpoint=endpoint(),
+                    library_name="sst-cli", library_version=__version__, **kwargs,
+                ))
+            )  # fmt: skip
+    except BaseException:
+        for partial in blobs.glob("*.incomplete"):
+            with contextlib.suppress(OSError):
+                if partial.stat().st_mtime >= started:
+                    partial.unlink()
+        raise
+
+
+def cached_file(repo_id: str, filename: str, revision: str | None) -> object:
+    """``try_to_load_from_cache`` on the current cache: a str path, None, or the library's "known missing"."""
+    from huggingface_hub import try_to_load_from_cache
+
+    return try_to_load_from_cache(repo_id, filename, revision=revision, cache_dir=cache_dir())
+
+
+def transient(exc: BaseException) -> bool:
+    """True for a failure that may pass if asked again: an HTTP 408 / 429 / 5xx answer, a connection that
+    failed or broke off, a body shorter than announced (also when the library wrapped it in another error)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        status = getattr(getattr(current, "response", None), "status_code", None)
+        if status in _TRANSIENT_STATUS:
+            return True
+        if status is not None:
+            return False
+        module = type(current).__module__.split(".", 1)[0]
+        if module in NETWORK_MODULES or isinstance(current, ConnectionError | TimeoutError):
+            return True
+        if isinstance(current, OSError) and "Consistency check failed" in str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def retried(call: Callable[[], T]) -> T:
+    """``call()``, attempted again after the waits in RETRY_WAITS while it fails transiently."""
+    for wait in RETRY_WAITS:
+        try:
+            return call()
+        except Exception as exc:
+            if not transient(exc):
+                raise
+        time.sleep(wait)
+    return call()

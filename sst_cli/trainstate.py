@@ -1,0 +1,195 @@
+"""What a run takes from earlier runs: its own state file (``resume``) or another scale's weights (``init``).
+
+The state file holds what a run needs to continue bit for bit in another session, as one ``torch.save``
+dict (loaded back with ``weights_only``): ``params`` and ``params_ema`` in the authors' layout (so the file
+also loads as weights, e.g. for ``--init``), the optimizer, the schedule position, the iteration and
+training seconds, the random states (torch, CUDA, numpy, Python, and the data order's own generator) and
+the settings of the run. A file that is not such a state, or is a run of another network, scale or seed,
+is refused with one sentence naming it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import torch
+
+from .archs.sst import SST
+from .checkpoint import read_weights
+from .errors import CheckpointError, ConfigError
+from .files import atomic_save
+
+STATE_FORMAT = "sst-cli-train/1"
+REQUIRED = ("params", "params_ema", "optimizer", "iteration", "elapsed", "rng", "settings")
+MIN_INIT_FRACTION = 0.5  # --init must fill at least this share of the network's tensors
+# Settings that may change on resume (with a note); the network, scale and seed may not.
+MAY_CHANGE = ("iters", "batch", "patch", "lr", "warmup", "ema_decay", "data", "precision", "device")
+
+
+def state_path(out: str | os.PathLike[str]) -> Path:
+    """Where the training state of a run writing ``out`` lives by default: beside it, ``<stem>.state.pth``."""
+    out = Path(out)
+    return out.with_name(out.stem + ".state.pth")
+
+
+def to_cpu(obj: Any) -> Any:
+    """Tensors (nested in dicts / lists) copied to the CPU, so a state file loads anywhere."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().clone()
+    if isinstance(obj, dict):
+        return {k: to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_cpu(v) for v in obj)
+    return obj
+
+
+def capture_rng(data: torch.Generator, device: torch.device) -> dict[str, Any]:
+    """Every random state a run may draw from, in types that ``torch.load(weights_only=True)`` accepts."""
+    name, keys, pos, has_gauss, gauss = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state(legacy=True))
+    return {
+        "data": data.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+        "numpy": {
+            "name": name,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": pos,
+            "has_gauss": has_gauss,
+            "gauss": gauss,
+        },
+        "python": random.getstate(),
+    }
+
+
+def restore_rng(rng: dict[str, Any], data: torch.Generator, device: torch.device) -> None:
+    """Put back what ``capture_rng`` saved (the CUDA state only on a CUDA run)."""
+    data.set_state(rng["data"])
+    torch.set_rng_state(rng["torch"])
+    if device.type == "cuda" and rng.get("cuda") is not None:
+        torch.cuda.set_rng_state(rng["cuda"], device)
+    if rng.get("numpy") is not None:
+        n = rng["numpy"]
+        keys = n["keys"].numpy().astype(np.uint32)
+        np.random.set_state((n["name"], keys, int(n["pos"]), int(n["has_gauss"]), float(n["gauss"])))
+    if rng.get("python") is not None:
+        version, internal, gauss = rng["python"]
+        random.setstate((version, tuple(internal), gauss))
+
+
+def write_state(path: Path, payload: dict[str, Any]) -> None:
+    """The state, atomically: a run killed while saving keeps its previous state file."""
+    payload = {"format": STATE_FORMAT, **to_cpu(payload)}
+    atomic_save(path, lambda tmp: torch.save(payload, tmp))
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    """A state file written by ``write_state``; anything else raises CheckpointError naming the file."""
+    if not path.is_file():
+        raise ConfigError(f"--resume: there is no training state {path}; start without --resume")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # pickle, zip and OS errors (torch's own words suggest unsafe loading: not repeated)
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise CheckpointError(
+            f"--resume: {path} is not a readable training state (corrupt, truncated or not one: {detail})"
+        ) from None
+    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+        raise CheckpointError(f"--resume: {path} is not an sst-cli training state (format {STATE_FORMAT})")
+    missing = [key for key in REQUIRED if key not in state]
+    if missing:
+        raise CheckpointError(f"--resume: {path} is an incomplete training state (no {', '.join(missing)})")
+    return state
+
+
+def check_resume(state: dict[str, Any], settings: dict[str, Any], path: Path) -> list[str]:
+    """Refuse a state of another network, scale or seed; return the settings that changed (a note's worth)."""
+    saved = state["settings"]
+    if saved.get("scale") != settings["scale"]:
+        raise ConfigError(
+            f"--resume: {path} is a x{saved.get('scale')} run and this one is x{settings['scale']}; "
+            "start the new scale with --init from it instead"
+        )
+    if saved.get("sst_config") != settings["sst_config"] or saved.get("model") != settings["model"]:
+        raise ConfigError(
+            f"--resume: {path} is a run of {saved.get('model')} x{saved.get('scale')} with another network "
+            f"config than {settings['model']} x{settings['scale']}; use the same --model and --config, or another --out"
+        )
+    if saved.get("seed") != settings["seed"]:
+        raise ConfigError(f"--resume: {path} was started with --seed {saved.get('seed')}, not {settings['seed']}")
+    return [key for key in MAY_CHANGE if saved.get(key) != settings[key]]
+
+
+@dataclass(frozen=True)
+class InitReport:
+    """What ``init_from`` did with each tensor of the network."""
+
+    source: Path
+    loaded: list[str]
+    resized: list[str]  # sub-pixel convs mapped from another scale
+    reinitialised: list[str]
+    unused: list[str]  # tensors in the file that the network has no place for
+
+    def summary(self) -> str:
+        """One line for logs: counts, and the names of what was not simply loaded."""
+        parts = [f"{len(self.loaded)} tensors loaded"]
+        if self.resized:
+            parts.append(f"resized from the other scale: {', '.join(self.resized)}")
+        parts.append(f"re-initialised: {', '.join(self.reinitialised) or 'none'}")
+        if self.unused:
+            parts.append(f"{len(self.unused)} in the file unused")
+        return f"init from {self.source}: " + "; ".join(parts)
+
+
+def _subpixel_resize(weight: torch.Tensor, groups: int, scale: int) -> torch.Tensor | None:
+    """Map a pixel-shuffle conv's output channels (group, sub-pixel) to ``scale`` by nearest sub-pixel."""
+    old = math.isqrt(weight.shape[0] // groups) if weight.shape[0] % groups == 0 else 0
+    if old < 1 or old * old * groups != weight.shape[0]:
+        return None
+    index = []
+    for g in range(groups):
+        for i in range(scale):
+            for j in range(scale):  # the old sub-pixel whose centre is nearest to this one's
+                oi, oj = int((i + 0.5) * old / scale), int((j + 0.5) * old / scale)
+                index.append(g * old * old + oi * old + oj)
+    return weight[torch.tensor(index)].clone()
+
+
+def init_from(model: SST, path: str | os.PathLike[str]) -> InitReport:
+    """Start ``model`` from weights of another scale (x2 -> x3 -> x4 as the paper does).
+
+    Tensors whose shapes match are loaded (``params_ema`` first, as the authors' training does); the
+    upsampler conv whose width depends on the scale is resized sub-pixel by sub-pixel; anything else
+    keeps its fresh initialisation. Raises when less than half of the network's tensors fit.
+    """
+    state, _ = read_weights(path)
+    target = model.state_dict()
+    scale = model.config.scale
+    new: dict[str, torch.Tensor] = {}
+    loaded, resized, fresh = [], [], []
+    for key, value in target.items():
+        src = state.get(key)
+        if src is not None and src.shape == value.shape:
+            new[key] = src
+            loaded.append(key)
+            continue
+        mapped = None
+        if src is not None and key.startswith("upsampler.up_conv.") and src.shape[1:] == value.shape[1:]:
+            mapped = _subpixel_resize(src, value.shape[0] // (scale * scale), scale)
+        if mapped is not None and mapped.shape == value.shape:
+            new[key] = mapped
+            resized.append(key)
+        else:
+            fresh.append(key)
+    if len(loaded) < MIN_INIT_FRACTION * len(target):
+        raise CheckpointError(
+            f"--init {path}: only {len(loaded)} of the network's {len(target)} tensors fit it; it is not "
+            "weights of the same architecture (another model or config?)"
+        )
+    model.load_state_dict({k: v.to(target[k].dtype) for k, v in new.items()}, strict=False)
+    return InitReport(Path(path), loaded, resized, fresh, [k for k in state if k not in target])
