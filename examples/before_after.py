@@ -6,7 +6,8 @@
 ``--box X,Y,W,H`` is the LR region (pixels of the input photo); the network sees that region plus 16 pixels
 of context on every side, then the crop is cut out, so the borders look as they do in a whole-image run.
 Any model works (``--model sst-l+`` for a bicubic-trained SST beside it); ``--ig-lambda`` / ``--seed`` pass
-through to sst-real. The right half is labelled with the model name.
+through to sst-real; ``--device`` as in ``sst upscale`` (auto: a GPU when there is one). The right half is
+labelled with the model name.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def main() -> None:
     parser.add_argument("--weights", default=None, help="weights file (sst-real: the checkpoint from the hub)")
     parser.add_argument("--ig-lambda", type=float, default=None)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (as sst upscale --device)")
     parser.add_argument("--out", type=Path, default=Path("before_after.png"))
     args = parser.parse_args()
 
@@ -36,7 +38,7 @@ def main() -> None:
     x, y, w, h = (int(v) for v in args.box.split(","))
     left, top = max(0, x - CONTEXT), max(0, y - CONTEXT)
     region = photo.crop((left, top, min(photo.width, x + w + CONTEXT), min(photo.height, y + h + CONTEXT)))
-    options = UpscaleOptions(ig_lambda=args.ig_lambda, seed=args.seed)
+    options = UpscaleOptions(device=args.device, ig_lambda=args.ig_lambda, seed=args.seed)
     upscaler = Upscaler(args.model if args.weights is None else None, weights=args.weights, options=options)
     s = upscaler.scale
     inner = ((x - left) * s, (y - top) * s, (x - left + w) * s, (y - top + h) * s)

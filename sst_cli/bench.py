@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from .archs import SRNetwork
 from .archs.attention import check_backend, describe_attention
+from .checks import check_choice
 from .choices import BENCH_PRECISIONS, COMPILE_MODES
 from .errors import ConfigError
 from .runtime import device_name, fp32_mode, resolve_device, resolve_precision, synchronize
@@ -65,7 +66,7 @@ class BenchSettings:
     compile: str = "none"
     tf32: bool = False
     input: str | None = None
-    channels_last: bool | None = None  # None: the model's default (on the CPU only)
+    channels_last: bool | None = None  # None: the model's default (SST: channels-last; SSTReal: on the CPU)
     seed: int = 0
     weights: str | None = None  # a checkpoint (any architecture) instead of zoo models with random weights
     config: str | None = None  # constructor keywords for ``weights`` (JSON file), when the file needs them
@@ -80,8 +81,7 @@ class BenchSettings:
         for scale in self.scales:
             check_scale(scale)
         for precision in self.precisions:
-            if precision not in BENCH_PRECISIONS:
-                raise ConfigError(f"unknown precision {precision!r}; choose {' or '.join(BENCH_PRECISIONS)}")
+            check_choice(precision, BENCH_PRECISIONS, "precision")
         if not (self.models and self.scales and self.precisions):
             raise ConfigError("give at least one model, scale and precision")
         if self.runs < 1 or self.warmup < 0:

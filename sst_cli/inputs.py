@@ -129,6 +129,20 @@ def _expand(item: str, recursive: bool, exclude: Sequence[Path], skips: Skips) -
     return jobs
 
 
+def check_inputs_exist(items: Sequence[str]) -> None:
+    """Refuse a run in which no INPUT names anything (each one a missing path, or a pattern that matches
+    nothing), before anything is loaded. One missing among others is not refused: the batch reports it."""
+    if not items:
+        return
+    for item in items:
+        if os.path.lexists(item) or (_MAGIC.search(item) and glob.glob(item, recursive=True)):
+            return
+    if len(items) == 1:
+        raise ConfigError(f"nothing to upscale: '{items[0]}' does not exist (no such file, folder or match)")
+    names = ", ".join(f"'{item}'" for item in items)
+    raise ConfigError(f"nothing to upscale: none of {names} exists (no such file, folder or match)")
+
+
 def discover_inputs(
     inputs: Iterable[str], recursive: bool = False, *, exclude: Sequence[Path] = (), skips: Skips | None = None
 ) -> list[Job]:
@@ -139,6 +153,7 @@ def discover_inputs(
     Raises ConfigError when nothing at all is found, since there is nothing to report on.
     """
     items = list(inputs)
+    check_inputs_exist(items)
     jobs: list[Job] = []
     seen: set[str] = set()
     for item in items:

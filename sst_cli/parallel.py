@@ -27,6 +27,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from .checks import check_devices
 from .errors import ConfigError, SstError
 from .filerun import BatchEvents, BatchInterrupted, BatchResult, FileResult, _BatchRun
 
@@ -58,10 +59,9 @@ def plan_workers(device: str, workers: int = 1) -> WorkerPlan:
     Checked before anything is loaded: ``workers`` below 1, a device list combined with ``--workers``, an
     unknown or absent device in the list, ``cuda:all`` without CUDA all give a one-sentence ConfigError.
     """
+    check_devices(device, workers)  # what needs no torch first: an error then answers at once
     from .runtime import resolve_device
 
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ConfigError(f"--workers must be 1 or more, got {workers!r}")
     text = device.strip().lower()
     if text == "cuda:all":
         import torch
@@ -71,16 +71,14 @@ def plan_workers(device: str, workers: int = 1) -> WorkerPlan:
             raise ConfigError(
                 "--device cuda:all needs CUDA GPUs, but PyTorch sees none here; use --workers N on the CPU"
             )
+        if workers != 1:
+            raise ConfigError("--workers applies to one device; a device list already runs one worker per device")
         names: list[str] = [f"cuda:{i}" for i in range(count)]
     elif "," in text:
         names = [part.strip() for part in text.split(",")]
-        if any(not name for name in names):
-            raise ConfigError(f"the device list {device!r} has an empty entry; write it like cuda:0,cuda:1")
     else:
         resolved = resolve_device(text)
         return WorkerPlan((str(resolved),) * workers)
-    if workers != 1:
-        raise ConfigError("--workers applies to one device; a device list already runs one worker per device")
     for name in names:
         if name == "auto" or ("," not in name and resolve_device(name).type == "cpu"):
             raise ConfigError(f"{name!r} in a device list: list GPUs only, and use --workers N for CPU workers")

@@ -13,6 +13,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import torch
 
+from .checks import check_choice, check_device_name, no_cuda, no_mps
 from .choices import DEVICE_HELP, PRECISIONS
 from .errors import ConfigError
 
@@ -35,6 +36,7 @@ def _mps_available() -> bool:
 def resolve_device(name: str) -> torch.device:
     """``auto`` = the first CUDA GPU, else Apple's MPS, else the CPU; anything unusable here is a ConfigError."""
     text = name.strip().lower()
+    check_device_name(text)  # what the platform never has, said without asking PyTorch
     if text == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
@@ -47,7 +49,7 @@ def resolve_device(name: str) -> torch.device:
         return device
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise ConfigError(f"device {name!r} was requested but PyTorch sees no CUDA GPU here; use --device cpu")
+            raise no_cuda(name)
         count = torch.cuda.device_count()
         if device.index is not None and device.index >= count:
             raise ConfigError(
@@ -56,18 +58,14 @@ def resolve_device(name: str) -> torch.device:
         return device
     if device.type == "mps":
         if not _mps_available():
-            raise ConfigError(
-                f"device {name!r} (Apple GPU) is not available here (it needs Apple Silicon and a PyTorch built with "
-                "MPS); use --device cpu"
-            )
+            raise no_mps(name)
         return device
     raise ConfigError(f"device {name!r} cannot run sst-cli's networks here; use {DEVICE_HELP}")
 
 
 def resolve_precision(precision: str, device: torch.device) -> torch.dtype:
     """``auto``: bfloat16 on CUDA GPUs that support it, float32 elsewhere (CPU and MPS: exact and safe)."""
-    if precision not in PRECISIONS:
-        raise ConfigError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    check_choice(precision, PRECISIONS, "precision")
     if precision == "auto":
         bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
         return torch.bfloat16 if bf16 else torch.float32

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -16,8 +15,9 @@ from PIL import Image, ImageOps
 from torch import nn
 
 from .archs import ModelDescriptor, SRNetwork, describe, network_of
-from .archs.attention import AttentionReport, check_backend, describe_attention
-from .choices import ALPHA_MODES, DEFAULT_MODEL, DEFAULT_SCALE
+from .archs.attention import AttentionReport, describe_attention
+from .checks import check_running_values
+from .choices import DEFAULT_MODEL, DEFAULT_SCALE
 from .errors import ConfigError, ImageError, NonFiniteOutput, OutputExists
 from .image_io import ImageInfo, Picture, choose_format, cmyk_to_rgb, read_image, write_image
 from .loader import ConfigSource, ModelSpec
@@ -70,25 +70,10 @@ class UpscaleOptions:
     seed: int | None = None
 
     def __post_init__(self) -> None:
+        # The checks that need no torch first (checks.py), then whether PyTorch can use the device here.
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "device"}
+        check_running_values(**values)
         resolve_device(self.device)  # a device PyTorch cannot use here is an option error, said at once
-        resolve_precision(self.precision, torch.device("cpu"))
-        check_backend(self.attention)
-        if self.tile != "auto" and (isinstance(self.tile, bool) or not isinstance(self.tile, int) or self.tile < 0):
-            raise ConfigError(f"tile must be 'auto', 0 (whole image) or a positive size in pixels, got {self.tile!r}")
-        if self.tile_overlap is not None and self.tile_overlap < 0:
-            raise ConfigError(f"tile overlap must be 0 or more, got {self.tile_overlap}")
-        if self.batch < 1:
-            raise ConfigError(f"batch must be at least 1, got {self.batch}")
-        if self.max_memory is not None and self.max_memory <= 0:
-            raise ConfigError(f"the memory budget must be positive, got {self.max_memory}")
-        if self.alpha not in ALPHA_MODES:
-            raise ConfigError(f"unknown alpha mode {self.alpha!r}; choose one of {', '.join(ALPHA_MODES)}")
-        if self.outscale is not None and not (math.isfinite(self.outscale) and self.outscale > 0):
-            raise ConfigError(f"outscale must be a positive number, got {self.outscale}")
-        if self.ig_lambda is not None and not math.isfinite(self.ig_lambda):
-            raise ConfigError(f"ig_lambda must be a finite number, got {self.ig_lambda}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
-            raise ConfigError(f"seed must be a non-negative integer, got {self.seed!r}")
 
     @property
     def settings(self) -> dict[str, Any]:

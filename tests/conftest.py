@@ -15,6 +15,13 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 GOLDEN = SHARED / "golden"
 DATASETS = SHARED / "datasets"
 
+# The terminal that runs the suite must not shape what the tests read: rich keeps a COLUMNS / LINES it finds
+# when the CLI's consoles are made (on first import of sst_cli.cli), and a table cut at that width ignores the
+# COLUMNS a test passes to ``CliRunner.invoke(env=...)``. So both are removed before any test module imports the
+# CLI, and every test runs at COLUMNS=80 (rich's width without a terminal) unless it asks for another.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+
 needs_golden = pytest.mark.skipif(
     not (GOLDEN / "mini_x3.pth").is_file(), reason=f"golden checkpoints not found in {GOLDEN}"
 )
@@ -67,6 +74,12 @@ def add_to_cache(cache: Path, repo_id: str, commit: str, files: dict[str, bytes]
     if ref is not None:
         (repo_dir / "refs").mkdir(parents=True, exist_ok=True)
         (repo_dir / "refs" / ref).write_text(commit)  # no trailing newline: huggingface_hub does not strip
+
+
+@pytest.fixture(autouse=True)
+def _terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """80 columns, whatever the terminal running pytest is (see the note at the top)."""
+    monkeypatch.setenv("COLUMNS", "80")
 
 
 @pytest.fixture(autouse=True)

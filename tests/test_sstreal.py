@@ -291,7 +291,8 @@ def test_cli_refuses_ig_lambda_and_seed_for_sst(tmp_path: Path) -> None:
 
 def test_before_after_crop_script(tmp_path: Path) -> None:
     """examples/before_after.py (the README's before/after crop): bicubic on the left, the model on the right,
-    each the crop of a run on the region plus its context, the same pixels an Upscaler gives."""
+    each the crop of a run on the region plus its context, the same pixels an Upscaler gives. Both on the CPU:
+    left to ``auto``, the script runs on a GPU where there is one (bf16), and the pixels differ."""
     import os
     import subprocess
     import sys
@@ -299,7 +300,8 @@ def test_before_after_crop_script(tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parents[1]
     weights = save_tiny(tmp_path / "real.safetensors")
     out = tmp_path / "crop.png"
-    args = ["--weights", str(weights), "--image", str(repo / "examples/rocket.jpg"), "--box", "120,60,24,16"]
+    image = str(repo / "examples/rocket.jpg")
+    args = ["--weights", str(weights), "--image", image, "--box", "120,60,24,16", "--device", "cpu"]
     env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
         [sys.executable, str(repo / "examples/before_after.py"), *args, "--out", str(out)],

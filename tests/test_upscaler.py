@@ -14,7 +14,7 @@ from PIL import Image
 from sst_cli import SST, SSTConfig, Upscaler
 from sst_cli.errors import ConfigError, NonFiniteOutput
 from sst_cli.runtime import fp32_mode
-from sst_cli.tiling import tile_sides, tiling_cost
+from sst_cli.tiling import plan_tiles, tile_sides, tiling_cost
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -92,30 +92,43 @@ def test_user_overlap_and_tile_are_aligned() -> None:
     assert (plan.tile, plan.overlap, plan.align) == (32, 16, 16)
 
 
-def test_auto_tile_fits_the_memory_budget() -> None:
+def _peak_bytes(up: Upscaler, model: SST, height: int, width: int) -> int:
+    """Estimated peak of the plan's largest pass: its batch of the largest context box actually cut (a context is
+    the core grown by the overlap and clipped to the image, so it is not always the tile plus twice the overlap).
+    """
+    plan = up.plan(height, width)
+    tiles = plan_tiles(height, width, plan.tile, plan.overlap, plan.align)
+    return plan.batch * max(model.activation_bytes(*t.context_shape, up.dtype) for t in tiles)
+
+
+# The budget is counted in the precision the Upscaler runs (auto: bf16 on a GPU, fp32 on the CPU), so both
+# are tried on any machine; a test that counted fp32 bytes failed on CUDA, where auto chose bf16.
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_auto_tile_fits_the_memory_budget(precision: str) -> None:
     model = _tiny_sst()
-    assert Upscaler(model, tile="auto", max_memory=1 << 40).plan(500, 700).tile == 0
+    assert Upscaler(model, tile="auto", max_memory=1 << 40, precision=precision).plan(500, 700).tile == 0
     budget = model.activation_bytes(80, 80)
-    plan = Upscaler(model, tile="auto", max_memory=budget).plan(500, 700)
+    up = Upscaler(model, tile="auto", max_memory=budget, precision=precision)
+    plan = up.plan(500, 700)
     rows, cols = tile_sides(plan.tile)
     assert rows > 0 and rows % 16 == 0 and cols % 16 == 0
-    assert model.activation_bytes(rows + 2 * plan.overlap, cols + 2 * plan.overlap) <= budget
+    assert _peak_bytes(up, model, 500, 700) <= budget
     # No square tile that fits the same budget computes fewer pixels.
     context = 2 * plan.overlap
-    squares = [s for s in range(16, 700, 16) if model.activation_bytes(s + context, s + context) <= budget]
+    squares = [s for s in range(16, 700, 16) if model.activation_bytes(s + context, s + context, up.dtype) <= budget]
     assert plan.cost(500, 700) <= min(tiling_cost(500, 700, s, plan.overlap) for s in squares)
 
 
-def test_auto_tile_shrinks_the_batch_before_the_tile() -> None:
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_auto_tile_shrinks_the_batch_before_the_tile(precision: str) -> None:
     model = _tiny_sst()
     said: list[str] = []
     budget = model.activation_bytes(80, 80) * 2
-    alone = Upscaler(model, tile="auto", max_memory=budget).plan(300, 300)
-    up = Upscaler(model, tile="auto", max_memory=budget, batch=8, on_message=said.append)
+    alone = Upscaler(model, tile="auto", max_memory=budget, precision=precision).plan(300, 300)
+    up = Upscaler(model, tile="auto", max_memory=budget, batch=8, precision=precision, on_message=said.append)
     plan = up.plan(300, 300)
     assert plan.tile == alone.tile and 1 <= plan.batch < 8  # the tile a batch of one gets, fewer per pass
-    rows, cols = tile_sides(plan.tile)
-    assert model.activation_bytes(rows + 2 * plan.overlap, cols + 2 * plan.overlap) * plan.batch <= budget
+    assert _peak_bytes(up, model, 300, 300) <= budget
     up.run(torch.rand(3, 300, 300))
     assert any(s.startswith(f"batch 8 becomes {plan.batch}:") for s in said)
 

@@ -46,6 +46,7 @@ from functools import cache
 import torch
 import torch.nn.functional as F
 
+from ..checks import check_choice
 from ..choices import BACKENDS
 from ..errors import ConfigError
 from .cpu_kernel import cpu_attention, kernel_description, kernel_problem
@@ -140,9 +141,7 @@ def available_backends() -> list[str]:
 
 def check_backend(name: str) -> str:
     """Validate a backend name. A kernel that cannot run is not an error: it falls back with a notice."""
-    if name not in BACKENDS:
-        raise ConfigError(f"unknown attention backend {name!r}; choose one of {', '.join(BACKENDS)}")
-    return name
+    return check_choice(name, BACKENDS, "attention backend")
 
 
 # ----------------------------------------------------------------------------- device facts

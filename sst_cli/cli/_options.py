@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
+from ..checks import check_device_name, check_running_values
 from ..choices import BACKENDS, DEFAULT_MODEL, DEVICE_HELP, PRECISIONS
 from ..errors import ConfigError
 
@@ -145,9 +146,17 @@ def model_specs(names: list[str], weights: list[str], config: str | None, hub_re
     return ((BICUBIC,) if wants_bicubic else ()) + tuple(specs)
 
 
+def check_upscale_options(*, tile: str, max_memory: str | None, **values: Any) -> None:
+    """The checks of ``upscale_options`` that need no torch (all but the device's), from the options' text."""
+    check_running_values(tile=parse_tile(tile), max_memory=parse_size(max_memory), **values)
+
+
 def upscale_options(*, tile: str, max_memory: str | None, **values: Any) -> UpscaleOptions:
     """The running options every upscaling command shares, from their text: ``--tile`` and ``--max-memory``
     parsed here, the rest (device, precision, attention, overlap, exact, batch, ...) passed as given."""
+    running = {name: value for name, value in values.items() if name != "device"}
+    check_upscale_options(tile=tile, max_memory=max_memory, **running)  # before torch: refusals answer at once
+    check_device_name(values.get("device", "auto"))
     from ..upscaler import UpscaleOptions  # torch: only once a command runs
 
     return UpscaleOptions(tile=parse_tile(tile), max_memory=parse_size(max_memory), **values)

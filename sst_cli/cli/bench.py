@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
+from ..checks import check_choice, check_device_name
+from ..choices import BACKENDS, BENCH_PRECISIONS
 from ..errors import ConfigError
 from ..zoo import VARIANTS
 from ._options import AttentionOption, ConfigOption, DeviceOption, WeightsOption, parse_tile, parse_wxh
@@ -39,12 +41,18 @@ def _settings(
     config: str | None = None,
 ) -> tuple[BenchSettings, bool]:
     """The paper's protocol on a GPU; quick defaults on the CPU. Returns the settings and whether CPU defaults apply."""
-    from ..bench import BenchSettings, quick_cpu_settings
-    from ..runtime import resolve_device
-
+    # Refusals that need no torch come before it is imported (by bench and runtime): they answer at once.
+    check_device_name(device)
+    check_choice(attention, BACKENDS, "attention backend")
+    for precision in precisions or ():
+        check_choice(precision, BENCH_PRECISIONS, "precision")
     layouts = {"auto": None, "on": True, "off": False}
     if channels_last not in layouts:
         raise ConfigError(f"unknown --channels-last {channels_last!r}; choose auto, on or off")
+    parse_tile(tile)
+    from ..bench import BenchSettings, quick_cpu_settings
+    from ..runtime import resolve_device
+
     cpu = resolve_device(device).type != "cuda"
     given: dict[str, Any] = {"device": device, "attention": attention, "reference": reference, "tf32": tf32}
     given |= {"tile": parse_tile(tile), "compile": compile_mode, "channels_last": layouts[channels_last]}
@@ -194,7 +202,7 @@ def bench(
         ),
     ] = "none",
     channels_last: Annotated[
-        str, typer.Option("--channels-last", help="Activation layout: auto (channels-last on the CPU only), on, off.")
+        str, typer.Option("--channels-last", help="Activation layout: auto (the network's default), on, off.")
     ] = "auto",
     tf32: Annotated[
         bool, typer.Option("--tf32", help="Allow TF32 in fp32 runs (off by default, as in upscale).")

@@ -81,13 +81,13 @@ def compare(
 
       sst compare photo.png --weights mine.safetensors --crop 120,80,64,64 --png side-by-side.png
     """
-    from ..compare import CompareSettings, run_compare
-
     crop_box = parse_crop(crop)
     options = upscale_options(
         device=device, precision=precision, attention=attention, tile=tile, tile_overlap=tile_overlap,
         exact=exact, batch=batch, max_memory=max_memory,
     )  # fmt: skip
+    from ..compare import CompareSettings, run_compare
+
     settings = CompareSettings(
         images=tuple(images),
         models=model_specs(model or [], weights or [], config, hub_repo),

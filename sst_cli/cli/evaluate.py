@@ -166,22 +166,23 @@ def eval_command(
 
     Visual report: sst eval -d Set5 --model sst-light-291 --model bicubic --data-root datasets/ --report set5-report/
     """
-    from .. import hub
     from ..errors import ConfigError
-    from ..evaluate import BICUBIC, PROTOCOL, EvalSettings, model_label, run_evaluation
-    from ..files import atomic_write_text
-    from .downloads import download_display
 
     crop_box = parse_crop(crop)
     if crop_by not in ("difference", "error"):
         raise ConfigError(f"--crop-by must be difference or error, got {crop_by!r}")
     if report is None and (crop is not None or crop_by != "difference"):
         raise ConfigError("--crop and --crop-by place the crops of a --report: give --report DIR too")
-    models = model_specs(model or [], weights or [], config, hub_repo)
     options = upscale_options(
         device=device, precision=precision, attention=attention, tile=tile, tile_overlap=tile_overlap,
         exact=exact, batch=batch, max_memory=max_memory,
     )  # fmt: skip
+    from .. import hub
+    from ..evaluate import BICUBIC, PROTOCOL, EvalSettings, model_label, run_evaluation
+    from ..files import atomic_write_text
+    from .downloads import download_display
+
+    models = model_specs(model or [], weights or [], config, hub_repo)
     settings = EvalSettings(
         datasets=tuple(dataset),
         models=models,

@@ -27,6 +27,7 @@ from ._options import (
     SeedOption,
     TileOverlapOption,
     WeightsOption,
+    check_upscale_options,
     upscale_options,
 )
 from .output import console, count_progress, debug_enabled, err_console, fail, handle_errors
@@ -284,21 +285,18 @@ def upscale(
     Exit status: 0 when every file was written or skipped, 1 when any failed, 2 for invalid options,
     130 when interrupted (rerun with --skip-existing to resume).
     """
-    from .. import hub
-    from ..batch import BatchEvents, BatchInterrupted, WriteOptions, upscale_files
-    from ..loader import ModelSpec
-    from ..parallel import plan_workers
+    from ..checks import check_devices
+    from ..inputs import check_inputs_exist
+    from ..naming import WriteOptions
     from ..video_io import VideoOptions
-    from .downloads import download_display
-    from .upscale_video import split_videos, upscale_videos
 
-    spec = ModelSpec(model, scale, weights, config, hub_repo)
-    worker_plan = plan_workers(device, workers)
-    options = upscale_options(
-        device=worker_plan.devices[0], precision=precision, attention=attention, tile=tile,
-        tile_overlap=tile_overlap, exact=exact, batch=batch, max_memory=max_memory, alpha=alpha,
-        outscale=outscale, ig_lambda=ig_lambda, seed=seed,
+    # What can be refused without torch is refused before importing it, so that such an answer comes at once.
+    running: dict[str, Any] = dict(
+        precision=precision, attention=attention, tile=tile, tile_overlap=tile_overlap, exact=exact, batch=batch,
+        max_memory=max_memory, alpha=alpha, outscale=outscale, ig_lambda=ig_lambda, seed=seed,
     )  # fmt: skip
+    check_devices(device, workers)
+    check_upscale_options(**running)
     writing = WriteOptions(
         format=format,
         quality=quality,
@@ -308,6 +306,18 @@ def upscale(
         max_pixels=max_pixels,
     )
     video_options = VideoOptions(codec, crf, pix_fmt, lossless)
+    check_inputs_exist(inputs)
+
+    from .. import hub
+    from ..batch import BatchEvents, BatchInterrupted, upscale_files
+    from ..loader import ModelSpec
+    from ..parallel import plan_workers
+    from .downloads import download_display
+    from .upscale_video import split_videos, upscale_videos
+
+    spec = ModelSpec(model, scale, weights, config, hub_repo)
+    worker_plan = plan_workers(device, workers)
+    options = upscale_options(device=worker_plan.devices[0], **running)
     parallel = ray is not None or worker_plan.parallel
     videos, images = split_videos(inputs, spec, recursive, include_outputs, parallel=parallel)  # sst-cli[video]
     reporter = Reporter(quiet=quiet, json_log=json_log)

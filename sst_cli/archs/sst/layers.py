@@ -10,7 +10,14 @@ from torch import nn
 
 from ..attention import AttentionPlan, plan_attention, run_plan
 from ..base import plain_layers
+from .depthwise import DepthwiseConv2d
+from .fused import add_projection, fusable, owned_stream, projection_buffer
 from .rib import RibParameters
+from .windows import merge_gated, partition_into
+
+
+def _channels_last(x: torch.Tensor) -> bool:
+    return x.stride(1) == 1 and x.shape[1] > 1
 
 
 class LayerNorm2d(nn.Module):
@@ -40,18 +47,24 @@ class ConvFFN(nn.Module):
     def __init__(self, dim: int, hidden: int) -> None:
         super().__init__()
         self.proj = nn.Conv2d(dim, hidden, 1)
-        self.dwc = nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden)
+        self.dwc = DepthwiseConv2d(hidden)
         self.agg = nn.Conv2d(hidden, dim, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = F.gelu(self.proj(x))
-        h = h + F.gelu(self.dwc(h))
-        return self.agg(h)
+        return self.agg(h + F.gelu(self.dwc(h)))
+
+    def add_into(self, residual: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``residual += forward(x)`` in place, the sum before ``agg`` written straight into its input buffer."""
+        h = F.gelu(self.proj(x))
+        rows, image = projection_buffer(x, h.shape[1])
+        torch.add(h, F.gelu(self.dwc(h)), out=image)
+        return add_projection(residual, rows, self.agg)
 
 
 def local_gate(dim: int) -> nn.Sequential:
     """Convolutional local attention gate (depth-wise 3x3, point-wise 1x1); sigmoid applied by the caller."""
-    return nn.Sequential(nn.Conv2d(dim, dim, 3, padding=1, groups=dim), nn.Conv2d(dim, dim, 1))
+    return nn.Sequential(DepthwiseConv2d(dim), nn.Conv2d(dim, dim, 1))
 
 
 class WindowAttention(RibParameters):
@@ -92,23 +105,42 @@ class WindowAttention(RibParameters):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.plain:
             return self._plain_forward(x)
+        layout = torch.channels_last if _channels_last(x) else torch.contiguous_format
+        image = torch.empty(x.shape, dtype=x.dtype, device=x.device, memory_format=layout)
+        return self.to_out(self.gated(x, image))
+
+    def gated(self, x: torch.Tensor, image: torch.Tensor) -> torch.Tensor:
+        """``attention(x) * sigmoid(gate(x))`` before ``to_out``, written into ``image`` (B, C, H, W, any strides).
+
+        Tokens move into their windows once (q, k, v, straight from the unpadded image) and back once, gated
+        and cropped on the way back (windows.py). Where those ``out=`` writes cannot run (``fusable``: autograd,
+        torch.compile), the same steps run one by one on a padded copy.
+        """
         h, w = x.shape[-2:]
         ws = self.window
+        shift = ws // 2 if self.shift else 0
+        grid = (h + -h % ws, w + -w % ws)
         gate = torch.sigmoid(self.gate(x))
-        pad_h, pad_w = -h % ws, -w % ws
-        if pad_h or pad_w:
-            x = F.pad(x, (0, pad_w, 0, pad_h), mode="reflect")
-        if self.shift:
-            x = torch.roll(x, shifts=(-(ws // 2), -(ws // 2)), dims=(2, 3))
         plan = plan_attention(self.backend, x.device, x.dtype, *self.attention_sizes)
-        q, k, v = self._partition(self.to_qkv(x), plan)
+        stepwise = not fusable()
+        if stepwise:
+            padded = F.pad(x, (0, grid[1] - w, 0, grid[0] - h), mode="reflect") if grid != (h, w) else x
+            if shift:
+                padded = torch.roll(padded, shifts=(-shift, -shift), dims=(2, 3))
+            q, k, v = self._partition(self.to_qkv(padded), plan)
+        else:
+            q, k, v = self._window_buffers(x, grid, plan, zero_v=False)
+            partition_into([q, k, v], self.to_qkv(x), ws, grid, shift, self.head_dim**-0.5)
         # A plan that takes the positional factors separately adds their product as a bias (no tails).
         bias = self.positional_tails(ws, x.dtype, plan.dtype, self.rank) if plan.rank else None
-        channels_last = x.stride(1) == 1 and x.shape[1] > 1
-        out = self._merge(run_plan(plan, q, k, v, bias=bias), x.shape, x.dtype, channels_last)
-        if self.shift:
-            out = torch.roll(out, shifts=(ws // 2, ws // 2), dims=(2, 3))
-        return self.to_out(out[:, :, :h, :w] * gate)
+        out = run_plan(plan, q, k, v, bias=bias)
+        if stepwise:
+            out = self._merge(out, torch.Size((x.shape[0], x.shape[1], *grid)), x.dtype, _channels_last(x))
+            if shift:
+                out = torch.roll(out, shifts=(shift, shift), dims=(2, 3))
+            return out[:, :, :h, :w] * gate
+        merge_gated(out, gate, image, ws, grid, shift)
+        return image
 
     def _plain_forward(self, x: torch.Tensor) -> torch.Tensor:
         """What ``forward`` computes, written the plain way the authors' code runs it (the baseline of ``sst bench``).
@@ -148,31 +180,39 @@ class WindowAttention(RibParameters):
         out = out[:, :, :h, :w].contiguous()
         return self.to_out(out * gate)
 
-    def _partition(self, qkv: torch.Tensor, plan: AttentionPlan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Window tokens of q, k, v, each written once into a buffer at the kernel's width and dtype.
+    def _window_buffers(
+        self, x: torch.Tensor, grid: tuple[int, int], plan: AttentionPlan, zero_v: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v buffers at the kernel's width and dtype, everything but the content channels written.
 
-        One strided copy per tensor plus the cached positional tails replace what the plain formulation
-        does per forward: a permute copy, scaling q, two concatenations, zero padding and a dtype cast.
+        The cached positional tails (or zeros) follow q's and k's content channels, unless the plan takes the
+        factors as a bias. v's padding only reaches output channels that are dropped (each output channel
+        reads one v channel), so it stays unwritten unless autograd will differentiate through it.
         """
-        b, _, hp, wp = qkv.shape
-        ws, heads = self.window, self.heads
-        d = qkv.shape[1] // (3 * heads)
-        nh, nw = hp // ws, wp // ws
-        qkv[:, : heads * d].mul_(d**-0.5)  # the conv output is not needed by autograd: scale in place
-        windows = qkv.view(b, 3, heads, d, nh, ws, nw, ws).permute(1, 0, 4, 6, 2, 5, 7, 3)
-        # Positional tails follow the content channels, unless the plan takes the factors as a bias.
-        tails = None if plan.rank else self.positional_tails(ws, qkv.dtype, plan.dtype, plan.qk_width - d)
+        ws, heads, d = self.window, self.heads, self.head_dim
+        windows = x.shape[0] * (grid[0] // ws) * (grid[1] // ws)
+        tails = None if plan.rank else self.positional_tails(ws, x.dtype, plan.dtype, plan.qk_width - d)
         parts = []
         # Three buffers, not one: CPU allocations above 32 MB are fresh mmaps, page-faulted on every call.
         for i, width in enumerate((plan.qk_width, plan.qk_width, plan.v_width)):
-            part = qkv.new_empty((b * nh * nw, heads, ws * ws, width), dtype=plan.dtype)
-            part[..., :d].view(b, nh, nw, heads, ws, ws, d).copy_(windows[i])
+            part = x.new_empty((windows, heads, ws * ws, width), dtype=plan.dtype)
             if i < 2 and tails is not None:
                 part[..., d:].copy_(tails[i])  # broadcast over windows
-            elif width > d:
+            elif width > d and (i < 2 or zero_v):
                 part[..., d:].zero_()
             parts.append(part)
         return parts[0], parts[1], parts[2]
+
+    def _partition(self, qkv: torch.Tensor, plan: AttentionPlan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Window tokens of the padded (and rolled) q, k, v, q scaled: the step-by-step path's copies."""
+        b, _, hp, wp = qkv.shape
+        ws, heads, d = self.window, self.heads, self.head_dim
+        qkv[:, : heads * d].mul_(d**-0.5)  # the conv output is not needed by autograd: scale in place
+        windows = qkv.view(b, 3, heads, d, hp // ws, ws, wp // ws, ws).permute(1, 0, 4, 6, 2, 5, 7, 3)
+        parts = self._window_buffers(qkv, (hp, wp), plan, zero_v=True)
+        for part, window in zip(parts, windows, strict=False):
+            part[..., :d].view(b, hp // ws, wp // ws, heads, ws, ws, d).copy_(window)
+        return parts
 
     def _merge(self, out: torch.Tensor, shape: torch.Size, dtype: torch.dtype, channels_last: bool) -> torch.Tensor:
         """Windows back to an image in the network's dtype: one copy that also drops padded channels."""
@@ -207,16 +247,27 @@ class TransformerLayer(nn.Module):
         self.norm_ffn = LayerNorm2d(dim)
         self.ffn = ConvFFN(dim, ffn_hidden)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm_attn(x))
-        return x + self.ffn(self.norm_ffn(x))
+    def forward(self, x: torch.Tensor, owned: bool = False) -> torch.Tensor:
+        """``owned``: ``x`` may be overwritten (nothing else reads it later), so the residual adds go in place."""
+        if self.attn.plain or not fusable():
+            x = x + self.attn(self.norm_attn(x))
+            return x + self.ffn(self.norm_ffn(x))
+        y = self.norm_attn(x)
+        rows, image = projection_buffer(y, y.shape[1])
+        self.attn.gated(y, image)  # fusable(): it writes image
+        x = add_projection(owned_stream(x, owned), rows, self.attn.to_out)
+        return self.ffn.add_into(x, self.norm_ffn(x))
 
 
 class ResidualGroup(nn.Sequential):
     """SSTB: transformer layers then a 3x3 conv, with one residual around the whole group."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + super().forward(x)
+        y = x
+        for i, layer in enumerate(self):
+            # The group's input is needed for its residual; what the layers produce may be overwritten.
+            y = layer(y, owned=i > 0) if isinstance(layer, TransformerLayer) else layer(y)
+        return x + y
 
 
 class DirectUpsampler(nn.Module):

@@ -102,8 +102,9 @@ class SST(SRNetwork):
         super().__init__()
         cfg = SSTConfig.from_kwargs(kwargs)
         self.config = cfg
-        # Activations in channels-last layout: None = on the CPU only, where it measured faster (the
-        # layer norms then need no copies and window partitions move contiguous runs); GPUs: unmeasured.
+        # Activations in channels-last layout (None or True; False = NCHW): the layer norms need no copies,
+        # window partitions move contiguous runs and the residual adds fuse into the closing 1x1 products
+        # (fused.py). Measured faster on the CPU and on an H100 (SST x2: fp32 548 -> 522 ms, bf16 316 -> 290).
         self.channels_last: bool | None = None
         dim = cfg.dim
         self.proj = nn.Conv2d(3, dim, 3, padding=1)
@@ -192,7 +193,7 @@ class SST(SRNetwork):
             # Upstream raises here; padding only these inputs keeps every other size identical to it.
             mode = "reflect" if pad_h < h and pad_w < w else "replicate"
             x = F.pad(x, (0, pad_w, 0, pad_h), mode=mode)
-        if self.channels_last or (self.channels_last is None and x.device.type == "cpu"):
+        if self.channels_last is not False:
             x = x.contiguous(memory_format=torch.channels_last)  # every later op keeps the layout
         feat = self.proj(x)
         feat = feat + self.body(feat)

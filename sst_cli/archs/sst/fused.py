@@ -1,0 +1,50 @@
+"""A 1x1 convolution's output added to the residual stream inside the matrix product, not by a separate add.
+
+In a channels-last network a 1x1 convolution is a (pixels, C_in) x (C_in, C_out) product, and ``addmm_``
+accumulates it into the residual in place: the residual is read and written once, where ``x + conv(a)``
+writes the convolution's output and then the sum. The bias rides along as a column of ones in the input
+buffer (one multiple of 8 wide, so the rows stay 16-byte aligned for the GPU's matrix kernels), with the bias
+appended to the weight. Used where the stream may be overwritten and autograd is off; elsewhere the plain
+``x + conv(a)`` runs.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+_EXTRA = 8  # ones column + zeros: keeps the row length a multiple of 8 elements
+
+
+def projection_buffer(like: torch.Tensor, channels: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, image): a (pixels, channels + 8) buffer with the ones column set, and its first ``channels``
+    as a (B, channels, H, W) channels-last image for the layer to write the conv's input into."""
+    b, _, h, w = like.shape
+    rows = like.new_empty((b * h * w, channels + _EXTRA))
+    rows[:, channels].fill_(1)
+    rows[:, channels + 1 :].zero_()
+    return rows, rows[:, :channels].view(b, h, w, channels).permute(0, 3, 1, 2)
+
+
+def add_projection(residual: torch.Tensor, rows: torch.Tensor, conv: nn.Conv2d) -> torch.Tensor:
+    """``residual += conv(image written into rows)``, in place (see ``fusable``); returns ``residual``."""
+    c_out, c_in = conv.weight.shape[:2]
+    weight = F.pad(conv.weight.view(c_out, c_in), (0, _EXTRA))  # (C_out, C_in + 8): bias, then zeros
+    if conv.bias is not None:
+        weight[:, c_in] = conv.bias
+    residual.permute(0, 2, 3, 1).view(-1, c_out).addmm_(rows, weight.t())
+    return residual
+
+
+def fusable() -> bool:
+    """Whether the ``out=`` / in-place forms run: not under autograd (training), which cannot differentiate
+    them, nor while torch.compile traces, which fuses the plain steps itself."""
+    return not torch.is_grad_enabled() and not torch.compiler.is_compiling()
+
+
+def owned_stream(x: torch.Tensor, owned: bool) -> torch.Tensor:
+    """``x`` itself when it may be overwritten and is channels-last, else a channels-last copy of it."""
+    if owned and x.permute(0, 2, 3, 1).is_contiguous():
+        return x
+    return x.clone(memory_format=torch.channels_last)

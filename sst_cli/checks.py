@@ -1,0 +1,98 @@
+"""Checks of option values that need no torch: one place for each rule, so that a refused option answers at once.
+
+The library's options objects (``UpscaleOptions``), ``runtime.resolve_device`` / ``resolve_precision`` and
+``parallel.plan_workers`` call these, and the CLI calls them before it imports torch (about a second, more on
+a busy machine). What only PyTorch can say (is there a CUDA GPU? how many?) stays in ``runtime``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+from .choices import ALPHA_MODES, BACKENDS, PRECISIONS
+from .errors import ConfigError
+
+_NO_CUDA = "device {name!r} was requested but PyTorch sees no CUDA GPU here; use --device cpu"
+_NO_MPS = (
+    "device {name!r} (Apple GPU) is not available here (it needs Apple Silicon and a PyTorch built with MPS); "
+    "use --device cpu"
+)
+
+
+def check_choice(value: str, choices: tuple[str, ...], what: str) -> str:
+    """``value`` when it is one of ``choices``, else a ConfigError that lists them."""
+    if value not in choices:
+        raise ConfigError(f"unknown {what} {value!r}; choose one of {', '.join(choices)}")
+    return value
+
+
+def no_cuda(name: str) -> ConfigError:
+    return ConfigError(_NO_CUDA.format(name=name))
+
+
+def no_mps(name: str) -> ConfigError:
+    return ConfigError(_NO_MPS.format(name=name))
+
+
+def check_device_name(name: str, platform: str = sys.platform) -> None:
+    """Refuse a device this platform never has, without asking PyTorch: Apple's MPS anywhere but macOS, CUDA on
+    macOS (PyTorch has no CUDA build there). Whether a GPU is really there is ``runtime.resolve_device``'s."""
+    kind = name.strip().lower().split(":", 1)[0]
+    if kind == "mps" and platform != "darwin":
+        raise no_mps(name)
+    if kind == "cuda" and platform == "darwin":
+        raise no_cuda(name)
+
+
+def check_devices(device: str, workers: int) -> None:
+    """What ``--device`` (one device, a comma list, or ``cuda:all``) and ``--workers`` can be refused for without
+    PyTorch: workers below 1, an empty list entry, workers with a list, a device the platform never has."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ConfigError(f"--workers must be 1 or more, got {workers!r}")
+    text = device.strip().lower()
+    if text == "cuda:all":
+        return
+    names = [part.strip() for part in text.split(",")]
+    if len(names) > 1:
+        if any(not name for name in names):
+            raise ConfigError(f"the device list {device!r} has an empty entry; write it like cuda:0,cuda:1")
+        if workers != 1:
+            raise ConfigError("--workers applies to one device; a device list already runs one worker per device")
+    for name in names:
+        check_device_name(name)
+
+
+def check_running_values(
+    *,
+    precision: str = "auto",
+    attention: str = "auto",
+    tile: int | str = "auto",
+    tile_overlap: int | None = None,
+    exact: bool = False,
+    batch: int = 1,
+    max_memory: int | None = None,
+    alpha: str = "model",
+    outscale: float | None = None,
+    ig_lambda: float | None = None,
+    seed: int | None = None,
+) -> None:
+    """Every rule of ``UpscaleOptions`` but the device's (which may need PyTorch to answer); a value left out is
+    one that passes."""
+    check_choice(precision, PRECISIONS, "precision")
+    check_choice(attention, BACKENDS, "attention backend")
+    if tile != "auto" and (isinstance(tile, bool) or not isinstance(tile, int) or tile < 0):
+        raise ConfigError(f"tile must be 'auto', 0 (whole image) or a positive size in pixels, got {tile!r}")
+    if tile_overlap is not None and tile_overlap < 0:
+        raise ConfigError(f"tile overlap must be 0 or more, got {tile_overlap}")
+    if batch < 1:
+        raise ConfigError(f"batch must be at least 1, got {batch}")
+    if max_memory is not None and max_memory <= 0:
+        raise ConfigError(f"the memory budget must be positive, got {max_memory}")
+    check_choice(alpha, ALPHA_MODES, "alpha mode")
+    if outscale is not None and not (math.isfinite(outscale) and outscale > 0):
+        raise ConfigError(f"outscale must be a positive number, got {outscale}")
+    if ig_lambda is not None and not math.isfinite(ig_lambda):
+        raise ConfigError(f"ig_lambda must be a finite number, got {ig_lambda}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")

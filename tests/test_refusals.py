@@ -1,0 +1,141 @@
+"""A refused command line answers at once: exit 2, one sentence, and torch is never imported where the answer
+does not need it (importing it takes about a second, several on a busy machine). Nothing here is timed: the
+tests check what the refusal path imports, which is what makes it fast."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from sst_cli.checks import check_device_name, check_devices
+from sst_cli.errors import ConfigError
+from sst_cli.inputs import check_inputs_exist
+
+# Runs the CLI as `sst` does, then says on stderr whether torch was imported on the way.
+PROBE = """
+import sys
+from sst_cli.cli import main
+try:
+    main()
+finally:
+    print("torch imported" if "torch" in sys.modules else "torch not imported", file=sys.stderr)
+"""
+
+
+def _sst(tmp_path: Path, *args: str) -> tuple[int, list[str]]:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
+    )
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    return done.returncode, lines
+
+
+@pytest.fixture
+def photo(tmp_path: Path) -> Path:
+    Image.new("RGB", (8, 8)).save(tmp_path / "photo.png")
+    return tmp_path / "photo.png"
+
+
+NO_TORCH_NEEDED = [
+    (["--precision", "fp8"], "unknown precision 'fp8'"),
+    (["--attention", "foo"], "unknown attention backend 'foo'"),
+    (["--tile", "abc"], "--tile must be auto, 0 (whole image) or a tile size"),
+    (["--max-memory", "lots"], "--max-memory must be a size such as 4G"),
+    (["--batch", "0"], "batch must be at least 1"),
+    (["--alpha", "x"], "unknown alpha mode 'x'"),
+    (["--format", "bmp"], "unknown output format 'bmp'"),
+    (["--quality", "0"], "quality must be between 1 and 100"),
+    (["--name", "{nope}.png"], "unknown field {nope}"),
+    (["--overwrite", "--skip-existing"], "overwrite and skip-existing exclude each other"),
+    (["--workers", "0"], "--workers must be 1 or more"),
+    (["--device", "cuda:0,"], "has an empty entry"),
+]
+if sys.platform != "darwin":  # Apple's GPU exists on macOS only: anywhere else the answer needs no torch
+    NO_TORCH_NEEDED.append((["--device", "mps"], "device 'mps' (Apple GPU) is not available here"))
+
+
+@pytest.mark.parametrize(("options", "message"), NO_TORCH_NEEDED)
+def test_refused_options_answer_without_importing_torch(
+    tmp_path: Path, photo: Path, options: list[str], message: str
+) -> None:
+    code, lines = _sst(tmp_path, "upscale", photo.name, *options)
+    assert code == 2, lines
+    assert lines[-1] == "torch not imported", lines
+    assert len(lines) == 2 and lines[0].startswith("error: ") and message in lines[0], lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["photo.png"]  # nothing written
+
+
+OTHER_COMMANDS = [
+    (["eval", "-d", "Set5", "--precision", "fp8"], "unknown precision 'fp8'"),
+    (["eval", "-d", "Set5", "--max-memory", "lots"], "--max-memory must be a size"),
+    (["compare", "photo.png", "--tile", "abc"], "--tile must be auto, 0"),
+    (["compare", "photo.png", "--attention", "foo"], "unknown attention backend 'foo'"),
+    (["bench", "--precision", "fp16"], "unknown precision 'fp16'"),
+    (["bench", "--attention", "foo"], "unknown attention backend 'foo'"),
+]
+if sys.platform != "darwin":
+    OTHER_COMMANDS.append((["bench", "--device", "mps"], "device 'mps' (Apple GPU) is not available here"))
+
+
+@pytest.mark.parametrize(("args", "message"), OTHER_COMMANDS)
+def test_other_commands_refuse_without_importing_torch(
+    tmp_path: Path, photo: Path, args: list[str], message: str
+) -> None:
+    code, lines = _sst(tmp_path, *args)
+    assert code == 2, lines
+    assert lines[-1] == "torch not imported", lines
+    assert len(lines) == 2 and lines[0].startswith("error: ") and message in lines[0], lines
+
+
+def test_missing_inputs_answer_without_importing_torch(tmp_path: Path) -> None:
+    code, lines = _sst(tmp_path, "upscale", "missing.png", "gone/*.jpg")
+    assert code == 2 and lines[-1] == "torch not imported", lines
+    said = "nothing to upscale: none of 'missing.png', 'gone/*.jpg' exists (no such file, folder or match)"
+    assert lines[0] == f"error: {said}"
+
+
+def test_the_probe_sees_torch_when_the_answer_needs_it(tmp_path: Path, photo: Path) -> None:
+    """Whether cuda:99 exists only PyTorch can say: refused too, but after importing torch (the probe works)."""
+    code, lines = _sst(tmp_path, "upscale", photo.name, "--device", "cuda:99")
+    assert code == 2 and lines[-1] == "torch imported", lines
+
+
+@pytest.mark.parametrize(
+    ("name", "platform", "refused"),
+    [
+        ("mps", "linux", "Apple GPU"),
+        ("MPS:0", "win32", "Apple GPU"),
+        ("mps", "darwin", None),
+        ("cuda", "darwin", "no CUDA GPU"),
+        ("cuda:1", "darwin", "no CUDA GPU"),
+        ("cuda", "linux", None),
+        ("cpu", "darwin", None),
+        ("auto", "linux", None),
+    ],
+)
+def test_devices_a_platform_never_has(name: str, platform: str, refused: str | None) -> None:
+    if refused is None:
+        check_device_name(name, platform)
+    else:
+        with pytest.raises(ConfigError, match=refused):
+            check_device_name(name, platform)
+
+
+def test_device_lists_and_workers() -> None:
+    check_devices("cuda:0,cuda:1", 1)
+    check_devices("cuda:all", 1)
+    with pytest.raises(ConfigError, match="--workers applies to one device"):
+        check_devices("cuda:0,cuda:1", 2)
+    with pytest.raises(ConfigError, match="--workers must be 1 or more"):
+        check_devices("cpu", True)  # type: ignore[arg-type]
+
+
+def test_one_missing_input_among_others_is_the_batch_s_to_report(tmp_path: Path, photo: Path) -> None:
+    check_inputs_exist([str(tmp_path / "missing.png"), str(photo)])
+    check_inputs_exist([str(tmp_path / "*.png")])  # a pattern that matches
+    with pytest.raises(ConfigError, match=r"missing\.png' does not exist"):
+        check_inputs_exist([str(tmp_path / "missing.png")])
