@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from . import hub
-from .archs import ArchConfig, Architecture, SRNetwork, detect_architecture, get_architecture
+from .archs import ARCHITECTURES, ArchConfig, Architecture, SRNetwork, detect_architecture, get_architecture
 from .checkpoint import load_state, read_weights
 from .errors import CheckpointError, ConfigError
 from .zoo import VARIANTS, Variant, check_scale, get_variant
@@ -158,6 +158,27 @@ def _choose_config(
     return cfg
 
 
+def any_architecture(state: Mapping[str, torch.Tensor]) -> bool:
+    """Whether one of sst-cli's own architectures claims these keys."""
+    return any(arch.detect(state) for arch in ARCHITECTURES.values())
+
+
+def _load_foreign(state: Mapping[str, torch.Tensor], source: str) -> SRNetwork:
+    """A checkpoint none of sst-cli's architectures claims: through spandrel when it is installed, else
+    sst-cli's own explanation plus what installing spandrel would add."""
+    from .spandrel import foreign as spandrel
+
+    if spandrel.available():
+        return spandrel.load_foreign(state, source)
+    try:
+        detect_architecture(state, source)
+    except CheckpointError as exc:
+        raise CheckpointError(
+            f"{exc}; installing spandrel ({spandrel.INSTALL_HINT}) may help: it runs about 40 more architectures"
+        ) from None
+    raise AssertionError("detect_architecture accepted keys no architecture claims")  # pragma: no cover
+
+
 def load_model(
     source: str | os.PathLike[str],
     scale: int | None = None,
@@ -174,10 +195,16 @@ def load_model(
     ``.pth``/``.pt``/``.safetensors`` path, or ``hf://OWNER/REPO/PATH[@REVISION]``. The architecture is
     recognised from the keys; its configuration comes from ``config`` (kwargs or JSON path), else ``variant``
     (a zoo name), else the zoo name of ``source``, else the config stored by sst-cli in a safetensors file,
-    else the tensors alone when they determine it (never guessed: SST's window sizes are in no tensor).
+    else the tensors alone when they determine it (never guessed: SST's window sizes are in no tensor). A file
+    none of sst-cli's architectures claims is loaded by spandrel when it is installed (``sst_cli.spandrel``).
     """
     path, zoo_variant = _weights_file(source, scale, hub_repo)
     state, metadata = read_weights(path)
+    if config is None and variant is None and zoo_variant is None and not any_architecture(state):
+        foreign = _load_foreign(state, str(source))
+        if scale is not None and scale != foreign.scale:
+            raise ConfigError(f"{source}: the weights are for x{foreign.scale} but x{scale} was requested")
+        return foreign.to(device=device, dtype=dtype).eval()
     arch = detect_architecture(state, str(source))
     inferred, complete = arch.infer(state)
     wanted = variant or (zoo_variant.name if zoo_variant is not None else None)

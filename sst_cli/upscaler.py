@@ -137,6 +137,7 @@ class Upscaler:
         self.model = self._load(model, scale, weights, config, hub_repo)
         self.descriptor: ModelDescriptor = describe(self.model)
         self.scale = self.descriptor.scale
+        self._check_precision()
         self.attention: AttentionReport | None = None
         network = network_of(self.model)
         _check_settings(self.options.settings, self.descriptor.settings, self.descriptor.architecture)
@@ -150,6 +151,15 @@ class Upscaler:
         self.on_message = on_message
         self._said_plans: set[tuple[TileSize, int, int]] = set()  # (tile, overlap, batch) already described
         self._say_rounding()
+
+    def _check_precision(self) -> None:
+        """bf16 only for models that say they support it: ``auto`` falls back to fp32, ``bf16`` is refused."""
+        if self.dtype != torch.bfloat16 or self.descriptor.bf16_safe:
+            return
+        if self.options.precision != "auto":
+            raise ConfigError(f"{self.descriptor.architecture} models do not support bf16: use --precision fp32")
+        self.dtype = torch.float32
+        self.model = self.model.float()
 
     def _say_rounding(self) -> None:
         """Say when the model's window grid changes the tile or overlap the user asked for."""
@@ -199,7 +209,7 @@ class Upscaler:
         align = d.size_multiple
         # Cores are cropped only where tiling can be exact; a network that sees the whole image (or says
         # nothing about its reach) gets feathered overlaps, which hide what tiling cannot avoid.
-        blend = align == 1 or d.exact_context is None
+        blend = d.exact_context is None
         if o.exact:
             if d.exact_context is None:
                 return TilePlan(0, 0, align, blend)  # no finite context is exact: the whole image in one pass
@@ -274,6 +284,8 @@ class Upscaler:
         key = (plan.tile, plan.overlap, plan.batch)
         if not plan.tile or key in self._said_plans:
             return
+        if not self._said_plans and self.descriptor.seam_note:
+            self._say(f"{self.descriptor.architecture}: {self.descriptor.seam_note}")
         self._said_plans.add(key)
         cost = plan.cost(height, width)
         if cost >= 2.0:

@@ -65,6 +65,14 @@ def test_window_sizes_are_never_guessed(light_state: dict, tmp_path: Path) -> No
         load_model(GOLDEN / "light_x2.pth")
 
 
+def test_an_upsampler_no_zoo_variant_has_is_explained_not_a_key_error() -> None:
+    """mini_x3 has a `pixelshuffle` head with an intermediate width; the x3 zoo variants have direct heads."""
+    with pytest.raises(ConfigError, match=r"window sizes cannot be read.*--config"):
+        load_model(GOLDEN / "mini_x3.pth")
+    with pytest.raises(CheckpointError, match=r"intermediate_dim: file has .*, the model has none"):
+        load_model(GOLDEN / "mini_x3.pth", 3, variant="sst-light")
+
+
 def test_wrong_scale_names_both(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="x2 weights but x4 was requested"):
         load_model(GOLDEN / "light_x2.pth", 4, variant="sst-light")

@@ -77,7 +77,8 @@ class ModelDescriptor:
     bfloat16 inference keeps its output close to fp32. ``position_dependent``: the output depends on where
     the input lies in the whole image (SSTReal's noise is keyed by position), so the tiler tells the network
     each tile's origin through ``SRNetwork.at_tile_origins``. ``settings``: the runtime knobs
-    ``SRNetwork.configure`` accepts.
+    ``SRNetwork.configure`` accepts. ``seam_note``: what is known (measured) about the seams of a network whose
+    tiles cannot be exact, said when such a network is tiled.
     """
 
     architecture: str
@@ -91,6 +92,7 @@ class ModelDescriptor:
     notes: tuple[str, ...] = field(default=())
     position_dependent: bool = False
     settings: tuple[str, ...] = ()
+    seam_note: str = ""
 
 
 class SRNetwork(nn.Module):

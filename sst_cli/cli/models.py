@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -97,12 +98,18 @@ def _describe(v_name: str, scale: int, hub_repo: str | None) -> list[str]:
 @app.command("info")
 @handle_errors
 def info(
-    name: Annotated[str, typer.Argument(help="Zoo name, e.g. sst-l+.")],
+    name: Annotated[str, typer.Argument(help="Zoo name, e.g. sst-l+, or a weights file (what was detected in it).")],
     scale: Annotated[int | None, typer.Option("--scale", "-s", help="Only this scale.")] = None,
     hub_repo: HubRepoOption = None,
 ) -> None:
     """Hyper-parameters, parameter counts and, per scale, the weight file: where it comes from, where it is
     cached and its sha256 (no network: `sst models pull` resolves and downloads)."""
+    if Path(name).is_file():  # a weights file: what was detected in it
+        from ..about import about_file
+
+        for key, value in about_file(name).items():
+            console.print(f"  {key:<18} {value}", markup=False, soft_wrap=True)
+        return
     v = get_variant(name)
     scales = v.scales if scale is None else (_check_scale(v.name, scale),)
     console.print(f"[bold]{v.title}[/] ({v.name})")

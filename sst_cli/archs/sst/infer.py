@@ -83,6 +83,10 @@ def check(inferred: Mapping[str, Any], config: ArchConfig, source: str) -> None:
             f"{source} holds x{inferred['upscaling_factor']} weights but x{config.scale} was requested; "
             f"use --scale {inferred['upscaling_factor']} or weights for x{config.scale}"
         )
-    diffs = [f"{k}: file has {v}, model needs {wanted[k]}" for k, v in inferred.items() if v != wanted[k]]
+    diffs = [
+        f"{k}: file has {v}, " + (f"model needs {wanted[k]}" if k in wanted else "the model has none")
+        for k, v in inferred.items()
+        if v != wanted.get(k)
+    ]
     if diffs:
         raise CheckpointError(f"{source} does not match the requested architecture: " + "; ".join(diffs))

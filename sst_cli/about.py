@@ -1,0 +1,45 @@
+"""What a weights file holds, as ``sst models info FILE`` says it: architecture, scale, parameters, purpose,
+which library runs it, and what the engine learnt from the model's descriptor."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .archs import describe
+from .loader import load_model
+
+
+def about_file(path: str | os.PathLike[str]) -> dict[str, object]:
+    """Facts about the model in ``path`` (loaded on the CPU; nothing is downloaded)."""
+    model = load_model(Path(path))
+    d = describe(model)
+    facts: dict[str, object] = {
+        "architecture": d.architecture,
+        "scale": f"x{d.scale}",
+        "parameters": f"{d.parameters:,}",
+        "purpose": "SR" if d.scale > 1 else "Restoration",
+        "library": "sst-cli",
+    }
+    extra = getattr(model, "facts", None)  # models loaded through spandrel say more (sst_cli.spandrel)
+    if extra is not None:
+        facts |= {
+            "purpose": extra.purpose,
+            "library": extra.library,
+            "tags": ", ".join(extra.tags) or "-",
+            "channels": f"{extra.input_channels} in, {extra.output_channels} out",
+            "size requirements": extra.size_requirements,
+            "precisions": "fp32"
+            + (", bf16" if extra.supports_bf16 else "")
+            + (", fp16" if extra.supports_fp16 else ""),
+            "tiling (spandrel)": extra.tiling,
+        }
+    exact = f"{d.exact_context} px (measured)" if d.exact_context is not None else "none (tiles are blended)"
+    facts |= {
+        "tile alignment": f"{d.size_multiple} px",
+        "exact context": exact,
+        "default context": f"{d.default_context} px",
+    }
+    if d.seam_note:
+        facts["seams"] = d.seam_note
+    return facts

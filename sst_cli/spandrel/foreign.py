@@ -1,0 +1,97 @@
+"""Loading a state dict none of sst-cli's architectures claims through spandrel, and explaining files that
+neither recognises (the nearest spandrel architecture and the keys it lacks)."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+
+import torch
+
+from ..errors import CheckpointError
+from .context import measure_reach
+from .network import SpandrelNetwork
+
+INSTALL_HINT = "pip install 'sst-cli[spandrel]'"
+
+
+def available() -> bool:
+    """Whether spandrel can be imported (without importing it: it pulls torchvision)."""
+    return importlib.util.find_spec("spandrel") is not None
+
+
+def library_version() -> str:
+    import spandrel
+
+    return f"spandrel {spandrel.__version__}"
+
+
+def _key_sets(condition: object) -> list[list[str]]:
+    """The alternative key lists a spandrel ``KeyCondition`` accepts (flattened; [] if not introspectable)."""
+    kind, keys = getattr(condition, "_kind", None), getattr(condition, "_keys", None)
+    if kind not in ("all", "any") or not isinstance(keys, tuple):
+        return []
+    options: list[list[str]] = [[]]
+    for key in keys:
+        subs = [[key]] if isinstance(key, str) else _key_sets(key)
+        if not subs:
+            return []
+        if kind == "all":
+            options = [done + sub for done in options for sub in subs][:64]
+        else:
+            options = subs if options == [[]] else options + subs
+    return options
+
+
+def nearest_miss(state: Mapping[str, object]) -> tuple[str, list[str]] | None:
+    """The spandrel architecture whose detection keys this state dict holds most of (at least one), and the
+    keys it lacks."""
+    import spandrel
+
+    best: tuple[tuple[float, int], str, list[str]] | None = None
+    for support in spandrel.MAIN_REGISTRY.architectures("detection"):
+        for keys in _key_sets(getattr(support.architecture, "_detect", support.detect)):
+            present = sum(key in state for key in keys)
+            missing = [key for key in keys if key not in state]
+            score = (present / len(keys), present) if keys else (0.0, 0)
+            if present and missing and (best is None or score > best[0]):
+                best = (score, support.architecture.name, missing)
+    return None if best is None else (best[1], best[2])
+
+
+def load_foreign(state: Mapping[str, torch.Tensor], source: str) -> SpandrelNetwork:
+    """The network spandrel recognises in ``state``, described for sst-cli's engine (on the CPU, float32)."""
+    import spandrel
+
+    try:
+        descriptor = spandrel.ModelLoader().load_from_state_dict(dict(state))
+    except spandrel.UnsupportedModelError:
+        miss = nearest_miss(state)
+        if miss is None:
+            sample = ", ".join(list(state)[:4])
+            raise CheckpointError(
+                f"{source}: neither sst-cli nor spandrel recognises this checkpoint; its first keys are {sample}"
+            ) from None
+        name, missing = miss
+        raise CheckpointError(
+            f"{source}: neither sst-cli nor spandrel recognises this checkpoint; the nearest is {name}, "
+            f"which also needs {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}"
+        ) from None
+    except (KeyError, ValueError, RuntimeError, AssertionError) as exc:
+        raise CheckpointError(f"{source}: spandrel recognised the keys but could not load them: {exc}") from exc
+    if not isinstance(descriptor, spandrel.ImageModelDescriptor):
+        raise CheckpointError(
+            f"{source}: a {descriptor.architecture.name} {descriptor.purpose} model needs a mask as well as the "
+            "image; sst-cli runs image-to-image models only"
+        )
+    if descriptor.input_channels not in (1, 3) or descriptor.output_channels not in (1, 3):
+        raise CheckpointError(
+            f"{source}: a {descriptor.architecture.name} model with {descriptor.input_channels} input and "
+            f"{descriptor.output_channels} output channels; sst-cli runs RGB and grayscale models only"
+        )
+    model = descriptor.model.float().eval()
+    req = descriptor.size_requirements
+    reach = measure_reach(
+        model, descriptor.input_channels, descriptor.scale, minimum=req.minimum, multiple_of=req.multiple_of
+    )
+    return SpandrelNetwork(descriptor, reach, library_version())

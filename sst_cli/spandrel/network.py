@@ -1,0 +1,113 @@
+"""A model loaded by spandrel, as an ``SRNetwork``: the engine asks it the same questions it asks SST.
+
+Everything here comes from spandrel's ``ImageModelDescriptor`` (scale, channels, size requirements, dtype
+support, purpose) and from what the module itself holds (window sizes, measured receptive field); nothing
+branches on the architecture's name. The forward pass is spandrel's own call (padding to the size
+requirements, the architecture's call function, clamping, cropping), so the pixels are spandrel's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..archs import ModelDescriptor, SRNetwork
+from .context import Reach
+
+_LUMA = (0.299, 0.587, 0.114)  # ITU-R BT.601, the weights grayscale models are trained on
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What ``sst models info FILE`` says about a spandrel model, besides the engine's descriptor."""
+
+    architecture: str
+    purpose: str
+    tags: tuple[str, ...]
+    input_channels: int
+    output_channels: int
+    supports_fp16: bool
+    supports_bf16: bool
+    size_requirements: str
+    tiling: str
+    library: str
+
+
+def window_sizes(model: nn.Module) -> tuple[int, ...]:
+    """Attention window sides the module's layers hold (``window_size`` / ``split_size`` attributes); empty
+    for convnets. A fact the module states, read the same way whatever the architecture."""
+    sides: set[int] = set()
+    for module in model.modules():
+        for name in ("window_size", "split_size"):
+            value = getattr(module, name, None)
+            values = value if isinstance(value, (tuple, list)) else (value,)
+            sides.update(v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 1)
+    return tuple(sorted(sides))
+
+
+def requirement_text(minimum: int, multiple_of: int, square: bool) -> str:
+    parts = [f"minimum {minimum} px"] if minimum else []
+    parts += [f"multiple of {multiple_of} px"] if multiple_of > 1 else []
+    parts += ["square"] if square else []
+    return ", ".join(parts) or "none"
+
+
+class SpandrelNetwork(SRNetwork):
+    """NCHW RGB in [0, 1] -> NCHW RGB ``scale`` times larger through a spandrel ``ImageModelDescriptor``.
+
+    Grayscale models get the BT.601 luma of the input and their one output channel is repeated to RGB.
+    """
+
+    def __init__(self, descriptor: Any, reach: Reach, library: str) -> None:
+        super().__init__()
+        self.inner = descriptor.model  # a submodule, so .to() and .eval() reach the weights
+        self._call = descriptor  # spandrel's call: pads, runs, clamps and crops as spandrel does
+        req = descriptor.size_requirements
+        windows = window_sizes(descriptor.model)
+        align = math.lcm(req.multiple_of, *windows) if windows else req.multiple_of
+        self._descriptor = ModelDescriptor(
+            architecture=descriptor.architecture.name,
+            scale=descriptor.scale,
+            size_multiple=align,
+            exact_context=reach.exact,
+            default_context=max(reach.default, max(windows, default=0)),
+            bf16_safe=bool(descriptor.supports_bfloat16),
+            parameters=sum(p.numel() for p in descriptor.model.parameters()),
+            seam_note=reach.note,
+        )
+        self.facts = Facts(
+            architecture=descriptor.architecture.name,
+            purpose=str(descriptor.purpose),
+            tags=tuple(descriptor.tags),
+            input_channels=descriptor.input_channels,
+            output_channels=descriptor.output_channels,
+            supports_fp16=bool(descriptor.supports_half),
+            supports_bf16=bool(descriptor.supports_bfloat16),
+            size_requirements=requirement_text(req.minimum, req.multiple_of, req.square),
+            tiling=descriptor.tiling.name.lower(),
+            library=library,
+        )
+        self._width = max((p.shape[0] for p in descriptor.model.parameters() if p.ndim >= 2), default=64)
+
+    def describe(self) -> ModelDescriptor:
+        return self._descriptor
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.facts.input_channels == 1:
+            weights = torch.tensor(_LUMA, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
+            x = (x * weights).sum(1, keepdim=True)
+        y = self._call(x)
+        return y.expand(-1, 3, -1, -1) if y.shape[1] == 1 else y
+
+    def activation_bytes(self, height: int, width: int, dtype: torch.dtype = torch.float32) -> int:
+        """A rough bound: a few feature maps of the widest layer, plus the output; windowed attention adds
+        its score matrices (window area per pixel)."""
+        item = torch.finfo(dtype).bits // 8
+        windows = window_sizes(self.inner)
+        per_pixel = 8 * self._width + (max(windows) ** 2 if windows else 0)
+        scale = self._descriptor.scale
+        return item * height * width * (per_pixel + 6 * scale * scale)
