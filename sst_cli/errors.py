@@ -31,6 +31,10 @@ class ImageError(SstError, OSError):
     """An image cannot be read or written."""
 
 
+class VideoError(SstError, OSError):
+    """A video cannot be read, decoded or written."""
+
+
 class WriteError(SstError, OSError):
     """An output file (weights, state, report) cannot be written."""
 

@@ -31,6 +31,7 @@ from ._options import (
     upscale_options,
 )
 from .output import console, count_progress, debug_enabled, err_console, fail, handle_errors
+from .video_options import CodecOption, CrfOption, LosslessOption, PixFmtOption
 
 if TYPE_CHECKING:
     from ..batch import BatchResult, FileResult, Job
@@ -187,7 +188,7 @@ def _record_fields(record: FileResult) -> dict[str, Any]:
 
 @handle_errors
 def upscale(
-    inputs: Annotated[list[str], typer.Argument(metavar="INPUT", help="Image files, folders or quoted globs.")],
+    inputs: Annotated[list[str], typer.Argument(metavar="INPUT", help="Images or videos, folders, quoted globs.")],
     output: Annotated[
         str | None,
         typer.Option(
@@ -282,8 +283,12 @@ def upscale(
     json_log: Annotated[
         bool, typer.Option("--json-log", help="One JSON object per line on stdout per file and a final summary.")
     ] = False,
+    codec: CodecOption = None,
+    crf: CrfOption = None,
+    pix_fmt: PixFmtOption = None,
+    lossless: LosslessOption = False,
 ) -> None:
-    """Upscale images, files or whole folders, with one model loaded once for the batch.
+    """Upscale images or videos, files or whole folders, with one model loaded once for the batch.
 
     Exit status: 0 when every file was written or skipped, 1 when any failed, 2 for invalid options,
     130 when interrupted (rerun with --skip-existing to resume).
@@ -291,6 +296,7 @@ def upscale(
     from ..checks import check_devices
     from ..inputs import check_inputs_exist
     from ..naming import WriteOptions
+    from ..video_io import VideoOptions
 
     # What can be refused without torch is refused before importing it, so that such an answer comes at once.
     running: dict[str, Any] = dict(
@@ -308,6 +314,7 @@ def upscale(
         name=name,
         max_pixels=max_pixels,
     )
+    video_options = VideoOptions(codec, crf, pix_fmt, lossless)
     check_inputs_exist(inputs)
 
     from .. import hub
@@ -315,10 +322,13 @@ def upscale(
     from ..loader import ModelSpec
     from ..parallel import plan_workers
     from .downloads import download_display
+    from .upscale_video import split_videos, upscale_videos
 
     spec = ModelSpec(model, scale, weights, config, hub_repo)
     worker_plan = plan_workers(device, workers)
     options = upscale_options(device=worker_plan.devices[0], **running)
+    parallel = ray is not None or worker_plan.parallel
+    videos, images = split_videos(inputs, spec, recursive, include_outputs, parallel=parallel)  # sst-cli[video]
     reporter = Reporter(quiet=quiet, json_log=json_log)
     events = BatchEvents(
         note=reporter.note,
@@ -332,7 +342,13 @@ def upscale(
         raise ConfigError("--ray runs its own workers: leave out --workers and device lists")
     try:
         with hub.show_downloads(download_display(quiet=quiet, json_log=json_log)):
-            if ray is not None:
+            if videos:
+                result = upscale_videos(
+                    videos, images, output, spec=spec, options=options, writing=writing, video=video_options,
+                    recursive=recursive, include_outputs=include_outputs, events=events, reporter=reporter,
+                    stop_bars=reporter.stop,
+                )  # fmt: skip
+            elif ray is not None:
                 from ..cluster import RayOptions, upscale_files_ray
 
                 result = upscale_files_ray(

@@ -1,0 +1,149 @@
+"""Video throughput: frames/s of ``upscale_video`` against the bare network, decode and encode on their own.
+
+For each size a short H.264 clip with AAC audio is made from the bundled photo (panned a few pixels per
+frame, so frames differ). Measured, in this order, on the same frames:
+
+* decode: demux + decode + conversion to RGB arrays, no network;
+* network: ``Upscaler.run`` on each frame tensor (the network plus its tiling: the bare per-frame cost);
+* encode: conversion back to YUV + encoding of upscaled-size frames (the frames are the bicubic-upscaled
+  inputs, since the network's output does not change encoding time much);
+* pipeline: ``sst_cli.video.upscale_video`` end to end (decode, network, encode, audio copy, mux).
+
+Printed: seconds per frame of each, pipeline frames/s, and pipeline / (network + decode + encode): the
+issue's goal is at most 1.2.
+
+    PYTHONPATH=. python benchmarks/bench_video.py --sizes 854x480 1920x1080 --frames 3 --scale 2
+    PYTHONPATH=. python benchmarks/bench_video.py --sizes 854x480 1920x1080 --frames 30 --scale 2 \
+        --model sst-l --untrained --device cuda --precision bf16
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import tempfile
+import time
+from datetime import datetime, timezone
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import torch
+from PIL import Image
+
+from sst_cli import Upscaler
+from sst_cli.video import upscale_video
+from sst_cli.video_io import VideoOptions, array_to_frame, frame_to_array, plan_encoding, probe_video
+from sst_cli.zoo import create_model
+
+PHOTO = Path(__file__).resolve().parents[1] / "examples" / "rocket.jpg"
+
+
+def make_clip(path: Path, width: int, height: int, frames: int) -> None:
+    photo = Image.open(PHOTO).convert("RGB").resize((width + 4 * frames, height), Image.LANCZOS)
+    pixels = np.asarray(photo)
+    with av.open(str(path), "w") as out:
+        video = out.add_stream("libx264", rate=25, options={"crf": "18"})
+        video.width, video.height, video.pix_fmt = width, height, "yuv420p"
+        sound = out.add_stream("aac", rate=48000)
+        for i in range(frames):
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(pixels[:, 4 * i : 4 * i + width]), format="rgb24")
+            out.mux(video.encode(frame))
+        out.mux(video.encode(None))
+        samples = 48000 * frames // 25
+        for start in range(0, samples, 1024):
+            wave = np.sin(np.arange(start, start + 1024, dtype=np.float32)[None] * 0.03)
+            chunk = av.AudioFrame.from_ndarray(wave, format="fltp", layout="mono")
+            chunk.sample_rate, chunk.pts = 48000, start
+            out.mux(sound.encode(chunk))
+        out.mux(sound.encode(None))
+
+
+def decode_arrays(path: Path) -> tuple[list[np.ndarray], list[av.VideoFrame], float]:
+    started = time.perf_counter()
+    with av.open(str(path)) as clip:
+        frames = list(clip.decode(clip.streams.video[0]))
+        arrays = [frame_to_array(f, 8) for f in frames]
+    return arrays, frames, time.perf_counter() - started
+
+
+def encode_seconds(path: Path, frames: list[av.VideoFrame], scale: int, up: Upscaler, folder: Path) -> float:
+    info = probe_video(path)
+    plan = plan_encoding(info, info.width * scale, info.height * scale, VideoOptions())
+    big = [
+        np.asarray(Image.fromarray(frame_to_array(f, 8)).resize((plan.width, plan.height), Image.BICUBIC))
+        for f in frames
+    ]
+    started = time.perf_counter()
+    with av.open(str(folder / "encode.mp4"), "w") as out:
+        stream = out.add_stream(plan.codec, rate=25, options=plan.options)
+        stream.width, stream.height, stream.pix_fmt = plan.width, plan.height, plan.pix_fmt
+        for i, (array, like) in enumerate(zip(big, frames, strict=True)):
+            frame = array_to_frame(array, plan, like)
+            frame.pts, frame.time_base = i, Fraction(1, 25)
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", nargs="+", default=["854x480"], help="input WxH, e.g. 854x480 1920x1080")
+    parser.add_argument("--frames", type=int, default=3)
+    parser.add_argument("--scale", type=int, default=2)
+    parser.add_argument("--model", default="sst-light-291")
+    parser.add_argument("--untrained", action="store_true", help="random weights of --model (same time, no download)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--precision", default="auto", help="auto (bf16 on GPUs that support it), fp32, bf16")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.untrained:
+        torch.manual_seed(0)
+        up = Upscaler(create_model(args.model, args.scale).eval(), device=args.device, precision=args.precision)
+        label = f"{args.model} x{args.scale}, untrained weights"
+    elif args.model == "sst-light-291" and args.scale != 4:
+        # The bundled weights are x4 only; the x2 network has the same body (only its upsampler is smaller),
+        # and time does not depend on weight values, so the SST-light x2 architecture is timed untrained.
+        torch.manual_seed(0)
+        up = Upscaler(create_model("sst-light", args.scale).eval(), device=args.device, precision=args.precision)
+        label = f"sst-light x{args.scale} (architecture of sst-light-291, untrained weights: only x4 is bundled)"
+    else:
+        up = Upscaler(args.model, args.scale, device=args.device, precision=args.precision)
+        label = f"{args.model} x{up.scale}"
+    cpu = platform.processor() or platform.machine()
+    print(f"date {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; {cpu}, {os.cpu_count()} cores, {args.threads} torch "
+          f"threads; torch {torch.__version__}, PyAV {av.__version__}")  # fmt: skip
+    print(f"model {label}; {up.device}, {up.dtype}, --tile auto; one warm-up frame of 64x64 before timing")
+    up.upscale(np.zeros((64, 64, 3), np.uint8))
+    print("| input | output | frames | decode s/f | network s/f | encode s/f | pipeline s/f | frames/s | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for size in args.sizes:
+        width, height = (int(v) for v in size.lower().split("x"))
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            clip = folder / "clip.mp4"
+            make_clip(clip, width, height, args.frames)
+            arrays, frames, decode = decode_arrays(clip)
+            started = time.perf_counter()
+            for array in arrays:
+                tensor = torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1), dtype=np.float32) / 255.0)
+                up.run(tensor)
+            network = time.perf_counter() - started
+            print(f"  {width}x{height}: decode {decode / len(arrays):.3f} s/f, network {network / len(arrays):.2f} s/f",
+                  flush=True)  # fmt: skip
+            encode = encode_seconds(clip, frames, up.scale, up, folder)
+            started = time.perf_counter()
+            result = upscale_video(up, clip, folder / "out.mp4")
+            pipeline = time.perf_counter() - started
+            n = result.frames
+            ratio = pipeline / (network + decode + encode)
+            print(f"| {width}x{height} | {width * up.scale}x{height * up.scale} | {n} | {decode / n:.3f} | "
+                  f"{network / n:.2f} | {encode / n:.3f} | {pipeline / n:.2f} | {n / pipeline:.4f} | {ratio:.3f} |",
+                  flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

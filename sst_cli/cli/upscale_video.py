@@ -1,0 +1,156 @@
+"""``sst upscale`` on video files: frames counted with frames/s and ETA, and the call into video_batch."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TaskID, TextColumn
+from rich.progress import TimeRemainingColumn as EtaColumn
+from rich.text import Text
+
+from .output import err_console
+
+if TYPE_CHECKING:
+    from ..filerun import BatchEvents, BatchResult, FileStart
+    from ..inputs import Job
+    from ..loader import ModelSpec
+    from ..naming import WriteOptions
+    from ..upscaler import UpscaleOptions, Upscaler
+    from ..video_io import VideoOptions
+
+
+class _Fps(ProgressColumn):
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text("" if speed is None else f"{speed:.2f} frames/s")
+
+
+class Bars(Protocol):
+    """What of ``upscale.Reporter`` the frame counter uses (its progress bars and JSON events)."""
+
+    json_log: bool
+    progress: Progress | None
+    files_task: TaskID | None
+    tiles_task: TaskID | None
+
+    def emit(self, event: str, **fields: Any) -> None: ...
+
+
+class FrameCounter:
+    """Counts frames per clip and over all clips, with frames/s and ETA: on the reporter's terminal bars (which
+    it rebuilds with a frames/s column) or as JSON ``progress`` events, at most one a second."""
+
+    def __init__(self, reporter: Bars) -> None:
+        self.reporter = reporter
+        self.expected = 0  # frames in all clips, as their containers say (0: unknown)
+        self.all_task: TaskID | None = None
+        self.before = 0  # frames of the clips already finished
+        self.current = 0
+        self.last_event = 0.0
+        self.started = time.perf_counter()
+
+    def hook(self, events: BatchEvents) -> BatchEvents:
+        """``events`` with the bars rebuilt once the model is ready and frames counted instead of tiles."""
+        return replace(events, ready=self._ready(events.ready), file_start=self._start(events.file_start),
+                       tile=self.frame)  # fmt: skip
+
+    def expect(self, frames: int) -> None:
+        self.expected = frames
+
+    def _ready(self, ready: Callable[[Upscaler, int], None] | None) -> Callable[[Upscaler, int], None]:
+        def run(upscaler: Upscaler, total: int) -> None:
+            if ready is not None:
+                ready(upscaler, total)
+            r = self.reporter
+            if r.progress is None:
+                return
+            r.progress.stop()
+            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), _Fps(), EtaColumn())
+            r.progress = Progress(*columns, console=err_console, transient=True)
+            r.progress.start()
+            r.files_task = r.progress.add_task("clips", total=total)
+            self.all_task = r.progress.add_task("all frames", total=self.expected or None)
+            r.tiles_task = r.progress.add_task("frames", total=None)
+
+        return run
+
+    def _start(self, start: FileStart | None) -> FileStart:
+        def run(job: Job, index: int, total: int) -> None:
+            self.before += self.current
+            self.current = 0
+            if start is not None:
+                start(job, index, total)
+
+        return run
+
+    def frame(self, done: int, total: int) -> None:
+        """Frames done in the current clip, of ``total`` expected."""
+        self.current = done
+        r = self.reporter
+        if r.progress is not None and r.tiles_task is not None:
+            r.progress.update(r.tiles_task, completed=done, total=total or None)
+            if self.all_task is not None:
+                r.progress.update(self.all_task, completed=self.before + done)
+        now = time.perf_counter()
+        if r.json_log and now - self.last_event >= 1.0:
+            self.last_event = now
+            fps = (self.before + done) / max(now - self.started, 1e-9)
+            left = max(self.expected - self.before - done, 0)
+            eta = round(left / fps, 1) if fps > 0 and self.expected else None
+            r.emit("progress", frames=done, frames_expected=total, frames_all=self.before + done,
+                   frames_all_expected=self.expected, frames_per_second=round(fps, 3), eta_seconds=eta)  # fmt: skip
+
+
+def split_videos(
+    inputs: list[str], spec: ModelSpec, recursive: bool, include_outputs: bool, *, parallel: bool
+) -> tuple[list[Job], list[str]]:
+    """The video clips among the inputs (for ``upscale_videos``) and the items left for the image batch."""
+    from ..errors import ConfigError
+    from ..inputs import own_output_labels
+    from ..naming import model_label
+    from ..video_batch import find_videos
+
+    own = frozenset() if include_outputs else own_output_labels() | {model_label(spec).lower()}
+    videos, images = find_videos(inputs, recursive, own)
+    if videos and parallel:
+        raise ConfigError("video files run on one device: leave out --ray, --workers and device lists")
+    return videos, images
+
+
+def upscale_videos(
+    videos: list[Job],
+    images: list[str],
+    output: str | None,
+    *,
+    spec: ModelSpec,
+    options: UpscaleOptions,
+    writing: WriteOptions,
+    video: VideoOptions,
+    recursive: bool,
+    include_outputs: bool,
+    events: BatchEvents,
+    reporter: Bars,
+    stop_bars: Callable[[], None],
+) -> BatchResult:
+    """The images among the inputs first (the usual batch), then the clips, counted in frames; one result."""
+    from ..batch import upscale_files
+    from ..filerun import BatchInterrupted, BatchResult
+    from ..video_batch import upscale_video_files
+
+    done = BatchResult()
+    if images:
+        done = upscale_files(images, output, model=spec, options=options, writing=writing, recursive=recursive,
+                             include_outputs=include_outputs, events=events)  # fmt: skip
+        stop_bars()
+    counter = FrameCounter(reporter)
+    try:
+        clips = upscale_video_files(videos, output, model=spec, options=options, writing=writing, video=video,
+                                    events=counter.hook(events), on_expected=counter.expect)  # fmt: skip
+    except BatchInterrupted as stop:
+        stop.result.files[:0] = done.files
+        stop.total += len(done.files)
+        raise
+    return BatchResult(done.files + clips.files, done.seconds + clips.seconds)

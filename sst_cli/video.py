@@ -1,0 +1,176 @@
+"""Upscale video files: frames streamed through an ``Upscaler``, other streams copied, results written atomically.
+
+Memory stays bounded whatever the length: one decoded frame at a time goes through ``Upscaler.upscale`` (so
+tiling, precision, device and ``--batch`` apply within each frame) and straight into the encoder; no frame
+images are ever written. Each upscaled frame keeps its source frame's timestamp in the source's time base,
+so frame counts and variable frame rates survive; audio, subtitle and data packets are copied unchanged.
+A frame that cannot be decoded is left out and counted: its neighbours keep their own timestamps, so the
+picture stays in sync with the sound and the previous frame simply stays on screen a little longer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from .errors import OutputExists, VideoError
+from .files import atomic_save
+from .upscaler import Upscaler
+from .video_io import (
+    EncodePlan,
+    VideoInfo,
+    VideoOptions,
+    array_to_frame,
+    frame_to_array,
+    open_output_stream,
+    plan_encoding,
+    probe_video,
+    require_av,
+)
+
+FrameCallback = Callable[[int, int], None]  # (frames done, frames expected; 0 when unknown)
+_COPIED = ("audio", "subtitle", "data")
+
+
+@dataclass
+class VideoResult:
+    """What one upscaled clip holds: frames written, frames lost to damage, streams copied or left out."""
+
+    frames: int = 0
+    lost: int = 0  # packets that failed to decode: their frames are missing from the result
+    concealed: int = 0  # frames the decoder flagged as damaged but repaired: upscaled as they came
+    copied: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+
+
+def plan_video(upscaler: Upscaler, info: VideoInfo, options: VideoOptions) -> EncodePlan:
+    """The encoding of ``info``'s result by this upscaler (``--outscale`` included)."""
+    width, height = upscaler.output_size(info.width, info.height)
+    return plan_encoding(info, width, height, options)
+
+
+def upscale_video(
+    upscaler: Upscaler,
+    source: str | os.PathLike[str],
+    target: str | os.PathLike[str],
+    *,
+    options: VideoOptions | None = None,
+    overwrite: bool = False,
+    on_frame: FrameCallback | None = None,
+    info: VideoInfo | None = None,
+    plan: EncodePlan | None = None,
+) -> VideoResult:
+    """Upscale one clip into ``target`` (written atomically: an interrupted run leaves nothing there).
+
+    ``info`` and ``plan`` (from ``probe_video`` and ``plan_video``) are computed here when not given.
+    """
+    options = options or VideoOptions()
+    info = info or probe_video(source)
+    plan = plan or plan_video(upscaler, info, options)
+    if not overwrite and os.path.lexists(target):
+        raise OutputExists(f"'{os.fspath(target)}' already exists")
+    result = VideoResult()
+    atomic_save(target, lambda temp: _transcode(upscaler, info, plan, temp, result, on_frame), error=VideoError)
+    return result
+
+
+def _transcode(
+    upscaler: Upscaler,
+    info: VideoInfo,
+    plan: EncodePlan,
+    temp: Path,
+    result: VideoResult,
+    on_frame: FrameCallback | None,
+) -> None:
+    av = require_av()
+    # Timestamps are written as they are: muxers otherwise shift a clip whose audio starts before 0 (AAC priming).
+    keep = {"avoid_negative_ts": "disabled"}
+    with (
+        av.open(os.fspath(info.path)) as source,
+        av.open(os.fspath(temp), "w", format=plan.muxer, options=keep) as output,
+    ):
+        video = source.streams.video[0]
+        # On the CPU the codecs get one thread each: background codec threads would take cores from the network's
+        # threads, which wait for each other; beside a GPU they run in parallel with it.
+        threads = 1 if upscaler.device.type == "cpu" else 0
+        video.codec_context.thread_count = threads
+        if threads != 1:
+            video.thread_type = "AUTO"
+        encoder = open_output_stream(output, info, video, plan, threads)
+        copies = _copy_streams(source, video, output, result)
+        output.start_encoding()  # header now: a muxer refusing a stream fails before any frame is computed
+        step = _frame_step(info)
+        last_pts: int | None = None
+        streams = [video, *(source.streams[i] for i in copies)]
+        for packet in source.demux(streams):
+            if packet.stream.index != video.index:
+                if packet.size and packet.dts is not None:
+                    packet.stream = copies[packet.stream.index]
+                    output.mux(packet)
+                continue
+            try:
+                frames = packet.decode()
+            except av.error.InvalidDataError:
+                result.lost += 1
+                continue
+            for frame in frames:
+                pts = frame.pts
+                if pts is None or (last_pts is not None and pts <= last_pts):
+                    pts = 0 if last_pts is None else last_pts + step  # containers without timestamps (raw, AVI)
+                last_pts = pts
+                result.concealed += bool(frame.is_corrupt)
+                _encode(upscaler, frame, pts, info.time_base, plan, encoder, output)
+                result.frames += 1
+                if on_frame is not None:
+                    on_frame(result.frames, info.frames)
+        output.mux(encoder.encode(None))
+
+
+def _encode(upscaler: Upscaler, frame: Any, pts: int, time_base: Fraction, plan: EncodePlan, encoder: Any,
+            output: Any) -> None:  # fmt: skip
+    upscaled = upscaler.upscale(frame_to_array(frame, plan.rgb_depth))
+    new = array_to_frame(upscaled, plan, frame)
+    new.pts, new.time_base = pts, time_base
+    output.mux(encoder.encode(new))
+
+
+def _frame_step(info: VideoInfo) -> int:
+    """One frame's duration in time-base units, for frames that come without a timestamp."""
+    if info.rate is None or info.rate <= 0:
+        return 1
+    return max(1, round(1 / (info.rate * info.time_base)))
+
+
+def _copy_streams(source: Any, video: Any, output: Any, result: VideoResult) -> dict[int, Any]:
+    """Output streams for the input's audio, subtitle and data streams that the output container can hold."""
+    supported = output.supported_codecs
+    copies: dict[int, Any] = {}
+    for stream in source.streams:
+        if stream.index == video.index:
+            continue
+        ctx = getattr(stream, "codec_context", None)
+        codec = ctx.codec.canonical_name if ctx is not None and ctx.codec is not None else "unknown"
+        label = f"{stream.type} {codec}"
+        if stream.type not in _COPIED or codec not in supported:
+            result.dropped.append(label)
+            continue
+        copies[stream.index] = output.add_stream_from_template(stream)
+        result.copied.append(label)
+    return copies
+
+
+def expected_megapixels(info: VideoInfo) -> float:
+    return info.width * info.height * max(info.frames, 1) / 1e6
+
+
+def describe_plan(info: VideoInfo, plan: EncodePlan, copied: Sequence[str] = ()) -> str:
+    """One line on what a clip becomes: codec, pixel format, size, container."""
+    kept = f", copying {', '.join(copied)}" if copied else ""
+    return (
+        f"{info.path.name}: {info.codec} {info.pix_fmt} {info.width}x{info.height} -> {plan.codec} {plan.pix_fmt} "
+        f"{plan.width}x{plan.height} in {plan.extension}{kept}"
+    )

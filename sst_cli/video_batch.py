@@ -1,0 +1,262 @@
+"""``sst upscale`` for video files: name and check every output, probe every clip, then upscale them in turn.
+
+Like the image batch, nothing prints, each file ends as a ``FileResult`` and one bad file never stops the
+rest. Everything that can be refused is refused before the model loads: unreadable or protected clips,
+clips without video, codecs this FFmpeg cannot decode, existing outputs, unwritable folders, encoders or
+pixel formats this FFmpeg lacks. Resuming is per file (``skip_existing``): a clip that was interrupted
+is started again from its first frame, since its partial output was never kept.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from .choices import DEFAULT_SCALE
+from .errors import ConfigError, OutputExists, SstError, VideoError
+from .filerun import BatchEvents, BatchInterrupted, BatchResult, FileResult
+from .files import TEMP_SUFFIX
+from .image_io import is_image_file
+from .inputs import Job, is_own_output
+from .loader import ModelSpec
+from .naming import DEFAULT_OUTSCALE_TEMPLATE, DEFAULT_TEMPLATE, Naming, WriteOptions, model_label
+from .preflight import _clean_stale_temporaries, _unwritable
+from .upscaler import UpscaleOptions, Upscaler
+from .video import VideoResult, describe_plan, expected_megapixels, plan_video, upscale_video
+from .video_io import VideoInfo, VideoOptions, choose_codec, is_video_file, output_extension, probe_video, require_av
+
+_MAGIC = re.compile(r"[*?[]")
+
+
+@dataclass
+class _VideoPlan:
+    job: Job
+    target: Path | None = None
+    info: VideoInfo | None = None
+    failure: SstError | None = None
+    skip: str | None = None
+
+
+def find_videos(
+    inputs: Iterable[str], recursive: bool, own_labels: frozenset[str] = frozenset()
+) -> tuple[list[Job], list[str]]:
+    """Split INPUT items into video jobs (files named, or found in folders or globs) and the items left for the
+    image batch: image files, and folders or globs that also hold images (or no video). Clips found (not named)
+    whose names sst-cli's template gives with a model of ``own_labels`` become skipped jobs. Needs no PyAV."""
+    videos: list[Job] = []
+    rest: list[str] = []
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            found, images = _scan(path, recursive)
+            videos.extend(Job(p, path, from_folder=True, skip=_own(p, own_labels)) for p in found)
+            if images or not found:
+                rest.append(item)
+        elif not path.exists() and _MAGIC.search(item):  # a glob: its videos here, the rest to the image batch
+            matches = sorted(glob.glob(item, recursive=True))
+            clips = [Path(m) for m in matches if is_video_file(m) and Path(m).is_file()]
+            videos.extend(Job(p, p.parent, skip=_own(p, own_labels)) for p in clips)
+            if not matches or any(not is_video_file(m) for m in matches):
+                rest.append(item)
+        elif is_video_file(path):
+            videos.append(Job(path, path.parent))
+        else:
+            rest.append(item)
+    return videos, rest
+
+
+def _own(path: Path, labels: frozenset[str]) -> str | None:
+    if labels and is_own_output(path, labels):
+        return "named like an sst-cli output (add --include-outputs to upscale it too)"
+    return None
+
+
+def _scan(folder: Path, recursive: bool) -> tuple[list[Path], bool]:
+    found: list[Path] = []
+    images = False
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(".")] if recursive else []
+        for name in files:
+            if name.startswith(".") or name.endswith(TEMP_SUFFIX):
+                continue
+            if is_video_file(name):
+                found.append(Path(root, name))
+            images = images or is_image_file(name)
+    return sorted(found, key=lambda p: p.as_posix()), images
+
+
+def upscale_video_files(
+    jobs: Sequence[Job],
+    output: str | os.PathLike[str] | None,
+    *,
+    model: ModelSpec,
+    options: UpscaleOptions,
+    writing: WriteOptions,
+    video: VideoOptions,
+    events: BatchEvents | None = None,
+    on_expected: Callable[[int], None] | None = None,
+) -> BatchResult:
+    """Upscale the clips of ``jobs`` (``find_videos``) into ``output``: one file for one clip, or a folder;
+    None: beside each clip, or in ``<folder>_sst`` for folder inputs.
+
+    ``events.tile`` receives (frames done, frames expected) while a clip runs; ``on_expected`` the frames
+    expected in all, once the clips are probed (0 for a clip whose container does not say). Raises BatchInterrupted on
+    Ctrl-C or SIGTERM with what was finished; the clip in progress leaves no file behind.
+    """
+    require_av()
+    events = events or BatchEvents()
+    label, scale = model_label(model), model.scale or DEFAULT_SCALE
+    single = _single_target(output, jobs, writing)
+    folder = None if output is None or single is not None else Path(output)
+    naming = Naming(label, scale, options.outscale, writing.name, folder=folder, file=single)
+    plans = [_VideoPlan(job, skip=job.skip) for job in jobs]
+    claimed: dict[str, Path] = {}
+    inputs = {os.path.realpath(j.source) for j in jobs}
+    for plan in plans:  # probe and name everything before the model is loaded
+        if plan.skip is not None:
+            continue
+        try:
+            plan.info = probe_video(plan.job.source)
+            codec = choose_codec(plan.info, video)
+            plan.target = single or _target(naming, plan.job, output_extension(plan.job.source, video, codec), scale)
+            _claim(plan, claimed, inputs, writing)
+        except SstError as exc:
+            plan.failure = exc
+    for folder in sorted({p.target.parent for p in plans if p.target is not None and p.failure is None}):
+        _clean_stale_temporaries(folder, events.note or (lambda text: None))
+    if all(p.failure is not None or p.skip is not None for p in plans):  # nothing to compute: no model needed
+        return _run(plans, None, video, writing, events)
+    if on_expected is not None:
+        on_expected(sum(p.info.frames for p in plans if p.info is not None and p.failure is None and p.skip is None))
+    upscaler = Upscaler(model, options=options, on_message=events.warning)
+    naming = replace(naming, scale=upscaler.scale)
+    for plan in plans:  # the real scale is known now: rename, and plan each encoding
+        if plan.failure is None and plan.skip is None and single is None and upscaler.scale != scale:
+            assert plan.info is not None and plan.target is not None
+            plan.target = _target(naming, plan.job, plan.target.suffix.lstrip("."), upscaler.scale)
+            try:
+                _claim(plan, claimed, inputs, writing)
+            except SstError as exc:
+                plan.failure = exc
+    if events.ready is not None:
+        events.ready(upscaler, len(plans))
+    return _run(plans, upscaler, video, writing, events)
+
+
+def _single_target(output: str | os.PathLike[str] | None, jobs: Sequence[Job], writing: WriteOptions) -> Path | None:
+    if output is None or not is_video_file(output) or Path(output).is_dir():
+        return None
+    if len(jobs) != 1 or jobs[0].from_folder:
+        raise ConfigError(f"'{output}' names one video file, but there are {len(jobs)} inputs; give a folder with -o")
+    if writing.name is not None:
+        raise ConfigError("--name does not apply when -o names the output file itself")
+    return Path(output)
+
+
+def _target(naming: Naming, job: Job, ext: str, scale: int) -> Path:
+    template = naming.template or (DEFAULT_OUTSCALE_TEMPLATE if naming.outscale is not None else DEFAULT_TEMPLATE)
+    outscale = naming.outscale if naming.outscale is not None else scale
+    name = template.format(
+        stem=job.source.stem, suffix=job.source.suffix.lstrip("."), model=naming.model, scale=scale,
+        outscale=f"{outscale:g}", ext=ext,
+    )  # fmt: skip
+    return naming.folder_for(job) / name
+
+
+def _claim(plan: _VideoPlan, claimed: dict[str, Path], inputs: set[str], writing: WriteOptions) -> None:
+    """Refuse outputs that are an input or another clip's output, then apply the existing-file policy."""
+    assert plan.target is not None
+    key = os.path.realpath(plan.target)
+    owner = claimed.get(key)
+    if key in inputs:
+        raise OutputExists(f"'{plan.target}' is an input file; refusing to write over it (change -o or --name)")
+    if owner is not None and owner != plan.job.source:
+        raise OutputExists(f"'{plan.target}' is already the output of '{owner}' (change --name or -o)")
+    claimed[key] = plan.job.source
+    if os.path.lexists(plan.target):
+        if writing.skip_existing:
+            plan.skip = f"'{plan.target}' already exists"
+        elif not writing.overwrite:
+            raise OutputExists(f"'{plan.target}' already exists")
+    why = _unwritable(plan.target.parent)  # made if missing, and proved writable with a real file
+    if why is not None:
+        raise VideoError(f"cannot write into '{plan.target.parent}': {why}")
+
+
+def _run(
+    plans: Sequence[_VideoPlan],
+    upscaler: Upscaler | None,
+    video: VideoOptions,
+    writing: WriteOptions,
+    events: BatchEvents,
+) -> BatchResult:
+    started = time.perf_counter()
+    result = BatchResult()
+    total = len(plans)
+    for index, plan in enumerate(plans):
+        current: Job | None = plan.job
+        try:
+            if events.file_start:
+                events.file_start(plan.job, index, total)
+            result.files.append(_one(plan, upscaler, video, writing, events))
+            current = None
+            if events.file_done:
+                events.file_done(result.files[-1], index, total)
+        except KeyboardInterrupt as stop:
+            result.seconds = time.perf_counter() - started
+            raise BatchInterrupted(result, current, total, getattr(stop, "exit_code", 130)) from None
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _one(plan: _VideoPlan, upscaler: Upscaler | None, video: VideoOptions, writing: WriteOptions,
+         events: BatchEvents) -> FileResult:  # fmt: skip
+    started = time.perf_counter()
+    record = FileResult(plan.job.source, plan.target, "failed")
+    if plan.skip is not None:
+        record.status, record.reason = "skipped", plan.skip
+        return record
+    try:
+        if plan.failure is not None:
+            raise plan.failure
+        assert plan.info is not None and plan.target is not None and upscaler is not None
+        record.megapixels = expected_megapixels(plan.info)
+        encoding = plan_video(upscaler, plan.info, video)
+        say = events.note or (lambda text: None)
+        say(describe_plan(plan.info, encoding))
+        for note in encoding.notes:
+            say(f"{plan.job.source.name}: {note}")
+        done = upscale_video(
+            upscaler, plan.job.source, plan.target, options=video, overwrite=writing.overwrite,
+            on_frame=events.tile, info=plan.info, plan=encoding,
+        )  # fmt: skip
+        record.megapixels = plan.info.width * plan.info.height * done.frames / 1e6
+        for line in _damage(plan.job.source, done):
+            say(line)
+        record.status = "done"
+    except (SstError, OSError, RuntimeError, MemoryError, ValueError) as exc:  # av errors are OSError/ValueError
+        record.reason = str(exc) if isinstance(exc, SstError) else f"{type(exc).__name__}: {exc}"
+        record.error_type = type(exc).__name__
+        record.traceback = "".join(traceback.format_exception(exc))
+    record.seconds = time.perf_counter() - started
+    return record
+
+
+def _damage(source: Path, done: VideoResult) -> list[str]:
+    lines = []
+    if done.lost:
+        lines.append(
+            f"{source}: {done.lost} damaged frame(s) could not be decoded and are missing; every other frame keeps "
+            "its timestamp, so sound and picture stay in sync"
+        )
+    if done.concealed:
+        lines.append(f"{source}: {done.concealed} damaged frame(s) were repaired by the decoder and upscaled as such")
+    if done.dropped:
+        lines.append(f"{source}: left out {', '.join(done.dropped)} (the output container cannot hold them)")
+    return lines

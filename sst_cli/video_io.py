@@ -1,0 +1,329 @@
+"""Video files through PyAV (the optional ``video`` extra): what a clip holds, and how its result is encoded.
+
+Nothing here runs a network or prints. ``probe_video`` opens a clip and decodes its first frame, so an
+unreadable file, a file without video, a codec this FFmpeg cannot decode or a protected stream is refused
+with one sentence before any computation. ``plan_encoding`` decides codec, pixel format, container and size
+of the result from the input and the user's choices, before any frame is upscaled.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigError, VideoError
+
+if TYPE_CHECKING:
+    import av
+
+#: Extensions taken for video; folders are searched for these (no PyAV needed to tell).
+VIDEO_EXTENSIONS = frozenset(
+    {".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".ts", ".mts", ".m2ts", ".mpg", ".mpeg", ".wmv", ".flv", ".ogv"}
+)
+#: Containers written as themselves; anything else becomes Matroska, which holds every codec.
+_MUXERS = {"mp4": "mp4", "m4v": "mp4", "mov": "mov", "mkv": "matroska", "webm": "webm"}
+#: Encoders of each decoder family, in order of preference, used when the wheel's FFmpeg has them.
+_FAMILY = {
+    "h264": ("libx264",),
+    "hevc": ("libx265",),
+    "vp9": ("libvpx-vp9",),
+    "vp8": ("libvpx",),
+    "av1": ("libsvtav1", "libaom-av1"),
+    "mpeg4": ("mpeg4",),
+    "prores": ("prores_ks",),
+    "ffv1": ("ffv1",),
+    "mjpeg": ("mjpeg",),
+}
+_FALLBACK = ("libx264", "mpeg4")  # families without an encoder here (e.g. mpeg2, wmv) are written as H.264
+_WEBM_VIDEO = frozenset({"libvpx-vp9", "libvpx", "libsvtav1", "libaom-av1"})
+_CRF = {"libx264": "crf", "libx265": "crf", "libvpx-vp9": "crf", "libvpx": "crf", "libsvtav1": "crf",
+        "libaom-av1": "crf"}  # fmt: skip
+LOSSLESS_CODEC = "ffv1"
+
+
+def is_video_file(path: str | os.PathLike[str]) -> bool:
+    """True for names sst-cli treats as video (by extension, so folders can be sorted without opening files)."""
+    return os.path.splitext(os.fspath(path))[1].lower() in VIDEO_EXTENSIONS
+
+
+def require_av() -> Any:
+    """The ``av`` module, or a ConfigError saying how to install it."""
+    try:
+        import av
+    except ImportError:
+        raise ConfigError("video needs PyAV: pip install 'sst-cli[video]'") from None
+    return av
+
+
+@dataclass(frozen=True)
+class VideoOptions:
+    """How upscaled video is encoded, checked on construction.
+
+    ``codec``: an FFmpeg encoder name (None: the input's family where this FFmpeg has an encoder, else
+    H.264); ``crf``: constant-quality level for encoders that have one (None: the encoder's default);
+    ``pix_fmt``: output pixel format (None: the input's, or the nearest the encoder takes at the same bit
+    depth); ``lossless``: FFV1 in Matroska with RGB samples, so each frame is exactly the network's output.
+    """
+
+    codec: str | None = None
+    crf: int | None = None
+    pix_fmt: str | None = None
+    lossless: bool = False
+
+    def __post_init__(self) -> None:
+        if self.lossless and (self.codec not in (None, LOSSLESS_CODEC) or self.crf is not None or self.pix_fmt):
+            raise ConfigError("--lossless writes FFV1 with RGB samples: leave out --codec, --crf and --pix-fmt")
+        if self.crf is not None and not 0 <= self.crf <= 63:
+            raise ConfigError(f"crf must be between 0 and 63, got {self.crf}")
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    """What the first video stream of a clip is, read before any computation."""
+
+    path: Path
+    width: int
+    height: int
+    codec: str  # decoder name, e.g. h264
+    pix_fmt: str
+    bit_depth: int  # 8, 10, 12 or 16: frames go through the network as 8- or 16-bit RGB accordingly
+    frames: int  # from the container, or estimated from duration x rate; 0 when unknown
+    time_base: Fraction
+    rate: Fraction | None
+    rotation: int  # display rotation in degrees (counter-clockwise), 0 when none
+    container: str  # demuxer name(s), e.g. "mov,mp4,m4a,3gp,3g2,mj2"
+    others: tuple[str, ...]  # the other streams: "audio aac", "subtitle mov_text", ...
+
+
+def probe_video(path: str | os.PathLike[str]) -> VideoInfo:
+    """Open a clip and decode its first frame; VideoError naming the file and the problem otherwise."""
+    av = require_av()
+    name = os.fspath(path)
+    try:
+        container = av.open(name)
+    except FileNotFoundError:
+        raise VideoError(f"cannot read '{name}': no such file") from None
+    except (av.error.FFmpegError, OSError) as exc:
+        raise VideoError(f"cannot read '{name}': not a video file FFmpeg can open ({_reason(exc)})") from None
+    with container:
+        if not container.streams.video:
+            raise VideoError(f"cannot upscale '{name}': it has no video stream")
+        stream = container.streams.video[0]
+        ctx = stream.codec_context
+        if ctx is None or ctx.codec is None or not ctx.codec.is_decoder:
+            raise VideoError(f"cannot upscale '{name}': this FFmpeg has no decoder for its video codec")
+        first = _first_frame(container, stream, name)
+        rotation = int(first.rotation or 0)
+        fmt = av.VideoFormat(first.format.name)
+        depth = max(c.bits for c in fmt.components)
+        rate = stream.average_rate or stream.guessed_rate
+        frames = int(stream.frames or 0)
+        if not frames and stream.duration and rate:
+            frames = round(float(stream.duration * stream.time_base * rate))
+        elif not frames and container.duration and rate:
+            frames = round(container.duration / 1_000_000 * float(rate))
+        others = tuple(f"{s.type} {_codec_name(s)}" for s in container.streams if s.index != stream.index)
+        return VideoInfo(
+            Path(name), first.width, first.height, ctx.codec.name, first.format.name, depth, frames,
+            Fraction(stream.time_base), Fraction(rate) if rate else None, rotation, container.format.name, others,
+        )  # fmt: skip
+
+
+def _first_frame(container: Any, stream: Any, name: str) -> Any:
+    """The first decodable frame; a stream none of whose first packets decode is damaged or encrypted."""
+    av = require_av()
+    errors = 0
+    try:
+        for packet in container.demux(stream):
+            try:
+                for frame in packet.decode():
+                    return frame
+            except av.error.InvalidDataError:
+                errors += 1
+                if errors >= 8:
+                    break
+    except av.error.FFmpegError as exc:
+        raise VideoError(f"cannot read '{name}': {_reason(exc)}") from None
+    why = "its frames cannot be decoded (damaged, or protected by DRM)" if errors else "it holds no video frames"
+    raise VideoError(f"cannot upscale '{name}': {why}")
+
+
+def _codec_name(stream: Any) -> str:
+    ctx = getattr(stream, "codec_context", None)
+    return ctx.name if ctx is not None else "unknown"
+
+
+def _reason(exc: BaseException) -> str:
+    text = getattr(exc, "strerror", None) or str(exc)
+    return text.rstrip(".").lower() if text else type(exc).__name__
+
+
+# --------------------------------------------------------------------------------------- encoding plan
+
+
+@dataclass(frozen=True)
+class EncodePlan:
+    """How one result is written: encoder, pixel format, container, size (cropped to even where needed)."""
+
+    codec: str
+    pix_fmt: str
+    muxer: str  # FFmpeg muxer name
+    extension: str  # output file extension without the dot
+    width: int
+    height: int
+    rgb_depth: int  # 8 or 16: frames go through the network as uint8 or uint16 RGB
+    options: dict[str, str]
+    notes: tuple[str, ...] = ()
+
+
+def output_extension(source: Path, options: VideoOptions, codec: str | None = None) -> str:
+    """The container extension of the result: the input's when sst-cli writes it, else mkv."""
+    if options.lossless:
+        return "mkv"
+    ext = source.suffix.lower().lstrip(".")
+    if ext not in _MUXERS:
+        return "mkv"
+    if ext == "webm" and codec is not None and codec not in _WEBM_VIDEO:
+        return "mkv"  # WebM holds only VP8/VP9/AV1
+    return ext
+
+
+def has_encoder(name: str) -> bool:
+    av = require_av()
+    try:
+        av.Codec(name, "w")
+    except (av.error.FFmpegError, ValueError):
+        return False
+    return True
+
+
+def choose_codec(info: VideoInfo, options: VideoOptions) -> str:
+    """``--codec``, else an encoder of the input's family, else H.264 (MPEG-4 Part 2 without libx264)."""
+    if options.lossless:
+        return LOSSLESS_CODEC
+    if options.codec is not None:
+        if not has_encoder(options.codec):
+            raise ConfigError(f"this FFmpeg has no encoder '{options.codec}' (try libx264, libx265, libvpx-vp9, ffv1)")
+        return options.codec
+    for name in _FAMILY.get(info.codec, ()) + _FALLBACK:
+        if has_encoder(name):
+            return name
+    raise ConfigError("this FFmpeg has no video encoder sst-cli knows; pass --codec")
+
+
+def plan_encoding(info: VideoInfo, out_width: int, out_height: int, options: VideoOptions) -> EncodePlan:
+    """Codec, pixel format, container and final size of the result of ``info`` upscaled to ``out_width`` x
+    ``out_height``. More than 8 bits stay more than 8 bits where the encoder allows; chroma-subsampled formats
+    need even sides, so an odd side loses its last row or column (said in ``notes``)."""
+    av = require_av()
+    codec = choose_codec(info, options)
+    ext = output_extension(info.path, options, codec)
+    deep = info.bit_depth > 8
+    formats = [f.name for f in (av.Codec(codec, "w").video_formats or ())]
+    if options.lossless:
+        pix_fmt = "gbrp16le" if deep else "bgr0"
+    elif options.pix_fmt is not None:
+        if formats and options.pix_fmt not in formats:
+            raise ConfigError(f"{codec} cannot write pixel format {options.pix_fmt}; it takes {', '.join(formats)}")
+        pix_fmt = options.pix_fmt
+    else:
+        pix_fmt = _nearest_format(info.pix_fmt, info.bit_depth, formats)
+    notes: list[str] = []
+    if deep and _depth(pix_fmt) <= 8:
+        notes.append(f"{codec} cannot store {info.bit_depth}-bit samples: writing 8-bit {pix_fmt}")
+    fmt = av.VideoFormat(pix_fmt)
+    width, height = out_width, out_height
+    if fmt.chroma_width(2) == 1 and width % 2:
+        width -= 1
+    if fmt.chroma_height(2) == 1 and height % 2:
+        height -= 1
+    if (width, height) != (out_width, out_height):
+        notes.append(
+            f"{pix_fmt} needs even sides: the {out_width}x{out_height} result loses its last "
+            f"{'column' if width != out_width else 'row'}{'s' if width != out_width and height != out_height else ''}"
+            f" ({width}x{height}); --pix-fmt yuv444p or --lossless keep every pixel"
+        )
+    opts: dict[str, str] = {}
+    if options.crf is not None:
+        if codec not in _CRF:
+            raise ConfigError(f"--crf applies to x264, x265, VP8/VP9 and AV1 encoders, not {codec}")
+        opts[_CRF[codec]] = str(options.crf)
+        if codec in ("libvpx-vp9", "libvpx"):
+            opts["b"] = "0"  # constant quality, not a bitrate cap
+    if codec == LOSSLESS_CODEC:
+        opts.update(level="3", slicecrc="1")
+    if codec == "libx265":
+        opts["x265-params"] = "log-level=error"  # x265 otherwise prints its own summary on stderr
+    depth = 16 if deep and (options.lossless or _depth(pix_fmt) > 8) else 8
+    return EncodePlan(codec, pix_fmt, _MUXERS.get(ext, "matroska"), ext, width, height, depth, opts, tuple(notes))
+
+
+def _depth(pix_fmt: str) -> int:
+    av = require_av()
+    return int(max(c.bits for c in av.VideoFormat(pix_fmt).components))
+
+
+def _nearest_format(source: str, depth: int, formats: list[str]) -> str:
+    """The input's pixel format if the encoder takes it, else one with its depth and chroma, else 8-bit 4:2:0."""
+    if not formats or source in formats:
+        return source
+    chroma = next((c for c in ("444", "422", "420") if c in source), "420")
+    same_depth = [f for f in formats if _depth(f) == depth and not f.startswith(("gbr", "yuva"))]
+    for candidate in same_depth:
+        if chroma in candidate:
+            return candidate
+    if same_depth:
+        return same_depth[0]
+    return "yuv420p" if "yuv420p" in formats else formats[0]
+
+
+def open_output_stream(output: Any, info: VideoInfo, source_stream: Any, plan: EncodePlan, threads: int = 0) -> Any:
+    """The encoder stream of the result: the input's time base (timestamps are copied, so variable frame rates
+    stay), colour description and display rotation; ``threads`` encoder threads (0: FFmpeg's choice)."""
+    rate = info.rate or Fraction(25)
+    stream = output.add_stream(plan.codec, rate=rate, options=plan.options)
+    stream.width, stream.height, stream.pix_fmt = plan.width, plan.height, plan.pix_fmt
+    stream.time_base = info.time_base
+    ctx = stream.codec_context
+    ctx.time_base = info.time_base
+    ctx.thread_count = threads
+    source = source_stream.codec_context
+    if not plan.pix_fmt.startswith(("gbr", "bgr", "rgb")):
+        for key in ("color_primaries", "color_trc", "colorspace", "color_range"):
+            setattr(ctx, key, getattr(source, key))
+    else:
+        for key in ("color_primaries", "color_trc"):
+            setattr(ctx, key, getattr(source, key))
+    if info.rotation:
+        stream.set_display_rotation(info.rotation)
+    return stream
+
+
+def frame_to_array(frame: Any, rgb_depth: int) -> Any:
+    """A decoded frame as (H, W, 3) uint8 or uint16 RGB, converted with the frame's own matrix and range."""
+    fmt = "rgb48le" if rgb_depth > 8 else "rgb24"
+    return frame.to_ndarray(format=fmt, src_colorspace=_matrix(frame), src_color_range=frame.color_range or None)
+
+
+def array_to_frame(array: Any, plan: EncodePlan, like: Any) -> av.VideoFrame:
+    """(H, W, 3) RGB back into a frame of the plan's pixel format, with the source frame's matrix and range."""
+    import av as _av
+
+    fmt = "rgb48le" if array.dtype.itemsize == 2 else "rgb24"
+    frame = _av.VideoFrame.from_ndarray(array[: plan.height, : plan.width], format=fmt)
+    if plan.pix_fmt.startswith(("gbr", "bgr", "rgb")):
+        return frame.reformat(format=plan.pix_fmt)
+    colorspace = _matrix(like)
+    color_range = like.color_range or 1  # unspecified means limited (MPEG) range for YUV
+    return frame.reformat(format=plan.pix_fmt, dst_colorspace=colorspace, dst_color_range=color_range)
+
+
+#: Colour matrices (AVColorSpace) -> the ones swscale converts with; others (unspecified) fall back to BT.601.
+_MATRICES = {1: 1, 4: 4, 5: 5, 6: 5, 7: 7, 9: 9, 10: 9}
+
+
+def _matrix(frame: Any) -> int | None:
+    return _MATRICES.get(int(frame.colorspace or 2))

@@ -1,0 +1,131 @@
+"""``sst upscale`` on video files, end to end, with the small golden x3 checkpoint and clips of a few frames."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import GOLDEN, needs_golden
+from PIL import Image
+from typer.testing import CliRunner
+from videoclips import audio_packets, make_clip, seconds
+
+from sst_cli.cli import app
+from sst_cli.errors import Terminated
+from sst_cli.upscaler import Upscaler
+
+pytest.importorskip("av", reason="PyAV is not installed: pip install -e '.[video]' to run the video tests")
+pytestmark = [needs_golden, pytest.mark.usefixtures("one_thread")]
+
+MODEL = ["--weights", str(GOLDEN / "mini_x3.pth"), "--config", str(GOLDEN / "mini_x3.json"), "--device", "cpu"]
+runner = CliRunner()
+FEW = (0, 40, 100)  # three frames, variable rate
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SST_DEBUG", raising=False)
+
+
+def sst(*args: str) -> object:
+    return runner.invoke(app, ["upscale", *MODEL, *args])
+
+
+def clip(path: str, **kwargs: object) -> Path:
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return make_clip(target, size=(16, 12), pts_ms=FEW, **kwargs)  # type: ignore[arg-type]
+
+
+def test_clip_in_upscaled_clip_out_beside_it(tmp_path: Path) -> None:
+    source = clip("a.mp4")
+    result = sst("a.mp4")
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "a_mini_x3_x3.mp4"
+    assert seconds(out) == seconds(source) and audio_packets(out) == audio_packets(source)
+    assert "h264 yuv420p 16x12 -> libx264 yuv420p 48x36 in mp4" in result.stderr
+
+
+def test_folder_of_clips_and_images_recursive(tmp_path: Path) -> None:
+    clip("media/a.mp4")
+    clip("media/deep/b.mkv", codec="mjpeg", pix_fmt="yuvj420p")
+    Image.fromarray(np.zeros((12, 16, 3), np.uint8)).save("media/c.png")
+    Path("media/old_sst-light-291_x4.mp4").write_bytes(b"earlier")  # named like an output: skipped, not read
+    result = sst("media", "--recursive", "--json-log")
+    assert result.exit_code == 0, result.output
+    written = sorted(p.relative_to("media_sst").as_posix() for p in Path("media_sst").rglob("*") if p.is_file())
+    assert written == ["a_mini_x3_x3.mp4", "c_mini_x3_x3.png", "deep/b_mini_x3_x3.mkv"]
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert events[-1]["event"] == "summary" and (events[-1]["done"], events[-1]["skipped"]) == (3, 1)
+    progress = [e for e in events if e["event"] == "progress"]
+    assert progress and {"frames", "frames_per_second", "eta_seconds"} <= set(progress[0])
+
+
+def test_lossless_writes_mkv_and_option_errors_come_first(tmp_path: Path) -> None:
+    clip("a.mp4", audio=False)
+    assert sst("a.mp4", "--lossless").exit_code == 0
+    assert Path("a_mini_x3_x3.mkv").is_file()
+    assert sst("a.mp4", "--lossless", "-o", "named.mkv").exit_code == 0 and Path("named.mkv").is_file()
+    clip("more/b.mp4", audio=False)
+    result = sst("a.mp4", "more", "-o", "one.mp4")
+    assert result.exit_code == 2 and "names one video file" in result.stderr
+    result = sst("a.mp4", "--lossless", "--codec", "libx264")
+    assert result.exit_code == 2 and "--lossless" in result.stderr
+
+
+def test_bad_clip_is_one_sentence_before_the_model_loads(tmp_path: Path) -> None:
+    Path("bad.mp4").write_bytes(b"nothing")
+    result = runner.invoke(app, ["upscale", "bad.mp4", "--weights", "nowhere.pth", "--config", "nowhere.json"])
+    assert result.exit_code == 1
+    assert "bad.mp4': not a video file FFmpeg can open" in result.stderr and "nowhere" not in result.stderr
+
+
+def test_existing_outputs_fail_or_are_skipped(tmp_path: Path) -> None:
+    clip("a.mp4", audio=False)
+    Path("a_mini_x3_x3.mp4").write_bytes(b"earlier")
+    result = sst("a.mp4")
+    assert result.exit_code == 1 and "already exists" in result.stderr
+    result = sst("a.mp4", "--skip-existing")
+    assert result.exit_code == 0 and "skipped" in result.stderr
+    assert Path("a_mini_x3_x3.mp4").read_bytes() == b"earlier"
+
+
+def test_sigterm_mid_clip_leaves_nothing_and_says_to_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clip("a.mp4")
+    real = Upscaler.upscale
+    calls: list[int] = []
+
+    def upscale(self: Upscaler, image: object, on_tile: object = None) -> object:
+        calls.append(1)
+        if len(calls) == 2:
+            raise Terminated(15)
+        return real(self, image, on_tile)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Upscaler, "upscale", upscale)
+    result = sst("a.mp4")
+    assert result.exit_code == 143 and "--skip-existing" in result.stderr
+    assert sorted(p.name for p in Path(".").iterdir()) == ["a.mp4"]
+
+
+def test_without_pyav_a_clip_is_an_option_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clip("a.mp4")
+    monkeypatch.setitem(sys.modules, "av", None)
+    result = sst("a.mp4")
+    assert result.exit_code == 2 and "pip install 'sst-cli[video]'" in result.stderr
+
+
+def test_an_input_is_never_written_over_and_stale_temporaries_go(tmp_path: Path) -> None:
+    clip("a.mp4", audio=False)
+    before = Path("a.mp4").read_bytes()
+    stale = Path(".a_mini_x3_x3.mp4.0123abcd.sst-tmp")
+    stale.write_bytes(b"left by a killed run")
+    os.utime(stale, (1, 1))
+    result = sst("a.mp4", "-o", "a.mp4", "--overwrite")
+    assert result.exit_code == 1 and "is an input file" in result.stderr
+    assert Path("a.mp4").read_bytes() == before and stale.exists()  # nothing planned there: nothing cleaned
+    assert sst("a.mp4").exit_code == 0 and not stale.exists()

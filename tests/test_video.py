@@ -1,0 +1,195 @@
+"""Video through PyAV: probing and refusals, timing / audio / metadata kept, lossless frames exact, damage counted."""
+
+from __future__ import annotations
+
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from videoclips import audio_packets, decoded, make_clip, seconds
+
+from sst_cli import SST, SSTConfig, Upscaler
+from sst_cli.errors import ConfigError, OutputExists, VideoError
+
+av = pytest.importorskip("av", reason="PyAV is not installed: pip install -e '.[video]' to run the video tests")
+
+from sst_cli.video import upscale_video  # noqa: E402
+from sst_cli.video_io import VideoOptions, plan_encoding, probe_video, require_av  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _tiny(scale: int = 2) -> Upscaler:
+    """Random small SST (windows 4, 8, 16) on the CPU, whole frames."""
+    torch.manual_seed(0)
+    cfg = SSTConfig(
+        dim=12, window_sizes=(4, 8, 16), num_heads=2, ranks=(3, 3, 5), n_blocks=2,
+        exp_ratio=1.5, upscaling_factor=scale, upsampler_type="pixelshuffle",
+    )  # fmt: skip
+    model = SST(**cfg.to_kwargs())
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.3)
+    return Upscaler(model.eval(), device="cpu", tile=0)
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Upscaler:
+    return _tiny()
+
+
+def test_probe_reads_size_depth_rotation_and_other_streams(tmp_path: Path) -> None:
+    clip = make_clip(tmp_path / "a.mp4", pix_fmt="yuv420p10le", rotation=90)
+    info = probe_video(clip)
+    assert (info.width, info.height, info.codec, info.bit_depth, info.frames) == (32, 24, "h264", 10, 6)
+    assert info.rotation == 90 and info.others == ("audio aac",)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: p.write_bytes(b"not a video at all") and p, "not a video file FFmpeg can open"),
+        (lambda p: make_clip(p, video=False), "it has no video stream"),
+        (lambda p: p, "no such file"),
+    ],
+)
+def test_bad_inputs_are_one_sentence_naming_the_file(tmp_path: Path, make, message: str) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "bad.mp4"
+    make(path)
+    with pytest.raises(VideoError, match=message) as caught:
+        probe_video(path)
+    assert f"'{path}'" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_undecodable_first_frames_are_refused(tmp_path: Path) -> None:
+    clip = tmp_path / "broken.mkv"
+    make_clip(clip, codec="mjpeg", pix_fmt="yuvj420p", corrupt=range(6), audio=False)  # as if encrypted
+    with pytest.raises(VideoError, match="cannot be decoded"):
+        probe_video(clip)
+
+
+def test_missing_pyav_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "av", None)
+    with pytest.raises(ConfigError, match=r"pip install 'sst-cli\[video\]'"):
+        require_av()
+
+
+def test_default_codec_keeps_family_timing_audio_rotation_and_colour(tmp_path: Path, tiny: Upscaler) -> None:
+    clip = make_clip(tmp_path / "a.mp4", rotation=90)
+    out = tmp_path / "a_x2.mp4"
+    result = upscale_video(tiny, clip, out)
+    assert result.frames == 6 and result.copied == ["audio aac"] and not result.dropped
+    assert seconds(out) == seconds(clip)  # variable frame rate: every timestamp kept
+    frames, time_base = decoded(out)
+    assert time_base == decoded(clip)[1]
+    assert audio_packets(out) == audio_packets(clip)  # copied, not re-encoded
+    with av.open(str(out)) as c:
+        ctx = c.streams.video[0].codec_context
+        assert (ctx.name, ctx.pix_fmt, ctx.width, ctx.height) == ("h264", "yuv420p", 64, 48)
+        assert (ctx.color_primaries, ctx.color_trc, ctx.colorspace, ctx.color_range) == (1, 1, 1, 1)
+    assert frames[0].rotation == 90
+
+
+class _Nearest(torch.nn.Module):
+    """Pixel replication x2: what comes out is what went in, so colour conversions can be checked."""
+
+    scale = 2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.interpolate(x, scale_factor=2, mode="nearest")
+
+
+@pytest.mark.parametrize("bt709", [True, False])
+def test_colours_survive_the_yuv_round_trip(tmp_path: Path, bt709: bool) -> None:
+    clip = make_clip(tmp_path / "red.mp4", colour=(200, 40, 60), bt709=bt709, pts_ms=(0, 40), audio=False)
+    out = tmp_path / "red_x2.mp4"
+    upscale_video(Upscaler(_Nearest(), device="cpu", tile=0), clip, out)
+    before = decoded(clip)[0][1].to_ndarray(format="rgb24").astype(int)
+    after = decoded(out)[0][1].to_ndarray(format="rgb24").astype(int)
+    assert np.abs(after[::2, ::2] - before).max() <= 3  # BT.601 against BT.709 would be off by tens of levels
+
+
+def test_lossless_frames_are_exactly_the_upscalers(tmp_path: Path, tiny: Upscaler) -> None:
+    clip = make_clip(tmp_path / "a.mp4")
+    out = tmp_path / "a.mkv"
+    upscale_video(tiny, clip, out, options=VideoOptions(lossless=True))
+    source, _ = decoded(clip)
+    result, _ = decoded(out)
+    assert result[0].format.name == "bgr0" and len(result) == len(source) == 6
+    assert seconds(out) == seconds(clip) and audio_packets(out) == audio_packets(clip)
+    for before, after in zip(source, result, strict=True):
+        expected = tiny.upscale(before.to_ndarray(format="rgb24"))
+        np.testing.assert_array_equal(after.to_ndarray(format="rgb24"), expected)
+
+
+def test_ten_bit_stays_ten_bit_and_lossless_keeps_sixteen(tmp_path: Path, tiny: Upscaler) -> None:
+    clip = make_clip(tmp_path / "deep.mp4", pix_fmt="yuv420p10le", pts_ms=(0, 40, 100), audio=False)
+    upscale_video(tiny, clip, tmp_path / "deep_x2.mp4")
+    frames, _ = decoded(tmp_path / "deep_x2.mp4")
+    assert frames[0].format.name == "yuv420p10le"
+    upscale_video(tiny, clip, tmp_path / "deep.mkv", options=VideoOptions(lossless=True))
+    exact, _ = decoded(tmp_path / "deep.mkv")
+    source, _ = decoded(clip)
+    assert exact[0].format.name == "gbrp16le"
+    expected = tiny.upscale(source[1].to_ndarray(format="rgb48le"))
+    assert expected.dtype == np.uint16
+    np.testing.assert_array_equal(exact[1].to_ndarray(format="rgb48le"), expected)
+
+
+def test_odd_sizes_lose_a_row_for_420_or_keep_it_in_444(tmp_path: Path) -> None:
+    info = probe_video(make_clip(tmp_path / "odd.mp4", size=(12, 10), pts_ms=(0,), audio=False))
+    plan = plan_encoding(info, 36, 27, VideoOptions())
+    assert (plan.width, plan.height, plan.pix_fmt) == (36, 26, "yuv420p") and "loses its last row" in plan.notes[0]
+    plan = plan_encoding(info, 37, 27, VideoOptions(pix_fmt="yuv444p"))
+    assert (plan.width, plan.height, plan.notes) == (37, 27, ())
+    plan = plan_encoding(info, 37, 27, VideoOptions(lossless=True))
+    assert (plan.width, plan.height, plan.codec, plan.extension) == (37, 27, "ffv1", "mkv")
+
+
+def test_codec_choices_are_checked_before_computing(tmp_path: Path) -> None:
+    info = probe_video(make_clip(tmp_path / "a.mp4", pts_ms=(0,), audio=False))
+    assert plan_encoding(info, 64, 48, VideoOptions(codec="libx265", crf=20)).options["crf"] == "20"
+    with pytest.raises(ConfigError, match="no encoder 'nonsense'"):
+        plan_encoding(info, 64, 48, VideoOptions(codec="nonsense"))
+    with pytest.raises(ConfigError, match="cannot write pixel format"):
+        plan_encoding(info, 64, 48, VideoOptions(codec="mpeg4", pix_fmt="yuv444p"))
+    with pytest.raises(ConfigError, match="--crf applies"):
+        plan_encoding(info, 64, 48, VideoOptions(codec="mpeg4", crf=3))
+    with pytest.raises(ConfigError, match="--lossless"):
+        VideoOptions(lossless=True, codec="libx264")
+
+
+def test_damaged_frames_are_counted_and_the_rest_keep_their_time_and_subtitles(tmp_path: Path, tiny: Upscaler) -> None:
+    clip = make_clip(tmp_path / "hurt.mkv", codec="mjpeg", pix_fmt="yuvj420p", corrupt={2}, subtitles=True)
+    out = tmp_path / "hurt_x2.mkv"
+    result = upscale_video(tiny, clip, out)
+    assert (result.frames, result.lost, result.copied) == (5, 1, ["audio aac", "subtitle subrip"])
+    assert (
+        audio_packets(out, "subtitle")
+        == audio_packets(clip, "subtitle")
+        == [b"line 0", b"line 1", b"line 2", b"line 3", b"line 4", b"line 5"]
+    )
+    expected = [Fraction(ms, 1000) for i, ms in enumerate((0, 40, 100, 120, 200, 260)) if i != 2]
+    assert seconds(clip) == seconds(out) == expected
+    assert audio_packets(out) == audio_packets(clip)
+
+
+def test_interrupt_leaves_no_file_and_existing_outputs_are_kept(tmp_path: Path, tiny: Upscaler,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    clip = make_clip(tmp_path / "a.mp4", audio=False)
+    out = tmp_path / "a_x2.mp4"
+
+    def stop(done: int, total: int) -> None:
+        if done == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        upscale_video(tiny, clip, out, on_frame=stop)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.mp4"]  # no output, no temporary
+    out.write_bytes(b"mine")
+    with pytest.raises(OutputExists):
+        upscale_video(tiny, clip, out)
+    assert out.read_bytes() == b"mine"

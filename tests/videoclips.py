@@ -1,0 +1,115 @@
+"""Tiny clips made with PyAV at test time: a few random frames, variable timestamps, AAC audio, metadata."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+VFR_MS = (0, 40, 100, 120, 200, 260)  # frame times in ms: gaps of 40, 60, 20, 80, 60 (variable frame rate)
+
+
+def make_clip(
+    path: Path,
+    *,
+    size: tuple[int, int] = (32, 24),
+    pts_ms: tuple[int, ...] = VFR_MS,
+    codec: str = "libx264",
+    pix_fmt: str = "yuv420p",
+    audio: bool = True,
+    video: bool = True,
+    rotation: int = 0,
+    bt709: bool = True,
+    corrupt: Collection[int] = (),
+    subtitles: bool = False,
+    colour: tuple[int, int, int] | None = None,
+    seed: int = 0,
+) -> Path:
+    """Write a clip; ``corrupt`` replaces those frames' packets with garbage bytes (an intra-only codec keeps the
+    damage to that one frame)."""
+    import av
+
+    rng = np.random.default_rng(seed)
+    with av.open(str(path), "w") as out:
+        streams = []
+        if video:
+            vs = out.add_stream(codec, rate=25)
+            vs.width, vs.height, vs.pix_fmt = size[0], size[1], pix_fmt
+            vs.time_base = vs.codec_context.time_base = Fraction(1, 1000)
+            if bt709:
+                ctx = vs.codec_context
+                ctx.color_primaries = ctx.color_trc = ctx.colorspace = 1  # BT.709
+                ctx.color_range = 1  # limited (MPEG) range
+            if rotation:
+                vs.set_display_rotation(rotation)
+            streams.append(vs)
+        if audio:
+            sound = out.add_stream("aac", rate=8000)
+            sound.layout = "mono"
+        if subtitles:  # SubRip text, muxed as it is (Matroska)
+            text = out.add_mux_stream("subrip")
+            text.time_base = Fraction(1, 1000)
+            for i, pts in enumerate(pts_ms):
+                line = av.Packet(f"line {i}".encode())
+                line.pts, line.dts, line.duration, line.time_base, line.stream = pts, pts, 30, Fraction(1, 1000), text
+                out.mux(line)
+        if video:
+            deep = "10" in pix_fmt or "16" in pix_fmt
+            for i, pts in enumerate(pts_ms):
+                if deep:
+                    pixels = rng.integers(0, 65536, (size[1], size[0], 3), dtype=np.uint16)
+                    frame = av.VideoFrame.from_ndarray(pixels, format="rgb48le")
+                else:
+                    pixels = rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+                    if colour is not None:
+                        pixels[:] = colour
+                    frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
+                frame = frame.reformat(format=pix_fmt, dst_colorspace=1 if bt709 else None)
+                frame.pts, frame.time_base = pts, Fraction(1, 1000)
+                for packet in vs.encode(frame):
+                    if i in corrupt:
+                        bad = av.Packet(bytes(rng.integers(0, 256, packet.size, dtype=np.uint8)))
+                        bad.pts, bad.dts, bad.time_base, bad.stream = packet.pts, packet.dts, packet.time_base, vs
+                        packet = bad
+                    out.mux(packet)
+            out.mux(vs.encode(None))
+        if audio:
+            for i in range(4):
+                wave = np.sin(np.arange(1024, dtype=np.float32)[None] * 0.05 * (i + 1))
+                chunk = av.AudioFrame.from_ndarray(wave, format="fltp", layout="mono")
+                chunk.sample_rate, chunk.pts = 8000, i * 1024
+                out.mux(sound.encode(chunk))
+            out.mux(sound.encode(None))
+    return path
+
+
+def decoded(path: Path) -> tuple[list, Fraction]:
+    """The clip's video frames (those that decode) and its video time base."""
+    import av
+
+    frames = []
+    with av.open(str(path)) as clip:
+        stream = clip.streams.video[0]
+        for packet in clip.demux(stream):
+            try:
+                frames.extend(packet.decode())
+            except av.error.InvalidDataError:
+                continue  # a damaged packet: its frame is missing
+        return frames, Fraction(stream.time_base)
+
+
+def seconds(path: Path) -> list[Fraction]:
+    """Presentation times of the video frames, exactly, in seconds."""
+    frames, time_base = decoded(path)
+    return [frame.pts * time_base for frame in frames]
+
+
+def audio_packets(path: Path, kind: str = "audio") -> list[bytes]:
+    """The packets of the clip's first stream of that kind (audio, subtitle), as bytes."""
+    import av
+
+    with av.open(str(path)) as clip:
+        stream = next(s for s in clip.streams if s.type == kind)
+        return [bytes(p) for p in clip.demux(stream) if p.size]
