@@ -17,9 +17,12 @@ _REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s
 _NOT_PINNED_HERE = {"torch"}
 
 
-def lowest_pins(pyproject: Path) -> list[str]:
-    """``name==lowest`` for every entry of [project].dependencies but torch."""
-    dependencies = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+def lowest_pins(pyproject: Path, extras: tuple[str, ...] = ()) -> list[str]:
+    """``name==lowest`` for every entry of [project].dependencies but torch, then of the named extras."""
+    project = tomllib.loads(pyproject.read_text())["project"]
+    dependencies = list(project["dependencies"])
+    for extra in extras:
+        dependencies += project["optional-dependencies"][extra]
     pins: list[str] = []
     for requirement in dependencies:
         match = _REQUIREMENT.match(requirement)
@@ -36,5 +39,6 @@ def lowest_pins(pyproject: Path) -> list[str]:
 
 
 if __name__ == "__main__":
-    root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent
-    print("\n".join(lowest_pins(root / "pyproject.toml")))
+    # usage: lowest_constraints.py [EXTRA ...]  (the extras whose lower bounds are pinned too, e.g. video)
+    root = Path(__file__).resolve().parent.parent
+    print("\n".join(lowest_pins(root / "pyproject.toml", tuple(sys.argv[1:]))))

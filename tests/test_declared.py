@@ -28,6 +28,14 @@ def test_every_runtime_dependency_but_torch_is_pinned_to_its_lower_bound() -> No
     assert {p.split("==")[0] for p in pins} >= {"numpy", "typer", "rich", "pillow", "huggingface-hub", "psutil"}
 
 
+def test_an_extra_named_is_pinned_after_the_runtime_dependencies(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\ndependencies = ["numpy>=1.24"]\n[project.optional-dependencies]\nvideo = ["av>=18"]\n'
+    )
+    assert _script().lowest_pins(tmp_path / "pyproject.toml", ("video",)) == ["numpy==1.24", "av==18"]
+    assert _script().lowest_pins(tmp_path / "pyproject.toml") == ["numpy==1.24"]
+
+
 def test_a_dependency_without_a_lower_bound_is_refused(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[project]\ndependencies = ["numpy>=1.24", "rich"]\n')
     with pytest.raises(SystemExit, match="rich has no lower bound"):
