@@ -109,3 +109,19 @@ def offline_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for var in ("SST_HUB_REPO", "SST_WEIGHTS_DIR"):
         monkeypatch.delenv(var, raising=False)
     return root
+
+
+def tiny_sst(scale: int = 2) -> torch.nn.Module:
+    """Random small SST (windows 4, 8, 16; L = 16) with weights large enough that every layer matters."""
+    from sst_cli import SST, SSTConfig
+
+    torch.manual_seed(0)
+    cfg = SSTConfig(
+        dim=12, window_sizes=(4, 8, 16), num_heads=2, ranks=(3, 3, 5), n_blocks=2,
+        exp_ratio=1.5, upscaling_factor=scale, upsampler_type="pixelshuffle",
+    )  # fmt: skip
+    model = SST(**cfg.to_kwargs())
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.3)
+    return model.eval()

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import GOLDEN, golden_config, needs_golden
+from conftest import GOLDEN, golden_config, needs_golden, tiny_sst
 from PIL import Image
 
-from sst_cli import SST, SSTConfig, Upscaler
+from sst_cli import SST, Upscaler
 from sst_cli.errors import ConfigError, NonFiniteOutput
 from sst_cli.runtime import fp32_mode
 from sst_cli.tiling import plan_tiles, tile_sides, tiling_cost
@@ -34,26 +34,12 @@ def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
     return math.inf if mse == 0 else 10 * math.log10(1 / mse)
 
 
-def _tiny_sst(scale: int = 2) -> SST:
-    """Random small SST (windows 4, 8, 16; L = 16) with weights large enough that every layer matters."""
-    torch.manual_seed(0)
-    cfg = SSTConfig(
-        dim=12, window_sizes=(4, 8, 16), num_heads=2, ranks=(3, 3, 5), n_blocks=2,
-        exp_ratio=1.5, upscaling_factor=scale, upsampler_type="pixelshuffle",
-    )  # fmt: skip
-    model = SST(**cfg.to_kwargs())
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.3)
-    return model.eval()
-
-
 def _relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).abs().max() / b.abs().max()).item()
 
 
 def test_exact_tiling_matches_whole_image_tiny_model() -> None:
-    model = _tiny_sst()
+    model = tiny_sst()
     x = _chw(_photo(64, 96))
     whole = Upscaler(model, tile=0).run(x).image
     up = Upscaler(model, tile=32, exact=True)
@@ -87,7 +73,7 @@ def test_default_overlap_is_seamless_on_a_real_photo() -> None:
 
 
 def test_user_overlap_and_tile_are_aligned() -> None:
-    up = Upscaler(_tiny_sst(), tile=40, tile_overlap=5)
+    up = Upscaler(tiny_sst(), tile=40, tile_overlap=5)
     plan = up.plan(200, 200)
     assert (plan.tile, plan.overlap, plan.align) == (32, 16, 16)
 
@@ -105,7 +91,7 @@ def _peak_bytes(up: Upscaler, model: SST, height: int, width: int) -> int:
 # are tried on any machine; a test that counted fp32 bytes failed on CUDA, where auto chose bf16.
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_auto_tile_fits_the_memory_budget(precision: str) -> None:
-    model = _tiny_sst()
+    model = tiny_sst()
     assert Upscaler(model, tile="auto", max_memory=1 << 40, precision=precision).plan(500, 700).tile == 0
     budget = model.activation_bytes(80, 80)
     up = Upscaler(model, tile="auto", max_memory=budget, precision=precision)
@@ -121,7 +107,7 @@ def test_auto_tile_fits_the_memory_budget(precision: str) -> None:
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_auto_tile_shrinks_the_batch_before_the_tile(precision: str) -> None:
-    model = _tiny_sst()
+    model = tiny_sst()
     said: list[str] = []
     budget = model.activation_bytes(80, 80) * 2
     alone = Upscaler(model, tile="auto", max_memory=budget, precision=precision).plan(300, 300)
@@ -135,7 +121,7 @@ def test_auto_tile_shrinks_the_batch_before_the_tile(precision: str) -> None:
 
 def test_out_of_memory_halves_the_tile_and_reports_it(monkeypatch: pytest.MonkeyPatch) -> None:
     messages: list[str] = []
-    up = Upscaler(_tiny_sst(), tile=64, tile_overlap=16, on_message=messages.append)
+    up = Upscaler(tiny_sst(), tile=64, tile_overlap=16, on_message=messages.append)
     x = _chw(_photo(70, 90))
     expected = Upscaler(up.model, tile=32, tile_overlap=16).run(x).image
     real = up._forward
@@ -164,7 +150,7 @@ def test_nan_output_is_an_error_with_a_hint() -> None:
 
 
 def test_arrays_keep_dtype_layout_and_alpha() -> None:
-    up = Upscaler(_tiny_sst(), tile=0)
+    up = Upscaler(tiny_sst(), tile=0)
     rgba = np.random.default_rng(0).integers(0, 256, (10, 12, 4), dtype=np.uint8)
     out = up.upscale(rgba)
     assert out.shape == (20, 24, 4) and out.dtype == np.uint8
@@ -180,17 +166,17 @@ def test_arrays_keep_dtype_layout_and_alpha() -> None:
 def test_alpha_modes_and_constant_alpha_passes_through() -> None:
     rng = np.random.default_rng(3)
     rgba = rng.random((12, 12, 4)).astype(np.float32)
-    by_model = Upscaler(_tiny_sst(), tile=0, alpha="model").upscale(rgba)[..., 3]
-    resized = Upscaler(_tiny_sst(), tile=0, alpha="resize").upscale(rgba)[..., 3]
+    by_model = Upscaler(tiny_sst(), tile=0, alpha="model").upscale(rgba)[..., 3]
+    resized = Upscaler(tiny_sst(), tile=0, alpha="resize").upscale(rgba)[..., 3]
     assert by_model.shape == resized.shape == (24, 24)
     assert by_model.min() >= 0 and by_model.max() <= 1
     assert not np.allclose(by_model, resized)
     rgba[..., 3] = 0.25
-    assert np.all(Upscaler(_tiny_sst(), tile=0).upscale(rgba)[..., 3] == 0.25)
+    assert np.all(Upscaler(tiny_sst(), tile=0).upscale(rgba)[..., 3] == 0.25)
 
 
 def test_pil_gray_stays_gray_and_outscale_resizes() -> None:
-    up = Upscaler(_tiny_sst(), tile=0, outscale=1.5)
+    up = Upscaler(tiny_sst(), tile=0, outscale=1.5)
     gray = Image.fromarray(np.random.default_rng(4).integers(0, 256, (10, 14), dtype=np.uint8))
     out = up.upscale(gray)
     assert out.mode == "L" and out.size == (21, 15)
@@ -199,10 +185,10 @@ def test_pil_gray_stays_gray_and_outscale_resizes() -> None:
 
 
 def test_bf16_precision_runs_and_stays_close_to_fp32() -> None:
-    model = _tiny_sst()
+    model = tiny_sst()
     x = _photo(20, 24)
     fp32 = Upscaler(model, tile=0, precision="fp32").upscale(x)
-    bf16 = Upscaler(_tiny_sst(), tile=0, precision="bf16")
+    bf16 = Upscaler(tiny_sst(), tile=0, precision="bf16")
     assert bf16.dtype == torch.bfloat16
     out = bf16.upscale(x)
     assert out.shape == fp32.shape and np.isfinite(out).all()
@@ -223,7 +209,7 @@ def test_bf16_precision_runs_and_stays_close_to_fp32() -> None:
 )
 def test_bad_options_are_named(kwargs: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        Upscaler(_tiny_sst(), **kwargs)
+        Upscaler(tiny_sst(), **kwargs)
 
 
 def test_fp32_on_cuda_turns_tf32_off_only_while_running() -> None:

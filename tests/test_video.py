@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_sst
 from videoclips import audio_packets, decoded, make_clip, seconds
 
-from sst_cli import SST, SSTConfig, Upscaler
+from sst_cli import Upscaler
 from sst_cli.errors import ConfigError, OutputExists, VideoError
 
 av = pytest.importorskip("av", reason="PyAV is not installed: pip install -e '.[video]' to run the video tests")
@@ -24,16 +25,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def _tiny(scale: int = 2) -> Upscaler:
     """Random small SST (windows 4, 8, 16) on the CPU, whole frames."""
-    torch.manual_seed(0)
-    cfg = SSTConfig(
-        dim=12, window_sizes=(4, 8, 16), num_heads=2, ranks=(3, 3, 5), n_blocks=2,
-        exp_ratio=1.5, upscaling_factor=scale, upsampler_type="pixelshuffle",
-    )  # fmt: skip
-    model = SST(**cfg.to_kwargs())
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.3)
-    return Upscaler(model.eval(), device="cpu", tile=0)
+    return Upscaler(tiny_sst(scale), device="cpu", tile=0)
 
 
 @pytest.fixture(scope="module")
