@@ -20,6 +20,11 @@ from .image_io import EXTENSIONS, is_image_file
 _MAGIC = re.compile(r"[*?[]")
 
 
+def is_glob(item: str) -> bool:
+    """Whether an INPUT holds glob magic (``*``, ``?``, ``[``)."""
+    return _MAGIC.search(item) is not None
+
+
 @dataclass(frozen=True)
 class Job:
     """One input file; ``base`` is the folder its output sub-path is measured from."""
@@ -100,7 +105,7 @@ def _glob_root(pattern: str) -> Path:
     parts = Path(pattern).parts
     literal: list[str] = []
     for part in parts[:-1]:
-        if _MAGIC.search(part):
+        if is_glob(part):
             break
         literal.append(part)
     return Path(*literal) if literal else Path(".")
@@ -112,7 +117,7 @@ def _expand(item: str, recursive: bool, exclude: Sequence[Path], skips: Skips) -
         return _folder_images(path, recursive, exclude, skips)
     if path.exists() or os.path.islink(item):
         return [Job(path, path.parent)]  # named explicitly: tried whatever its name, so errors are reported
-    if not _MAGIC.search(item):
+    if not is_glob(item):
         return [Job(path, path.parent, error=f"cannot read '{item}': no such file or folder")]
     root = _glob_root(item)
     jobs: list[Job] = []
@@ -135,7 +140,7 @@ def check_inputs_exist(items: Sequence[str]) -> None:
     if not items:
         return
     for item in items:
-        if os.path.lexists(item) or (_MAGIC.search(item) and glob.glob(item, recursive=True)):
+        if os.path.lexists(item) or (is_glob(item) and glob.glob(item, recursive=True)):
             return
     if len(items) == 1:
         raise ConfigError(f"nothing to upscale: '{items[0]}' does not exist (no such file, folder or match)")

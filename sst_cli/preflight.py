@@ -67,7 +67,7 @@ class Preflight:
                 'they fail before any computation; keep them apart with --name "{stem}.{suffix}_{model}_x{scale}.{ext}"'
             )
         for folder in self.folders:
-            _clean_stale_temporaries(folder, self.note)
+            clean_stale_temporaries(folder, self.note)
         return plans
 
     def _plan(self, job: Job) -> _Plan:
@@ -114,7 +114,7 @@ class Preflight:
     def _check_folder(self, folder: Path) -> None:
         """Create the output folder now and prove it writable, so that no result is computed in vain."""
         if folder not in self.folders:
-            self.folders[folder] = _unwritable(folder)
+            self.folders[folder] = unwritable(folder)
         why = self.folders[folder]
         if why is not None:
             raise WriteError(f"cannot write into '{folder}': {why}")
@@ -125,7 +125,7 @@ class OutputNameClash(OutputExists):
     """Two inputs map to one output name (``a.png`` and ``a.bmp``)."""
 
 
-def _unwritable(folder: Path) -> str | None:
+def unwritable(folder: Path) -> str | None:
     """Why files cannot be written in ``folder`` (made if missing), or None; tried with a real file."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -153,7 +153,7 @@ def _os_reason(exc: OSError) -> str:
 _TEMP_NAME = re.compile(r"\..+\.[0-9a-f]{8}" + re.escape(TEMP_SUFFIX))
 
 
-def _clean_stale_temporaries(folder: Path, note: Callable[[str], None]) -> None:
+def clean_stale_temporaries(folder: Path, note: Callable[[str], None]) -> None:
     """Remove temporaries that an earlier, killed run left in ``folder`` (ours by name); ones touched in the last
     minute may belong to another sst-cli process still writing there, so they are only reported."""
     now = time.time()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import glob
 import os
-import re
 import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
@@ -23,15 +22,13 @@ from .errors import ConfigError, OutputExists, SstError, VideoError
 from .filerun import BatchEvents, BatchInterrupted, BatchResult, FileResult
 from .files import TEMP_SUFFIX
 from .image_io import is_image_file
-from .inputs import Job, is_own_output
+from .inputs import Job, is_glob, is_own_output
 from .loader import ModelSpec
 from .naming import DEFAULT_OUTSCALE_TEMPLATE, DEFAULT_TEMPLATE, Naming, WriteOptions, model_label
-from .preflight import _clean_stale_temporaries, _unwritable
+from .preflight import clean_stale_temporaries, unwritable
 from .upscaler import UpscaleOptions, Upscaler
 from .video import VideoResult, describe_plan, expected_megapixels, plan_video, upscale_video
 from .video_io import VideoInfo, VideoOptions, choose_codec, is_video_file, output_extension, probe_video, require_av
-
-_MAGIC = re.compile(r"[*?[]")
 
 
 @dataclass
@@ -58,7 +55,7 @@ def find_videos(
             videos.extend(Job(p, path, from_folder=True, skip=_own(p, own_labels)) for p in found)
             if images or not found:
                 rest.append(item)
-        elif not path.exists() and _MAGIC.search(item):  # a glob: its videos here, the rest to the image batch
+        elif not path.exists() and is_glob(item):  # a glob: its videos here, the rest to the image batch
             matches = sorted(glob.glob(item, recursive=True))
             clips = [Path(m) for m in matches if is_video_file(m) and Path(m).is_file()]
             videos.extend(Job(p, p.parent, skip=_own(p, own_labels)) for p in clips)
@@ -129,7 +126,7 @@ def upscale_video_files(
         except SstError as exc:
             plan.failure = exc
     for folder in sorted({p.target.parent for p in plans if p.target is not None and p.failure is None}):
-        _clean_stale_temporaries(folder, events.note or (lambda text: None))
+        clean_stale_temporaries(folder, events.note or (lambda text: None))
     if all(p.failure is not None or p.skip is not None for p in plans):  # nothing to compute: no model needed
         return _run(plans, None, video, writing, events)
     if on_expected is not None:
@@ -184,7 +181,7 @@ def _claim(plan: _VideoPlan, claimed: dict[str, Path], inputs: set[str], writing
             plan.skip = f"'{plan.target}' already exists"
         elif not writing.overwrite:
             raise OutputExists(f"'{plan.target}' already exists")
-    why = _unwritable(plan.target.parent)  # made if missing, and proved writable with a real file
+    why = unwritable(plan.target.parent)  # made if missing, and proved writable with a real file
     if why is not None:
         raise VideoError(f"cannot write into '{plan.target.parent}': {why}")
 
