@@ -41,6 +41,12 @@ class FileResult:
     tile: TileSize | None = None  # tile used: a side, (rows, cols), or 0 for the whole image
     traceback: str | None = field(default=None, repr=False, compare=False)  # text only: frames would pin images
 
+    def failed_with(self, exc: BaseException) -> None:
+        """Record why this file failed: our own errors as they read, others with their class name."""
+        self.reason = str(exc) if isinstance(exc, SstError) else f"{type(exc).__name__}: {exc}"
+        self.error_type = type(exc).__name__
+        self.traceback = "".join(traceback.format_exception(exc))
+
 
 @dataclass
 class BatchResult:
@@ -149,9 +155,7 @@ class _BatchRun:
             )
             record.status = "done"
         except (SstError, OSError, RuntimeError, MemoryError) as exc:  # torch kernel failures are RuntimeErrors
-            record.reason = str(exc) if isinstance(exc, SstError) else f"{type(exc).__name__}: {exc}"
-            record.error_type = type(exc).__name__
-            record.traceback = "".join(traceback.format_exception(exc))
+            record.failed_with(exc)
         record.seconds = time.perf_counter() - started
         return record
 

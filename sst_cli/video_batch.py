@@ -12,7 +12,6 @@ from __future__ import annotations
 import glob
 import os
 import time
-import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -238,9 +237,7 @@ def _one(plan: _VideoPlan, upscaler: Upscaler | None, video: VideoOptions, writi
             say(line)
         record.status = "done"
     except (SstError, OSError, RuntimeError, MemoryError, ValueError) as exc:  # av errors are OSError/ValueError
-        record.reason = str(exc) if isinstance(exc, SstError) else f"{type(exc).__name__}: {exc}"
-        record.error_type = type(exc).__name__
-        record.traceback = "".join(traceback.format_exception(exc))
+        record.failed_with(exc)
     record.seconds = time.perf_counter() - started
     return record
 
