@@ -30,6 +30,7 @@ from .runtime import (
     resolve_device,
     resolve_precision,
 )
+from .seams import SeamGuide
 from .tiling import (
     TileSize,
     align_overlap,
@@ -37,6 +38,7 @@ from .tiling import (
     cheapest_tile,
     run_tiles_adaptive,
     tile_label,
+    tile_sides,
     tiling_cost,
 )
 
@@ -154,6 +156,7 @@ class Upscaler:
                 )
         self.on_message = on_message
         self._said_plans: set[tuple[TileSize, int, int]] = set()  # (tile, overlap, batch) already described
+        self._seams: SeamGuide | None = None  # learned on a probe when a network whose tiles cannot be exact tiles
         self._say_rounding()
         self.compiled: CompiledNetwork | None = None
         self._said_eager = False
@@ -268,10 +271,15 @@ class Upscaler:
         else:
             overlap = align_overlap(d.default_context, align)
         if o.tile != "auto":
-            return TilePlan(align_tile_size(o.tile, align) if o.tile else 0, overlap, align, blend, o.batch)
+            tile = align_tile_size(o.tile, align) if o.tile else 0
+            if blend and o.tile_overlap is None and 0 < tile < max(height, width):
+                overlap = max(overlap, self.seams.needed.context)
+            return TilePlan(tile, overlap, align, blend, o.batch)
         budget = o.max_memory if o.max_memory is not None else memory_budget(self.device)
         if self._activation_bytes(height, width) <= budget:
             return TilePlan(0, overlap, align, blend)
+        if blend and o.tile_overlap is None:
+            overlap = max(overlap, self.seams.needed.context)
 
         def fits(h: int, w: int) -> bool:
             return self._activation_bytes(h, w) <= budget
@@ -281,6 +289,15 @@ class Upscaler:
         largest = self._activation_bytes(min(height, rows + 2 * overlap), min(width, cols + 2 * overlap))
         batch = max(1, min(o.batch, budget // max(1, largest)))
         return TilePlan(rows if rows == cols else (rows, cols), overlap, align, blend, batch)
+
+    @property
+    def seams(self) -> SeamGuide:
+        """The context this network's tiles need within 60 dB of the whole image, measured on a probe on first
+        use (``seams.py``); asked only of networks whose tiles cannot be exact."""
+        if self._seams is None:
+            d = self.descriptor
+            self._seams = SeamGuide(self._forward, self.scale, d.size_multiple, d.default_context)
+        return self._seams
 
     def _activation_bytes(self, height: int, width: int) -> int:
         """Estimated peak activation memory of one tile of this size in one forward pass."""
@@ -301,9 +318,17 @@ class Upscaler:
             y = self.model(x) if self.compiled is None else self.compiled(x)
         return y.float().cpu()
 
-    def _on_oom(self, new_tile: TileSize) -> None:
+    def _on_oom(self, new_tile: TileSize, overlap: int) -> None:
         release_memory(self.device)
         self._say(f"out of memory: retrying with {tile_label(new_tile)} tiles")
+        if self.descriptor.exact_context is None:
+            self._say_seams(new_tile, overlap)
+
+    def _say_seams(self, tile: TileSize, overlap: int) -> None:
+        """For a network whose tiles cannot be exact: why, and the seams measured for such tiles."""
+        d = self.descriptor
+        why = d.seam_note or "its tiles cannot equal the whole image"
+        self._say(f"{d.architecture}: {why}; {self.seams.advice(min(tile_sides(tile)), overlap)}")
 
     def run(self, image: torch.Tensor, on_tile: TileCallback | None = None) -> Upscaled:
         """(C, H, W) float32 CPU tensor -> (C, H*scale, W*scale), tiled as planned."""
@@ -320,7 +345,7 @@ class Upscaler:
             blend=plan.blend,
             on_tile=on_tile,
             is_oom=is_out_of_memory,
-            on_oom=self._on_oom,
+            on_oom=lambda tile: self._on_oom(tile, plan.overlap),
             origins=self.descriptor.position_dependent,
         )
         if not torch.isfinite(out).all():
@@ -331,10 +356,11 @@ class Upscaler:
     def _say_plan(self, plan: TilePlan, height: int, width: int) -> None:
         """Say, once per plan, when tiles make the run expensive or the batch had to shrink to fit memory."""
         key = (plan.tile, plan.overlap, plan.batch)
-        if not plan.tile or key in self._said_plans:
+        rows, cols = tile_sides(plan.tile)
+        if not plan.tile or (rows >= height and cols >= width) or key in self._said_plans:
             return
-        if not self._said_plans and self.descriptor.seam_note:
-            self._say(f"{self.descriptor.architecture}: {self.descriptor.seam_note}")
+        if plan.blend:
+            self._say_seams(plan.tile, plan.overlap)
         self._said_plans.add(key)
         cost = plan.cost(height, width)
         if cost >= 2.0:

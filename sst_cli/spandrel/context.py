@@ -3,8 +3,9 @@
 spandrel says whether tiling is advisable, not how much context a tile needs. We measure it: the gradient
 of one output block (at the centre of a noise probe) with respect to the input is non-zero exactly where
 the input can change that block, so its extent is the receptive field. A field that reaches the probe's
-border (window transformers, deep convnets) has no finite bound we can state; the context then is the
-radius holding all but 1e-4 of the measured sensitivity, and that fraction is said (the seam bound).
+border (window transformers, deep convnets, global pooling) has no finite bound we can state; the context
+then starts at the radius holding all but 1e-6 of the measured sensitivity, and the engine measures what
+tiles need on top of that when it tiles (``sst_cli.seams``).
 """
 
 from __future__ import annotations
@@ -58,10 +59,7 @@ def measure_reach(
     if radius < c - 1:  # the field ends inside the probe
         return Reach(radius + _MARGIN, radius + _MARGIN)
     held = _radius_holding(sensitivity, c, 1 - _TAIL)
-    note = (
-        f"its receptive field reaches beyond {c} px (measured), so tiles cannot be exact; {held} px of context "
-        f"hold all but {_TAIL:.0e} of its measured sensitivity to the input (--exact runs whole images)"
-    )
+    note = f"its receptive field reaches beyond {c} px (measured), so tiles cannot be exact (--exact runs whole images)"
     return Reach(None, held, note)
 
 

@@ -1,0 +1,145 @@
+"""How far tiled output strays from the whole image, measured, for networks whose tiles cannot be exact.
+
+Global pooling, channel attention over all pixels or attention over a grid spanning the image (HAT, DAT,
+OmniSR, ...) make every output pixel depend a little on the whole input, so no context makes a tile equal
+the whole image; how much it strays depends on the weights, so we measure it instead of guessing from the
+module's class names. A probe picture (smooth shapes and texture at several scales, fixed seed) runs
+once whole; then one tile at its centre with a given core and context, its core compared with the whole
+run's (cropped, no feathering, so the figure errs on the safe side). The engine takes the smallest context
+that reaches its target, and states the measured figure whenever it tiles below it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .tiling import plan_tiles, run_tiles
+
+Forward = Callable[[torch.Tensor], torch.Tensor]  # NCHW in [0, 1] -> NCHW scale times larger, on the CPU
+
+TARGET_DB = 60.0  # what tiled output should keep from the whole image's
+MARGIN_DB = 3.0  # kept above the target on the probe: real pictures vary more than it does
+PROBE_SIDE = 192  # LR pixels; several times the tiles and contexts it judges
+MIN_TILE = 32  # the smallest tile the contexts are learned for (LR pixels, rounded up to the alignment)
+CONTEXTS = (16, 24, 32, 48, 64)  # contexts tried, smallest first (rounded up to the alignment)
+
+
+@dataclass(frozen=True)
+class SeamBound:
+    """PSNR (dB) of a ``tile``-pixel core with ``context`` pixels around it against the whole probe."""
+
+    tile: int
+    context: int
+    psnr: float
+    probe: int
+
+    def text(self) -> str:
+        return (
+            f"{self.tile} px tiles with {self.context} px of context measured {_db(self.psnr)} from the whole image "
+            f"on a {self.probe} px probe"
+        )
+
+
+def probe_picture(side: int, channels: int = 3, seed: int = 0) -> torch.Tensor:
+    """(channels, side, side) in [0, 1]: noise at octaves from the whole side down to one pixel, so the
+    probe has large shapes (which global statistics see) as well as texture (which windows see)."""
+    generator = torch.Generator().manual_seed(seed)
+    picture = torch.zeros(1, channels, side, side)
+    cells, weight = 2, 1.0
+    while cells <= side:
+        grid = torch.rand(1, channels, cells, cells, generator=generator) - 0.5
+        picture += weight * F.interpolate(grid, size=(side, side), mode="bicubic", align_corners=False)
+        cells, weight = cells * 2, weight * 0.7
+    picture = picture - picture.amin()
+    return (picture / picture.amax().clamp_min(1e-6))[0]
+
+
+class SeamProbe:
+    """Measures one network's seams on a probe: the whole probe once, then one centre tile per question."""
+
+    def __init__(self, forward: Forward, scale: int, align: int = 1, side: int = PROBE_SIDE) -> None:
+        self.forward, self.scale, self.align = forward, scale, align
+        self.side = -(-side // align) * align
+        self.picture = probe_picture(self.side)
+        self._whole: torch.Tensor | None = None
+        self._measured: dict[tuple[int, int], SeamBound] = {}
+
+    def measure(self, tile: int, context: int) -> SeamBound:
+        """The bound of ``tile``-pixel cores with ``context`` pixels of context (cached)."""
+        key = (tile, context)
+        if key not in self._measured:
+            self._measured[key] = SeamBound(tile, context, self._psnr(tile, context), self.side)
+        return self._measured[key]
+
+    def smallest_context(self, tile: int, contexts: Sequence[int], target: float) -> SeamBound:
+        """The first of ``contexts`` whose bound reaches ``target`` dB, else the best one tried."""
+        best: SeamBound | None = None
+        for context in contexts:
+            bound = self.measure(tile, context)
+            if bound.psnr >= target:
+                return bound
+            if best is None or bound.psnr > best.psnr:
+                best = bound
+        assert best is not None, "no context to try"
+        return best
+
+    def _psnr(self, tile: int, context: int) -> float:
+        if self._whole is None:
+            self._whole = self.forward(self.picture[None])[0].clamp(0, 1)
+        tiles = plan_tiles(self.side, self.side, tile, context, self.align)
+        out = run_tiles(self.forward, self.picture, self.scale, tiles, blend=True).clamp(0, 1)
+        mse = float(((out.double() - self._whole.double()) ** 2).mean())
+        return math.inf if mse == 0 else 10 * math.log10(1 / mse)
+
+
+class SeamGuide:
+    """What one network needs for tiles within ``TARGET_DB`` of the whole image, learned on a probe the first
+    time it is asked (tiling only): the context ``MIN_TILE``-pixel tiles need (``needed``), and the measured
+    figure of any plan below that (``advice``)."""
+
+    def __init__(self, forward: Forward, scale: int, align: int, default_context: int) -> None:
+        self.probe = SeamProbe(forward, scale, align)
+        self.align = align
+        self.tile = max(align, -(-MIN_TILE // align) * align)
+        wanted = {-(-c // align) * align for c in (default_context, *CONTEXTS) if c >= default_context}
+        self.contexts = sorted(wanted)
+        self._needed: SeamBound | None = None
+
+    @property
+    def needed(self) -> SeamBound:
+        """The smallest context reaching the target (with its margin) at ``tile``, else the best one tried."""
+        if self._needed is None:
+            self._needed = self.probe.smallest_context(self.tile, self.contexts, TARGET_DB + MARGIN_DB)
+        return self._needed
+
+    @property
+    def reachable(self) -> bool:
+        return self.needed.psnr >= TARGET_DB + MARGIN_DB
+
+    def advice(self, tile: int, context: int) -> str:
+        """One sentence on the seams of ``tile``-pixel tiles (the shorter side) with ``context`` pixels."""
+        needed = self.needed
+        if self.reachable and tile >= needed.tile and context >= needed.context:
+            bound = needed  # larger tiles stray less: the bound learned for the smallest holds
+        else:
+            bound = self.probe.measure(min(tile, self.probe.side // 2 // self.align * self.align), context)
+        if bound.psnr >= TARGET_DB:
+            return f"{bound.text()} (larger tiles and more context stray less)"
+        if self.reachable:
+            return (
+                f"{bound.text()}, below {TARGET_DB:.0f} dB, which needs tiles of at least {needed.tile} px with "
+                f"{needed.context} px of context ({_db(needed.psnr)} there)"
+            )
+        return (
+            f"{bound.text()}, below {TARGET_DB:.0f} dB, and no context up to {self.contexts[-1]} px reaches it "
+            f"(best {_db(needed.psnr)}): run whole images where memory allows (--tile auto)"
+        )
+
+
+def _db(psnr: float) -> str:
+    return "identical" if math.isinf(psnr) else f"{psnr:.1f} dB"

@@ -1,0 +1,119 @@
+"""Seams of networks whose tiles cannot be exact (``sst_cli.seams``), measured on a probe; and the Upscaler
+choosing the context they need, or saying the measured figure when the tiles asked for fall short.
+
+The toy network adds a global channel statistic to a local convolution (as squeeze-and-excitation or
+channel attention do), so every output pixel depends a little on the whole image."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+from torch import nn
+
+from sst_cli import Upscaler
+from sst_cli.archs import ModelDescriptor, SRNetwork
+from sst_cli.seams import CONTEXTS, TARGET_DB, SeamGuide, SeamProbe, probe_picture
+
+
+class GlobalMix(SRNetwork):
+    """x2 nearest upscale of a 3x3 convolution plus ``strength`` times the image's mean per channel."""
+
+    def __init__(self, strength: float, exact: int | None = None) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 3, 3, padding=1)
+        self.strength = strength
+        self.exact = exact
+
+    def describe(self) -> ModelDescriptor:
+        return ModelDescriptor("GlobalMix", 2, exact_context=self.exact, default_context=4)
+
+    def activation_bytes(self, height: int, width: int, dtype: torch.dtype = torch.float32) -> int:
+        return 64 * height * width
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x) + self.strength * x.mean((2, 3), keepdim=True)
+        return nn.functional.interpolate(y, scale_factor=2, mode="nearest")
+
+
+def _forward(model: nn.Module):  # type: ignore[no-untyped-def]
+    def run(x: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            return model(x)
+
+    return run
+
+
+def test_probe_picture_is_fixed_and_spans_the_range() -> None:
+    a, b = probe_picture(64), probe_picture(64)
+    assert torch.equal(a, b) and a.shape == (3, 64, 64)
+    assert float(a.min()) == 0.0 and float(a.max()) == 1.0
+    # large shapes: the two halves' means differ well beyond what pixel noise would give
+    assert float((a[:, :, :32].mean() - a[:, :, 32:].mean()).abs()) > 0.01
+
+
+def test_more_context_and_less_global_dependence_measure_closer_to_the_whole() -> None:
+    local = SeamProbe(_forward(GlobalMix(0.0)), 2, side=64)
+    mixed = SeamProbe(_forward(GlobalMix(0.5)), 2, side=64)
+    figures = [mixed.measure(16, c).psnr for c in (0, 8, 16)]
+    assert all(math.isfinite(f) for f in figures)
+    assert figures[0] < figures[1] < figures[2], "more context sees more of the image: closer to the whole"
+    assert local.measure(16, 8).psnr > figures[1] + 10
+
+
+def test_guide_takes_the_smallest_context_that_reaches_the_target() -> None:
+    guide = SeamGuide(_forward(GlobalMix(0.002)), 2, 1, default_context=4)
+    assert guide.contexts[0] == 4 and guide.contexts[1:] == sorted(c for c in CONTEXTS if c > 4)
+    needed = guide.needed
+    assert guide.reachable and needed.psnr >= TARGET_DB
+    smaller = [c for c in guide.contexts if c < needed.context]
+    assert all(guide.probe.measure(guide.tile, c).psnr < needed.psnr for c in smaller)
+
+
+def test_guide_says_when_no_context_reaches_the_target() -> None:
+    guide = SeamGuide(_forward(GlobalMix(1.0)), 2, 1, default_context=4)
+    assert not guide.reachable
+    text = guide.advice(32, 8)
+    assert "below 60 dB, and no context up to 64 px reaches it" in text and "--tile auto" in text
+
+
+def test_upscaler_tiles_with_the_learned_context() -> None:
+    model = GlobalMix(0.002)
+    image = probe_picture(96, seed=3)
+    messages: list[str] = []
+    up = Upscaler(model, device="cpu", precision="fp32", tile=32, on_message=messages.append)
+    plan = up.plan(96, 96)
+    assert plan.blend and plan.overlap == up.seams.needed.context > model.describe().default_context
+    got = up.run(image).image
+    with torch.inference_mode():
+        whole = model(image[None])[0]
+    mse = float(((got.clamp(0, 1) - whole.clamp(0, 1)).double() ** 2).mean())
+    assert 10 * math.log10(1 / mse) >= TARGET_DB
+    assert any("GlobalMix: its tiles cannot equal the whole image; 32 px tiles" in m for m in messages), messages
+
+
+def test_forced_small_tiles_say_their_measured_bound() -> None:
+    messages: list[str] = []
+    up = Upscaler(GlobalMix(0.002), device="cpu", precision="fp32", tile=8, tile_overlap=2, on_message=messages.append)
+    assert up.plan(96, 96).overlap == 2, "a context the user gave is kept"
+    up.run(probe_picture(96, seed=3))
+    said = [m for m in messages if "px of context measured" in m]
+    assert len(said) == 1, messages
+    match = re.search(
+        r"8 px tiles with 2 px of context measured ([\d.]+) dB .* below 60 dB, which needs tiles of at "
+        r"least 32 px with (\d+) px of context",
+        said[0],
+    )
+    assert match, said[0]
+    assert float(match[1]) == pytest.approx(up.seams.probe.measure(8, 2).psnr, abs=0.05)
+    assert int(match[2]) == up.seams.needed.context
+
+
+def test_whole_images_and_exact_networks_never_probe() -> None:
+    up = Upscaler(GlobalMix(0.05), device="cpu", precision="fp32", tile="auto")
+    assert up.plan(64, 64).tile == 0 and up._seams is None
+    exact = Upscaler(GlobalMix(0.0, exact=1), device="cpu", precision="fp32", tile=16)
+    assert not exact.plan(64, 64).blend and exact._seams is None
