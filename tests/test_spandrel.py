@@ -151,7 +151,7 @@ def test_tiled_within_60_db_of_spandrel(tmp_path: Path, name: str) -> None:
     height, width = (192, 224) if name in GLOBAL else (72, 88)
     image = _image(height, width)
     expected = _spandrel_output(path, image)
-    up = Upscaler(weights=path, device="cpu", precision="fp32", tile=32)
+    up = Upscaler(weights=path, device="cpu", precision="fp32", tile=32, batch=4)  # batch: fewer calls, same pixels
     plan = up.plan(height, width)
     assert plan.tile == 32 and 32 + 2 * plan.overlap < width, "tiles must really miss part of the image"
     got = up.run(image).image.clamp(0, 1)
