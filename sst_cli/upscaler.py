@@ -51,7 +51,8 @@ class UpscaleOptions:
 
     ``tile``: ``"auto"`` (whole image when it fits ``max_memory``, default a share of free memory), 0 (whole
     image) or a tile side in LR pixels; ``tile_overlap``: context pixels around tiles (default: the model's
-    own); ``exact``: context covering the receptive field, so tiling leaves no trace (a network whose receptive
+    own, or what ``seams.py`` measured a network whose tiles cannot be exact needs); ``exact``: context
+    covering the receptive field, so tiling leaves no trace (a network whose receptive
     field is the whole image, such as DAT, then runs on the whole image); ``batch``: tiles per
     forward pass; ``alpha``: transparency through the network (``model``) or bicubic (``resize``);
     ``outscale``: resize the native output to this final scale. ``ig_lambda`` and ``seed``: runtime settings
@@ -256,7 +257,9 @@ class Upscaler:
         (squares or strips) that computes the fewest pixels while its context fits, then as many tiles per
         pass as still fit, up to ``batch``: a smaller batch costs little, a smaller tile costs overlap.
         The overlap itself stays the model's default: a smaller one is faster but shows seams, so it is
-        only ever the user's choice (``tile_overlap``)."""
+        only ever the user's choice (``tile_overlap``). A network whose tiles cannot be exact (global pooling,
+        channel attention) gets, when it is tiled, at least the context a probe measured to keep its tiles
+        within 60 dB of the whole image (``seams.py``)."""
         d, o = self.descriptor, self.options
         align = d.size_multiple
         # Cores are cropped only where tiling can be exact; a network that sees the whole image (or says
