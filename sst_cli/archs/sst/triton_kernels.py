@@ -8,6 +8,8 @@ imported) they run on CPU tensors, which is how the tests check them.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
+
 import torch
 import triton
 import triton.language as tl
@@ -95,10 +97,11 @@ def dwconv3x3_gelu_residual(
     b, c, h, w = p.shape
     block_c = block_c or min(64, triton.next_power_of_2(c))
     grid = (b * triton.cdiv(h, rows), triton.cdiv(w, block_w), triton.cdiv(c, block_c))
-    _dwconv3x3_gelu_residual[grid](
-        p, weight.contiguous(), bias.contiguous(), out, h, w, c, *p.stride(), *out.stride(),
-        ROWS=rows, BLOCK_W=block_w, BLOCK_C=block_c,
-    )  # fmt: skip
+    with _on(p.device):
+        _dwconv3x3_gelu_residual[grid](
+            p, weight.contiguous(), bias.contiguous(), out, h, w, c, *p.stride(), *out.stride(),
+            ROWS=rows, BLOCK_W=block_w, BLOCK_C=block_c,
+        )  # fmt: skip
 
 
 @triton.jit
@@ -137,7 +140,13 @@ def merge_windows_gated(
     block_c = block_c or min(64, triton.next_power_of_2(c))
     nw = grid_w // window
     grid = (b * h, triton.cdiv(w, block_w), triton.cdiv(c, block_c))
-    _merge_windows_gated[grid](
-        windows, gate_logits, image, h, w, c, c // heads, window, nw, (grid_h // window) * nw, grid_h, grid_w,
-        shift, *windows.stride(), *gate_logits.stride(), *image.stride(), BLOCK_W=block_w, BLOCK_C=block_c,
-    )  # fmt: skip
+    with _on(image.device):
+        _merge_windows_gated[grid](
+            windows, gate_logits, image, h, w, c, c // heads, window, nw, (grid_h // window) * nw, grid_h, grid_w,
+            shift, *windows.stride(), *gate_logits.stride(), *image.stride(), BLOCK_W=block_w, BLOCK_C=block_c,
+        )  # fmt: skip
+
+
+def _on(device: torch.device) -> AbstractContextManager[object]:
+    """Triton launches on the current CUDA device and stream: make that the tensors' (``--device cuda:1``)."""
+    return torch.cuda.device(device) if device.type == "cuda" else nullcontext()
