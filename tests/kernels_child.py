@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -115,6 +116,30 @@ def _model_case(config: dict) -> dict:
     }
 
 
+def _self_check_case() -> dict:
+    """The check before first use passes the real kernels and turns a wrong one off with a warning."""
+    from sst_cli.archs.sst import triton_kernels
+
+    real = triton_kernels.dwconv3x3_gelu_residual
+    clean = {str(dtype): kernels.self_check(torch.device("cpu"), dtype) for dtype in (torch.float32, torch.bfloat16)}
+
+    def mirrored(out: torch.Tensor, p: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> None:
+        real(out, p, weight.flip(-1), bias)  # taps mirrored left-right: the kind of slip an indexing bug makes
+
+    kernels._checked.clear()
+    triton_kernels.dwconv3x3_gelu_residual = mirrored
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            p = torch.randn(1, 4, 3, 3)
+            ran = kernels.ffn_middle(torch.empty_like(p), p, torch.nn.Conv2d(4, 4, 3, padding=1, groups=4))
+        return {"clean": clean, "ran_wrong_kernel": ran, "enabled_after": kernels._state["enabled"],
+                "warnings": [str(w.message) for w in caught]}  # fmt: skip
+    finally:
+        triton_kernels.dwconv3x3_gelu_residual = real
+        kernels._state["enabled"] = True
+
+
 TINY = {"dim": 16, "window_sizes": (4, 8), "num_heads": (2, 4), "ranks": (3, 5), "n_blocks": 2}
 SHIFTED = {"dim": 12, "window_sizes": (4, 4), "num_heads": (2, 2), "ranks": (3, 3), "n_blocks": 2}
 
@@ -137,6 +162,7 @@ def main() -> None:
         "merge-bf16": _merge_case(bf16, bf16, 0, True),
         "model-tiny": _model_case(TINY),
         "model-shifted": _model_case(SHIFTED),
+        "self-check": _self_check_case(),  # last: it swaps a kernel for a wrong one for a moment
     }
     json.dump({"triton_interpret": os.environ.get("TRITON_INTERPRET"), "cases": results}, sys.stdout)
 

@@ -79,6 +79,14 @@ def test_whole_forward_through_the_kernels_matches_the_reference_path(interprete
     assert result["max_abs_vs_plain"] < 2e-5, result
 
 
+@needs_triton
+def test_the_check_before_first_use_turns_a_wrong_kernel_off(interpreted: dict) -> None:
+    result = interpreted["self-check"]
+    assert result["clean"] == {"torch.float32": "", "torch.bfloat16": ""}, result
+    assert not result["ran_wrong_kernel"] and not result["enabled_after"], result
+    assert len(result["warnings"]) == 1 and "FFN kernel differs from PyTorch" in result["warnings"][0], result
+
+
 class _Writes(TorchDispatchMode):
     """(op name, bytes written) for every op, as ``../shared/bench/traffic.py`` counts them."""
 

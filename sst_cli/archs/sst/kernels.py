@@ -30,6 +30,9 @@ from contextlib import contextmanager
 from functools import cache
 
 import torch
+import torch.nn.functional as F
+
+from .windows import merge_gated as merge_gated_plain
 
 _state = {"enabled": True}
 
@@ -63,10 +66,17 @@ def disabled() -> Iterator[None]:
         _state["enabled"] = saved
 
 
-def _launch(op: object, *args: object) -> bool:
-    """Run ``op``; on a kernel failure (not out-of-memory) warn once, turn the kernels off and return False."""
+def _launch(op: object, out: torch.Tensor, *args: object) -> bool:
+    """Run ``op`` (checked first on each device and dtype, ``self_check``); on a failure (not out-of-memory) or a
+    wrong result, warn once, turn the kernels off and return False: the caller then runs the plain steps."""
     try:
-        op(*args)  # type: ignore[operator]
+        key = (str(out.device), out.dtype)
+        if out.device.type != "meta" and key not in _checked:
+            problem = self_check(out.device, out.dtype)
+            _checked[key] = problem
+            if problem:
+                raise RuntimeError(problem)
+        op(out, *args)  # type: ignore[operator]
     except torch.OutOfMemoryError:
         raise
     except Exception as err:
@@ -76,6 +86,39 @@ def _launch(op: object, *args: object) -> bool:
                       RuntimeWarning, stacklevel=3)  # fmt: skip
         return False
     return True
+
+
+_checked: dict[tuple[str, torch.dtype], str] = {}  # (device, dtype) -> "" (passed) or what was wrong
+
+
+def self_check(device: torch.device, dtype: torch.dtype) -> str:
+    """Both kernels once on small random tensors (odd sizes, 70 channels, a shifted, padded window grid) against
+    float64 on the CPU: "" when they agree to within ``dtype``'s rounding, else what differs. As the CPU
+    attention kernel is checked before its first use: a kernel compiled wrong must not change the pictures."""
+    gen = torch.Generator().manual_seed(0)
+    tolerance = 1e-4 if dtype == torch.float32 else 1.5 * torch.finfo(dtype).eps  # one 16-bit step, some slack
+    p = torch.randn(2, 70, 9, 19, generator=gen, dtype=torch.float64) * 2
+    weight = torch.randn(70, 1, 3, 3, generator=gen, dtype=torch.float64) / 3
+    bias = torch.randn(70, generator=gen, dtype=torch.float64) / 20
+    p, weight, bias = (t.to(dtype).double() for t in (p, weight, bias))  # what the kernel sees, exactly
+    out = torch.empty(p.shape, dtype=dtype, device=device, memory_format=torch.channels_last)
+    args = (t.to(device, dtype) for t in (p.contiguous(memory_format=torch.channels_last), weight, bias))
+    torch.ops.sst.dwconv3x3_gelu_residual_(out, *args)
+    h = F.gelu(p)
+    expected = h + F.gelu(F.conv2d(h, weight, bias, padding=1, groups=70))
+    worst = ((out.cpu().double() - expected).abs() / (1 + expected.abs())).max().item()
+    if not worst <= tolerance:
+        return f"the FFN kernel differs from PyTorch by {worst:.2g} (relative) in {dtype} on {device}"
+    windows = torch.randn(12, 2, 16, 5, generator=gen, dtype=torch.float64).to(dtype).double()
+    logits = (torch.randn(2, 6, 7, 10, generator=gen, dtype=torch.float64) * 3).to(dtype).double()
+    image = torch.empty(logits.shape, dtype=dtype, device=device, memory_format=torch.channels_last)
+    torch.ops.sst.merge_windows_gated_(image, windows.to(device, dtype), logits.to(device, dtype), 4, 8, 12, 2)
+    expected = torch.empty(logits.shape, dtype=torch.float64)
+    merge_gated_plain(windows, torch.sigmoid(logits), expected, 4, (8, 12), 2)
+    worst = ((image.cpu().double() - expected).abs() / (1 + expected.abs())).max().item()
+    if not worst <= tolerance:
+        return f"the gated merge kernel differs from PyTorch by {worst:.2g} (relative) in {dtype} on {device}"
+    return ""
 
 
 def ffn_middle(out: torch.Tensor, p: torch.Tensor, dwc: torch.nn.Conv2d) -> bool:
