@@ -152,3 +152,15 @@ def test_a_failing_kernel_warns_once_and_the_plain_path_runs(monkeypatch: pytest
     with torch.no_grad(), model.reference_path():
         plain = model(x)
     torch.testing.assert_close(fused, plain, atol=2e-5, rtol=0)
+
+
+@needs_triton
+def test_sst_fused_kernels_0_turns_them_off() -> None:
+    code = (
+        "import torch\nfrom sst_cli.archs.sst import kernels\n"
+        "print(kernels.runs_kernels(torch.empty(0, device='meta')))"
+    )
+    for value, expected in (("0", "False"), ("1", "True")):
+        env = {**os.environ, "SST_FUSED_KERNELS": value}
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert done.stdout.strip() == expected, done.stderr[-2000:]
