@@ -190,19 +190,22 @@ def tiles(device: torch.device, runs: int) -> list[dict]:
         for _ in range(3):
             _ffn_plain(p, conv)
         plain = statistics.median(_time(lambda: _ffn_plain(p, conv)) for _ in range(runs))
-        for rows_, block_w, block_c in ((8, 16, 64), (8, 16, 32), (4, 32, 32), (16, 16, 32), (8, 8, 64), (4, 16, 128)):
+        shapes = ((8, 16, 32, 4), (8, 16, 64, 4), (8, 16, 64, 8), (16, 16, 32, 4), (4, 32, 32, 4), (8, 8, 64, 4),
+                  (16, 8, 32, 2))  # fmt: skip
+        for rows_, block_w, block_c, warps in shapes:
             try:
-                def launch(r: int = rows_, bw: int = block_w, bc: int = block_c) -> None:
-                    triton_kernels.dwconv3x3_gelu_residual(out, p, conv.weight, conv.bias, r, bw, bc)
+                def launch(r: int = rows_, bw: int = block_w, bc: int = block_c, nw: int = warps) -> None:
+                    triton_kernels.dwconv3x3_gelu_residual(out, p, conv.weight, conv.bias, r, bw, bc, nw)
 
                 launch()
                 ms = statistics.median(_time(launch) for _ in range(runs))
             except Exception as err:  # a tile that does not compile here: say so, try the next
-                rows.append({"rows": rows_, "block_w": block_w, "block_c": block_c, "error": repr(err)[:200]})
+                rows.append({"rows": rows_, "block_w": block_w, "block_c": block_c, "num_warps": warps,
+                             "error": repr(err)[:200]})  # fmt: skip
                 continue
             moved = 2 * p.numel() * p.element_size()  # p read once, out written once, at best
-            row = {"rows": rows_, "block_w": block_w, "block_c": block_c, "ms": ms, "ms_plain_steps": plain,
-                   "speedup": plain / ms, "gb_per_s_at_one_pass": moved / ms / 1e6}  # fmt: skip
+            row = {"rows": rows_, "block_w": block_w, "block_c": block_c, "num_warps": warps, "ms": ms,
+                   "ms_plain_steps": plain, "speedup": plain / ms, "gb_per_s_one_pass": moved / ms / 1e6}  # fmt: skip
             rows.append(row)
             print(row, flush=True)
     return rows

@@ -1,9 +1,10 @@
 """SST's Triton kernels run by Triton's interpreter on CPU tensors: measured errors as JSON on stdout.
 
 Run as ``TRITON_INTERPRET=1 python kernels_child.py`` (the variable must be set before triton is imported,
-hence a process of its own; ``tests/test_kernels.py`` does it). Each case prints the largest error of a kernel
-against a reference computed independently (float64, or the plain PyTorch steps), plus what the test bounds
-it by. Small shapes only: the interpreter runs each program in Python.
+hence a process of its own; ``tests/test_kernels.py`` does it); ``python kernels_child.py compile`` (without the
+variable) compiles the kernels for an H100 instead and prints what the compiler said. Each interpreted case
+prints the largest error of a kernel against a reference computed independently (float64, or the plain PyTorch
+steps). Small shapes only: the interpreter runs each program in Python.
 """
 
 from __future__ import annotations
@@ -144,9 +145,39 @@ TINY = {"dim": 16, "window_sizes": (4, 8), "num_heads": (2, 4), "ranks": (3, 5),
 SHIFTED = {"dim": 12, "window_sizes": (4, 4), "num_heads": (2, 2), "ranks": (3, 3), "n_blocks": 2}
 
 
+def compile_for_hopper() -> dict:
+    """Each kernel compiled for sm_90 (an H100) by Triton's own ptxas, no GPU needed: what the interpreter does
+    not check (globals a kernel reads, types, what the compiler accepts). Ints as 32 and as 64 bits."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from sst_cli.archs.sst import triton_kernels
+
+    tiles = {"ROWS": 8, "BLOCK_W": 16, "BLOCK_C": 32}
+    results = {}
+    for fn in (triton_kernels._dwconv3x3_gelu_residual, triton_kernels._merge_windows_gated):
+        for dtype, ints in (("fp32", "i32"), ("bf16", "i32"), ("bf16", "i64")):
+            signature = {
+                name: "constexpr" if name in tiles else f"*{dtype}" if name.endswith("_ptr") else ints
+                for name in fn.arg_names
+            }
+            constexprs = {name: value for name, value in tiles.items() if name in signature}
+            name = f"{fn.__name__}-{dtype}-{ints}"
+            try:
+                compiled = triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", 90, 32))
+                results[name] = "ok" if compiled.asm.get("cubin") else "no cubin"
+            except Exception as err:
+                results[name] = f"{type(err).__name__}: {err}"[:2000]
+    return results
+
+
 def main() -> None:
+    if sys.argv[1:] == ["compile"]:
+        json.dump(compile_for_hopper(), sys.stdout)
+        return
     if not kernels.interpreting():
-        sys.exit("set TRITON_INTERPRET=1 before running this script")
+        sys.exit("set TRITON_INTERPRET=1 before running this script (or pass 'compile')")
     torch.set_num_threads(1)
     f32, bf16 = torch.float32, torch.bfloat16
     results = {

@@ -87,6 +87,18 @@ def test_the_check_before_first_use_turns_a_wrong_kernel_off(interpreted: dict) 
     assert len(result["warnings"]) == 1 and "FFN kernel differs from PyTorch" in result["warnings"][0], result
 
 
+@needs_triton
+def test_kernels_compile_for_an_h100_without_a_gpu(tmp_path: Path) -> None:
+    """Triton's compiler and bundled ptxas, target sm_90: what the interpreter cannot catch (it runs the kernels
+    as Python). Whether they are fast, and right on the chip, stays for a GPU (benchmarks/gpu_kernels.py)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update({"TRITON_CACHE_DIR": str(tmp_path), "TRITON_DEFAULT_FP_FUSION": "1"})
+    done = subprocess.run([sys.executable, str(CHILD), "compile"], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout)
+    assert len(results) == 6 and all(v == "ok" for v in results.values()), results
+
+
 class _Writes(TorchDispatchMode):
     """(op name, bytes written) for every op, as ``../shared/bench/traffic.py`` counts them."""
 
