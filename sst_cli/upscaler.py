@@ -35,8 +35,10 @@ from .tiling import (
     align_overlap,
     align_tile_size,
     cheapest_tile,
+    halve_tile,
     run_tiles_adaptive,
     tile_label,
+    tile_sides,
     tiling_cost,
 )
 
@@ -154,6 +156,9 @@ class Upscaler:
                 )
         self.on_message = on_message
         self._said_plans: set[tuple[TileSize, int, int]] = set()  # (tile, overlap, batch) already described
+        # After an out-of-memory retry: the bytes of the largest pass that then ran, so the next images start
+        # there instead of failing at the same size again.
+        self._memory_ceiling: int | None = None
         self._say_rounding()
         self.compiled: CompiledNetwork | None = None
         self._said_eager = False
@@ -268,8 +273,22 @@ class Upscaler:
         else:
             overlap = align_overlap(d.default_context, align)
         if o.tile != "auto":
-            return TilePlan(align_tile_size(o.tile, align) if o.tile else 0, overlap, align, blend, o.batch)
+            tile = align_tile_size(o.tile, align) if o.tile else 0
+            batch = o.batch
+            while self._memory_ceiling is not None and self._pass_bytes(tile, overlap, batch, height, width) > (
+                self._memory_ceiling
+            ):
+                if batch > 1:
+                    batch //= 2
+                    continue
+                smaller = halve_tile(tile, height, width, align)
+                if smaller is None:
+                    break
+                tile = smaller
+            return TilePlan(tile, overlap, align, blend, batch)
         budget = o.max_memory if o.max_memory is not None else memory_budget(self.device)
+        if self._memory_ceiling is not None:
+            budget = min(budget, self._memory_ceiling)
         if self._activation_bytes(height, width) <= budget:
             return TilePlan(0, overlap, align, blend)
 
@@ -289,6 +308,13 @@ class Upscaler:
             return int(network.activation_bytes(height, width, self.dtype))
         return 1024 * height * width * torch.finfo(self.dtype).bits // 8  # a foreign module: ~1k channels
 
+    def _pass_bytes(self, tile: TileSize, overlap: int, batch: int, height: int, width: int) -> int:
+        """Activation bytes of one forward pass of ``batch`` tiles with their context (the whole image: one)."""
+        rows, cols = tile_sides(tile)
+        if rows == 0:
+            return self._activation_bytes(height, width)
+        return batch * self._activation_bytes(min(height, rows + 2 * overlap), min(width, cols + 2 * overlap))
+
     def _forward(self, batch: torch.Tensor, origins: list[tuple[int, int]] | None = None) -> torch.Tensor:
         """One batch of tiles through the network; ``origins`` (LR, in the whole image) for networks whose
         descriptor says their output depends on position."""
@@ -303,7 +329,7 @@ class Upscaler:
 
     def _on_oom(self, new_tile: TileSize) -> None:
         release_memory(self.device)
-        self._say(f"out of memory: retrying with {tile_label(new_tile)} tiles")
+        self._say(f"out of memory: retrying with {tile_label(new_tile)} tiles (later images start at that size)")
 
     def run(self, image: torch.Tensor, on_tile: TileCallback | None = None) -> Upscaled:
         """(C, H, W) float32 CPU tensor -> (C, H*scale, W*scale), tiled as planned."""
@@ -323,6 +349,9 @@ class Upscaler:
             on_oom=self._on_oom,
             origins=self.descriptor.position_dependent,
         )
+        if used != plan.tile:  # out of memory at the planned size: later images start from what ran
+            ran = self._pass_bytes(used, plan.overlap, plan.batch, image.shape[-2], image.shape[-1])
+            self._memory_ceiling = ran if self._memory_ceiling is None else min(ran, self._memory_ceiling)
         if not torch.isfinite(out).all():
             hint = " (bf16 overflowed: try precision fp32)" if self.dtype != torch.float32 else ""
             raise NonFiniteOutput(f"the network produced NaN or Inf values{hint}")
