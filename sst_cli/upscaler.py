@@ -273,7 +273,7 @@ class Upscaler:
         else:
             overlap = align_overlap(d.default_context, align)
         if o.tile != "auto":
-            tile = align_tile_size(o.tile, align) if o.tile else 0
+            tile: TileSize = align_tile_size(o.tile, align) if o.tile else 0
             batch = o.batch
             while self._memory_ceiling is not None and self._pass_bytes(tile, overlap, batch, height, width) > (
                 self._memory_ceiling
