@@ -22,6 +22,7 @@ from .compiling import CompiledNetwork, wants_compile
 from .errors import ConfigError, ImageError, NonFiniteOutput, OutputExists
 from .image_io import ImageInfo, Picture, choose_format, cmyk_to_rgb, read_image, write_image
 from .loader import ConfigSource, ModelSpec
+from .phases import Phases
 from .runtime import (
     fp32_mode,
     is_out_of_memory,
@@ -137,10 +138,13 @@ class Upscaler:
         if options is not None and option_values:
             raise ConfigError("pass either options=UpscaleOptions(...) or option keywords, not both")
         self.options = options if options is not None else UpscaleOptions(**option_values)
-        self.device = resolve_device(self.options.device)
-        self.dtype = resolve_precision(self.options.precision, self.device)
+        self.phases = Phases()  # seconds per phase of this upscaler's life (device, model, network, ...)
+        with self.phases.timed("device"):
+            self.device = resolve_device(self.options.device)
+            self.dtype = resolve_precision(self.options.precision, self.device)
         _refuse_settings_early(model, weights, config, self.options.settings)
-        self.model = self._load(model, scale, weights, config, hub_repo)
+        with self.phases.timed("model"):
+            self.model = self._load(model, scale, weights, config, hub_repo)
         self.descriptor: ModelDescriptor = describe(self.model)
         self.scale = self.descriptor.scale
         self._check_precision()
@@ -335,20 +339,23 @@ class Upscaler:
         """(C, H, W) float32 CPU tensor -> (C, H*scale, W*scale), tiled as planned."""
         plan = self.plan(image.shape[-2], image.shape[-1])
         self._say_plan(plan, image.shape[-2], image.shape[-1])
-        out, used = run_tiles_adaptive(
-            self._forward,
-            image,
-            self.scale,
-            tile=plan.tile,
-            overlap=plan.overlap,
-            align=plan.align,
-            batch=plan.batch,
-            blend=plan.blend,
-            on_tile=on_tile,
-            is_oom=is_out_of_memory,
-            on_oom=self._on_oom,
-            origins=self.descriptor.position_dependent,
-        )
+        # The first pass pays for kernel choices, lazy CUDA loading and any compiling: kept apart from the rest.
+        phase = "network" if any(p.startswith("network") for p in self.phases.seconds) else "network (first pass)"
+        with self.phases.timed(phase):
+            out, used = run_tiles_adaptive(
+                self._forward,
+                image,
+                self.scale,
+                tile=plan.tile,
+                overlap=plan.overlap,
+                align=plan.align,
+                batch=plan.batch,
+                blend=plan.blend,
+                on_tile=on_tile,
+                is_oom=is_out_of_memory,
+                on_oom=self._on_oom,
+                origins=self.descriptor.position_dependent,
+            )
         if used != plan.tile:  # out of memory at the planned size: later images start from what ran
             ran = self._pass_bytes(used, plan.overlap, plan.batch, image.shape[-2], image.shape[-1])
             self._memory_ceiling = ran if self._memory_ceiling is None else min(ran, self._memory_ceiling)
