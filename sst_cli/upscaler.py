@@ -42,6 +42,7 @@ from .tiling import (
     tile_sides,
     tiling_cost,
 )
+from .widest import INDEX_LIMIT, widest_per_pixel
 
 TileCallback = Callable[[int, int], None]  # (tiles done, tiles in all)
 
@@ -163,6 +164,7 @@ class Upscaler:
         # After an out-of-memory retry: the bytes of the largest pass that then ran, so the next images start
         # there instead of failing at the same size again.
         self._memory_ceiling: int | None = None
+        self._widest: float | None = None  # see _widest_per_pixel
         self._say_rounding()
         self.compiled: CompiledNetwork | None = None
         self._said_eager = False
@@ -293,11 +295,13 @@ class Upscaler:
         budget = o.max_memory if o.max_memory is not None else memory_budget(self.device)
         if self._memory_ceiling is not None:
             budget = min(budget, self._memory_ceiling)
-        if self._activation_bytes(height, width) <= budget:
-            return TilePlan(0, overlap, align, blend)
+        widest = self._widest_per_pixel()
 
         def fits(h: int, w: int) -> bool:
-            return self._activation_bytes(h, w) <= budget
+            return self._activation_bytes(h, w) <= budget and h * w * widest <= INDEX_LIMIT
+
+        if fits(height, width):
+            return TilePlan(0, overlap, align, blend)
 
         # When nothing fits, the smallest aligned tile runs and out-of-memory halving has the last word.
         rows, cols = cheapest_tile(height, width, overlap, align, fits) or (align, align)
@@ -311,6 +315,21 @@ class Upscaler:
         if isinstance(network, SRNetwork):
             return int(network.activation_bytes(height, width, self.dtype))
         return 1024 * height * width * torch.finfo(self.dtype).bits // 8  # a foreign module: ~1k channels
+
+    def _widest_per_pixel(self) -> float:
+        """On CUDA, the largest tensor per input pixel (``widest.py``: tiles stay under 2**31 elements), measured
+        once on a small input; 0 elsewhere (CPU kernels index in 64 bits)."""
+        if self.device.type != "cuda":
+            return 0.0
+        if self._widest is None:
+            side = max(64, 2 * self.descriptor.size_multiple)
+            side += -side % self.descriptor.size_multiple
+            try:
+                with fp32_mode(self.device, self.dtype):
+                    self._widest = widest_per_pixel(self.model, side, self.device, self.dtype)
+            except (RuntimeError, ValueError):  # a network that refuses the probe's size: memory alone decides
+                self._widest = 0.0
+        return self._widest
 
     def _pass_bytes(self, tile: TileSize, overlap: int, batch: int, height: int, width: int) -> int:
         """Activation bytes of one forward pass of ``batch`` tiles with their context (the whole image: one)."""
