@@ -36,7 +36,7 @@ class Phases:
         return total
 
     def line(self, total: float | None = None) -> str:
-        """"start-up 0.6 s, model 0.3 s, ..." and, given the wall time, the rest as "other" and the total."""
+        """ "start-up 0.6 s, model 0.3 s, ..." and, given the wall time, the rest as "other" and the total."""
         parts = [f"{name} {seconds:.2f} s" for name, seconds in self.seconds.items()]
         if total is not None:
             parts.append(f"other {max(0.0, total - sum(self.seconds.values())):.2f} s")
