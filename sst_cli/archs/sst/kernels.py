@@ -16,8 +16,9 @@ in for the accelerator when memory traffic is counted (``../shared/bench/traffic
 CUDA takes and sees each op as one op writing one tensor (the fake implementations compute nothing). The CPU
 runs the plain PyTorch steps (the reference), except under Triton's interpreter (``TRITON_INTERPRET=1``), where
 the kernels run on CPU tensors: that is how the tests check them. Autograd and torch.compile tracing never get
-here (``fused.fusable``). A kernel that fails to compile or launch is reported once (a warning) and the plain
-steps run from then on.
+here (``fused.fusable``). Before their first use on a device and dtype they are checked against float64
+(``self_check``); a kernel that fails to compile, to launch or that check is reported once (a warning) and the
+plain steps run from then on. ``SST_FUSED_KERNELS=0`` in the environment turns them off.
 """
 
 from __future__ import annotations
