@@ -22,6 +22,7 @@ from .compiling import CompiledNetwork, wants_compile
 from .errors import ConfigError, ImageError, NonFiniteOutput, OutputExists
 from .image_io import ImageInfo, Picture, choose_format, cmyk_to_rgb, read_image, write_image
 from .loader import ConfigSource, ModelSpec
+from .phases import Phases
 from .runtime import (
     fp32_mode,
     is_out_of_memory,
@@ -36,11 +37,13 @@ from .tiling import (
     align_overlap,
     align_tile_size,
     cheapest_tile,
+    halve_tile,
     run_tiles_adaptive,
     tile_label,
     tile_sides,
     tiling_cost,
 )
+from .widest import INDEX_LIMIT, widest_per_pixel
 
 TileCallback = Callable[[int, int], None]  # (tiles done, tiles in all)
 
@@ -138,10 +141,13 @@ class Upscaler:
         if options is not None and option_values:
             raise ConfigError("pass either options=UpscaleOptions(...) or option keywords, not both")
         self.options = options if options is not None else UpscaleOptions(**option_values)
-        self.device = resolve_device(self.options.device)
-        self.dtype = resolve_precision(self.options.precision, self.device)
+        self.phases = Phases()  # seconds per phase of this upscaler's life (device, model, network, ...)
+        with self.phases.timed("device"):
+            self.device = resolve_device(self.options.device)
+            self.dtype = resolve_precision(self.options.precision, self.device)
         _refuse_settings_early(model, weights, config, self.options.settings)
-        self.model = self._load(model, scale, weights, config, hub_repo)
+        with self.phases.timed("model"):
+            self.model = self._load(model, scale, weights, config, hub_repo)
         self.descriptor: ModelDescriptor = describe(self.model)
         self.scale = self.descriptor.scale
         self._check_precision()
@@ -158,6 +164,10 @@ class Upscaler:
         self.on_message = on_message
         self._said_plans: set[tuple[TileSize, int, int]] = set()  # (tile, overlap, batch) already described
         self._seams: SeamGuide | None = None  # learned on a probe when a network whose tiles cannot be exact tiles
+        # After an out-of-memory retry: the bytes of the largest pass that then ran, so the next images start
+        # there instead of failing at the same size again.
+        self._memory_ceiling: int | None = None
+        self._widest: float | None = None  # see _widest_per_pixel
         self._say_rounding()
         self.compiled: CompiledNetwork | None = None
         self._said_eager = False
@@ -274,18 +284,33 @@ class Upscaler:
         else:
             overlap = align_overlap(d.default_context, align)
         if o.tile != "auto":
-            tile = align_tile_size(o.tile, align) if o.tile else 0
-            if blend and o.tile_overlap is None and 0 < tile < max(height, width):
+            tile: TileSize = align_tile_size(o.tile, align) if o.tile else 0
+            if blend and o.tile_overlap is None and 0 < min(tile_sides(tile)) < max(height, width):
                 overlap = max(overlap, self.seams.needed.context)
-            return TilePlan(tile, overlap, align, blend, o.batch)
+            batch = o.batch
+            while self._memory_ceiling is not None and self._pass_bytes(tile, overlap, batch, height, width) > (
+                self._memory_ceiling
+            ):
+                if batch > 1:
+                    batch //= 2
+                    continue
+                smaller = halve_tile(tile, height, width, align)
+                if smaller is None:
+                    break
+                tile = smaller
+            return TilePlan(tile, overlap, align, blend, batch)
         budget = o.max_memory if o.max_memory is not None else memory_budget(self.device)
-        if self._activation_bytes(height, width) <= budget:
+        if self._memory_ceiling is not None:
+            budget = min(budget, self._memory_ceiling)
+        widest = self._widest_per_pixel()
+
+        def fits(h: int, w: int) -> bool:
+            return self._activation_bytes(h, w) <= budget and h * w * widest <= INDEX_LIMIT
+
+        if fits(height, width):
             return TilePlan(0, overlap, align, blend)
         if blend and o.tile_overlap is None:
             overlap = max(overlap, self.seams.needed.context)
-
-        def fits(h: int, w: int) -> bool:
-            return self._activation_bytes(h, w) <= budget
 
         # When nothing fits, the smallest aligned tile runs and out-of-memory halving has the last word.
         rows, cols = cheapest_tile(height, width, overlap, align, fits) or (align, align)
@@ -311,6 +336,28 @@ class Upscaler:
             return int(network.activation_bytes(height, width, self.dtype))
         return 1024 * height * width * torch.finfo(self.dtype).bits // 8  # a foreign module: ~1k channels
 
+    def _widest_per_pixel(self) -> float:
+        """On CUDA, the largest tensor per input pixel (``widest.py``: tiles stay under 2**31 elements), measured
+        once on a small input; 0 elsewhere (CPU kernels index in 64 bits)."""
+        if self.device.type != "cuda":
+            return 0.0
+        if self._widest is None:
+            side = max(64, 2 * self.descriptor.size_multiple)
+            side += -side % self.descriptor.size_multiple
+            try:
+                with fp32_mode(self.device, self.dtype):
+                    self._widest = widest_per_pixel(self.model, side, self.device, self.dtype)
+            except (RuntimeError, ValueError):  # a network that refuses the probe's size: memory alone decides
+                self._widest = 0.0
+        return self._widest
+
+    def _pass_bytes(self, tile: TileSize, overlap: int, batch: int, height: int, width: int) -> int:
+        """Activation bytes of one forward pass of ``batch`` tiles with their context (the whole image: one)."""
+        rows, cols = tile_sides(tile)
+        if rows == 0:
+            return self._activation_bytes(height, width)
+        return batch * self._activation_bytes(min(height, rows + 2 * overlap), min(width, cols + 2 * overlap))
+
     def _forward(self, batch: torch.Tensor, origins: list[tuple[int, int]] | None = None) -> torch.Tensor:
         """One batch of tiles through the network; ``origins`` (LR, in the whole image) for networks whose
         descriptor says their output depends on position."""
@@ -325,7 +372,7 @@ class Upscaler:
 
     def _on_oom(self, new_tile: TileSize, overlap: int) -> None:
         release_memory(self.device)
-        self._say(f"out of memory: retrying with {tile_label(new_tile)} tiles")
+        self._say(f"out of memory: retrying with {tile_label(new_tile)} tiles (later images start at that size)")
         if self.descriptor.exact_context is None:
             self._say_seams(new_tile, overlap)
 
@@ -339,20 +386,26 @@ class Upscaler:
         """(C, H, W) float32 CPU tensor -> (C, H*scale, W*scale), tiled as planned."""
         plan = self.plan(image.shape[-2], image.shape[-1])
         self._say_plan(plan, image.shape[-2], image.shape[-1])
-        out, used = run_tiles_adaptive(
-            self._forward,
-            image,
-            self.scale,
-            tile=plan.tile,
-            overlap=plan.overlap,
-            align=plan.align,
-            batch=plan.batch,
-            blend=plan.blend,
-            on_tile=on_tile,
-            is_oom=is_out_of_memory,
-            on_oom=lambda tile: self._on_oom(tile, plan.overlap),
-            origins=self.descriptor.position_dependent,
-        )
+        # The first pass pays for kernel choices, lazy CUDA loading and any compiling: kept apart from the rest.
+        phase = "network" if any(p.startswith("network") for p in self.phases.seconds) else "network (first pass)"
+        with self.phases.timed(phase):
+            out, used = run_tiles_adaptive(
+                self._forward,
+                image,
+                self.scale,
+                tile=plan.tile,
+                overlap=plan.overlap,
+                align=plan.align,
+                batch=plan.batch,
+                blend=plan.blend,
+                on_tile=on_tile,
+                is_oom=is_out_of_memory,
+                on_oom=lambda tile: self._on_oom(tile, plan.overlap),
+                origins=self.descriptor.position_dependent,
+            )
+        if used != plan.tile:  # out of memory at the planned size: later images start from what ran
+            ran = self._pass_bytes(used, plan.overlap, plan.batch, image.shape[-2], image.shape[-1])
+            self._memory_ceiling = ran if self._memory_ceiling is None else min(ran, self._memory_ceiling)
         if not torch.isfinite(out).all():
             hint = " (bf16 overflowed: try precision fp32)" if self.dtype != torch.float32 else ""
             raise NonFiniteOutput(f"the network produced NaN or Inf values{hint}")
