@@ -3,10 +3,11 @@
 Global pooling, channel attention over all pixels or attention over a grid spanning the image (HAT, DAT,
 OmniSR, ...) make every output pixel depend a little on the whole input, so no context makes a tile equal
 the whole image; how much it strays depends on the weights, so we measure it instead of guessing from the
-module's class names. A probe picture (smooth shapes and texture at several scales, fixed seed) runs
-once whole; then one tile at its centre with a given core and context, its core compared with the whole
-run's (cropped, no feathering, so the figure errs on the safe side). The engine takes the smallest context
-that reaches its target, and states the measured figure whenever it tiles below it.
+module's class names. A probe picture (shapes and texture at every scale, fixed seed) runs once whole,
+then tiled exactly as the engine tiles such networks (aligned, feathered) with a given tile and context; the
+PSNR between the two is the figure. The engine takes the smallest context that reaches the target with a
+margin, and states the measured figure whenever it tiles below it. It is the probe's figure, not the
+user's picture's: larger pictures and larger uniform areas stray more (``benchmarks/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def probe_picture(side: int, channels: int = 3, seed: int = 0) -> torch.Tensor:
 
 
 class SeamProbe:
-    """Measures one network's seams on a probe: the whole probe once, then one centre tile per question."""
+    """Measures one network's seams on a probe: the whole probe once, then one tiled run per question."""
 
     def __init__(self, forward: Forward, scale: int, align: int = 1, side: int = PROBE_SIDE, batch: int = 1) -> None:
         self.forward, self.scale, self.align, self.batch = forward, scale, align, batch
@@ -78,7 +79,7 @@ class SeamProbe:
 
     def smallest_context(self, tile: int, contexts: Sequence[int], target: float) -> SeamBound:
         """The smallest of the ascending ``contexts`` whose bound reaches ``target`` dB, else the best one tried;
-        by bisection, since more context never strays further (checked in ``benchmarks/bench_seams.py``)."""
+        by bisection, since more context strays less (so in every figure of ``benchmarks/bench_seams.py``)."""
         lo, hi = 0, len(contexts) - 1
         found: SeamBound | None = None
         tried: list[SeamBound] = []
@@ -135,7 +136,8 @@ class SeamGuide:
         if self.reachable and tile >= needed.tile and context >= needed.context:
             bound = needed  # larger tiles stray less: the bound learned for the smallest holds
         else:
-            bound = self.probe.measure(min(tile, self.probe.side // 2 // self.align * self.align), context)
+            half = self.probe.side // 2 // self.align * self.align  # a probe of at least 2x2 tiles
+            bound = self.probe.measure(max(self.align, min(tile, half)), context)
         if bound.psnr >= TARGET_DB:
             return f"{bound.text()} (larger tiles and more context stray less)"
         if self.reachable:

@@ -117,3 +117,9 @@ def test_whole_images_and_exact_networks_never_probe() -> None:
     assert up.plan(64, 64).tile == 0 and up._seams is None
     exact = Upscaler(GlobalMix(0.0, exact=1), device="cpu", precision="fp32", tile=16)
     assert not exact.plan(64, 64).blend and exact._seams is None
+
+
+def test_auto_tiles_get_the_learned_context_when_the_image_does_not_fit() -> None:
+    up = Upscaler(GlobalMix(0.002), device="cpu", precision="fp32", tile="auto", max_memory=64 * 96 * 96 // 2)
+    plan = up.plan(96, 96)
+    assert plan.tile != 0 and plan.overlap == up.seams.needed.context
