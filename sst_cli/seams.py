@@ -108,15 +108,13 @@ class SeamGuide:
     time it is asked (tiling only): the context ``MIN_TILE``-pixel tiles need (``needed``), and the measured
     figure of any plan below that (``advice``)."""
 
-    def __init__(
-        self, forward: Forward, scale: int, align: int, default_context: int, batch: Callable[[int], int] = lambda _: 1
-    ) -> None:
-        """``batch(side)``: how many probe tiles of that context side to run per pass (memory allowing)."""
+    def __init__(self, forward: Forward, scale: int, align: int, default_context: int, batch: int = 1) -> None:
+        """``batch``: probe tiles per forward pass."""
         self.align = align
         self.tile = max(align, -(-MIN_TILE // align) * align)
         wanted = {-(-c // align) * align for c in (default_context, *CONTEXTS) if c >= default_context}
         self.contexts = sorted(wanted)
-        self.probe = SeamProbe(forward, scale, align, batch=batch(self.tile + 2 * self.contexts[-1]))
+        self.probe = SeamProbe(forward, scale, align, batch=batch)
         self._needed: SeamBound | None = None
 
     @property

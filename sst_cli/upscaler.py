@@ -324,8 +324,7 @@ class Upscaler:
         use (``seams.py``); asked only of networks whose tiles cannot be exact."""
         if self._seams is None:
             d = self.descriptor
-            budget = self.options.max_memory or memory_budget(self.device)
-            batch = lambda side: max(1, min(4, budget // max(1, self._activation_bytes(side, side))))  # noqa: E731
+            batch = self.options.batch  # the probe's tiles per pass: as many as the user's tiles
             self._seams = SeamGuide(self._forward, self.scale, d.size_multiple, d.default_context, batch)
         return self._seams
 

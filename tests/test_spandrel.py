@@ -171,7 +171,7 @@ def test_a_model_that_no_context_makes_tileable_runs_whole_or_says_its_bound(tmp
     assert whole.plan(160, 192).tile == 0
     assert torch.equal(whole.run(image).image.clamp(0, 1), expected)
     messages: list[str] = []
-    tiled = Upscaler(weights=path, device="cpu", precision="fp32", tile=32, on_message=messages.append)
+    tiled = Upscaler(weights=path, device="cpu", precision="fp32", tile=32, batch=4, on_message=messages.append)
     got = tiled.run(image).image.clamp(0, 1)
     said = " ".join(messages)
     match = re.search(r"OmniSR: .*32 px tiles with (\d+) px of context measured ([\d.]+) dB from the whole image", said)
@@ -184,7 +184,9 @@ def test_tiles_forced_below_what_a_model_needs_say_the_measured_bound(tmp_path: 
     path = _checkpoint(tmp_path, "HAT")
     image = _image(96, 128)
     messages: list[str] = []
-    up = Upscaler(weights=path, device="cpu", precision="fp32", tile=16, tile_overlap=8, on_message=messages.append)
+    up = Upscaler(
+        weights=path, device="cpu", precision="fp32", tile=16, tile_overlap=8, batch=4, on_message=messages.append
+    )
     got = up.run(image).image.clamp(0, 1)
     said = " ".join(messages)
     pattern = r"HAT: .*16 px tiles with 8 px of context measured ([\d.]+) dB .* below 60 dB, which needs tiles"
