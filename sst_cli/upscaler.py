@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, NamedTuple
@@ -269,7 +269,7 @@ class Upscaler:
             overlap = align_overlap(d.default_context, align)
         if o.tile != "auto":
             return TilePlan(align_tile_size(o.tile, align) if o.tile else 0, overlap, align, blend, o.batch)
-        budget = o.max_memory if o.max_memory is not None else memory_budget(self.device)
+        budget = self._budget()
         if self._activation_bytes(height, width) <= budget:
             return TilePlan(0, overlap, align, blend)
 
@@ -281,6 +281,16 @@ class Upscaler:
         largest = self._activation_bytes(min(height, rows + 2 * overlap), min(width, cols + 2 * overlap))
         batch = max(1, min(o.batch, budget // max(1, largest)))
         return TilePlan(rows if rows == cols else (rows, cols), overlap, align, blend, batch)
+
+    def _budget(self) -> int:
+        return self.options.max_memory if self.options.max_memory is not None else memory_budget(self.device)
+
+    def images_per_pass(self, height: int, width: int, limit: int = 8) -> int:
+        """How many whole images of this size one forward pass takes within the memory budget, at most ``limit``:
+        1 when an image is tiled (its tiles are batched instead) or when the output depends on position."""
+        if self.plan(height, width).tile or self.descriptor.position_dependent:
+            return 1
+        return int(max(1, min(limit, self._budget() // max(1, self._activation_bytes(height, width)))))
 
     def _activation_bytes(self, height: int, width: int) -> int:
         """Estimated peak activation memory of one tile of this size in one forward pass."""
@@ -323,10 +333,28 @@ class Upscaler:
             on_oom=self._on_oom,
             origins=self.descriptor.position_dependent,
         )
+        self._check_finite(out)
+        return Upscaled(out, used)
+
+    def _check_finite(self, out: torch.Tensor) -> None:
         if not torch.isfinite(out).all():
             hint = " (bf16 overflowed: try precision fp32)" if self.dtype != torch.float32 else ""
             raise NonFiniteOutput(f"the network produced NaN or Inf values{hint}")
-        return Upscaled(out, used)
+
+    def _run_stacked(self, colours: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Whole same-size images in one forward pass; one by one (tiled as planned) if that runs out of memory."""
+        try:
+            out = self._forward(torch.stack(colours))
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            out = None  # outside the except block, so the failed pass's tensors are freed
+        if out is None:
+            release_memory(self.device)
+            self._say(f"out of memory with {len(colours)} images in one pass: running them one by one")
+            return [self.run(colour).image for colour in colours]
+        self._check_finite(out)
+        return [image.clone() for image in out]  # inference tensors cannot be clamped in place later
 
     def _say_plan(self, plan: TilePlan, height: int, width: int) -> None:
         """Say, once per plan, when tiles make the run expensive or the batch had to shrink to fit memory."""
@@ -367,15 +395,17 @@ class Upscaler:
 
         Returns the upscaled picture (metadata carried over) and the tile side used for the colour.
         """
+        result = self.run(_colour_tensor(picture), on_tile)
+        return self._finish(picture, result.image, on_tile), result.tile
+
+    def _finish(self, picture: Picture, colour: torch.Tensor, on_tile: TileCallback | None) -> Picture:
+        """The upscaled picture from the network's colour output: resized to ``outscale``, alpha upscaled."""
         h, w = picture.color.shape[:2]
-        color = torch.from_numpy(np.ascontiguousarray(picture.color.transpose(2, 0, 1), dtype=np.float32))
-        result = self.run(color, on_tile)
-        color_out = self._resize_to_outscale(result.image, h, w).clamp_(0, 1)
+        color_out = self._resize_to_outscale(colour, h, w).clamp_(0, 1)
         alpha_out = None
         if picture.alpha is not None:
             alpha_out = self._upscale_alpha(picture.alpha, on_tile)
-        upscaled = replace(picture, color=color_out.permute(1, 2, 0).contiguous().numpy(), alpha=alpha_out)
-        return upscaled, result.tile
+        return replace(picture, color=color_out.permute(1, 2, 0).contiguous().numpy(), alpha=alpha_out)
 
     def _upscale_alpha(self, alpha: np.ndarray, on_tile: TileCallback | None) -> np.ndarray:
         h, w = alpha.shape
@@ -423,6 +453,26 @@ class Upscaler:
         array = np.asarray(image)
         return _to_array(self.upscale_picture(_picture_from_array(array), on_tile)[0], array)
 
+    def upscale_batch(self, images: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Upscale same-size arrays (as ``upscale`` takes them), several whole images per forward pass where
+        memory allows (``images_per_pass``); result i is what ``upscale(images[i])`` gives."""
+        arrays = [np.asarray(image) for image in images]
+        pictures = [_picture_from_array(array) for array in arrays]
+        if len({p.color.shape for p in pictures}) > 1:
+            raise ConfigError("upscale_batch takes images of one size; upscale the others separately")
+        if not pictures:
+            return []
+        per_pass = self.images_per_pass(*pictures[0].color.shape[:2])
+        if per_pass == 1:
+            return [self.upscale(array) for array in arrays]
+        results = []
+        for start in range(0, len(pictures), per_pass):
+            chunk = pictures[start : start + per_pass]
+            colours = self._run_stacked([_colour_tensor(p) for p in chunk])
+            for picture, colour, like in zip(chunk, colours, arrays[start : start + per_pass], strict=True):
+                results.append(_to_array(self._finish(picture, colour, None), like))
+        return results
+
 
 def _check_settings(asked: dict[str, Any], known: tuple[str, ...], title: str) -> None:
     """Refuse model settings a model does not have, naming them and the models that do."""
@@ -457,6 +507,10 @@ def _refuse_settings_early(
 
     arch = get_architecture(get_variant(name or DEFAULT_MODEL).arch)
     _check_settings(asked, arch.settings, arch.title)
+
+
+def _colour_tensor(picture: Picture) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(picture.color.transpose(2, 0, 1), dtype=np.float32))
 
 
 def _picture_from_array(array: np.ndarray) -> Picture:
