@@ -29,6 +29,7 @@ from .video_io import (
     VideoInfo,
     VideoOptions,
     array_to_frame,
+    frame_decoder,
     frame_to_array,
     open_output_stream,
     plan_encoding,
@@ -113,7 +114,7 @@ def _transcode(
         streams = [video, *(source.streams[i] for i in copies)]
 
         def decode(stop: threading.Event) -> None:
-            _decode(source, streams, info, plan, result, decoded)
+            _decode(source, streams, frame_decoder(video, threads), info, plan, result, decoded)
 
         def write(stop: threading.Event) -> None:
             _write(upscaled, copies, info.time_base, plan, encoder, output)
@@ -140,8 +141,8 @@ def _transcode(
 _END = object()  # the last item on a channel
 
 
-def _decode(source: Any, streams: list[Any], info: VideoInfo, plan: EncodePlan, result: VideoResult,
-            out: Channel) -> None:  # fmt: skip
+def _decode(source: Any, streams: list[Any], decode: Callable[[Any], list[Any]], info: VideoInfo, plan: EncodePlan,
+            result: VideoResult, out: Channel) -> None:  # fmt: skip
     """Decoding thread: copied packets and decoded RGB frames, in file order, then ``_END``."""
     av = require_av()
     video = streams[0]
@@ -153,7 +154,7 @@ def _decode(source: Any, streams: list[Any], info: VideoInfo, plan: EncodePlan, 
                 out.put(("packet", packet))
             continue
         try:
-            frames = packet.decode()
+            frames = decode(packet)
         except av.error.InvalidDataError:
             result.lost += 1
             continue
@@ -163,7 +164,7 @@ def _decode(source: Any, streams: list[Any], info: VideoInfo, plan: EncodePlan, 
                 pts = 0 if last_pts is None else last_pts + step  # containers without timestamps (raw, AVI)
             last_pts = pts
             result.concealed += bool(frame.is_corrupt)
-            out.put(("frame", frame_to_array(frame, plan.rgb_depth), pts, frame))
+            out.put(("frame", frame_to_array(frame, plan.rgb_depth, plan.alpha), pts, frame))
     out.put(_END)
 
 

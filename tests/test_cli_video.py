@@ -131,3 +131,13 @@ def test_an_input_is_never_written_over_and_stale_temporaries_go(tmp_path: Path)
     assert result.exit_code == 1 and "is an input file" in result.stderr
     assert Path("a.mp4").read_bytes() == before and stale.exists()  # nothing planned there: nothing cleaned
     assert sst("a.mp4").exit_code == 0 and not stale.exists()
+
+
+def test_transparency_kept_by_default_and_a_warning_when_dropped(tmp_path: Path) -> None:
+    clip("a.mov", codec="png", pix_fmt="rgba", audio=False)
+    result = sst("a.mov")
+    assert result.exit_code == 0, result.output
+    assert "png rgba 16x12 -> png rgba 48x36 in mov" in result.stderr and "dropped" not in result.stderr
+    result = sst("a.mov", "--codec", "libx264", "--overwrite")
+    assert result.exit_code == 0, result.output
+    assert "'a.mov' has an alpha channel (transparency), which is dropped: libx264 cannot store it" in result.stderr

@@ -258,3 +258,60 @@ def test_sigterm_stops_the_threads_and_leaves_no_file(tmp_path: Path, tiny: Upsc
     with stop_on_signals(), pytest.raises(Terminated):
         upscale_video(tiny, clip, tmp_path / "a_x2.mp4", on_frame=terminate)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.mp4"] and _no_video_threads()
+
+
+@pytest.mark.parametrize(
+    ("codec", "pix_fmt", "ext", "exact"),
+    [("png", "rgba", "mov", True), ("qtrle", "argb", "mov", True), ("prores_ks", "yuva444p10le", "mov", False),
+     ("libvpx-vp9", "yuva420p", "webm", False)],
+)  # fmt: skip
+def test_alpha_is_upscaled_and_kept_where_the_codec_stores_it(tmp_path: Path, codec: str,
+                                                              pix_fmt: str, ext: str, exact: bool) -> None:  # fmt: skip
+    tiny = Upscaler(_Nearest(), device="cpu", tile=0)  # pixels replicated: transparency comes out as it went in
+    clip = make_clip(tmp_path / f"a.{ext}", codec=codec, pix_fmt=pix_fmt, pts_ms=(0, 40, 100), audio=False)
+    decoder = "libvpx-vp9" if codec == "libvpx-vp9" else None  # FFmpeg's own VP9 decoder drops the alpha
+    info = probe_video(clip)
+    assert info.alpha
+    out = tmp_path / f"a_x2.{ext}"
+    upscale_video(tiny, clip, out)
+    source = [frame.to_ndarray(format="rgba") for frame in decoded(clip, decoder)[0]]
+    result = [frame.to_ndarray(format="rgba") for frame in decoded(out, decoder)[0]]
+    assert len(result) == 3 and seconds(out) == seconds(clip)
+    expected = tiny.upscale_batch(source)
+    for after, want in zip(result, expected, strict=True):
+        assert len(np.unique(after[..., 3])) > 2  # transparency kept, not made opaque
+        if exact:
+            np.testing.assert_array_equal(after, want)
+        else:  # lossy codecs (and ProRes' 10-bit path against this 8-bit reference): close, not equal
+            assert np.abs(after[..., 3].astype(int) - want[..., 3]).mean() < 8  # measured 0.1 (ProRes), 4 (VP9)
+
+
+def test_alpha_the_codec_cannot_store_is_dropped_with_a_warning_and_lossless_keeps_it(tmp_path: Path) -> None:
+    tiny = Upscaler(_Nearest(), device="cpu", tile=0)  # pixels replicated: transparency comes out as it went in
+    clip = make_clip(tmp_path / "a.mov", codec="png", pix_fmt="rgba", pts_ms=(0, 40), audio=False)
+    info = probe_video(clip)
+    plan = plan_encoding(info, 64, 48, VideoOptions(codec="libx264"))
+    assert not plan.alpha and plan.pix_fmt == "yuv420p"
+    assert plan.warnings == (
+        f"'{clip}' has an alpha channel (transparency), which is dropped: libx264 cannot store it (--codec ffv1, "
+        "prores_ks, libvpx-vp9, png or qtrle, or --lossless, keep it)",
+    )
+    assert plan_encoding(info, 64, 48, VideoOptions(codec="ffv1", pix_fmt="yuv420p")).warnings[0].endswith(
+        "which is dropped: yuv420p has no alpha (--codec ffv1, prores_ks, libvpx-vp9, png or qtrle, or --lossless, "
+        "keep it)"
+    )
+    upscale_video(tiny, clip, tmp_path / "a.mkv", options=VideoOptions(lossless=True))
+    result = decoded(tmp_path / "a.mkv")[0]
+    assert result[0].format.name == "bgra"
+    source = [frame.to_ndarray(format="rgba") for frame in decoded(clip)[0]]
+    for after, want in zip(result, tiny.upscale_batch(source), strict=True):
+        np.testing.assert_array_equal(after.to_ndarray(format="rgba"), want)
+
+
+def test_encrypted_video_is_refused_as_drm(tmp_path: Path) -> None:
+    key = {"encryption_scheme": "cenc-aes-ctr", "encryption_key": "00112233445566778899aabbccddeeff",
+           "encryption_kid": "ffeeddccbbaa99887766554433221100"}  # fmt: skip
+    clip = make_clip(tmp_path / "locked.mp4", pts_ms=(0, 40), audio=False, options=key)  # CENC, as DRM services use
+    with pytest.raises(VideoError) as caught:
+        probe_video(clip)
+    assert str(caught.value) == f"cannot upscale '{clip}': its video is encrypted (DRM), which sst-cli cannot decrypt"
