@@ -97,8 +97,17 @@ def workers(*stages: Worker) -> Iterator[None]:
         stage.start()
     try:
         yield
+    except Stopped:  # a worker failed and stopped the run: its error is the one to raise
+        _end(stages)
+        for stage in stages:
+            stage.check()
+        raise
     finally:
-        for stage in stages:
-            stage.stop.set()
-        for stage in stages:
-            stage.join()
+        _end(stages)
+
+
+def _end(stages: tuple[Worker, ...]) -> None:
+    for stage in stages:
+        stage.stop.set()
+    for stage in stages:
+        stage.join()

@@ -79,7 +79,9 @@ def upscale_video(
     if not overwrite and os.path.lexists(target):
         raise OutputExists(f"'{os.fspath(target)}' already exists")
     result = VideoResult()
-    atomic_save(target, lambda temp: _transcode(upscaler, info, plan, temp, result, on_frame), error=VideoError)
+    per_pass = upscaler.images_per_pass(info.height, info.width, limit=options.most_per_pass)
+    save = lambda temp: _transcode(upscaler, info, plan, per_pass, temp, result, on_frame)  # noqa: E731
+    atomic_save(target, save, error=VideoError)
     return result
 
 
@@ -87,6 +89,7 @@ def _transcode(
     upscaler: Upscaler,
     info: VideoInfo,
     plan: EncodePlan,
+    per_pass: int,
     temp: Path,
     result: VideoResult,
     on_frame: FrameCallback | None,
@@ -108,7 +111,6 @@ def _transcode(
         encoder = open_output_stream(output, info, video, plan, threads)
         copies = _copy_streams(source, video, output, result)
         output.start_encoding()  # header now: a muxer refusing a stream fails before any frame is computed
-        per_pass = upscaler.images_per_pass(info.height, info.width)
         stop = threading.Event()
         decoded, upscaled = Channel(2 * per_pass, stop), Channel(2 * per_pass, stop)
         streams = [video, *(source.streams[i] for i in copies)]

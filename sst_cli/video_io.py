@@ -74,18 +74,30 @@ class VideoOptions:
     H.264); ``crf``: constant-quality level for encoders that have one (None: the encoder's default);
     ``pix_fmt``: output pixel format (None: the input's, or the nearest the encoder takes at the same bit
     depth); ``lossless``: FFV1 in Matroska with RGB samples, so each frame is exactly the network's output.
+    ``frames_per_pass``: at most this many consecutive frames in one forward pass (None: as many as memory
+    allows, up to 8, but 1 with ``lossless``, whose frames then equal ``Upscaler.upscale`` of each frame bit for
+    bit: float32 products round differently for another batch size, ~1e-7 of the range, which can move an
+    8-bit sample by one level).
     """
 
     codec: str | None = None
     crf: int | None = None
     pix_fmt: str | None = None
     lossless: bool = False
+    frames_per_pass: int | None = None
 
     def __post_init__(self) -> None:
         if self.lossless and (self.codec not in (None, LOSSLESS_CODEC) or self.crf is not None or self.pix_fmt):
             raise ConfigError("--lossless writes FFV1 with RGB samples: leave out --codec, --crf and --pix-fmt")
         if self.crf is not None and not 0 <= self.crf <= 63:
             raise ConfigError(f"crf must be between 0 and 63, got {self.crf}")
+        if self.frames_per_pass is not None and self.frames_per_pass < 1:
+            raise ConfigError(f"--frames-per-pass must be at least 1, got {self.frames_per_pass}")
+
+    @property
+    def most_per_pass(self) -> int:
+        """The most frames one forward pass may take (memory may allow fewer)."""
+        return self.frames_per_pass or (1 if self.lossless else 8)
 
 
 @dataclass(frozen=True)
@@ -188,7 +200,7 @@ def _first_frame(container: Any, stream: Any, name: str) -> Any:
 
 def _encrypted(packet: Any) -> bool:
     """True for a packet the demuxer marks as encrypted (CENC in MP4 / MOV: Widevine, PlayReady, ...)."""
-    has = getattr(packet, "has_sidedata", None)  # PyAV >= 18.1
+    has = getattr(packet, "has_sidedata", None)  # absent from older PyAV
     try:
         return bool(has is not None and has("encryption_info"))
     except ValueError:  # an FFmpeg without that kind of side data

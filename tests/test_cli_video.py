@@ -141,3 +141,8 @@ def test_transparency_kept_by_default_and_a_warning_when_dropped(tmp_path: Path)
     result = sst("a.mov", "--codec", "libx264", "--overwrite")
     assert result.exit_code == 0, result.output
     assert "'a.mov' has an alpha channel (transparency), which is dropped: libx264 cannot store it" in result.stderr
+
+
+def test_frames_per_pass_is_checked_before_anything_runs(tmp_path: Path) -> None:
+    result = sst("nowhere.mp4", "--frames-per-pass", "0")
+    assert result.exit_code == 2 and "--frames-per-pass must be at least 1, got 0" in result.stderr

@@ -31,7 +31,7 @@ from ._options import (
     upscale_options,
 )
 from .output import console, count_progress, debug_enabled, err_console, fail, handle_errors
-from .video_options import CodecOption, CrfOption, LosslessOption, PixFmtOption
+from .video_options import CodecOption, CrfOption, FramesPerPassOption, LosslessOption, PixFmtOption
 
 if TYPE_CHECKING:
     from ..batch import BatchResult, FileResult, Job
@@ -287,6 +287,7 @@ def upscale(
     crf: CrfOption = None,
     pix_fmt: PixFmtOption = None,
     lossless: LosslessOption = False,
+    frames_per_pass: FramesPerPassOption = None,
 ) -> None:
     """Upscale images or videos, files or whole folders, with one model loaded once for the batch.
 
@@ -314,7 +315,7 @@ def upscale(
         name=name,
         max_pixels=max_pixels,
     )
-    video_options = VideoOptions(codec, crf, pix_fmt, lossless)
+    video_options = VideoOptions(codec, crf, pix_fmt, lossless, frames_per_pass)
     check_inputs_exist(inputs)
 
     from .. import hub
