@@ -8,6 +8,8 @@ frame, so frames differ). Measured, in this order, on the same frames and in the
   stacks (``Upscaler.images_per_pass``): the network plus its float conversions, nothing of the codecs;
 * encode: conversion back to YUV + encoding of upscaled-size frames (the frames are the bicubic-upscaled
   inputs, since the network's output does not change encoding time much);
+* with ``--one-per-pass``, also the network on one frame per pass (``Upscaler.upscale``), to see what stacking
+  gains;
 * pipeline: ``sst_cli.video.upscale_video`` end to end (decoding ahead and encoding behind the network in
   threads, audio copy, mux).
 
@@ -94,7 +96,9 @@ def encode_seconds(path: Path, frames: list[av.VideoFrame], scale: int, up: Upsc
     return time.perf_counter() - started
 
 
-def measure(up: Upscaler, width: int, height: int, frames: int, warmup: bool) -> dict[str, float | int | str]:
+def measure(
+    up: Upscaler, width: int, height: int, frames: int, warmup: bool, single: bool
+) -> dict[str, float | int | str | None]:
     """Decode, network, encode and pipeline seconds for one clip of this size (made in a temporary folder)."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -108,6 +112,12 @@ def measure(up: Upscaler, width: int, height: int, frames: int, warmup: bool) ->
         for start in range(0, len(arrays), per_pass):
             up.upscale_batch(arrays[start : start + per_pass])
         network = time.perf_counter() - started
+        alone = None
+        if single:  # the same frames one per pass, as before frames were stacked
+            started = time.perf_counter()
+            for array in arrays:
+                up.upscale(array)
+            alone = (time.perf_counter() - started) / len(arrays)
         print(f"  {width}x{height}: {per_pass} frame(s) per pass; decode {decode / len(arrays):.4f} s/f, network "
               f"{network / len(arrays):.4f} s/f", flush=True)  # fmt: skip
         encode = encode_seconds(clip, decoded, up.scale, up, folder)
@@ -120,6 +130,7 @@ def measure(up: Upscaler, width: int, height: int, frames: int, warmup: bool) ->
         "frames_per_pass": per_pass, "decode_s_per_frame": decode / n, "network_s_per_frame": network / n,
         "encode_s_per_frame": encode / n, "pipeline_s_per_frame": pipeline / n, "frames_per_second": n / pipeline,
         "ratio": pipeline / (network + decode + encode), "ratio_to_network": pipeline / network,
+        "network_one_per_pass_s_per_frame": alone,
     }  # fmt: skip
 
 
@@ -134,6 +145,7 @@ def main() -> None:
     parser.add_argument("--precision", default="auto", help="auto (bf16 on GPUs that support it), fp32, bf16")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    parser.add_argument("--one-per-pass", action="store_true", help="also time the network on one frame per pass")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.untrained:
@@ -162,12 +174,14 @@ def main() -> None:
     rows = []
     for size in args.sizes:
         width, height = (int(v) for v in size.lower().split("x"))
-        row = measure(up, width, height, args.frames, warmup=up.device.type != "cpu")
+        row = measure(up, width, height, args.frames, warmup=up.device.type != "cpu", single=args.one_per_pass)
         rows.append(row)
         print(f"| {row['input']} | {row['output']} | {row['frames']} | {row['frames_per_pass']} | "
               f"{row['decode_s_per_frame']:.4f} | {row['network_s_per_frame']:.4f} | {row['encode_s_per_frame']:.4f} | "
               f"{row['pipeline_s_per_frame']:.4f} | {row['frames_per_second']:.4f} | {row['ratio']:.3f} | "
               f"{row['ratio_to_network']:.3f} |", flush=True)  # fmt: skip
+        if row["network_one_per_pass_s_per_frame"] is not None:
+            print(f"  network with one frame per pass: {row['network_one_per_pass_s_per_frame']:.4f} s/f")
         if args.json is not None:  # after every size, so a run stopped early keeps what it measured
             record = {"machine": machine, "model": label, "device": str(up.device), "dtype": str(up.dtype),
                       "command": " ".join(sys.argv), "rows": rows}  # fmt: skip

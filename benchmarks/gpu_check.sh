@@ -112,7 +112,7 @@ step_layout() {  # what could pay on the GPU: channels-last, torch.compile, CUDA
 
 step_video() {  # issue 28: upscale_video against the bare network, decode and encode; 480p and 1080p x2 (PyAV needed)
   run video 500 python3 benchmarks/bench_video.py --sizes 854x480 1920x1080 --frames 30 --scale 2 --model sst-l \
-    --untrained --device cuda --precision bf16 --json "$out/video.json"
+    --untrained --device cuda --precision bf16 --one-per-pass --json "$out/video.json"
 }
 
 for s in $steps; do
