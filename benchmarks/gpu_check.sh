@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one command: golden vectors per kernel, the authors' code side by side (Table S4
-# protocol), kernels, bf16 quality, big images, end to end, the test suite, layouts and torch.compile.
+# protocol), kernels, bf16 quality, big images, end to end, the test suite, layouts and torch.compile; on request
+# (not in the default list) the 4K tile sweep, the x3 depth-wise check and --compile's cache timing.
 #
 #   benchmarks/gpu_check.sh OUTDIR [STEP ...]      (default: every step, in the order below)
 #
@@ -95,6 +96,22 @@ PY
   echo "e2e wall: $((SECONDS - t0)) s" | tee -a "$log"
   run e2e-bare 300 sst bench --device cuda -m sst-l+ -s 4 --precision bf16 --size 4096x2736 --runs 3 --warmup 1 \
     --json "$out/e2e-bare.json"
+}
+
+step_sweep() {  # issue 25: --tile auto against a sweep of fixed tiles, 3840x2160 input, SST-L bf16, x2 and x4
+  for s in 2 4; do
+    for t in auto 256 384 512 768 1024; do
+      run "sweep-x$s-tile$t" 300 sst bench --device cuda -m sst-l -s $s --precision bf16 \
+        --tiled "$((3840 * s))x$((2160 * s))" --tile $t --runs 1 --warmup 1 --json "$out/sweep-x$s-tile$t.json"
+    done
+  done
+}
+
+step_depthwise() { run depthwise 300 python3 benchmarks/gpu_depthwise.py --runs 10; }  # the x3 cliff fix
+
+step_compile() {  # --compile: first and second process sharing one cache, compiled vs eager, SST-L x2 bf16
+  run compile 600 python3 benchmarks/bench_compile.py --device cuda --model sst-l --scale 2 --size 1280x720 \
+    --precision bf16 --json "$out/compile.json"
 }
 
 step_tests() {  # the whole suite on the GPU machine (CUDA-only tests included); B100 is not carried

@@ -142,17 +142,19 @@ class _BatchRun:
             if plan.failure is not None:
                 raise plan.failure
             assert plan.target is not None and plan.format is not None
-            picture = read_image(job.source, max_pixels=self.writing.max_pixels or None)
+            with self.upscaler.phases.timed("read"):
+                picture = read_image(job.source, max_pixels=self.writing.max_pixels or None)
             if output_format(picture, self.writing.format) != plan.format and plan.format != "png":
                 raise ImageError(f"cannot read '{job.source}': its pixels do not match its header")
             upscaled, record.tile = self.upscaler.upscale_picture(picture, self.on_tile)
-            write_image(
-                plan.target,
-                upscaled,
-                format=plan.format,
-                quality=self.writing.quality,
-                overwrite=self.writing.overwrite,
-            )
+            with self.upscaler.phases.timed("write"):
+                write_image(
+                    plan.target,
+                    upscaled,
+                    format=plan.format,
+                    quality=self.writing.quality,
+                    overwrite=self.writing.overwrite,
+                )
             record.status = "done"
         except (SstError, OSError, RuntimeError, MemoryError) as exc:  # torch kernel failures are RuntimeErrors
             record.failed_with(exc)

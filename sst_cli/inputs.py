@@ -51,7 +51,7 @@ def _hidden(name: str) -> bool:
 
 #: Image kinds users have that sst-cli does not read: counted as skipped in folders rather than ignored.
 UNSUPPORTED_SUFFIXES = frozenset({".heic", ".heif", ".avif", ".jxl", ".exr", ".hdr", ".psd", ".dng", ".cr2", ".nef"})
-_OWN_OUTPUT = re.compile(r".+_(?P<model>[a-z0-9][a-z0-9+._-]*)_x\d+(?:\.\d+)?", re.IGNORECASE)
+_SCALE_SUFFIX = re.compile(r"_x\d+(?:\.\d+)?$", re.IGNORECASE)
 
 
 def own_output_labels() -> frozenset[str]:
@@ -63,8 +63,12 @@ def own_output_labels() -> frozenset[str]:
 
 def is_own_output(path: Path, labels: frozenset[str]) -> bool:
     """True when the name is one sst-cli's default template gives (``photo_sst-light_x4.png``)."""
-    match = _OWN_OUTPUT.fullmatch(path.stem)
-    return match is not None and match["model"].lower() in labels
+    stem = path.stem.lower()
+    suffix = _SCALE_SUFFIX.search(stem)
+    if suffix is None:
+        return False
+    head = stem[: suffix.start()]  # "photo_mini_x3" for a weights stem that holds "_x3" itself
+    return any(head.endswith("_" + label) and len(head) > len(label) + 1 for label in labels)
 
 
 def _folder_images(folder: Path, recursive: bool, exclude: Sequence[Path], skips: Skips) -> list[Job]:

@@ -235,7 +235,7 @@ def run_tiles_adaptive(
         except Exception as exc:
             if not is_oom(exc):
                 raise
-            new_tile = _halve_tile(tile, height, width, align)
+            new_tile = halve_tile(tile, height, width, align)
             if new_tile is None:
                 raise
         # Outside the except block the traceback (and the device tensors its frames hold) is gone.
@@ -244,7 +244,7 @@ def run_tiles_adaptive(
             on_oom(tile)
 
 
-def _halve_tile(tile: TileSize, height: int, width: int, align: int) -> TileSize | None:
+def halve_tile(tile: TileSize, height: int, width: int, align: int) -> TileSize | None:
     """Next smaller aligned tile (each side halved), or None when it cannot shrink below ``align``."""
     rows, cols = tile_sides(tile)
     if rows == 0:

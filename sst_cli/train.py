@@ -43,17 +43,15 @@ from .recipe import (
     BATCH_CPU,
     BATCH_CUDA,
     BETAS,
-    CHECKPOINT_EVERY,
-    EMA_DECAY,
     LR_FROM_INIT,
     LR_GAMMA,
     LR_SCRATCH,
     MILESTONES,
-    PATCH,
     WARMUP_FRACTION,
     WEIGHT_DECAY,
 )
 from .runtime import package_version, resolve_device
+from .trainconfig import TrainConfig, state_path
 from .trainset import Message, PatchSampler, find_images, load_images
 from .trainstate import (
     InitReport,
@@ -62,7 +60,6 @@ from .trainstate import (
     init_from,
     read_state,
     restore_rng,
-    state_path,
     write_state,
 )
 from .zoo import check_scale, get_variant
@@ -79,50 +76,6 @@ __all__ = [
 ]
 
 REPORT_EVERY_CUDA = 50  # steps between progress reports on a GPU: each one waits for it (on a CPU: every step)
-PRECISIONS = ("auto", "bf16", "fp32")  # auto: bf16 autocast on a GPU that has it, else fp32
-WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt")
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """One training run. ``model`` is a zoo name or an explicit architecture; ``None`` fields pick defaults."""
-
-    data: tuple[Path, ...]
-    out: Path
-    iters: int
-    model: str | SSTConfig = "sst-light"
-    scale: int | None = None  # default: the SSTConfig's scale, or 4 for a zoo name
-    patch: int = PATCH
-    batch: int | None = None  # default BATCH_CUDA on a GPU, BATCH_CPU on the CPU
-    lr: float | None = None  # default LR_SCRATCH, or LR_FROM_INIT with ``init``
-    warmup: int | None = None  # iterations; default WARMUP_FRACTION of ``iters``
-    ema_decay: float = EMA_DECAY
-    seed: int = 0
-    device: str = "auto"
-    checkpoint_every: float = CHECKPOINT_EVERY  # seconds between state saves
-    checkpoint_iters: int = 0  # also save every this many steps (0: only by time)
-    time_limit: float | None = None  # seconds of training in this session
-    init: Path | None = None  # weights or a training state of another scale to start from
-    resume: bool = False  # continue the run saved in ``state``
-    state: Path | None = None  # the training state file; default ``state_path(out)``
-    overwrite: bool = False
-    half: bool = False  # save the final weights as float16
-    precision: str = "auto"  # "bf16" (autocast, fp32 master weights), "fp32", or auto
-    compile: bool = False  # run the network through torch.compile
-    report_every: int | None = None  # steps between progress reports; default 1 on a CPU, 50 on a GPU
-
-    def __post_init__(self) -> None:
-        """Accept str / PathLike paths and any sequence of folders from API callers."""
-        object.__setattr__(self, "data", tuple(Path(p) for p in self.data))
-        object.__setattr__(self, "out", Path(self.out))
-        for name in ("init", "state"):
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, Path(getattr(self, name)))
-
-    @property
-    def state_file(self) -> Path:
-        """Where the training state is read (``resume``) and written."""
-        return self.state if self.state is not None else state_path(self.out)
 
 
 @dataclass(frozen=True)
@@ -240,34 +193,6 @@ def _architecture(config: TrainConfig) -> tuple[str, SSTConfig]:
     built = variant.config(config.scale if config.scale is not None else 4)
     assert isinstance(built, SSTConfig)
     return variant.name, built
-
-
-def _check(config: TrainConfig) -> None:
-    """Refuse invalid settings before any image is read."""
-    checks = [
-        (config.iters >= 1, f"iters must be at least 1, got {config.iters}"),
-        (config.patch >= 1, f"patch must be at least 1 LR pixel, got {config.patch}"),
-        (config.batch is None or config.batch >= 1, f"batch must be at least 1, got {config.batch}"),
-        (config.lr is None or config.lr > 0, f"lr must be positive, got {config.lr}"),
-        (config.warmup is None or config.warmup >= 0, f"warmup must be >= 0 iterations, got {config.warmup}"),
-        (0.0 <= config.ema_decay < 1.0, f"ema decay must be in [0, 1), got {config.ema_decay}"),
-        (config.checkpoint_every >= 0, f"checkpoint interval must be >= 0 seconds, got {config.checkpoint_every}"),
-        (config.checkpoint_iters >= 0, f"checkpoint interval must be >= 0 steps, got {config.checkpoint_iters}"),
-        (
-            config.report_every is None or config.report_every >= 1,
-            f"report_every must be at least 1 step, got {config.report_every}",
-        ),
-        (config.precision in PRECISIONS, f"precision must be one of {', '.join(PRECISIONS)}, got {config.precision!r}"),
-        (config.time_limit is None or config.time_limit > 0, f"time limit must be positive, got {config.time_limit}"),
-        (bool(config.data), "give at least one --data folder"),
-        (
-            config.out.suffix.lower() in WEIGHT_SUFFIXES,
-            f"--out {config.out}: name it .safetensors (recommended) or .pth",
-        ),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise ConfigError(message)
 
 
 def _adamw(model: torch.nn.Module, lr: float) -> torch.optim.AdamW:
@@ -413,7 +338,7 @@ def _precision(requested: str, device: torch.device) -> str:
 
 def planned_settings(config: TrainConfig) -> dict[str, Any]:
     """Every setting of a run with its defaults resolved (recorded in its files), without reading any data."""
-    _check(config)
+    config.check()
     name, arch = _architecture(config)
     device = resolve_device(config.device)
     cuda = device.type == "cuda"

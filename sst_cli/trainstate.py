@@ -32,12 +32,6 @@ MIN_INIT_FRACTION = 0.5  # --init must fill at least this share of the network's
 MAY_CHANGE = ("iters", "batch", "patch", "lr", "warmup", "ema_decay", "data", "precision", "device")
 
 
-def state_path(out: str | os.PathLike[str]) -> Path:
-    """Where the training state of a run writing ``out`` lives by default: beside it, ``<stem>.state.pth``."""
-    out = Path(out)
-    return out.with_name(out.stem + ".state.pth")
-
-
 def to_cpu(obj: Any) -> Any:
     """Tensors (nested in dicts / lists) copied to the CPU, so a state file loads anywhere."""
     if isinstance(obj, torch.Tensor):

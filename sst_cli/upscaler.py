@@ -22,6 +22,7 @@ from .compiling import CompiledNetwork, wants_compile
 from .errors import ConfigError, ImageError, NonFiniteOutput, OutputExists
 from .image_io import ImageInfo, Picture, choose_format, cmyk_to_rgb, read_image, write_image
 from .loader import ConfigSource, ModelSpec
+from .phases import Phases
 from .runtime import (
     fp32_mode,
     is_out_of_memory,
@@ -35,10 +36,13 @@ from .tiling import (
     align_overlap,
     align_tile_size,
     cheapest_tile,
+    halve_tile,
     run_tiles_adaptive,
     tile_label,
+    tile_sides,
     tiling_cost,
 )
+from .widest import INDEX_LIMIT, widest_per_pixel
 
 TileCallback = Callable[[int, int], None]  # (tiles done, tiles in all)
 
@@ -135,10 +139,13 @@ class Upscaler:
         if options is not None and option_values:
             raise ConfigError("pass either options=UpscaleOptions(...) or option keywords, not both")
         self.options = options if options is not None else UpscaleOptions(**option_values)
-        self.device = resolve_device(self.options.device)
-        self.dtype = resolve_precision(self.options.precision, self.device)
+        self.phases = Phases()  # seconds per phase of this upscaler's life (device, model, network, ...)
+        with self.phases.timed("device"):
+            self.device = resolve_device(self.options.device)
+            self.dtype = resolve_precision(self.options.precision, self.device)
         _refuse_settings_early(model, weights, config, self.options.settings)
-        self.model = self._load(model, scale, weights, config, hub_repo)
+        with self.phases.timed("model"):
+            self.model = self._load(model, scale, weights, config, hub_repo)
         self.descriptor: ModelDescriptor = describe(self.model)
         self.scale = self.descriptor.scale
         self._check_precision()
@@ -154,6 +161,10 @@ class Upscaler:
                 )
         self.on_message = on_message
         self._said_plans: set[tuple[TileSize, int, int]] = set()  # (tile, overlap, batch) already described
+        # After an out-of-memory retry: the bytes of the largest pass that then ran, so the next images start
+        # there instead of failing at the same size again.
+        self._memory_ceiling: int | None = None
+        self._widest: float | None = None  # see _widest_per_pixel
         self._say_rounding()
         self.compiled: CompiledNetwork | None = None
         self._said_eager = False
@@ -268,13 +279,27 @@ class Upscaler:
         else:
             overlap = align_overlap(d.default_context, align)
         if o.tile != "auto":
-            return TilePlan(align_tile_size(o.tile, align) if o.tile else 0, overlap, align, blend, o.batch)
+            tile: TileSize = align_tile_size(o.tile, align) if o.tile else 0
+            batch = o.batch
+            while self._memory_ceiling is not None and self._pass_bytes(tile, overlap, batch, height, width) > (
+                self._memory_ceiling
+            ):
+                if batch > 1:
+                    batch //= 2
+                    continue
+                smaller = halve_tile(tile, height, width, align)
+                if smaller is None:
+                    break
+                tile = smaller
+            return TilePlan(tile, overlap, align, blend, batch)
         budget = self._budget()
-        if self._activation_bytes(height, width) <= budget:
-            return TilePlan(0, overlap, align, blend)
+        widest = self._widest_per_pixel()
 
         def fits(h: int, w: int) -> bool:
-            return self._activation_bytes(h, w) <= budget
+            return self._activation_bytes(h, w) <= budget and h * w * widest <= INDEX_LIMIT
+
+        if fits(height, width):
+            return TilePlan(0, overlap, align, blend)
 
         # When nothing fits, the smallest aligned tile runs and out-of-memory halving has the last word.
         rows, cols = cheapest_tile(height, width, overlap, align, fits) or (align, align)
@@ -283,14 +308,22 @@ class Upscaler:
         return TilePlan(rows if rows == cols else (rows, cols), overlap, align, blend, batch)
 
     def _budget(self) -> int:
-        return self.options.max_memory if self.options.max_memory is not None else memory_budget(self.device)
+        """Bytes one forward pass may use: ``max_memory`` or a share of free memory, and never more than a pass
+        that ran out of memory."""
+        o = self.options
+        budget = o.max_memory if o.max_memory is not None else memory_budget(self.device)
+        return budget if self._memory_ceiling is None else min(budget, self._memory_ceiling)
 
     def images_per_pass(self, height: int, width: int, limit: int = 8) -> int:
         """How many whole images of this size one forward pass takes within the memory budget, at most ``limit``:
         1 when an image is tiled (its tiles are batched instead) or when the output depends on position."""
         if self.plan(height, width).tile or self.descriptor.position_dependent:
             return 1
-        return int(max(1, min(limit, self._budget() // max(1, self._activation_bytes(height, width)))))
+        fits = self._budget() // max(1, self._activation_bytes(height, width))
+        widest = height * width * self._widest_per_pixel()  # CUDA: n images' widest tensor under 2**31 elements
+        if widest:
+            fits = min(fits, int(INDEX_LIMIT // widest))
+        return int(max(1, min(limit, fits)))
 
     def _activation_bytes(self, height: int, width: int) -> int:
         """Estimated peak activation memory of one tile of this size in one forward pass."""
@@ -298,6 +331,28 @@ class Upscaler:
         if isinstance(network, SRNetwork):
             return int(network.activation_bytes(height, width, self.dtype))
         return 1024 * height * width * torch.finfo(self.dtype).bits // 8  # a foreign module: ~1k channels
+
+    def _widest_per_pixel(self) -> float:
+        """On CUDA, the largest tensor per input pixel (``widest.py``: tiles stay under 2**31 elements), measured
+        once on a small input; 0 elsewhere (CPU kernels index in 64 bits)."""
+        if self.device.type != "cuda":
+            return 0.0
+        if self._widest is None:
+            side = max(64, 2 * self.descriptor.size_multiple)
+            side += -side % self.descriptor.size_multiple
+            try:
+                with fp32_mode(self.device, self.dtype):
+                    self._widest = widest_per_pixel(self.model, side, self.device, self.dtype)
+            except (RuntimeError, ValueError):  # a network that refuses the probe's size: memory alone decides
+                self._widest = 0.0
+        return self._widest
+
+    def _pass_bytes(self, tile: TileSize, overlap: int, batch: int, height: int, width: int) -> int:
+        """Activation bytes of one forward pass of ``batch`` tiles with their context (the whole image: one)."""
+        rows, cols = tile_sides(tile)
+        if rows == 0:
+            return self._activation_bytes(height, width)
+        return batch * self._activation_bytes(min(height, rows + 2 * overlap), min(width, cols + 2 * overlap))
 
     def _forward(self, batch: torch.Tensor, origins: list[tuple[int, int]] | None = None) -> torch.Tensor:
         """One batch of tiles through the network; ``origins`` (LR, in the whole image) for networks whose
@@ -313,26 +368,30 @@ class Upscaler:
 
     def _on_oom(self, new_tile: TileSize) -> None:
         release_memory(self.device)
-        self._say(f"out of memory: retrying with {tile_label(new_tile)} tiles")
+        self._say(f"out of memory: retrying with {tile_label(new_tile)} tiles (later images start at that size)")
 
     def run(self, image: torch.Tensor, on_tile: TileCallback | None = None) -> Upscaled:
         """(C, H, W) float32 CPU tensor -> (C, H*scale, W*scale), tiled as planned."""
         plan = self.plan(image.shape[-2], image.shape[-1])
         self._say_plan(plan, image.shape[-2], image.shape[-1])
-        out, used = run_tiles_adaptive(
-            self._forward,
-            image,
-            self.scale,
-            tile=plan.tile,
-            overlap=plan.overlap,
-            align=plan.align,
-            batch=plan.batch,
-            blend=plan.blend,
-            on_tile=on_tile,
-            is_oom=is_out_of_memory,
-            on_oom=self._on_oom,
-            origins=self.descriptor.position_dependent,
-        )
+        with self.phases.timed(self._network_phase()):
+            out, used = run_tiles_adaptive(
+                self._forward,
+                image,
+                self.scale,
+                tile=plan.tile,
+                overlap=plan.overlap,
+                align=plan.align,
+                batch=plan.batch,
+                blend=plan.blend,
+                on_tile=on_tile,
+                is_oom=is_out_of_memory,
+                on_oom=self._on_oom,
+                origins=self.descriptor.position_dependent,
+            )
+        if used != plan.tile:  # out of memory at the planned size: later images start from what ran
+            ran = self._pass_bytes(used, plan.overlap, plan.batch, image.shape[-2], image.shape[-1])
+            self._memory_ceiling = ran if self._memory_ceiling is None else min(ran, self._memory_ceiling)
         self._check_finite(out)
         return Upscaled(out, used)
 
@@ -341,17 +400,28 @@ class Upscaler:
             hint = " (bf16 overflowed: try precision fp32)" if self.dtype != torch.float32 else ""
             raise NonFiniteOutput(f"the network produced NaN or Inf values{hint}")
 
+    def _network_phase(self) -> str:
+        """The first pass pays for kernel choices, lazy CUDA loading and any compiling: kept apart from the rest."""
+        return "network" if any(p.startswith("network") for p in self.phases.seconds) else "network (first pass)"
+
     def _run_stacked(self, colours: list[torch.Tensor]) -> list[torch.Tensor]:
         """Whole same-size images in one forward pass; one by one (tiled as planned) if that runs out of memory."""
         try:
-            out = self._forward(torch.stack(colours))
+            with self.phases.timed(self._network_phase()):
+                out = self._forward(torch.stack(colours))
         except Exception as exc:
             if not is_out_of_memory(exc):
                 raise
             out = None  # outside the except block, so the failed pass's tensors are freed
-        if out is None:
+        if out is None:  # later passes take half as many (a ceiling, as for tiles)
             release_memory(self.device)
-            self._say(f"out of memory with {len(colours)} images in one pass: running them one by one")
+            half = max(1, len(colours) // 2)
+            ceiling = half * self._activation_bytes(*colours[0].shape[-2:])
+            self._memory_ceiling = min(ceiling, self._memory_ceiling or ceiling)
+            self._say(
+                f"out of memory with {len(colours)} images in one pass: running them one by one (later passes "
+                f"take at most {half})"
+            )
             return [self.run(colour).image for colour in colours]
         self._check_finite(out)
         return [image.clone() for image in out]  # inference tensors cannot be clamped in place later

@@ -304,3 +304,20 @@ def test_exif_rotation_is_applied_and_icc_and_exif_are_kept() -> None:
     assert out.info.get("icc_profile") == icc
     tags = out.getexif()
     assert tags.get(0x0112, 1) == 1 and tags.get(0x010F) == "sst-cli test camera"
+
+
+def test_verbose_and_the_json_log_say_where_the_time_went() -> None:
+    image("a.png")
+    image("b.png", (18, 12))
+    shown = sst("a.png", "b.png", "-o", "out", "-v")
+    assert shown.exit_code == 0, shown.output
+    line = next(text for text in shown.stderr.splitlines() if text.startswith("time: "))
+    for phase in ("start-up", "imports", "device", "model", "read", "network (first pass)", "network", "write"):
+        assert f"{phase} " in line, line
+    events = [json.loads(text) for text in sst("a.png", "-o", "json", "--json-log").stdout.splitlines()]
+    assert events[-1]["event"] == "summary"
+    timings = events[-1]["timings"]
+    seconds = timings["seconds"]
+    assert {"start-up", "model", "network (first pass)", "write"} <= set(seconds) and "network" not in seconds
+    assert all(value >= 0 for value in seconds.values())
+    assert seconds["network (first pass)"] > 0 and sum(seconds.values()) <= timings["total"]

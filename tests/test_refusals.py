@@ -76,6 +76,10 @@ OTHER_COMMANDS = [
     (["compare", "photo.png", "--attention", "foo"], "unknown attention backend 'foo'"),
     (["bench", "--precision", "fp16"], "unknown precision 'fp16'"),
     (["bench", "--attention", "foo"], "unknown attention backend 'foo'"),
+    (["train", "--data", ".", "--iters", "0", "--out", "w.safetensors"], "iters must be at least 1"),
+    (["train", "--data", ".", "--iters", "9", "--out", "w.bin"], "name it .safetensors (recommended) or .pth"),
+    (["train", "--data", ".", "--iters", "9", "--out", "w.pth", "--precision", "fp8"], "precision must be one of"),
+    (["train", "--data", ".", "--iters", "9", "--out", "w.pth", "-m", "sst", "--config", "c.json"], "not both"),
 ]
 if sys.platform != "darwin":
     OTHER_COMMANDS.append((["bench", "--device", "mps"], "device 'mps' (Apple GPU) is not available here"))

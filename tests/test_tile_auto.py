@@ -9,6 +9,7 @@ from sst_cli import Upscaler, create_model
 from sst_cli import upscaler as upscaler_module
 from sst_cli.runtime import GPU_MEMORY_FRACTION, memory_budget
 from sst_cli.tiling import plan_tiles
+from sst_cli.widest import INDEX_LIMIT, widest_per_pixel
 
 GIB = 1 << 30
 CUDA = torch.device("cuda")
@@ -50,15 +51,32 @@ def sst_l_x4() -> Upscaler:
 def test_a_4k_frame_on_an_80_gb_card_gets_big_tiles(
     sst_l_x4: Upscaler, card: FakeCard, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The measured case: 3840x2160 at x4 with SST-L in bf16 chose 64 px tiles with 64 px of overlap."""
+    """The measured case: 3840x2160 at x4 with SST-L in bf16 chose 64 px tiles with 64 px of overlap. On CUDA
+    the tiles also keep every tensor under 2**31 elements (SST-L x4: 1536 per LR pixel, measured on the CPU
+    by ``widest_per_pixel``), where the memory alone would allow the whole image."""
     card.install(monkeypatch)
     monkeypatch.setattr(upscaler_module, "memory_budget", lambda device: memory_budget(CUDA))
     monkeypatch.setattr(sst_l_x4, "dtype", torch.bfloat16)
-    plan = sst_l_x4.plan(2160, 3840)
+    plan = sst_l_x4.plan(2160, 3840)  # the CPU upscaler: memory is the only limit
     tiles = plan_tiles(2160, 3840, plan.tile, plan.overlap, plan.align)
     assert 1 <= len(tiles) <= 2
     assert plan.cost(2160, 3840) < 1.05  # overlap adds under 5 % to the work
     assert max(t.context_shape[0] * t.context_shape[1] for t in tiles) * 2 > 2160 * 3840 / 2
+    monkeypatch.setattr(sst_l_x4, "_widest_per_pixel", lambda: 1536.0)  # as on CUDA
+    plan = sst_l_x4.plan(2160, 3840)
+    tiles = plan_tiles(2160, 3840, plan.tile, plan.overlap, plan.align)
+    largest = max(t.context_shape[0] * t.context_shape[1] for t in tiles)
+    assert largest * 1536 <= INDEX_LIMIT < 2 * largest * 1536  # as big as the limit allows, within a factor 2
+    assert plan.cost(2160, 3840) < 1.3
+
+
+def test_the_widest_tensor_is_measured_per_input_pixel() -> None:
+    """A 1x1 conv to 48 channels and a x2 pixel shuffle: both write 48 elements per input pixel; 64 channels
+    before a 2x2 pooling: 64."""
+    shuffle = torch.nn.Sequential(torch.nn.Conv2d(3, 48, 1), torch.nn.PixelShuffle(2))
+    assert widest_per_pixel(shuffle, 32, torch.device("cpu"), torch.float32) == 48
+    pooled = torch.nn.Sequential(torch.nn.Conv2d(3, 64, 3, padding=1), torch.nn.AvgPool2d(2))
+    assert widest_per_pixel(pooled, 16, torch.device("cpu"), torch.float32) == 64
 
 
 def test_a_small_card_still_tiles_within_its_budget(sst_l_x4: Upscaler, monkeypatch: pytest.MonkeyPatch) -> None:

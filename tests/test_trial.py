@@ -24,7 +24,15 @@ from PIL import Image
 from torch import nn
 
 from sst_cli.archs import ModelDescriptor
-from sst_cli.batch import BatchInterrupted, Skips, WriteOptions, discover_inputs, plan_output, run_batch
+from sst_cli.batch import (
+    BatchInterrupted,
+    Skips,
+    WriteOptions,
+    discover_inputs,
+    is_own_output,
+    plan_output,
+    run_batch,
+)
 from sst_cli.errors import ImageError, OutputExists
 from sst_cli.image_io import read_image, write_image
 from sst_cli.upscaler import Upscaler
@@ -275,6 +283,17 @@ def test_own_outputs_are_upscaled_when_asked_and_named_files_always() -> None:
     jobs = discover_inputs(["in"], skips=Skips())
     assert [j.skip for j in jobs] == [None]
     assert [j.skip for j in discover_inputs(["in/a_nn_x2.png"], skips=Skips(frozenset({"nn"})))] == [None]
+
+
+def test_own_outputs_are_recognised_when_the_label_holds_a_scale() -> None:
+    labels = frozenset({"mini_x3", "sst-light"})
+    assert is_own_output(Path("photo_mini_x3_x3.png"), labels)
+    assert is_own_output(Path("Photo_SST-Light_x4.PNG"), labels)
+    assert is_own_output(Path("a_b_sst-light_x2.5.png"), labels)
+    assert not is_own_output(Path("mini_x3_x3.png"), labels)  # the label alone: no source stem before it
+    assert not is_own_output(Path("photo_mini_x3.png"), labels)  # the label's own "_x3" is not a scale suffix
+    assert not is_own_output(Path("photo_sst-light.png"), labels)
+    assert not is_own_output(Path("photo_other_x4.png"), labels)
 
 
 # ------------------------------------------------------------------------------- 10: the Python API

@@ -134,8 +134,33 @@ def test_out_of_memory_halves_the_tile_and_reports_it(monkeypatch: pytest.Monkey
     monkeypatch.setattr(up, "_forward", limited)
     out, used = up.run(x)
     assert used == 32
-    assert messages == ["out of memory: retrying with 32 px tiles"]
+    assert messages == ["out of memory: retrying with 32 px tiles (later images start at that size)"]
     assert torch.equal(out, expected)
+
+
+@pytest.mark.parametrize("tile", ["auto", 64])
+def test_after_out_of_memory_later_images_start_at_the_size_that_ran(
+    monkeypatch: pytest.MonkeyPatch, tile: str | int
+) -> None:
+    messages: list[str] = []
+    up = Upscaler(tiny_sst(), tile=tile, tile_overlap=16, max_memory=2**40, on_message=messages.append)
+    real = up._forward
+    pixels: list[int] = []
+
+    def limited(batch: torch.Tensor) -> torch.Tensor:
+        pixels.append(batch.shape[-1] * batch.shape[-2])
+        if batch.shape[-1] * batch.shape[-2] > 64 * 64:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(batch)
+
+    monkeypatch.setattr(up, "_forward", limited)
+    up.run(_chw(_photo(70, 90)))
+    assert len(messages) == 1 and "out of memory" in messages[0]
+    pixels.clear()
+    out, used = up.run(_chw(_photo(66, 80)))
+    assert sum("out of memory" in m for m in messages) == 1  # the second image was planned within what ran
+    assert pixels and max(pixels) <= 64 * 64 and tile_sides(used)[0] > 0
+    assert out.shape == (3, 132, 160)
 
 
 def test_nan_output_is_an_error_with_a_hint() -> None:
@@ -293,6 +318,7 @@ def test_upscale_batch_out_of_memory_runs_one_by_one(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(up, "_forward", forward)
     images = [np.random.default_rng(i).random((12, 20, 3)).astype(np.float32) for i in range(3)]
     out = up.upscale_batch(images)
-    assert "running them one by one" in messages[0]
+    assert "running them one by one (later passes take at most 1)" in messages[0]
+    assert up.images_per_pass(12, 20) == 1 and up.plan(12, 20).tile == 0  # still whole images
     for a, image in zip(out, images, strict=True):
         np.testing.assert_array_equal(a, up.upscale(image))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -209,22 +210,19 @@ def train(
     command plus --resume STATE continues across sessions exactly where it stopped.
     Exit status: 0 done (or stopped by --time-limit), 2 invalid options, 130 interrupted (state saved).
     """
-    from ..archs.sst import SSTConfig
+    from ..checks import check_device_name
     from ..errors import ConfigError
-    from ..loader import read_config_kwargs
-    from ..train import TrainConfig, TrainingInterrupted
-    from ..train import train as run_training
+    from ..trainconfig import TrainConfig
 
     if model is not None and config is not None:
         raise ConfigError("give --model or --config, not both")
     if resume is not None and state is not None and resume != state:
         raise ConfigError("--resume STATE keeps writing STATE: give --resume or --state, not both")
-    arch = SSTConfig.from_kwargs(read_config_kwargs(config)) if config is not None else (model or "sst-light")
     settings = TrainConfig(
         data=tuple(data),
         out=out,
         iters=iters,
-        model=arch,
+        model=model or "sst-light",
         scale=scale,
         patch=patch,
         batch=batch,
@@ -245,6 +243,17 @@ def train(
         compile=compile_,
         report_every=report_every,
     )
+    settings.check()  # before torch is imported: a refused option answers at once
+    check_device_name(device)
+
+    from ..train import TrainingInterrupted
+    from ..train import train as run_training
+
+    if config is not None:
+        from ..archs.sst import SSTConfig
+        from ..loader import read_config_kwargs
+
+        settings = replace(settings, model=SSTConfig.from_kwargs(read_config_kwargs(config)))
     reporter = TrainReporter(quiet=quiet, log_every=log_every)
     with reporter.running(iters):
         try:

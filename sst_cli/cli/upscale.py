@@ -14,6 +14,7 @@ from rich.table import Table
 
 from ..choices import DEFAULT_SCALE
 from ..errors import ConfigError
+from ..phases import Phases, process_seconds
 from ._options import (
     AttentionOption,
     BatchOption,
@@ -61,6 +62,8 @@ class Reporter:
         self.progress: Progress | None = None
         self.files_task: TaskID | None = None
         self.tiles_task: TaskID | None = None
+        self.phases = Phases()  # the command's own phases (start-up, imports); the upscaler keeps the rest
+        self.upscaler: Upscaler | None = None
 
     def emit(self, event: str, **fields: Any) -> None:
         print(json.dumps({"event": event, **fields}), flush=True)
@@ -82,6 +85,7 @@ class Reporter:
     def ready(self, upscaler: Upscaler, total: int, verbose: bool) -> None:
         """The model is loaded: say which attention kernel runs (fallbacks always, the line with -v), then
         show an overall files bar plus a per-file tiles bar with ETA, on a terminal only."""
+        self.upscaler = upscaler
         report = upscaler.attention
         if report is not None:
             for notice in report.notices:
@@ -127,8 +131,16 @@ class Reporter:
         if self.progress is not None and self.files_task is not None:
             self.progress.advance(self.files_task)
 
-    def summary(self, result: BatchResult, *, interrupted: bool, exit_code: int) -> None:
-        """Totals table and the failures; or one summary JSON object."""
+    def timings(self) -> tuple[Phases, float] | None:
+        """Where the command's time went, with the total, when this process did the upscaling (not workers)."""
+        upscaler = self.upscaler
+        if upscaler is None or not any(name.startswith("network") for name in upscaler.phases.seconds):
+            return None
+        return self.phases.merged(upscaler.phases), process_seconds()
+
+    def summary(self, result: BatchResult, *, interrupted: bool, exit_code: int, verbose: bool = False) -> None:
+        """Totals table and the failures (with ``verbose``, where the time went); or one summary JSON object."""
+        timings = self.timings()
         if self.json_log:
             self.emit(
                 "summary",
@@ -144,8 +156,16 @@ class Reporter:
                 skipped_files=[
                     {"input": str(r.source), "reason": r.reason} for r in result.files if r.status == "skipped"
                 ],
+                timings=None
+                if timings is None
+                else {
+                    "seconds": {name: round(value, 3) for name, value in timings[0].seconds.items()},
+                    "total": round(timings[1], 3),
+                },
             )
             return
+        if verbose and timings is not None and not self.quiet:
+            err_console.print(f"time: {timings[0].line(timings[1])}", soft_wrap=True, markup=False)
         if not self.quiet:
             table = Table(title="sst upscale")
             for column in ("done", "skipped", "failed", "time", "megapixels/s"):
@@ -278,7 +298,10 @@ def upscale(
     ] = _DEFAULT_MAX_PIXELS,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no per-file lines.")] = False,
     verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", help="Also say which attention kernel runs, and in what precision.")
+        bool,
+        typer.Option(
+            "--verbose", "-v", help="Also say which attention kernel runs, in what precision, and where the time went."
+        ),
     ] = False,
     json_log: Annotated[
         bool, typer.Option("--json-log", help="One JSON object per line on stdout per file and a final summary.")
@@ -317,20 +340,22 @@ def upscale(
     )
     video_options = VideoOptions(codec, crf, pix_fmt, lossless, frames_per_pass)
     check_inputs_exist(inputs)
+    reporter = Reporter(quiet=quiet, json_log=json_log)
+    reporter.phases.add("start-up", process_seconds())  # Python and sst-cli's light imports
 
-    from .. import hub
-    from ..batch import BatchEvents, BatchInterrupted, upscale_files
-    from ..loader import ModelSpec
-    from ..parallel import plan_workers
-    from .downloads import download_display
-    from .upscale_video import split_videos, upscale_videos
+    with reporter.phases.timed("imports"):  # torch and the engine
+        from .. import hub
+        from ..batch import BatchEvents, BatchInterrupted, upscale_files
+        from ..loader import ModelSpec
+        from ..parallel import plan_workers
+        from .downloads import download_display
+        from .upscale_video import split_videos, upscale_videos
 
     spec = ModelSpec(model, scale, weights, config, hub_repo)
     worker_plan = plan_workers(device, workers)
     options = upscale_options(device=worker_plan.devices[0], **running)
     parallel = ray is not None or worker_plan.parallel
     videos, images = split_videos(inputs, spec, recursive, include_outputs, parallel=parallel)  # sst-cli[video]
-    reporter = Reporter(quiet=quiet, json_log=json_log)
     events = BatchEvents(
         note=reporter.note,
         warning=reporter.message,
@@ -385,6 +410,6 @@ def upscale(
     finally:
         reporter.stop()
     code = 1 if result.failed else 0
-    reporter.summary(result, interrupted=False, exit_code=code)
+    reporter.summary(result, interrupted=False, exit_code=code, verbose=verbose)
     if code:
         raise typer.Exit(code)

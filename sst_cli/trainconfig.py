@@ -1,0 +1,93 @@
+"""The settings of one training run and the checks that need neither torch nor data (``sst train``'s refusals
+answer at once; ``train.py`` runs them too for API callers)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import ConfigError
+from .recipe import CHECKPOINT_EVERY, EMA_DECAY, PATCH
+
+if TYPE_CHECKING:
+    from .archs.sst import SSTConfig
+
+PRECISIONS = ("auto", "bf16", "fp32")  # auto: bf16 autocast on a GPU that has it, else fp32
+WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt")
+
+
+def state_path(out: str | os.PathLike[str]) -> Path:
+    """Where the training state of a run writing ``out`` lives by default: beside it, ``<stem>.state.pth``."""
+    out = Path(out)
+    return out.with_name(out.stem + ".state.pth")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run. ``model`` is a zoo name or an explicit architecture; ``None`` fields pick defaults."""
+
+    data: tuple[Path, ...]
+    out: Path
+    iters: int
+    model: str | SSTConfig = "sst-light"
+    scale: int | None = None  # default: the SSTConfig's scale, or 4 for a zoo name
+    patch: int = PATCH
+    batch: int | None = None  # default BATCH_CUDA on a GPU, BATCH_CPU on the CPU
+    lr: float | None = None  # default LR_SCRATCH, or LR_FROM_INIT with ``init``
+    warmup: int | None = None  # iterations; default WARMUP_FRACTION of ``iters``
+    ema_decay: float = EMA_DECAY
+    seed: int = 0
+    device: str = "auto"
+    checkpoint_every: float = CHECKPOINT_EVERY  # seconds between state saves
+    checkpoint_iters: int = 0  # also save every this many steps (0: only by time)
+    time_limit: float | None = None  # seconds of training in this session
+    init: Path | None = None  # weights or a training state of another scale to start from
+    resume: bool = False  # continue the run saved in ``state``
+    state: Path | None = None  # the training state file; default ``state_path(out)``
+    overwrite: bool = False
+    half: bool = False  # save the final weights as float16
+    precision: str = "auto"  # "bf16" (autocast, fp32 master weights), "fp32", or auto
+    compile: bool = False  # run the network through torch.compile
+    report_every: int | None = None  # steps between progress reports; default 1 on a CPU, 50 on a GPU
+
+    def __post_init__(self) -> None:
+        """Accept str / PathLike paths and any sequence of folders from API callers."""
+        object.__setattr__(self, "data", tuple(Path(p) for p in self.data))
+        object.__setattr__(self, "out", Path(self.out))
+        for name in ("init", "state"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
+
+    @property
+    def state_file(self) -> Path:
+        """Where the training state is read (``resume``) and written."""
+        return self.state if self.state is not None else state_path(self.out)
+
+    def check(self) -> None:
+        """Refuse invalid settings before torch is imported or any image is read."""
+        checks = [
+            (self.iters >= 1, f"iters must be at least 1, got {self.iters}"),
+            (self.patch >= 1, f"patch must be at least 1 LR pixel, got {self.patch}"),
+            (self.batch is None or self.batch >= 1, f"batch must be at least 1, got {self.batch}"),
+            (self.lr is None or self.lr > 0, f"lr must be positive, got {self.lr}"),
+            (self.warmup is None or self.warmup >= 0, f"warmup must be >= 0 iterations, got {self.warmup}"),
+            (0.0 <= self.ema_decay < 1.0, f"ema decay must be in [0, 1), got {self.ema_decay}"),
+            (self.checkpoint_every >= 0, f"checkpoint interval must be >= 0 seconds, got {self.checkpoint_every}"),
+            (self.checkpoint_iters >= 0, f"checkpoint interval must be >= 0 steps, got {self.checkpoint_iters}"),
+            (
+                self.report_every is None or self.report_every >= 1,
+                f"report_every must be at least 1 step, got {self.report_every}",
+            ),
+            (self.precision in PRECISIONS, f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}"),
+            (self.time_limit is None or self.time_limit > 0, f"time limit must be positive, got {self.time_limit}"),
+            (bool(self.data), "give at least one --data folder"),
+            (
+                self.out.suffix.lower() in WEIGHT_SUFFIXES,
+                f"--out {self.out}: name it .safetensors (recommended) or .pth",
+            ),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(message)
