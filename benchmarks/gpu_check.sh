@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole GPU check in one command: golden vectors per kernel, the authors' code side by side (Table S4
-# protocol), kernels, bf16 quality, big images, end to end, the test suite, layouts and torch.compile; on request
-# (not in the default list) the 4K tile sweep, the x3 depth-wise check and --compile's cache timing.
+# The whole GPU check in one command: golden vectors per kernel, SST's fused Triton kernels (gpu_kernels.py), the
+# authors' code side by side (Table S4 protocol), kernels, bf16 quality, big images, end to end, the test suite,
+# layouts and torch.compile; on request (not in the default list) the 4K tile sweep, the x3 depth-wise check and
+# --compile's cache timing.
 #
 #   benchmarks/gpu_check.sh OUTDIR [STEP ...]      (default: every step, in the order below)
 #
@@ -14,7 +15,7 @@
 set -u
 out=${1:?usage: benchmarks/gpu_check.sh OUTDIR [STEP ...]}
 shift
-steps=${*:-env golden cudatests official quality e2e big kernels tests layout video}
+steps=${*:-env golden fused cudatests official quality e2e big kernels tests layout video}
 cd "$(dirname "$0")/.."
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -48,6 +49,9 @@ PY
 }
 
 step_golden() { run golden 300 python3 benchmarks/gpu_golden.py --device cuda --json "$out/golden.json"; }
+
+# SST's fused Triton kernels: units and golden vectors against the plain path, SST-L x2/x3 with and without them
+step_fused() { run fused 600 python3 benchmarks/gpu_kernels.py --json "$out/fused.json"; }
 
 step_official() {  # Table S4 protocol, ours and the authors' code side by side, fp32 and bf16
   run official 600 python3 "$shared/bench/compare_official.py" --device cuda -m sst-light -m sst -m sst-l \

@@ -10,6 +10,7 @@ from torch import nn
 
 from ..attention import AttentionPlan, plan_attention, run_plan
 from ..base import plain_layers
+from . import kernels
 from .depthwise import DepthwiseConv2d
 from .fused import add_projection, fusable, owned_stream, projection_buffer
 from .rib import RibParameters
@@ -55,10 +56,13 @@ class ConvFFN(nn.Module):
         return self.agg(h + F.gelu(self.dwc(h)))
 
     def add_into(self, residual: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """``residual += forward(x)`` in place, the sum before ``agg`` written straight into its input buffer."""
-        h = F.gelu(self.proj(x))
-        rows, image = projection_buffer(x, h.shape[1])
-        torch.add(h, F.gelu(self.dwc(h)), out=image)
+        """``residual += forward(x)`` in place, the sum before ``agg`` written straight into its input buffer
+        (by one fused kernel where ``kernels`` runs, else step by step)."""
+        p = self.proj(x)
+        rows, image = projection_buffer(x, p.shape[1])
+        if not kernels.ffn_middle(image, p, self.dwc):
+            h = F.gelu(p)
+            torch.add(h, F.gelu(self.dwc(h)), out=image)
         return add_projection(residual, rows, self.agg)
 
 
@@ -120,9 +124,12 @@ class WindowAttention(RibParameters):
         ws = self.window
         shift = ws // 2 if self.shift else 0
         grid = (h + -h % ws, w + -w % ws)
-        gate = torch.sigmoid(self.gate(x))
-        plan = plan_attention(self.backend, x.device, x.dtype, *self.attention_sizes)
         stepwise = not fusable()
+        gate = self.gate(x)  # logits: the fused merge takes the sigmoid on its way (kernels.merge_gated)
+        fused_merge = not stepwise and kernels.runs_kernels(x)
+        if not fused_merge:
+            gate = torch.sigmoid(gate)
+        plan = plan_attention(self.backend, x.device, x.dtype, *self.attention_sizes)
         if stepwise:
             padded = F.pad(x, (0, grid[1] - w, 0, grid[0] - h), mode="reflect") if grid != (h, w) else x
             if shift:
@@ -139,7 +146,8 @@ class WindowAttention(RibParameters):
             if shift:
                 out = torch.roll(out, shifts=(shift, shift), dims=(2, 3))
             return out[:, :, :h, :w] * gate
-        merge_gated(out, gate, image, ws, grid, shift)
+        if not (fused_merge and kernels.merge_gated(out, gate, image, ws, grid, shift)):
+            merge_gated(out, torch.sigmoid(gate) if fused_merge else gate, image, ws, grid, shift)
         return image
 
     def _plain_forward(self, x: torch.Tensor) -> torch.Tensor:
