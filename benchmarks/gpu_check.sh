@@ -15,7 +15,7 @@
 set -u
 out=${1:?usage: benchmarks/gpu_check.sh OUTDIR [STEP ...]}
 shift
-steps=${*:-env golden fused cudatests official quality e2e big kernels tests layout}
+steps=${*:-env golden fused cudatests official quality e2e big kernels tests layout video}
 cd "$(dirname "$0")/.."
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -129,6 +129,11 @@ step_layout() {  # what could pay on the GPU: channels-last, torch.compile, CUDA
     local name=${opt// /}
     run "layout$name" 400 sst bench --device cuda -m sst -s 2 $opt --json "$out/layout$name.json"
   done
+}
+
+step_video() {  # issue 28: upscale_video against the bare network, decode and encode; 480p and 1080p x2 (PyAV needed)
+  run video 500 python3 benchmarks/bench_video.py --sizes 854x480 1920x1080 --frames 30 --scale 2 --model sst-l \
+    --untrained --device cuda --precision bf16 --one-per-pass --json "$out/video.json"
 }
 
 for s in $steps; do

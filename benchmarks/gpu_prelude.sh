@@ -25,4 +25,8 @@ if ls /tmp/sst/wheels/flash_attn_4-*.whl >/dev/null 2>&1 && ! ls /tmp/sst/wheels
   && ! python3 -c "import flash_attn.cute" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps /tmp/sst/wheels/*.whl >/tmp/sst-fa4.log 2>&1 || cat /tmp/sst-fa4.log
 fi
-echo "prelude: sst-cli $(python3 -c 'import sst_cli; print(sst_cli.__version__)'), torch $(python3 -c 'import torch; print(torch.__version__)'); /tmp/sst: $(ls /tmp/sst /tmp/sst/eval | tr '\n' ' '); fa4: $(python3 -c 'import flash_attn.cute' 2>/dev/null && echo installed || echo absent)"
+# PyAV for the video step (benchmarks/gpu_stage.py video), when carried and not yet there.
+if ls .gpu/wheels/video/av-*.whl >/dev/null 2>&1 && ! python3 -c "import av" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps .gpu/wheels/video/av-*.whl >/tmp/sst-av.log 2>&1 || cat /tmp/sst-av.log
+fi
+echo "prelude: sst-cli $(python3 -c 'import sst_cli; print(sst_cli.__version__)'), torch $(python3 -c 'import torch; print(torch.__version__)'); /tmp/sst: $(ls /tmp/sst /tmp/sst/eval | tr '\n' ' '); fa4: $(python3 -c 'import flash_attn.cute' 2>/dev/null && echo installed || echo absent); av: $(python3 -c 'import av; print(av.__version__)' 2>/dev/null || echo absent)"

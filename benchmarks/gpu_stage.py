@@ -7,17 +7,21 @@ The device tool sends the working tree and the ignored paths named in ``carry`` 
   Set14 (PNG, as they are), laid out like ``../shared`` so that the tests find them through a
   ``../shared`` link on the device (``benchmarks/gpu_check.sh`` makes it).
 * ``train``: ``.gpu/train291/`` as lossless WebP (the same pixels, about two thirds of the PNG size).
+* ``video``: ``.gpu/wheels/video/`` with a PyAV wheel for the machine's Python 3.12 (about 35 MB; the image has
+  no PyAV), which ``benchmarks/gpu_prelude.sh`` installs, for ``gpu_check.sh``'s ``video`` step.
 * ``eval``: ``.gpu/eval/B100/HR`` as lossless WebP (its LR is then made by the MATLAB-compatible bicubic;
   the datasets' README puts the difference from the SelfExSR LR files at <= 0.001 dB). Set5 and Set14
   come with ``check``.
 
-    python benchmarks/gpu_stage.py check train eval      # then: du -sh .gpu/*
+    python benchmarks/gpu_stage.py check train eval video      # then: du -sh .gpu/*
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -74,14 +78,22 @@ def stage_eval() -> None:
     _to_webp(SHARED / "datasets" / "B100" / "HR", STAGE / "eval" / "B100" / "HR")
 
 
+def stage_video() -> None:
+    """PyAV for CPython 3.12 on manylinux x86_64, as the device tool's README says to fetch wheels."""
+    platforms = [f"--platform={p}" for p in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")]
+    fetch = ["download", "-q", "--no-deps", "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp"]
+    command = [sys.executable, "-m", "pip", *fetch, *platforms, "-d", str(STAGE / "wheels" / "video"), "av>=18"]
+    subprocess.run(command, check=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("parts", nargs="+", choices=("check", "train", "eval"))
+    parser.add_argument("parts", nargs="+", choices=("check", "train", "eval", "video"))
     args = parser.parse_args()
     if not SHARED.is_dir():
         raise SystemExit(f"{SHARED} not found: this stages files from ../shared beside the checkout")
     for part in args.parts:
-        {"check": stage_check, "train": stage_train, "eval": stage_eval}[part]()
+        {"check": stage_check, "train": stage_train, "eval": stage_eval, "video": stage_video}[part]()
     for path in sorted(STAGE.iterdir()):
         size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
         print(f".gpu/{path.name}: {size / 2**20:.1f} MiB")

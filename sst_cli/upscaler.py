@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, NamedTuple
@@ -299,9 +299,7 @@ class Upscaler:
                     break
                 tile = smaller
             return TilePlan(tile, overlap, align, blend, batch)
-        budget = o.max_memory if o.max_memory is not None else memory_budget(self.device)
-        if self._memory_ceiling is not None:
-            budget = min(budget, self._memory_ceiling)
+        budget = self._budget()
         widest = self._widest_per_pixel()
 
         def fits(h: int, w: int) -> bool:
@@ -327,6 +325,24 @@ class Upscaler:
             batch = self.options.batch  # the probe's tiles per pass: as many as the user's tiles
             self._seams = SeamGuide(self._forward, self.scale, d.size_multiple, d.default_context, batch)
         return self._seams
+
+    def _budget(self) -> int:
+        """Bytes one forward pass may use: ``max_memory`` or a share of free memory, and never more than a pass
+        that ran out of memory."""
+        o = self.options
+        budget = o.max_memory if o.max_memory is not None else memory_budget(self.device)
+        return budget if self._memory_ceiling is None else min(budget, self._memory_ceiling)
+
+    def images_per_pass(self, height: int, width: int, limit: int = 8) -> int:
+        """How many whole images of this size one forward pass takes within the memory budget, at most ``limit``:
+        1 when an image is tiled (its tiles are batched instead) or when the output depends on position."""
+        if self.plan(height, width).tile or self.descriptor.position_dependent:
+            return 1
+        fits = self._budget() // max(1, self._activation_bytes(height, width))
+        widest = height * width * self._widest_per_pixel()  # CUDA: n images' widest tensor under 2**31 elements
+        if widest:
+            fits = min(fits, int(INDEX_LIMIT // widest))
+        return int(max(1, min(limit, fits)))
 
     def _activation_bytes(self, height: int, width: int) -> int:
         """Estimated peak activation memory of one tile of this size in one forward pass."""
@@ -385,9 +401,7 @@ class Upscaler:
         """(C, H, W) float32 CPU tensor -> (C, H*scale, W*scale), tiled as planned."""
         plan = self.plan(image.shape[-2], image.shape[-1])
         self._say_plan(plan, image.shape[-2], image.shape[-1])
-        # The first pass pays for kernel choices, lazy CUDA loading and any compiling: kept apart from the rest.
-        phase = "network" if any(p.startswith("network") for p in self.phases.seconds) else "network (first pass)"
-        with self.phases.timed(phase):
+        with self.phases.timed(self._network_phase()):
             out, used = run_tiles_adaptive(
                 self._forward,
                 image,
@@ -405,10 +419,39 @@ class Upscaler:
         if used != plan.tile:  # out of memory at the planned size: later images start from what ran
             ran = self._pass_bytes(used, plan.overlap, plan.batch, image.shape[-2], image.shape[-1])
             self._memory_ceiling = ran if self._memory_ceiling is None else min(ran, self._memory_ceiling)
+        self._check_finite(out)
+        return Upscaled(out, used)
+
+    def _check_finite(self, out: torch.Tensor) -> None:
         if not torch.isfinite(out).all():
             hint = " (bf16 overflowed: try precision fp32)" if self.dtype != torch.float32 else ""
             raise NonFiniteOutput(f"the network produced NaN or Inf values{hint}")
-        return Upscaled(out, used)
+
+    def _network_phase(self) -> str:
+        """The first pass pays for kernel choices, lazy CUDA loading and any compiling: kept apart from the rest."""
+        return "network" if any(p.startswith("network") for p in self.phases.seconds) else "network (first pass)"
+
+    def _run_stacked(self, colours: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Whole same-size images in one forward pass; one by one (tiled as planned) if that runs out of memory."""
+        try:
+            with self.phases.timed(self._network_phase()):
+                out = self._forward(torch.stack(colours))
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            out = None  # outside the except block, so the failed pass's tensors are freed
+        if out is None:  # later passes take half as many (a ceiling, as for tiles)
+            release_memory(self.device)
+            half = max(1, len(colours) // 2)
+            ceiling = half * self._activation_bytes(*colours[0].shape[-2:])
+            self._memory_ceiling = min(ceiling, self._memory_ceiling or ceiling)
+            self._say(
+                f"out of memory with {len(colours)} images in one pass: running them one by one (later passes "
+                f"take at most {half})"
+            )
+            return [self.run(colour).image for colour in colours]
+        self._check_finite(out)
+        return [image.clone() for image in out]  # inference tensors cannot be clamped in place later
 
     def _say_plan(self, plan: TilePlan, height: int, width: int) -> None:
         """Say, once per plan, when tiles make the run expensive or the batch had to shrink to fit memory."""
@@ -450,15 +493,17 @@ class Upscaler:
 
         Returns the upscaled picture (metadata carried over) and the tile side used for the colour.
         """
+        result = self.run(_colour_tensor(picture), on_tile)
+        return self._finish(picture, result.image, on_tile), result.tile
+
+    def _finish(self, picture: Picture, colour: torch.Tensor, on_tile: TileCallback | None) -> Picture:
+        """The upscaled picture from the network's colour output: resized to ``outscale``, alpha upscaled."""
         h, w = picture.color.shape[:2]
-        color = torch.from_numpy(np.ascontiguousarray(picture.color.transpose(2, 0, 1), dtype=np.float32))
-        result = self.run(color, on_tile)
-        color_out = self._resize_to_outscale(result.image, h, w).clamp_(0, 1)
+        color_out = self._resize_to_outscale(colour, h, w).clamp_(0, 1)
         alpha_out = None
         if picture.alpha is not None:
             alpha_out = self._upscale_alpha(picture.alpha, on_tile)
-        upscaled = replace(picture, color=color_out.permute(1, 2, 0).contiguous().numpy(), alpha=alpha_out)
-        return upscaled, result.tile
+        return replace(picture, color=color_out.permute(1, 2, 0).contiguous().numpy(), alpha=alpha_out)
 
     def _upscale_alpha(self, alpha: np.ndarray, on_tile: TileCallback | None) -> np.ndarray:
         h, w = alpha.shape
@@ -506,6 +551,27 @@ class Upscaler:
         array = np.asarray(image)
         return _to_array(self.upscale_picture(_picture_from_array(array), on_tile)[0], array)
 
+    def upscale_batch(self, images: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Upscale same-size arrays (as ``upscale`` takes them), several whole images per forward pass where
+        memory allows (``images_per_pass``); result i is what ``upscale(images[i])`` gives up to float32 rounding
+        (matrix products round differently for another batch size: ~1e-7 of the range)."""
+        arrays = [np.asarray(image) for image in images]
+        pictures = [_picture_from_array(array) for array in arrays]
+        if len({p.color.shape for p in pictures}) > 1:
+            raise ConfigError("upscale_batch takes images of one size; upscale the others separately")
+        if not pictures:
+            return []
+        per_pass = self.images_per_pass(*pictures[0].color.shape[:2])
+        if per_pass == 1:
+            return [self.upscale(array) for array in arrays]
+        results = []
+        for start in range(0, len(pictures), per_pass):
+            chunk = pictures[start : start + per_pass]
+            colours = self._run_stacked([_colour_tensor(p) for p in chunk])
+            for picture, colour, like in zip(chunk, colours, arrays[start : start + per_pass], strict=True):
+                results.append(_to_array(self._finish(picture, colour, None), like))
+        return results
+
 
 def _check_settings(asked: dict[str, Any], known: tuple[str, ...], title: str) -> None:
     """Refuse model settings a model does not have, naming them and the models that do."""
@@ -540,6 +606,10 @@ def _refuse_settings_early(
 
     arch = get_architecture(get_variant(name or DEFAULT_MODEL).arch)
     _check_settings(asked, arch.settings, arch.title)
+
+
+def _colour_tensor(picture: Picture) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(picture.color.transpose(2, 0, 1), dtype=np.float32))
 
 
 def _picture_from_array(array: np.ndarray) -> Picture:

@@ -1,7 +1,9 @@
 """Upscale video files: frames streamed through an ``Upscaler``, other streams copied, results written atomically.
 
-Memory stays bounded whatever the length: one decoded frame at a time goes through ``Upscaler.upscale`` (so
-tiling, precision, device and ``--batch`` apply within each frame) and straight into the encoder; no frame
+Three threads share the work: one decodes ahead (frames to RGB arrays, copied packets passed along), the
+caller's runs the network on several consecutive frames per forward pass where memory allows
+(``Upscaler.upscale_batch``: tiling, precision and device apply as for images), and one encodes and muxes
+behind it. The channels between them are bounded, so memory does not depend on the length, and no frame
 images are ever written. Each upscaled frame keeps its source frame's timestamp in the source's time base,
 so frame counts and variable frame rates survive; audio, subtitle and data packets are copied unchanged.
 A frame that cannot be decoded is left out and counted: its neighbours keep their own timestamps, so the
@@ -11,6 +13,7 @@ picture stays in sync with the sound and the previous frame simply stays on scre
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -19,12 +22,14 @@ from typing import Any
 
 from .errors import OutputExists, VideoError
 from .files import atomic_save
+from .pipeline import Channel, Worker, workers
 from .upscaler import Upscaler
 from .video_io import (
     EncodePlan,
     VideoInfo,
     VideoOptions,
     array_to_frame,
+    frame_decoder,
     frame_to_array,
     open_output_stream,
     plan_encoding,
@@ -74,7 +79,9 @@ def upscale_video(
     if not overwrite and os.path.lexists(target):
         raise OutputExists(f"'{os.fspath(target)}' already exists")
     result = VideoResult()
-    atomic_save(target, lambda temp: _transcode(upscaler, info, plan, temp, result, on_frame), error=VideoError)
+    per_pass = upscaler.images_per_pass(info.height, info.width, limit=options.most_per_pass)
+    save = lambda temp: _transcode(upscaler, info, plan, per_pass, temp, result, on_frame)  # noqa: E731
+    atomic_save(target, save, error=VideoError)
     return result
 
 
@@ -82,6 +89,7 @@ def _transcode(
     upscaler: Upscaler,
     info: VideoInfo,
     plan: EncodePlan,
+    per_pass: int,
     temp: Path,
     result: VideoResult,
     on_frame: FrameCallback | None,
@@ -103,39 +111,93 @@ def _transcode(
         encoder = open_output_stream(output, info, video, plan, threads)
         copies = _copy_streams(source, video, output, result)
         output.start_encoding()  # header now: a muxer refusing a stream fails before any frame is computed
-        step = _frame_step(info)
-        last_pts: int | None = None
+        stop = threading.Event()
+        decoded, upscaled = Channel(2 * per_pass, stop), Channel(2 * per_pass, stop)
         streams = [video, *(source.streams[i] for i in copies)]
-        for packet in source.demux(streams):
-            if packet.stream.index != video.index:
-                if packet.size and packet.dts is not None:
-                    packet.stream = copies[packet.stream.index]
-                    output.mux(packet)
-                continue
-            try:
-                frames = packet.decode()
-            except av.error.InvalidDataError:
-                result.lost += 1
-                continue
-            for frame in frames:
-                pts = frame.pts
-                if pts is None or (last_pts is not None and pts <= last_pts):
-                    pts = 0 if last_pts is None else last_pts + step  # containers without timestamps (raw, AVI)
-                last_pts = pts
-                result.concealed += bool(frame.is_corrupt)
-                _encode(upscaler, frame, pts, info.time_base, plan, encoder, output)
-                result.frames += 1
-                if on_frame is not None:
-                    on_frame(result.frames, info.frames)
-        output.mux(encoder.encode(None))
+
+        def decode(stop: threading.Event) -> None:
+            _decode(source, streams, frame_decoder(video, threads), info, plan, result, decoded)
+
+        def write(stop: threading.Event) -> None:
+            _write(upscaled, copies, info.time_base, plan, encoder, output)
+
+        decoder, writer = Worker("sst-video-decode", decode, stop), Worker("sst-video-encode", write, stop)
+        with workers(decoder, writer):
+            pending: list[tuple[Any, int, Any]] = []  # (RGB array, pts, decoded frame) waiting for a full pass
+            while (item := decoded.get(decoder)) is not _END:
+                if item[0] == "packet":
+                    upscaled.put(item, writer)
+                    continue
+                if pending and item[1].shape != pending[0][0].shape:
+                    _upscale(upscaler, pending, upscaled, writer, result, on_frame, info.frames)
+                pending.append(item[1:])
+                if len(pending) >= per_pass:
+                    _upscale(upscaler, pending, upscaled, writer, result, on_frame, info.frames)
+            _upscale(upscaler, pending, upscaled, writer, result, on_frame, info.frames)
+            upscaled.put(_END, writer)
+            while writer.is_alive():
+                writer.join(0.05)
+            writer.check()
 
 
-def _encode(upscaler: Upscaler, frame: Any, pts: int, time_base: Fraction, plan: EncodePlan, encoder: Any,
-            output: Any) -> None:  # fmt: skip
-    upscaled = upscaler.upscale(frame_to_array(frame, plan.rgb_depth))
-    new = array_to_frame(upscaled, plan, frame)
-    new.pts, new.time_base = pts, time_base
-    output.mux(encoder.encode(new))
+_END = object()  # the last item on a channel
+
+
+def _decode(source: Any, streams: list[Any], decode: Callable[[Any], list[Any]], info: VideoInfo, plan: EncodePlan,
+            result: VideoResult, out: Channel) -> None:  # fmt: skip
+    """Decoding thread: copied packets and decoded RGB frames, in file order, then ``_END``."""
+    av = require_av()
+    video = streams[0]
+    step = _frame_step(info)
+    last_pts: int | None = None
+    for packet in source.demux(streams):
+        if packet.stream.index != video.index:
+            if packet.size and packet.dts is not None:
+                out.put(("packet", packet))
+            continue
+        try:
+            frames = decode(packet)
+        except av.error.InvalidDataError:
+            result.lost += 1
+            continue
+        for frame in frames:
+            pts = frame.pts
+            if pts is None or (last_pts is not None and pts <= last_pts):
+                pts = 0 if last_pts is None else last_pts + step  # containers without timestamps (raw, AVI)
+            last_pts = pts
+            result.concealed += bool(frame.is_corrupt)
+            out.put(("frame", frame_to_array(frame, plan.rgb_depth, plan.alpha), pts, frame))
+    out.put(_END)
+
+
+def _upscale(upscaler: Upscaler, pending: list[tuple[Any, int, Any]], out: Channel, writer: Worker,
+             result: VideoResult, on_frame: FrameCallback | None, expected: int) -> None:  # fmt: skip
+    """The pending frames through the network (several per pass where memory allows), on to the encoder."""
+    if not pending:
+        return
+    images = upscaler.upscale_batch([array for array, _, _ in pending])
+    for image, (_, pts, like) in zip(images, pending, strict=True):
+        out.put(("frame", image, pts, like), writer)
+        result.frames += 1
+        if on_frame is not None:
+            on_frame(result.frames, expected)
+    pending.clear()
+
+
+def _write(items: Channel, copies: dict[int, Any], time_base: Fraction, plan: EncodePlan, encoder: Any,
+           output: Any) -> None:  # fmt: skip
+    """Encoding thread: upscaled frames encoded and muxed, copied packets muxed, the encoder flushed at ``_END``."""
+    while (item := items.get()) is not _END:
+        if item[0] == "packet":
+            packet = item[1]
+            packet.stream = copies[packet.stream.index]
+            output.mux(packet)
+            continue
+        _, image, pts, like = item
+        frame = array_to_frame(image, plan, like)
+        frame.pts, frame.time_base = pts, time_base
+        output.mux(encoder.encode(frame))
+    output.mux(encoder.encode(None))
 
 
 def _frame_step(info: VideoInfo) -> int:

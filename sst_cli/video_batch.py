@@ -228,6 +228,8 @@ def _one(plan: _VideoPlan, upscaler: Upscaler | None, video: VideoOptions, writi
         say(describe_plan(plan.info, encoding))
         for note in encoding.notes:
             say(f"{plan.job.source.name}: {note}")
+        for warning in encoding.warnings:
+            (events.warning or say)(warning)
         done = upscale_video(
             upscaler, plan.job.source, plan.target, options=video, overwrite=writing.overwrite,
             on_frame=events.tile, info=plan.info, plan=encoding,

@@ -9,6 +9,7 @@ of the result from the input and the user's choices, before any frame is upscale
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -36,12 +37,19 @@ _FAMILY = {
     "prores": ("prores_ks",),
     "ffv1": ("ffv1",),
     "mjpeg": ("mjpeg",),
+    "png": ("png",),  # PNG and QuickTime RLE in MOV: lossless, often with alpha
+    "qtrle": ("qtrle",),
 }
 _FALLBACK = ("libx264", "mpeg4")  # families without an encoder here (e.g. mpeg2, wmv) are written as H.264
 _WEBM_VIDEO = frozenset({"libvpx-vp9", "libvpx", "libsvtav1", "libaom-av1"})
 _CRF = {"libx264": "crf", "libx265": "crf", "libvpx-vp9": "crf", "libvpx": "crf", "libsvtav1": "crf",
         "libaom-av1": "crf"}  # fmt: skip
 LOSSLESS_CODEC = "ffv1"
+#: Encoders that keep transparency, each checked here to write alpha that FFmpeg reads back (this wheel's libx265
+#: lists yuva420p but refuses to open with it).
+ALPHA_ENCODERS = ("ffv1", "prores_ks", "libvpx-vp9", "png", "qtrle")
+#: FFmpeg's own VP8/VP9 decoders ignore the alpha that WebM keeps beside the picture; libvpx's decoders read it.
+_ALPHA_DECODERS = {"vp9": "libvpx-vp9", "vp8": "libvpx"}
 
 
 def is_video_file(path: str | os.PathLike[str]) -> bool:
@@ -66,18 +74,30 @@ class VideoOptions:
     H.264); ``crf``: constant-quality level for encoders that have one (None: the encoder's default);
     ``pix_fmt``: output pixel format (None: the input's, or the nearest the encoder takes at the same bit
     depth); ``lossless``: FFV1 in Matroska with RGB samples, so each frame is exactly the network's output.
+    ``frames_per_pass``: at most this many consecutive frames in one forward pass (None: as many as memory
+    allows, up to 8, but 1 with ``lossless``, whose frames then equal ``Upscaler.upscale`` of each frame bit for
+    bit: float32 products round differently for another batch size, ~1e-7 of the range, which can move an
+    8-bit sample by one level).
     """
 
     codec: str | None = None
     crf: int | None = None
     pix_fmt: str | None = None
     lossless: bool = False
+    frames_per_pass: int | None = None
 
     def __post_init__(self) -> None:
         if self.lossless and (self.codec not in (None, LOSSLESS_CODEC) or self.crf is not None or self.pix_fmt):
             raise ConfigError("--lossless writes FFV1 with RGB samples: leave out --codec, --crf and --pix-fmt")
         if self.crf is not None and not 0 <= self.crf <= 63:
             raise ConfigError(f"crf must be between 0 and 63, got {self.crf}")
+        if self.frames_per_pass is not None and self.frames_per_pass < 1:
+            raise ConfigError(f"--frames-per-pass must be at least 1, got {self.frames_per_pass}")
+
+    @property
+    def most_per_pass(self) -> int:
+        """The most frames one forward pass may take (memory may allow fewer)."""
+        return self.frames_per_pass or (1 if self.lossless else 8)
 
 
 @dataclass(frozen=True)
@@ -96,6 +116,7 @@ class VideoInfo:
     rotation: int  # display rotation in degrees (counter-clockwise), 0 when none
     container: str  # demuxer name(s), e.g. "mov,mp4,m4a,3gp,3g2,mj2"
     others: tuple[str, ...]  # the other streams: "audio aac", "subtitle mov_text", ...
+    alpha: bool = False  # frames carry transparency
 
 
 def probe_video(path: str | os.PathLike[str]) -> VideoInfo:
@@ -119,6 +140,7 @@ def probe_video(path: str | os.PathLike[str]) -> VideoInfo:
         rotation = int(first.rotation or 0)
         fmt = av.VideoFormat(first.format.name)
         depth = max(c.bits for c in fmt.components)
+        alpha = any(c.is_alpha for c in fmt.components)
         rate = stream.average_rate or stream.guessed_rate
         frames = int(stream.frames or 0)
         if not frames and stream.duration and rate:
@@ -129,17 +151,42 @@ def probe_video(path: str | os.PathLike[str]) -> VideoInfo:
         return VideoInfo(
             Path(name), first.width, first.height, ctx.codec.name, first.format.name, depth, frames,
             Fraction(stream.time_base), Fraction(rate) if rate else None, rotation, container.format.name, others,
+            alpha,
         )  # fmt: skip
+
+
+def frame_decoder(stream: Any, threads: int = 0) -> Callable[[Any], list[Any]]:
+    """``decode(packet) -> frames`` for a video stream: its own decoder, or libvpx's for VP8/VP9 with alpha
+    (``alpha_mode`` in WebM / Matroska), which FFmpeg's own decoder would silently make opaque."""
+    av = require_av()
+    name = _ALPHA_DECODERS.get(stream.codec_context.name)
+    if name is None or stream.metadata.get("alpha_mode") != "1" or not has_decoder(name):
+        return lambda packet: list(packet.decode())
+    context = av.CodecContext.create(name, "r")
+    context.thread_count = threads
+    return lambda packet: list(context.decode(packet))
+
+
+def has_decoder(name: str) -> bool:
+    av = require_av()
+    try:
+        av.Codec(name, "r")
+    except (av.error.FFmpegError, ValueError):
+        return False
+    return True
 
 
 def _first_frame(container: Any, stream: Any, name: str) -> Any:
     """The first decodable frame; a stream none of whose first packets decode is damaged or encrypted."""
     av = require_av()
     errors = 0
+    decode = frame_decoder(stream)
     try:
         for packet in container.demux(stream):
+            if packet.size and _encrypted(packet):
+                raise VideoError(f"cannot upscale '{name}': its video is encrypted (DRM), which sst-cli cannot decrypt")
             try:
-                for frame in packet.decode():
+                for frame in decode(packet):
                     return frame
             except av.error.InvalidDataError:
                 errors += 1
@@ -149,6 +196,15 @@ def _first_frame(container: Any, stream: Any, name: str) -> Any:
         raise VideoError(f"cannot read '{name}': {_reason(exc)}") from None
     why = "its frames cannot be decoded (damaged, or protected by DRM)" if errors else "it holds no video frames"
     raise VideoError(f"cannot upscale '{name}': {why}")
+
+
+def _encrypted(packet: Any) -> bool:
+    """True for a packet the demuxer marks as encrypted (CENC in MP4 / MOV: Widevine, PlayReady, ...)."""
+    has = getattr(packet, "has_sidedata", None)  # absent from older PyAV
+    try:
+        return bool(has is not None and has("encryption_info"))
+    except ValueError:  # an FFmpeg without that kind of side data
+        return False
 
 
 def _codec_name(stream: Any) -> str:
@@ -177,6 +233,8 @@ class EncodePlan:
     rgb_depth: int  # 8 or 16: frames go through the network as uint8 or uint16 RGB
     options: dict[str, str]
     notes: tuple[str, ...] = ()
+    alpha: bool = False  # transparency is upscaled and kept (RGBA through the network)
+    warnings: tuple[str, ...] = ()  # what the result loses (transparency)
 
 
 def output_extension(source: Path, options: VideoOptions, codec: str | None = None) -> str:
@@ -223,14 +281,23 @@ def plan_encoding(info: VideoInfo, out_width: int, out_height: int, options: Vid
     ext = output_extension(info.path, options, codec)
     deep = info.bit_depth > 8
     formats = [f.name for f in (av.Codec(codec, "w").video_formats or ())]
+    alpha = info.alpha and codec in ALPHA_ENCODERS
     if options.lossless:
-        pix_fmt = "gbrp16le" if deep else "bgr0"
+        pix_fmt = ("gbrap16le" if alpha else "gbrp16le") if deep else ("bgra" if alpha else "bgr0")
     elif options.pix_fmt is not None:
         if formats and options.pix_fmt not in formats:
             raise ConfigError(f"{codec} cannot write pixel format {options.pix_fmt}; it takes {', '.join(formats)}")
         pix_fmt = options.pix_fmt
     else:
-        pix_fmt = _nearest_format(info.pix_fmt, info.bit_depth, formats)
+        pix_fmt = _nearest_format(info.pix_fmt, info.bit_depth, formats, alpha)
+    alpha = alpha and has_alpha(pix_fmt)
+    warnings = []
+    if info.alpha and not alpha:
+        why = f"{codec} cannot store it" if codec not in ALPHA_ENCODERS else f"{pix_fmt} has no alpha"
+        warnings.append(
+            f"'{info.path}' has an alpha channel (transparency), which is dropped: {why} (--codec ffv1, prores_ks, "
+            "libvpx-vp9, png or qtrle, or --lossless, keep it)"
+        )
     notes: list[str] = []
     if deep and _depth(pix_fmt) <= 8:
         notes.append(f"{codec} cannot store {info.bit_depth}-bit samples: writing 8-bit {pix_fmt}")
@@ -258,7 +325,13 @@ def plan_encoding(info: VideoInfo, out_width: int, out_height: int, options: Vid
     if codec == "libx265":
         opts["x265-params"] = "log-level=error"  # x265 otherwise prints its own summary on stderr
     depth = 16 if deep and (options.lossless or _depth(pix_fmt) > 8) else 8
-    return EncodePlan(codec, pix_fmt, _MUXERS.get(ext, "matroska"), ext, width, height, depth, opts, tuple(notes))
+    muxer = _MUXERS.get(ext, "matroska")
+    return EncodePlan(codec, pix_fmt, muxer, ext, width, height, depth, opts, tuple(notes), alpha, tuple(warnings))
+
+
+def has_alpha(pix_fmt: str) -> bool:
+    av = require_av()
+    return any(c.is_alpha for c in av.VideoFormat(pix_fmt).components)
 
 
 def _depth(pix_fmt: str) -> int:
@@ -266,11 +339,17 @@ def _depth(pix_fmt: str) -> int:
     return int(max(c.bits for c in av.VideoFormat(pix_fmt).components))
 
 
-def _nearest_format(source: str, depth: int, formats: list[str]) -> str:
-    """The input's pixel format if the encoder takes it, else one with its depth and chroma, else 8-bit 4:2:0."""
+def _nearest_format(source: str, depth: int, formats: list[str], alpha: bool = False) -> str:
+    """The input's pixel format if the encoder takes it, else one with its depth and chroma, else 8-bit 4:2:0;
+    with ``alpha``, formats with an alpha channel first (the deepest when none has the input's depth)."""
     if not formats or source in formats:
         return source
     chroma = next((c for c in ("444", "422", "420") if c in source), "420")
+    if alpha:
+        with_alpha = [f for f in formats if has_alpha(f) and not f.startswith("ya")]  # not gray + alpha
+        if with_alpha:
+            same = [f for f in with_alpha if _depth(f) == depth] or [max(with_alpha, key=_depth)]
+            return next((f for f in same if chroma in f), same[0])
     same_depth = [f for f in formats if _depth(f) == depth and not f.startswith(("gbr", "yuva"))]
     for candidate in same_depth:
         if chroma in candidate:
@@ -291,7 +370,7 @@ def open_output_stream(output: Any, info: VideoInfo, source_stream: Any, plan: E
     ctx.time_base = info.time_base
     ctx.thread_count = threads
     source = source_stream.codec_context
-    if not plan.pix_fmt.startswith(("gbr", "bgr", "rgb")):
+    if not _is_rgb(plan.pix_fmt):
         for key in ("color_primaries", "color_trc", "colorspace", "color_range"):
             setattr(ctx, key, getattr(source, key))
     else:
@@ -302,19 +381,22 @@ def open_output_stream(output: Any, info: VideoInfo, source_stream: Any, plan: E
     return stream
 
 
-def frame_to_array(frame: Any, rgb_depth: int) -> Any:
-    """A decoded frame as (H, W, 3) uint8 or uint16 RGB, converted with the frame's own matrix and range."""
-    fmt = "rgb48le" if rgb_depth > 8 else "rgb24"
+def frame_to_array(frame: Any, rgb_depth: int, alpha: bool = False) -> Any:
+    """A decoded frame as (H, W, 3) uint8 or uint16 RGB (RGBA with ``alpha``), converted with the frame's own
+    matrix and range."""
+    fmt = ("rgba64le" if alpha else "rgb48le") if rgb_depth > 8 else ("rgba" if alpha else "rgb24")
     return frame.to_ndarray(format=fmt, src_colorspace=_matrix(frame), src_color_range=frame.color_range or None)
 
 
 def array_to_frame(array: Any, plan: EncodePlan, like: Any) -> av.VideoFrame:
-    """(H, W, 3) RGB back into a frame of the plan's pixel format, with the source frame's matrix and range."""
+    """(H, W, 3) RGB or (H, W, 4) RGBA back into a frame of the plan's pixel format, with the source frame's
+    matrix and range."""
     import av as _av
 
-    fmt = "rgb48le" if array.dtype.itemsize == 2 else "rgb24"
+    four = array.shape[2] == 4
+    fmt = ("rgba64le" if four else "rgb48le") if array.dtype.itemsize == 2 else ("rgba" if four else "rgb24")
     frame = _av.VideoFrame.from_ndarray(array[: plan.height, : plan.width], format=fmt)
-    if plan.pix_fmt.startswith(("gbr", "bgr", "rgb")):
+    if _is_rgb(plan.pix_fmt):
         return frame.reformat(format=plan.pix_fmt)
     colorspace = _matrix(like)
     color_range = like.color_range or 1  # unspecified means limited (MPEG) range for YUV
@@ -323,6 +405,11 @@ def array_to_frame(array: Any, plan: EncodePlan, like: Any) -> av.VideoFrame:
 
 #: Colour matrices (AVColorSpace) -> the ones swscale converts with; others (unspecified) fall back to BT.601.
 _MATRICES = {1: 1, 4: 4, 5: 5, 6: 5, 7: 7, 9: 9, 10: 9}
+
+
+def _is_rgb(pix_fmt: str) -> bool:
+    av = require_av()
+    return bool(av.VideoFormat(pix_fmt).is_rgb)
 
 
 def _matrix(frame: Any) -> int | None:

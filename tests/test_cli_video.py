@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +18,6 @@ from typer.testing import CliRunner
 from videoclips import audio_packets, make_clip, seconds
 
 from sst_cli.cli import app
-from sst_cli.errors import Terminated
 from sst_cli.upscaler import Upscaler
 
 pytest.importorskip("av", reason="PyAV is not installed: pip install -e '.[video]' to run the video tests")
@@ -97,19 +99,19 @@ def test_existing_outputs_fail_or_are_skipped(tmp_path: Path) -> None:
 
 def test_sigterm_mid_clip_leaves_nothing_and_says_to_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clip("a.mp4")
-    real = Upscaler.upscale
-    calls: list[int] = []
+    real = Upscaler.upscale_batch
 
-    def upscale(self: Upscaler, image: object, on_tile: object = None) -> object:
-        calls.append(1)
-        if len(calls) == 2:
-            raise Terminated(15)
-        return real(self, image, on_tile)  # type: ignore[arg-type]
+    def upscale_batch(self: Upscaler, images: list) -> list:  # type: ignore[type-arg]
+        done = real(self, images)
+        os.kill(os.getpid(), signal.SIGTERM)  # a real signal, while the decoding and encoding threads run
+        time.sleep(5)  # the handler raises Terminated here, in the main thread
+        return done
 
-    monkeypatch.setattr(Upscaler, "upscale", upscale)
+    monkeypatch.setattr(Upscaler, "upscale_batch", upscale_batch)
     result = sst("a.mp4")
     assert result.exit_code == 143 and "--skip-existing" in result.stderr
     assert sorted(p.name for p in Path(".").iterdir()) == ["a.mp4"]
+    assert not [t for t in threading.enumerate() if t.name.startswith("sst-video")]
 
 
 def test_without_pyav_a_clip_is_an_option_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -129,3 +131,18 @@ def test_an_input_is_never_written_over_and_stale_temporaries_go(tmp_path: Path)
     assert result.exit_code == 1 and "is an input file" in result.stderr
     assert Path("a.mp4").read_bytes() == before and stale.exists()  # nothing planned there: nothing cleaned
     assert sst("a.mp4").exit_code == 0 and not stale.exists()
+
+
+def test_transparency_kept_by_default_and_a_warning_when_dropped(tmp_path: Path) -> None:
+    clip("a.mov", codec="png", pix_fmt="rgba", audio=False)
+    result = sst("a.mov")
+    assert result.exit_code == 0, result.output
+    assert "png rgba 16x12 -> png rgba 48x36 in mov" in result.stderr and "dropped" not in result.stderr
+    result = sst("a.mov", "--codec", "libx264", "--overwrite")
+    assert result.exit_code == 0, result.output
+    assert "'a.mov' has an alpha channel (transparency), which is dropped: libx264 cannot store it" in result.stderr
+
+
+def test_frames_per_pass_is_checked_before_anything_runs(tmp_path: Path) -> None:
+    result = sst("nowhere.mp4", "--frames-per-pass", "0")
+    assert result.exit_code == 2 and "--frames-per-pass must be at least 1, got 0" in result.stderr

@@ -244,3 +244,81 @@ def test_fp32_on_cuda_turns_tf32_off_only_while_running() -> None:
     assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == before
     with fp32_mode(torch.device("cuda"), torch.bfloat16):
         assert torch.backends.cudnn.allow_tf32 == before[0]
+
+
+class _Dimmed(torch.nn.Module):
+    """The tiny SST with its output brought into [0, 1], so clamping hides nothing in comparisons."""
+
+    scale = 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = tiny_sst()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x) / 2000 + 0.5
+
+
+def _count_passes(up: Upscaler, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    passes: list[int] = []
+    real = up._forward
+
+    def forward(x: torch.Tensor, origins: object = None) -> torch.Tensor:
+        passes.append(x.shape[0])
+        return real(x)
+
+    monkeypatch.setattr(up, "_forward", forward)
+    return passes
+
+
+def test_upscale_batch_stacks_images_and_matches_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    up = Upscaler(_Dimmed(), device="cpu", tile=0)
+    passes = _count_passes(up, monkeypatch)
+    rng = np.random.default_rng(4)
+    floats = [rng.random((12, 20, 3)).astype(np.float32) for _ in range(11)]
+    stacked = up.upscale_batch(floats)
+    assert passes == [8, 3] and up.images_per_pass(12, 20) == 8
+    passes.clear()
+    single = [up.upscale(image) for image in floats]
+    assert passes == [1] * 11
+    # float32 matrix products round differently for another number of rows: ~1e-6 of the range, not bit for bit
+    for a, b in zip(stacked, single, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+    eight = [np.round(image * 255).astype(np.uint8) for image in floats[:4]]
+    for a, b in zip(up.upscale_batch(eight), [up.upscale(image) for image in eight], strict=True):
+        assert a.dtype == np.uint8 and np.abs(a.astype(int) - b).max() <= 1
+
+
+def test_images_per_pass_follows_the_memory_budget_and_tiling(monkeypatch: pytest.MonkeyPatch) -> None:
+    probe = Upscaler(_Dimmed(), device="cpu", tile=0)
+    one = probe._activation_bytes(12, 20)
+    three = Upscaler(_Dimmed(), device="cpu", tile="auto", max_memory=3 * one + 1)
+    assert three.images_per_pass(12, 20) == 3
+    passes = _count_passes(three, monkeypatch)
+    rgba = np.random.default_rng(5).random((12, 20, 4)).astype(np.float32)
+    out = three.upscale_batch([rgba] * 4)
+    assert passes[:2] == [3, 1] and out[0].shape == (24, 40, 4)  # then the alpha channels, one by one
+    np.testing.assert_allclose(out[3], three.upscale(rgba), rtol=0, atol=1e-5)
+    tiled = Upscaler(tiny_sst(), device="cpu", tile=16)
+    assert tiled.images_per_pass(40, 40) == 1
+    with pytest.raises(ConfigError, match="one size"):
+        tiled.upscale_batch([np.zeros((8, 8, 3), np.uint8), np.zeros((8, 9, 3), np.uint8)])
+
+
+def test_upscale_batch_out_of_memory_runs_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    messages: list[str] = []
+    up = Upscaler(_Dimmed(), device="cpu", tile=0, on_message=messages.append)
+    real = up._forward
+
+    def forward(x: torch.Tensor, origins: object = None) -> torch.Tensor:
+        if x.shape[0] > 1:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return real(x)
+
+    monkeypatch.setattr(up, "_forward", forward)
+    images = [np.random.default_rng(i).random((12, 20, 3)).astype(np.float32) for i in range(3)]
+    out = up.upscale_batch(images)
+    assert "running them one by one (later passes take at most 1)" in messages[0]
+    assert up.images_per_pass(12, 20) == 1 and up.plan(12, 20).tile == 0  # still whole images
+    for a, image in zip(out, images, strict=True):
+        np.testing.assert_array_equal(a, up.upscale(image))

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -13,7 +17,8 @@ from conftest import tiny_sst
 from videoclips import audio_packets, decoded, make_clip, seconds
 
 from sst_cli import Upscaler
-from sst_cli.errors import ConfigError, OutputExists, VideoError
+from sst_cli.errors import ConfigError, OutputExists, Terminated, VideoError
+from sst_cli.signals import stop_on_signals
 
 av = pytest.importorskip("av", reason="PyAV is not installed: pip install -e '.[video]' to run the video tests")
 
@@ -112,7 +117,7 @@ def test_lossless_frames_are_exactly_the_upscalers(tmp_path: Path, tiny: Upscale
     result, _ = decoded(out)
     assert result[0].format.name == "bgr0" and len(result) == len(source) == 6
     assert seconds(out) == seconds(clip) and audio_packets(out) == audio_packets(clip)
-    for before, after in zip(source, result, strict=True):
+    for before, after in zip(source, result, strict=True):  # --lossless runs one frame per pass by default
         expected = tiny.upscale(before.to_ndarray(format="rgb24"))
         np.testing.assert_array_equal(after.to_ndarray(format="rgb24"), expected)
 
@@ -185,3 +190,130 @@ def test_interrupt_leaves_no_file_and_existing_outputs_are_kept(tmp_path: Path, 
     with pytest.raises(OutputExists):
         upscale_video(tiny, clip, out)
     assert out.read_bytes() == b"mine"
+
+
+def _no_video_threads() -> bool:
+    return not [t for t in threading.enumerate() if t.name.startswith("sst-video")]
+
+
+def test_frames_are_stacked_as_memory_allows_and_keep_their_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    probe = _tiny()
+    up = Upscaler(tiny_sst(), device="cpu", tile="auto", max_memory=4 * probe._activation_bytes(24, 32))
+    passes: list[int] = []
+    real = Upscaler.upscale_batch
+
+    def upscale_batch(self: Upscaler, images: list) -> list:  # type: ignore[type-arg]
+        passes.append(len(images))
+        return real(self, images)
+
+    monkeypatch.setattr(Upscaler, "upscale_batch", upscale_batch)
+    clip = make_clip(tmp_path / "a.mp4")
+    out = tmp_path / "a.mkv"
+    upscale_video(up, clip, out, options=VideoOptions(lossless=True, frames_per_pass=8))
+    assert passes == [4, 2] and seconds(out) == seconds(clip) and audio_packets(out) == audio_packets(clip)
+    source = [frame.to_ndarray(format="rgb24") for frame in decoded(clip)[0]]
+    expected = real(up, source[:4]) + real(up, source[4:])
+    for after, image, alone in zip(decoded(out)[0], expected, map(up.upscale, source), strict=True):
+        np.testing.assert_array_equal(after.to_ndarray(format="rgb24"), image)
+        # against one frame per pass: float32 products round differently for another batch size (~1e-7 of the
+        # range), so a sample on a rounding boundary may move by one level
+        assert np.abs(after.to_ndarray(format="rgb24").astype(int) - alone).max() <= 1
+    assert (VideoOptions().most_per_pass, VideoOptions(lossless=True).most_per_pass) == (8, 1)
+    with pytest.raises(ConfigError, match="at least 1"):
+        VideoOptions(frames_per_pass=0)
+
+
+@pytest.mark.parametrize("where", ["frame_to_array", "array_to_frame"])
+def test_a_failure_in_the_decoding_or_encoding_thread_is_the_usual_error(
+    tmp_path: Path, tiny: Upscaler, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sst_cli.video as video
+
+    real = getattr(video, where)
+    calls: list[int] = []
+
+    def broken(*args: object) -> object:
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return real(*args)
+
+    monkeypatch.setattr(video, where, broken)
+    clip = make_clip(tmp_path / "a.mp4")
+    out = tmp_path / "a_x2.mp4"
+    with pytest.raises(VideoError) as caught:
+        upscale_video(tiny, clip, out)
+    assert str(caught.value) == f"cannot write '{out}': no space left on device"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.mp4"] and _no_video_threads()
+
+
+def test_sigterm_stops_the_threads_and_leaves_no_file(tmp_path: Path, tiny: Upscaler) -> None:
+    clip = make_clip(tmp_path / "a.mp4")
+
+    def terminate(done: int, total: int) -> None:
+        if done == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises Terminated here, in the main thread
+
+    with stop_on_signals(), pytest.raises(Terminated):
+        upscale_video(tiny, clip, tmp_path / "a_x2.mp4", on_frame=terminate)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.mp4"] and _no_video_threads()
+
+
+@pytest.mark.parametrize(
+    ("codec", "pix_fmt", "ext", "exact"),
+    [("png", "rgba", "mov", True), ("qtrle", "argb", "mov", True), ("prores_ks", "yuva444p10le", "mov", False),
+     ("libvpx-vp9", "yuva420p", "webm", False)],
+)  # fmt: skip
+def test_alpha_is_upscaled_and_kept_where_the_codec_stores_it(tmp_path: Path, codec: str,
+                                                              pix_fmt: str, ext: str, exact: bool) -> None:  # fmt: skip
+    tiny = Upscaler(_Nearest(), device="cpu", tile=0)  # pixels replicated: transparency comes out as it went in
+    clip = make_clip(tmp_path / f"a.{ext}", codec=codec, pix_fmt=pix_fmt, pts_ms=(0, 40, 100), audio=False)
+    decoder = "libvpx-vp9" if codec == "libvpx-vp9" else None  # FFmpeg's own VP9 decoder drops the alpha
+    info = probe_video(clip)
+    assert info.alpha
+    out = tmp_path / f"a_x2.{ext}"
+    upscale_video(tiny, clip, out)
+    source = [frame.to_ndarray(format="rgba") for frame in decoded(clip, decoder)[0]]
+    result = [frame.to_ndarray(format="rgba") for frame in decoded(out, decoder)[0]]
+    assert len(result) == 3 and seconds(out) == seconds(clip)
+    expected = tiny.upscale_batch(source)
+    for after, want in zip(result, expected, strict=True):
+        assert len(np.unique(after[..., 3])) > 2  # transparency kept, not made opaque
+        if exact:
+            np.testing.assert_array_equal(after, want)
+        else:  # lossy codecs (and ProRes' 10-bit path against this 8-bit reference): close, not equal
+            assert np.abs(after[..., 3].astype(int) - want[..., 3]).mean() < 8  # measured 0.1 (ProRes), 4 (VP9)
+
+
+def test_alpha_the_codec_cannot_store_is_dropped_with_a_warning_and_lossless_keeps_it(tmp_path: Path) -> None:
+    tiny = Upscaler(_Nearest(), device="cpu", tile=0)  # pixels replicated: transparency comes out as it went in
+    clip = make_clip(tmp_path / "a.mov", codec="png", pix_fmt="rgba", pts_ms=(0, 40), audio=False)
+    info = probe_video(clip)
+    plan = plan_encoding(info, 64, 48, VideoOptions(codec="libx264"))
+    assert not plan.alpha and plan.pix_fmt == "yuv420p"
+    assert plan.warnings == (
+        f"'{clip}' has an alpha channel (transparency), which is dropped: libx264 cannot store it (--codec ffv1, "
+        "prores_ks, libvpx-vp9, png or qtrle, or --lossless, keep it)",
+    )
+    assert plan_encoding(info, 64, 48, VideoOptions(codec="ffv1", pix_fmt="yuv420p")).warnings[0].endswith(
+        "which is dropped: yuv420p has no alpha (--codec ffv1, prores_ks, libvpx-vp9, png or qtrle, or --lossless, "
+        "keep it)"
+    )
+    upscale_video(tiny, clip, tmp_path / "a.mkv", options=VideoOptions(lossless=True))
+    result = decoded(tmp_path / "a.mkv")[0]
+    assert result[0].format.name == "bgra"
+    source = [frame.to_ndarray(format="rgba") for frame in decoded(clip)[0]]
+    for after, want in zip(result, tiny.upscale_batch(source), strict=True):
+        np.testing.assert_array_equal(after.to_ndarray(format="rgba"), want)
+
+
+def test_encrypted_video_is_refused_as_drm(tmp_path: Path) -> None:
+    key = {"encryption_scheme": "cenc-aes-ctr", "encryption_key": "00112233445566778899aabbccddeeff",
+           "encryption_kid": "ffeeddccbbaa99887766554433221100"}  # fmt: skip
+    clip = make_clip(tmp_path / "locked.mp4", pts_ms=(0, 40), audio=False, options=key)  # CENC, as DRM services use
+    with pytest.raises(VideoError) as caught:
+        probe_video(clip)
+    assert str(caught.value) == f"cannot upscale '{clip}': its video is encrypted (DRM), which sst-cli cannot decrypt"

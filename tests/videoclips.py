@@ -26,13 +26,15 @@ def make_clip(
     subtitles: bool = False,
     colour: tuple[int, int, int] | None = None,
     seed: int = 0,
+    options: dict[str, str] | None = None,
 ) -> Path:
     """Write a clip; ``corrupt`` replaces those frames' packets with garbage bytes (an intra-only codec keeps the
-    damage to that one frame)."""
+    damage to that one frame); a ``pix_fmt`` with alpha gets random transparency; ``options`` go to the muxer."""
     import av
 
     rng = np.random.default_rng(seed)
-    with av.open(str(path), "w") as out:
+    alpha = any(c.is_alpha for c in av.VideoFormat(pix_fmt).components)
+    with av.open(str(path), "w", options=options or {}) as out:
         streams = []
         if video:
             vs = out.add_stream(codec, rate=25)
@@ -59,13 +61,13 @@ def make_clip(
             deep = "10" in pix_fmt or "16" in pix_fmt
             for i, pts in enumerate(pts_ms):
                 if deep:
-                    pixels = rng.integers(0, 65536, (size[1], size[0], 3), dtype=np.uint16)
-                    frame = av.VideoFrame.from_ndarray(pixels, format="rgb48le")
+                    pixels = rng.integers(0, 65536, (size[1], size[0], 4 if alpha else 3), dtype=np.uint16)
+                    frame = av.VideoFrame.from_ndarray(pixels, format="rgba64le" if alpha else "rgb48le")
                 else:
-                    pixels = rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+                    pixels = rng.integers(0, 256, (size[1], size[0], 4 if alpha else 3), dtype=np.uint8)
                     if colour is not None:
                         pixels[:] = colour
-                    frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
+                    frame = av.VideoFrame.from_ndarray(pixels, format="rgba" if alpha else "rgb24")
                 frame = frame.reformat(format=pix_fmt, dst_colorspace=1 if bt709 else None)
                 frame.pts, frame.time_base = pts, Fraction(1, 1000)
                 for packet in vs.encode(frame):
@@ -85,16 +87,18 @@ def make_clip(
     return path
 
 
-def decoded(path: Path) -> tuple[list, Fraction]:
-    """The clip's video frames (those that decode) and its video time base."""
+def decoded(path: Path, decoder: str | None = None) -> tuple[list, Fraction]:
+    """The clip's video frames (those that decode) and its video time base; ``decoder``: another decoder than the
+    stream's own (libvpx-vp9 reads VP9's alpha)."""
     import av
 
     frames = []
     with av.open(str(path)) as clip:
         stream = clip.streams.video[0]
+        context = av.CodecContext.create(decoder, "r") if decoder else stream.codec_context
         for packet in clip.demux(stream):
             try:
-                frames.extend(packet.decode())
+                frames.extend(context.decode(packet))
             except av.error.InvalidDataError:
                 continue  # a damaged packet: its frame is missing
         return frames, Fraction(stream.time_base)

@@ -32,7 +32,7 @@ from ._options import (
     upscale_options,
 )
 from .output import console, count_progress, debug_enabled, err_console, fail, handle_errors
-from .video_options import CodecOption, CrfOption, LosslessOption, PixFmtOption
+from .video_options import CodecOption, CrfOption, FramesPerPassOption, LosslessOption, PixFmtOption
 
 if TYPE_CHECKING:
     from ..batch import BatchResult, FileResult, Job
@@ -310,6 +310,7 @@ def upscale(
     crf: CrfOption = None,
     pix_fmt: PixFmtOption = None,
     lossless: LosslessOption = False,
+    frames_per_pass: FramesPerPassOption = None,
 ) -> None:
     """Upscale images or videos, files or whole folders, with one model loaded once for the batch.
 
@@ -337,7 +338,7 @@ def upscale(
         name=name,
         max_pixels=max_pixels,
     )
-    video_options = VideoOptions(codec, crf, pix_fmt, lossless)
+    video_options = VideoOptions(codec, crf, pix_fmt, lossless, frames_per_pass)
     check_inputs_exist(inputs)
     reporter = Reporter(quiet=quiet, json_log=json_log)
     reporter.phases.add("start-up", process_seconds())  # Python and sst-cli's light imports

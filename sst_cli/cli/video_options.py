@@ -21,6 +21,14 @@ PixFmtOption = Annotated[
     str | None,
     typer.Option("--pix-fmt", help="Video: output pixel format (default: the input's, 10-bit stays 10-bit)."),
 ]
+FramesPerPassOption = Annotated[
+    int | None,
+    typer.Option(
+        "--frames-per-pass",
+        help="Video: at most N consecutive frames in one forward pass (default: as many as memory allows, up to "
+        "8; 1 with --lossless, so that each frame is bit for bit what the image path gives).",
+    ),
+]
 LosslessOption = Annotated[
     bool, typer.Option("--lossless", help="Video: FFV1 in MKV with RGB samples, each frame exactly the network's.")
 ]
