@@ -42,8 +42,10 @@ def main() -> None:
     theirs.load_state_dict(state.get("params", state.get("params_ema", state)))
     ours = load_model(GOLDEN / f"{args.case}.pth").eval()
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} thread(s), "
-          f"{args.clock} clock, {args.case}, median of {args.runs}")
+    print(
+        f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} thread(s), "
+        f"{args.clock} clock, {args.case}, median of {args.runs}"
+    )
     print("| LR size | sst-cli DAT | spandrel DAT | spandrel / sst-cli | max abs diff |")
     print("|---|---|---|---|---|")
     for side in args.size:

@@ -194,6 +194,7 @@ def tiles(device: torch.device, runs: int) -> list[dict]:
                   (16, 8, 32, 2))  # fmt: skip
         for rows_, block_w, block_c, warps in shapes:
             try:
+
                 def launch(r: int = rows_, bw: int = block_w, bc: int = block_c, nw: int = warps) -> None:
                     triton_kernels.dwconv3x3_gelu_residual(out, p, conv.weight, conv.bias, r, bw, bc, nw)
 

@@ -130,7 +130,6 @@ class _BatchRun:
         """Plan every output from the image headers alone and say up front what will not work."""
         return Preflight(self.upscaler, self.naming, self.writing, self.note).preflight(jobs)
 
-
     def one(self, plan: _Plan) -> FileResult:
         started = time.perf_counter()
         job = plan.job
@@ -160,4 +159,3 @@ class _BatchRun:
             record.failed_with(exc)
         record.seconds = time.perf_counter() - started
         return record
-

@@ -44,7 +44,6 @@ class Job:
             return Path(self.source.name)
 
 
-
 def _hidden(name: str) -> bool:
     return name.startswith(".") or name.endswith(TEMP_SUFFIX)
 
@@ -181,4 +180,3 @@ def discover_inputs(
         hint = "; they have sub-folders: add --recursive to search them" if nested and not recursive else ""
         raise ConfigError(f"no image files found in {', '.join(repr(i) for i in items)} (looked for {kinds}){hint}")
     return jobs
-

@@ -149,4 +149,3 @@ def plan_output(
     if format is not None and normalise_format(format) != suffix_format:
         raise ConfigError(f"--format {format} does not match the extension of '{out}'")
     return Naming(model, scale, outscale, folder=None, file=out)
-

@@ -39,7 +39,6 @@ class _Plan:
     skip: str | None = None
 
 
-
 class _Skip(Exception):
     """Internal: the output exists and skip_existing is set."""
 
@@ -118,7 +117,6 @@ class Preflight:
         why = self.folders[folder]
         if why is not None:
             raise WriteError(f"cannot write into '{folder}': {why}")
-
 
 
 class OutputNameClash(OutputExists):

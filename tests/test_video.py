@@ -298,9 +298,13 @@ def test_alpha_the_codec_cannot_store_is_dropped_with_a_warning_and_lossless_kee
         f"'{clip}' has an alpha channel (transparency), which is dropped: libx264 cannot store it (--codec ffv1, "
         "prores_ks, libvpx-vp9, png or qtrle, or --lossless, keep it)",
     )
-    assert plan_encoding(info, 64, 48, VideoOptions(codec="ffv1", pix_fmt="yuv420p")).warnings[0].endswith(
-        "which is dropped: yuv420p has no alpha (--codec ffv1, prores_ks, libvpx-vp9, png or qtrle, or --lossless, "
-        "keep it)"
+    assert (
+        plan_encoding(info, 64, 48, VideoOptions(codec="ffv1", pix_fmt="yuv420p"))
+        .warnings[0]
+        .endswith(
+            "which is dropped: yuv420p has no alpha (--codec ffv1, prores_ks, libvpx-vp9, png or qtrle, or --lossless, "
+            "keep it)"
+        )
     )
     upscale_video(tiny, clip, tmp_path / "a.mkv", options=VideoOptions(lossless=True))
     result = decoded(tmp_path / "a.mkv")[0]

@@ -40,6 +40,7 @@ GENERATOR = "sst-cli report"
 THUMB_SIDE = 160  # px, longest side of a thumbnail
 PNG_LEVEL = 3  # zlib level for full-size PNGs: a third of level 9's time, a few percent larger
 
+
 def is_report(folder: Path) -> bool:
     """True when ``folder`` holds a report sst-cli wrote (its report.json says so), so it may be replaced."""
     try:

@@ -99,9 +99,13 @@ def partition_into(
     ]
     for py in grid_pieces(h, hp, window, shift):
         for px in grid_pieces(w, wp, window, shift):
-            src = views[py.kind, px.kind][
-                :, py.start : py.start + py.repeat * py.length, px.start : px.start + px.repeat * px.length
-            ].unflatten(1, (py.repeat, py.length)).unflatten(3, (px.repeat, px.length))
+            src = (
+                views[py.kind, px.kind][
+                    :, py.start : py.start + py.repeat * py.length, px.start : px.start + px.repeat * px.length
+                ]
+                .unflatten(1, (py.repeat, py.length))
+                .unflatten(3, (px.repeat, px.length))
+            )
             for i, part in enumerate(dst):
                 target = part[
                     :, py.window : py.window + py.repeat, py.offset : py.offset + py.length,
