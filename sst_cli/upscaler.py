@@ -23,10 +23,10 @@ from .errors import ConfigError, ImageError, NonFiniteOutput, OutputExists
 from .image_io import ImageInfo, Picture, choose_format, cmyk_to_rgb, read_image, write_image
 from .loader import ConfigSource, ModelSpec
 from .phases import Phases
+from .planner import Planner, TilePlan
 from .runtime import (
     fp32_mode,
     is_out_of_memory,
-    memory_budget,
     release_memory,
     resolve_device,
     resolve_precision,
@@ -36,14 +36,10 @@ from .tiling import (
     TileSize,
     align_overlap,
     align_tile_size,
-    cheapest_tile,
-    halve_tile,
     run_tiles_adaptive,
     tile_label,
     tile_sides,
-    tiling_cost,
 )
-from .widest import INDEX_LIMIT, widest_per_pixel
 
 TileCallback = Callable[[int, int], None]  # (tiles done, tiles in all)
 
@@ -90,22 +86,6 @@ class UpscaleOptions:
         """The model settings asked for (``SRNetwork.configure`` keywords), without those left at None."""
         values = {"ig_lambda": self.ig_lambda, "seed": self.seed}
         return {name: value for name, value in values.items() if value is not None}
-
-
-@dataclass(frozen=True)
-class TilePlan:
-    """How an image is cut: tile (a side or rows x cols, 0 = whole image), context overlap, alignment,
-    blending, and tiles per forward pass."""
-
-    tile: TileSize
-    overlap: int
-    align: int
-    blend: bool
-    batch: int = 1
-
-    def cost(self, height: int, width: int) -> float:
-        """Pixels computed per image pixel: tiles compute their context too, so small tiles cost a lot."""
-        return tiling_cost(height, width, self.tile, self.overlap)
 
 
 class Upscaled(NamedTuple):
@@ -163,11 +143,7 @@ class Upscaler:
                 )
         self.on_message = on_message
         self._said_plans: set[tuple[TileSize, int, int]] = set()  # (tile, overlap, batch) already described
-        self._seams: SeamGuide | None = None  # learned on a probe when a network whose tiles cannot be exact tiles
-        # After an out-of-memory retry: the bytes of the largest pass that then ran, so the next images start
-        # there instead of failing at the same size again.
-        self._memory_ceiling: int | None = None
-        self._widest: float | None = None  # see _widest_per_pixel
+        self.planner = Planner(self.model, self.descriptor, self.options, self.device, self.dtype, self._forward)
         self._say_rounding()
         self.compiled: CompiledNetwork | None = None
         self._said_eager = False
@@ -261,117 +237,17 @@ class Upscaler:
 
     # ----------------------------------------------------------------- tiling
     def plan(self, height: int, width: int) -> TilePlan:
-        """Tile, overlap and batch for an image, from the model's own description and the options.
-
-        ``tile="auto"`` runs the whole image when it fits the memory budget; otherwise it takes the tile shape
-        (squares or strips) that computes the fewest pixels while its context fits, then as many tiles per
-        pass as still fit, up to ``batch``: a smaller batch costs little, a smaller tile costs overlap.
-        The overlap itself stays the model's default: a smaller one is faster but shows seams, so it is
-        only ever the user's choice (``tile_overlap``). A network whose tiles cannot be exact (global pooling,
-        channel attention) gets, when it is tiled, at least the context a probe measured to keep its tiles
-        within 60 dB of the whole image (``seams.py``)."""
-        d, o = self.descriptor, self.options
-        align = d.size_multiple
-        # Cores are cropped only where tiling can be exact; a network that sees the whole image (or says
-        # nothing about its reach) gets feathered overlaps, which hide what tiling cannot avoid.
-        blend = d.exact_context is None
-        if o.exact:
-            if d.exact_context is None:
-                return TilePlan(0, 0, align, blend)  # no finite context is exact: the whole image in one pass
-            overlap = align_overlap(d.exact_context, align)
-        elif o.tile_overlap is not None:
-            overlap = align_overlap(o.tile_overlap, align)
-        else:
-            overlap = align_overlap(d.default_context, align)
-        if o.tile != "auto":
-            tile: TileSize = align_tile_size(o.tile, align) if o.tile else 0
-            if blend and o.tile_overlap is None and 0 < min(tile_sides(tile)) < max(height, width):
-                overlap = max(overlap, self.seams.needed.context)
-            batch = o.batch
-            while self._memory_ceiling is not None and self._pass_bytes(tile, overlap, batch, height, width) > (
-                self._memory_ceiling
-            ):
-                if batch > 1:
-                    batch //= 2
-                    continue
-                smaller = halve_tile(tile, height, width, align)
-                if smaller is None:
-                    break
-                tile = smaller
-            return TilePlan(tile, overlap, align, blend, batch)
-        budget = self._budget()
-        widest = self._widest_per_pixel()
-
-        def fits(h: int, w: int) -> bool:
-            return self._activation_bytes(h, w) <= budget and h * w * widest <= INDEX_LIMIT
-
-        if fits(height, width):
-            return TilePlan(0, overlap, align, blend)
-        if blend and o.tile_overlap is None:
-            overlap = max(overlap, self.seams.needed.context)
-
-        # When nothing fits, the smallest aligned tile runs and out-of-memory halving has the last word.
-        rows, cols = cheapest_tile(height, width, overlap, align, fits) or (align, align)
-        largest = self._activation_bytes(min(height, rows + 2 * overlap), min(width, cols + 2 * overlap))
-        batch = max(1, min(o.batch, budget // max(1, largest)))
-        return TilePlan(rows if rows == cols else (rows, cols), overlap, align, blend, batch)
+        """Tile, overlap and batch for an image of this size (``planner.Planner.plan``)."""
+        return self.planner.plan(height, width)
 
     @property
     def seams(self) -> SeamGuide:
-        """The context this network's tiles need within 60 dB of the whole image, measured on a probe on first
-        use (``seams.py``); asked only of networks whose tiles cannot be exact."""
-        if self._seams is None:
-            d = self.descriptor
-            batch = self.options.batch  # the probe's tiles per pass: as many as the user's tiles
-            self._seams = SeamGuide(self._forward, self.scale, d.size_multiple, d.default_context, batch)
-        return self._seams
-
-    def _budget(self) -> int:
-        """Bytes one forward pass may use: ``max_memory`` or a share of free memory, and never more than a pass
-        that ran out of memory."""
-        o = self.options
-        budget = o.max_memory if o.max_memory is not None else memory_budget(self.device)
-        return budget if self._memory_ceiling is None else min(budget, self._memory_ceiling)
+        """What this network's tiles need to stay within 60 dB of the whole image (``seams.py``)."""
+        return self.planner.seams
 
     def images_per_pass(self, height: int, width: int, limit: int = 8) -> int:
-        """How many whole images of this size one forward pass takes within the memory budget, at most ``limit``:
-        1 when an image is tiled (its tiles are batched instead) or when the output depends on position."""
-        if self.plan(height, width).tile or self.descriptor.position_dependent:
-            return 1
-        fits = self._budget() // max(1, self._activation_bytes(height, width))
-        widest = height * width * self._widest_per_pixel()  # CUDA: n images' widest tensor under 2**31 elements
-        if widest:
-            fits = min(fits, int(INDEX_LIMIT // widest))
-        return int(max(1, min(limit, fits)))
-
-    def _activation_bytes(self, height: int, width: int) -> int:
-        """Estimated peak activation memory of one tile of this size in one forward pass."""
-        network = network_of(self.model)
-        if isinstance(network, SRNetwork):
-            return int(network.activation_bytes(height, width, self.dtype))
-        return 1024 * height * width * torch.finfo(self.dtype).bits // 8  # a foreign module: ~1k channels
-
-    def _widest_per_pixel(self) -> float:
-        """On CUDA, the largest tensor per input pixel (``widest.py``: tiles stay under 2**31 elements), measured
-        once on a small input; 0 elsewhere (CPU kernels index in 64 bits)."""
-        if self.device.type != "cuda":
-            return 0.0
-        if self._widest is None:
-            side = max(64, 2 * self.descriptor.size_multiple)
-            side += -side % self.descriptor.size_multiple
-            try:
-                with fp32_mode(self.device, self.dtype):
-                    self._widest = widest_per_pixel(self.model, side, self.device, self.dtype)
-            except (RuntimeError, ValueError):  # a network that refuses the probe's size: memory alone decides
-                self._widest = 0.0
-        return self._widest
-
-    def _pass_bytes(self, tile: TileSize, overlap: int, batch: int, height: int, width: int) -> int:
-        """Activation bytes of one forward pass of ``batch`` tiles with their context (the whole image: one)."""
-        rows, cols = tile_sides(tile)
-        if rows == 0:
-            return self._activation_bytes(height, width)
-        return batch * self._activation_bytes(min(height, rows + 2 * overlap), min(width, cols + 2 * overlap))
+        """How many whole images of this size one forward pass takes (``planner.Planner.images_per_pass``)."""
+        return self.planner.images_per_pass(height, width, limit)
 
     def _forward(self, batch: torch.Tensor, origins: list[tuple[int, int]] | None = None) -> torch.Tensor:
         """One batch of tiles through the network; ``origins`` (LR, in the whole image) for networks whose
@@ -417,8 +293,9 @@ class Upscaler:
                 origins=self.descriptor.position_dependent,
             )
         if used != plan.tile:  # out of memory at the planned size: later images start from what ran
-            ran = self._pass_bytes(used, plan.overlap, plan.batch, image.shape[-2], image.shape[-1])
-            self._memory_ceiling = ran if self._memory_ceiling is None else min(ran, self._memory_ceiling)
+            self.planner.lower_ceiling(
+                self.planner.pass_bytes(used, plan.overlap, plan.batch, image.shape[-2], image.shape[-1])
+            )
         self._check_finite(out)
         return Upscaled(out, used)
 
@@ -443,8 +320,7 @@ class Upscaler:
         if out is None:  # later passes take half as many (a ceiling, as for tiles)
             release_memory(self.device)
             half = max(1, len(colours) // 2)
-            ceiling = half * self._activation_bytes(*colours[0].shape[-2:])
-            self._memory_ceiling = min(ceiling, self._memory_ceiling or ceiling)
+            self.planner.lower_ceiling(half * self.planner.activation_bytes(*colours[0].shape[-2:]))
             self._say(
                 f"out of memory with {len(colours)} images in one pass: running them one by one (later passes "
                 f"take at most {half})"

@@ -114,9 +114,9 @@ def test_forced_small_tiles_say_their_measured_bound() -> None:
 
 def test_whole_images_and_exact_networks_never_probe() -> None:
     up = Upscaler(GlobalMix(0.05), device="cpu", precision="fp32", tile="auto")
-    assert up.plan(64, 64).tile == 0 and up._seams is None
+    assert up.plan(64, 64).tile == 0 and up.planner._seams is None
     exact = Upscaler(GlobalMix(0.0, exact=1), device="cpu", precision="fp32", tile=16)
-    assert not exact.plan(64, 64).blend and exact._seams is None
+    assert not exact.plan(64, 64).blend and exact.planner._seams is None
 
 
 def test_auto_tiles_get_the_learned_context_when_the_image_does_not_fit() -> None:

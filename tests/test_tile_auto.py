@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from sst_cli import Upscaler, create_model
-from sst_cli import upscaler as upscaler_module
+from sst_cli import planner as planner_module
 from sst_cli.runtime import GPU_MEMORY_FRACTION, memory_budget
 from sst_cli.tiling import plan_tiles
 from sst_cli.widest import INDEX_LIMIT, widest_per_pixel
@@ -55,14 +55,14 @@ def test_a_4k_frame_on_an_80_gb_card_gets_big_tiles(
     the tiles also keep every tensor under 2**31 elements (SST-L x4: 1536 per LR pixel, measured on the CPU
     by ``widest_per_pixel``), where the memory alone would allow the whole image."""
     card.install(monkeypatch)
-    monkeypatch.setattr(upscaler_module, "memory_budget", lambda device: memory_budget(CUDA))
-    monkeypatch.setattr(sst_l_x4, "dtype", torch.bfloat16)
+    monkeypatch.setattr(planner_module, "memory_budget", lambda device: memory_budget(CUDA))
+    monkeypatch.setattr(sst_l_x4.planner, "dtype", torch.bfloat16)
     plan = sst_l_x4.plan(2160, 3840)  # the CPU upscaler: memory is the only limit
     tiles = plan_tiles(2160, 3840, plan.tile, plan.overlap, plan.align)
     assert 1 <= len(tiles) <= 2
     assert plan.cost(2160, 3840) < 1.05  # overlap adds under 5 % to the work
     assert max(t.context_shape[0] * t.context_shape[1] for t in tiles) * 2 > 2160 * 3840 / 2
-    monkeypatch.setattr(sst_l_x4, "_widest_per_pixel", lambda: 1536.0)  # as on CUDA
+    monkeypatch.setattr(sst_l_x4.planner, "widest_per_pixel", lambda: 1536.0)  # as on CUDA
     plan = sst_l_x4.plan(2160, 3840)
     tiles = plan_tiles(2160, 3840, plan.tile, plan.overlap, plan.align)
     largest = max(t.context_shape[0] * t.context_shape[1] for t in tiles)
@@ -81,10 +81,10 @@ def test_the_widest_tensor_is_measured_per_input_pixel() -> None:
 
 def test_a_small_card_still_tiles_within_its_budget(sst_l_x4: Upscaler, monkeypatch: pytest.MonkeyPatch) -> None:
     FakeCard(free=8, reserved=4, allocated=4).install(monkeypatch)
-    monkeypatch.setattr(upscaler_module, "memory_budget", lambda device: memory_budget(CUDA))
-    monkeypatch.setattr(sst_l_x4, "dtype", torch.bfloat16)
+    monkeypatch.setattr(planner_module, "memory_budget", lambda device: memory_budget(CUDA))
+    monkeypatch.setattr(sst_l_x4.planner, "dtype", torch.bfloat16)
     plan = sst_l_x4.plan(2160, 3840)
     tiles = plan_tiles(2160, 3840, plan.tile, plan.overlap, plan.align)
-    largest = max(sst_l_x4._activation_bytes(*t.context_shape) for t in tiles)
+    largest = max(sst_l_x4.planner.activation_bytes(*t.context_shape) for t in tiles)
     assert largest <= 8 * GIB * GPU_MEMORY_FRACTION
     assert len(tiles) > 2 and plan.cost(2160, 3840) < 1.5

@@ -291,7 +291,7 @@ def test_upscale_batch_stacks_images_and_matches_one_by_one(monkeypatch: pytest.
 
 def test_images_per_pass_follows_the_memory_budget_and_tiling(monkeypatch: pytest.MonkeyPatch) -> None:
     probe = Upscaler(_Dimmed(), device="cpu", tile=0)
-    one = probe._activation_bytes(12, 20)
+    one = probe.planner.activation_bytes(12, 20)
     three = Upscaler(_Dimmed(), device="cpu", tile="auto", max_memory=3 * one + 1)
     assert three.images_per_pass(12, 20) == 3
     passes = _count_passes(three, monkeypatch)

@@ -200,7 +200,7 @@ def test_frames_are_stacked_as_memory_allows_and_keep_their_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     probe = _tiny()
-    up = Upscaler(tiny_sst(), device="cpu", tile="auto", max_memory=4 * probe._activation_bytes(24, 32))
+    up = Upscaler(tiny_sst(), device="cpu", tile="auto", max_memory=4 * probe.planner.activation_bytes(24, 32))
     passes: list[int] = []
     real = Upscaler.upscale_batch
 

@@ -1,0 +1,191 @@
+"""How an upscaler cuts images for its network: whole, or tiles with context, and how many per forward pass.
+
+The plan follows the network's own description (window alignment, the context that makes tiles exact, or
+its default), the options, and what the device allows: the memory budget, CUDA's 2**31-element index limit
+(``widest.py``), and what this planner learned while running: the size of a pass that ran out of memory (a
+ceiling for later images) and, for networks whose tiles cannot be exact, the context a probe measured
+(``seams.py``). The only forward passes here are those two probes' (small inputs, once per network); the
+``Upscaler`` runs the images.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from .archs import ModelDescriptor, SRNetwork, network_of
+from .runtime import fp32_mode, memory_budget
+from .seams import SeamGuide
+from .tiling import (
+    TileSize,
+    align_overlap,
+    align_tile_size,
+    cheapest_tile,
+    halve_tile,
+    tile_sides,
+    tiling_cost,
+)
+from .widest import INDEX_LIMIT, widest_per_pixel
+
+if TYPE_CHECKING:
+    from .upscaler import UpscaleOptions
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """How an image is cut: tile (a side or rows x cols, 0 = whole image), context overlap, alignment,
+    blending, and tiles per forward pass."""
+
+    tile: TileSize
+    overlap: int
+    align: int
+    blend: bool
+    batch: int = 1
+
+    def cost(self, height: int, width: int) -> float:
+        """Pixels computed per image pixel: tiles compute their context too, so small tiles cost a lot."""
+        return tiling_cost(height, width, self.tile, self.overlap)
+
+
+class Planner:
+    """Tile plans for one loaded network on one device; see the module docstring."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        descriptor: ModelDescriptor,
+        options: UpscaleOptions,
+        device: torch.device,
+        dtype: torch.dtype,
+        forward: Callable[[torch.Tensor], torch.Tensor],
+    ) -> None:
+        self.model, self.descriptor, self.options = model, descriptor, options
+        self.device, self.dtype = device, dtype
+        self.scale = descriptor.scale
+        self._forward = forward  # one batch of tiles through the network: the seams probe runs it
+        self._seams: SeamGuide | None = None  # learned on a probe when a network whose tiles cannot be exact tiles
+        # After an out-of-memory retry: the bytes of the largest pass that then ran, so the next images start
+        # there instead of failing at the same size again.
+        self.memory_ceiling: int | None = None
+        self._widest: float | None = None  # see widest_per_pixel
+
+    def lower_ceiling(self, pass_bytes: int) -> None:
+        """A pass of ``pass_bytes`` is the most that ran after running out of memory: plan within it from now."""
+        self.memory_ceiling = pass_bytes if self.memory_ceiling is None else min(pass_bytes, self.memory_ceiling)
+
+    def plan(self, height: int, width: int) -> TilePlan:
+        """Tile, overlap and batch for an image, from the model's own description and the options.
+
+        ``tile="auto"`` runs the whole image when it fits the memory budget; otherwise it takes the tile shape
+        (squares or strips) that computes the fewest pixels while its context fits, then as many tiles per
+        pass as still fit, up to ``batch``: a smaller batch costs little, a smaller tile costs overlap.
+        The overlap itself stays the model's default: a smaller one is faster but shows seams, so it is
+        only ever the user's choice (``tile_overlap``). A network whose tiles cannot be exact (global pooling,
+        channel attention) gets, when it is tiled, at least the context a probe measured to keep its tiles
+        within 60 dB of the whole image (``seams.py``)."""
+        d, o = self.descriptor, self.options
+        align = d.size_multiple
+        # Cores are cropped only where tiling can be exact; a network that sees the whole image (or says
+        # nothing about its reach) gets feathered overlaps, which hide what tiling cannot avoid.
+        blend = d.exact_context is None
+        if o.exact:
+            if d.exact_context is None:
+                return TilePlan(0, 0, align, blend)  # no finite context is exact: the whole image in one pass
+            overlap = align_overlap(d.exact_context, align)
+        elif o.tile_overlap is not None:
+            overlap = align_overlap(o.tile_overlap, align)
+        else:
+            overlap = align_overlap(d.default_context, align)
+        if o.tile != "auto":
+            tile: TileSize = align_tile_size(o.tile, align) if o.tile else 0
+            if blend and o.tile_overlap is None and 0 < min(tile_sides(tile)) < max(height, width):
+                overlap = max(overlap, self.seams.needed.context)
+            batch = o.batch
+            while self.memory_ceiling is not None and self.pass_bytes(tile, overlap, batch, height, width) > (
+                self.memory_ceiling
+            ):
+                if batch > 1:
+                    batch //= 2
+                    continue
+                smaller = halve_tile(tile, height, width, align)
+                if smaller is None:
+                    break
+                tile = smaller
+            return TilePlan(tile, overlap, align, blend, batch)
+        budget = self.budget()
+        widest = self.widest_per_pixel()
+
+        def fits(h: int, w: int) -> bool:
+            return self.activation_bytes(h, w) <= budget and h * w * widest <= INDEX_LIMIT
+
+        if fits(height, width):
+            return TilePlan(0, overlap, align, blend)
+        if blend and o.tile_overlap is None:
+            overlap = max(overlap, self.seams.needed.context)
+
+        # When nothing fits, the smallest aligned tile runs and out-of-memory halving has the last word.
+        rows, cols = cheapest_tile(height, width, overlap, align, fits) or (align, align)
+        largest = self.activation_bytes(min(height, rows + 2 * overlap), min(width, cols + 2 * overlap))
+        batch = max(1, min(o.batch, budget // max(1, largest)))
+        return TilePlan(rows if rows == cols else (rows, cols), overlap, align, blend, batch)
+
+    @property
+    def seams(self) -> SeamGuide:
+        """The context this network's tiles need within 60 dB of the whole image, measured on a probe on first
+        use (``seams.py``); asked only of networks whose tiles cannot be exact."""
+        if self._seams is None:
+            d = self.descriptor
+            batch = self.options.batch  # the probe's tiles per pass: as many as the user's tiles
+            self._seams = SeamGuide(self._forward, self.scale, d.size_multiple, d.default_context, batch)
+        return self._seams
+
+    def budget(self) -> int:
+        """Bytes one forward pass may use: ``max_memory`` or a share of free memory, and never more than a pass
+        that ran out of memory."""
+        o = self.options
+        budget = o.max_memory if o.max_memory is not None else memory_budget(self.device)
+        return budget if self.memory_ceiling is None else min(budget, self.memory_ceiling)
+
+    def images_per_pass(self, height: int, width: int, limit: int = 8) -> int:
+        """How many whole images of this size one forward pass takes within the memory budget, at most ``limit``:
+        1 when an image is tiled (its tiles are batched instead) or when the output depends on position."""
+        if self.plan(height, width).tile or self.descriptor.position_dependent:
+            return 1
+        fits = self.budget() // max(1, self.activation_bytes(height, width))
+        widest = height * width * self.widest_per_pixel()  # CUDA: n images' widest tensor under 2**31 elements
+        if widest:
+            fits = min(fits, int(INDEX_LIMIT // widest))
+        return int(max(1, min(limit, fits)))
+
+    def activation_bytes(self, height: int, width: int) -> int:
+        """Estimated peak activation memory of one tile of this size in one forward pass."""
+        network = network_of(self.model)
+        if isinstance(network, SRNetwork):
+            return int(network.activation_bytes(height, width, self.dtype))
+        return 1024 * height * width * torch.finfo(self.dtype).bits // 8  # a foreign module: ~1k channels
+
+    def widest_per_pixel(self) -> float:
+        """On CUDA, the largest tensor per input pixel (``widest.py``: tiles stay under 2**31 elements), measured
+        once on a small input; 0 elsewhere (CPU kernels index in 64 bits)."""
+        if self.device.type != "cuda":
+            return 0.0
+        if self._widest is None:
+            side = max(64, 2 * self.descriptor.size_multiple)
+            side += -side % self.descriptor.size_multiple
+            try:
+                with fp32_mode(self.device, self.dtype):
+                    self._widest = widest_per_pixel(self.model, side, self.device, self.dtype)
+            except (RuntimeError, ValueError):  # a network that refuses the probe's size: memory alone decides
+                self._widest = 0.0
+        return self._widest
+
+    def pass_bytes(self, tile: TileSize, overlap: int, batch: int, height: int, width: int) -> int:
+        """Activation bytes of one forward pass of ``batch`` tiles with their context (the whole image: one)."""
+        rows, cols = tile_sides(tile)
+        if rows == 0:
+            return self.activation_bytes(height, width)
+        return batch * self.activation_bytes(min(height, rows + 2 * overlap), min(width, cols + 2 * overlap))
