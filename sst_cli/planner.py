@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from .archs import ModelDescriptor, SRNetwork, network_of
+from .options import UpscaleOptions
 from .runtime import fp32_mode, memory_budget
 from .seams import SeamGuide
 from .tiling import (
@@ -30,9 +30,6 @@ from .tiling import (
     tiling_cost,
 )
 from .widest import INDEX_LIMIT, widest_per_pixel
-
-if TYPE_CHECKING:
-    from .upscaler import UpscaleOptions
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, fields, replace
-from typing import Any, Literal, NamedTuple
+from dataclasses import replace
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -16,12 +16,12 @@ from torch import nn
 
 from .archs import ModelDescriptor, SRNetwork, describe, network_of
 from .archs.attention import AttentionReport, describe_attention
-from .checks import check_running_values
 from .choices import DEFAULT_MODEL, DEFAULT_SCALE
 from .compiling import CompiledNetwork, wants_compile
 from .errors import ConfigError, ImageError, NonFiniteOutput, OutputExists
 from .image_io import ImageInfo, Picture, choose_format, cmyk_to_rgb, read_image, write_image
 from .loader import ConfigSource, ModelSpec
+from .options import UpscaleOptions
 from .phases import Phases
 from .planner import Planner, TilePlan
 from .runtime import (
@@ -42,50 +42,6 @@ from .tiling import (
 )
 
 TileCallback = Callable[[int, int], None]  # (tiles done, tiles in all)
-
-
-@dataclass(frozen=True)
-class UpscaleOptions:
-    """How to run a network on images, checked on construction, so front ends fail before loading anything.
-
-    ``tile``: ``"auto"`` (whole image when it fits ``max_memory``, default a share of free memory), 0 (whole
-    image) or a tile side in LR pixels; ``tile_overlap``: context pixels around tiles (default: the model's
-    own, or what ``seams.py`` measured a network whose tiles cannot be exact needs); ``exact``: context
-    covering the receptive field, so tiling leaves no trace (a network whose receptive
-    field is the whole image, such as DAT, then runs on the whole image); ``batch``: tiles per
-    forward pass; ``alpha``: transparency through the network (``model``) or bicubic (``resize``);
-    ``outscale``: resize the native output to this final scale. ``ig_lambda`` and ``seed``: runtime settings
-    of generative models (SSTReal: λ of its recombination, default 2.0, and the seed of its noise, default
-    0); None leaves the model's own, and a model without the setting refuses it. ``compile``: ``on`` runs the
-    network through torch.compile (cached on disk, eager if it fails), ``off`` never, ``auto`` only on CUDA once
-    ``Upscaler.expect`` announces a batch long enough to repay it (``compiling.wants_compile``).
-    """
-
-    device: str = "auto"
-    precision: str = "auto"
-    attention: str = "auto"
-    tile: int | Literal["auto"] = "auto"
-    tile_overlap: int | None = None
-    exact: bool = False
-    batch: int = 1
-    max_memory: int | None = None
-    alpha: str = "model"
-    outscale: float | None = None
-    ig_lambda: float | None = None
-    seed: int | None = None
-    compile: str = "auto"
-
-    def __post_init__(self) -> None:
-        # The checks that need no torch first (checks.py), then whether PyTorch can use the device here.
-        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "device"}
-        check_running_values(**values)
-        resolve_device(self.device)  # a device PyTorch cannot use here is an option error, said at once
-
-    @property
-    def settings(self) -> dict[str, Any]:
-        """The model settings asked for (``SRNetwork.configure`` keywords), without those left at None."""
-        values = {"ig_lambda": self.ig_lambda, "seed": self.seed}
-        return {name: value for name, value in values.items() if value is not None}
 
 
 class Upscaled(NamedTuple):
