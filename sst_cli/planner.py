@@ -126,7 +126,7 @@ class Planner:
 
         # When nothing fits, the smallest aligned tile runs and out-of-memory halving has the last word.
         rows, cols = cheapest_tile(height, width, overlap, align, fits) or (align, align)
-        largest = self.activation_bytes(min(height, rows + 2 * overlap), min(width, cols + 2 * overlap))
+        largest = self.pass_bytes((rows, cols), overlap, 1, height, width)
         batch = max(1, min(o.batch, budget // max(1, largest)))
         return TilePlan(rows if rows == cols else (rows, cols), overlap, align, blend, batch)
 
