@@ -12,6 +12,7 @@ picture stays in sync with the sound and the previous frame simply stays on scre
 
 from __future__ import annotations
 
+import io
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -109,7 +110,7 @@ def _transcode(
         if threads != 1:
             video.thread_type = "AUTO"
         encoder = open_output_stream(output, info, video, plan, threads)
-        copies = _copy_streams(source, video, output, result)
+        copies = _copy_streams(source, video, output, encoder, result)
         output.start_encoding()  # header now: a muxer refusing a stream fails before any frame is computed
         stop = threading.Event()
         decoded, upscaled = Channel(2 * per_pass, stop), Channel(2 * per_pass, stop)
@@ -207,22 +208,50 @@ def _frame_step(info: VideoInfo) -> int:
     return max(1, round(1 / (info.rate * info.time_base)))
 
 
-def _copy_streams(source: Any, video: Any, output: Any, result: VideoResult) -> dict[int, Any]:
-    """Output streams for the input's audio, subtitle and data streams that the output container can hold."""
-    supported = output.supported_codecs
+def _copy_streams(source: Any, video: Any, output: Any, encoder: Any, result: VideoResult) -> dict[int, Any]:
+    """Output streams for the input's audio, subtitle and data streams that the output container can hold; a
+    timecode track (MOV / MP4 ``tmcd``) is kept as the video stream's timecode, which the muxer writes anew."""
     copies: dict[int, Any] = {}
     for stream in source.streams:
         if stream.index == video.index:
             continue
-        ctx = getattr(stream, "codec_context", None)
-        codec = ctx.codec.canonical_name if ctx is not None and ctx.codec is not None else "unknown"
-        label = f"{stream.type} {codec}"
-        if stream.type not in _COPIED or codec not in supported:
+        timecode = stream.metadata.get("timecode") or video.metadata.get("timecode")
+        if stream.type == "data" and _codec_of(stream) == "unknown" and timecode:
+            encoder.metadata["timecode"] = timecode
+            result.copied.append(f"timecode {timecode}")
+            continue
+        label = f"{stream.type} {_codec_of(stream)}"
+        if stream.type not in _COPIED or not _muxer_takes(output.format.name, stream):
             result.dropped.append(label)
             continue
         copies[stream.index] = output.add_stream_from_template(stream)
         result.copied.append(label)
+    if "timecode" in video.metadata and "timecode" not in encoder.metadata:  # a timecode with no track of its own
+        encoder.metadata["timecode"] = video.metadata["timecode"]
     return copies
+
+
+def _codec_of(stream: Any) -> str:
+    """The codec's name; data streams have no codec context, only the codec id's name (``klv``; None: unknown)."""
+    ctx = getattr(stream, "codec_context", None)
+    if ctx is not None and ctx.codec is not None:
+        return str(ctx.codec.canonical_name)
+    return str(getattr(stream, "name", None) or "unknown")
+
+
+def _muxer_takes(muxer: str, stream: Any) -> bool:
+    """Whether this muxer writes a copy of ``stream``: asked of the muxer itself, by writing a header to memory
+    (PyAV's ``supported_codecs`` lists only a muxer's default codecs when it has no codec table, as MPEG-TS)."""
+    av = require_av()
+    if _codec_of(stream) == "unknown":
+        return False
+    try:
+        with av.open(io.BytesIO(), "w", format=muxer) as probe:
+            probe.add_stream_from_template(stream)
+            probe.start_encoding()
+    except (av.error.FFmpegError, ValueError):
+        return False
+    return True
 
 
 def expected_megapixels(info: VideoInfo) -> float:

@@ -25,7 +25,7 @@ VIDEO_EXTENSIONS = frozenset(
     {".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".ts", ".mts", ".m2ts", ".mpg", ".mpeg", ".wmv", ".flv", ".ogv"}
 )
 #: Containers written as themselves; anything else becomes Matroska, which holds every codec.
-_MUXERS = {"mp4": "mp4", "m4v": "mp4", "mov": "mov", "mkv": "matroska", "webm": "webm"}
+_MUXERS = {"mp4": "mp4", "m4v": "mp4", "mov": "mov", "mkv": "matroska", "webm": "webm", "ts": "mpegts"}
 #: Encoders of each decoder family, in order of preference, used when the wheel's FFmpeg has them.
 _FAMILY = {
     "h264": ("libx264",),
@@ -42,6 +42,7 @@ _FAMILY = {
 }
 _FALLBACK = ("libx264", "mpeg4")  # families without an encoder here (e.g. mpeg2, wmv) are written as H.264
 _WEBM_VIDEO = frozenset({"libvpx-vp9", "libvpx", "libsvtav1", "libaom-av1"})
+_TS_VIDEO = frozenset({"libx264", "libx265", "mpeg4"})  # MPEG-TS keeps KLV and other data streams; MKV cannot
 _CRF = {"libx264": "crf", "libx265": "crf", "libvpx-vp9": "crf", "libvpx": "crf", "libsvtav1": "crf",
         "libaom-av1": "crf"}  # fmt: skip
 LOSSLESS_CODEC = "ffv1"
@@ -246,6 +247,8 @@ def output_extension(source: Path, options: VideoOptions, codec: str | None = No
         return "mkv"
     if ext == "webm" and codec is not None and codec not in _WEBM_VIDEO:
         return "mkv"  # WebM holds only VP8/VP9/AV1
+    if ext == "ts" and codec is not None and codec not in _TS_VIDEO:
+        return "mkv"
     return ext
 
 

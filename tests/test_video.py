@@ -91,12 +91,14 @@ def test_default_codec_keeps_family_timing_audio_rotation_and_colour(tmp_path: P
 
 
 class _Nearest(torch.nn.Module):
-    """Pixel replication x2: what comes out is what went in, so colour conversions can be checked."""
+    """Pixel replication: what comes out is what went in, so colour conversions can be checked."""
 
-    scale = 2
+    def __init__(self, scale: int = 2) -> None:
+        super().__init__()
+        self.scale = scale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.interpolate(x, scale_factor=2, mode="nearest")
+        return torch.nn.functional.interpolate(x, scale_factor=self.scale, mode="nearest")
 
 
 @pytest.mark.parametrize("bt709", [True, False])
@@ -107,6 +109,60 @@ def test_colours_survive_the_yuv_round_trip(tmp_path: Path, bt709: bool) -> None
     before = decoded(clip)[0][1].to_ndarray(format="rgb24").astype(int)
     after = decoded(out)[0][1].to_ndarray(format="rgb24").astype(int)
     assert np.abs(after[::2, ::2] - before).max() <= 3  # BT.601 against BT.709 would be off by tens of levels
+
+
+def test_full_range_bt2020_pq_ten_bit_keeps_its_tags_depth_and_colours(tmp_path: Path) -> None:
+    tags = (9, 16, 9, 2)  # BT.2020 primaries, PQ (SMPTE 2084) transfer, BT.2020 matrix, full (JPEG) range
+    clip = make_clip(tmp_path / "hdr.mp4", pix_fmt="yuv420p10le", colour=(200, 40, 60), tags=tags, pts_ms=(0, 40),
+                     audio=False)  # fmt: skip
+    out = tmp_path / "hdr_x2.mp4"
+    upscale_video(Upscaler(_Nearest(), device="cpu", tile=0), clip, out)
+    with av.open(str(out)) as c:
+        ctx = c.streams.video[0].codec_context
+        kept = (ctx.color_primaries, ctx.color_trc, ctx.colorspace, ctx.color_range)
+        assert (ctx.pix_fmt, kept) == ("yuv420p10le", tags)
+    before = decoded(clip)[0][1].to_ndarray(format="rgb48le").astype(int)
+    after = decoded(out)[0][1].to_ndarray(format="rgb48le").astype(int)
+    assert np.abs(after[::2, ::2] - before).max() <= 3 * 257  # limited against full range: ~25 8-bit levels off
+
+
+def test_data_streams_are_copied_where_the_container_holds_them_and_named_where_not(tmp_path: Path) -> None:
+    up = Upscaler(_Nearest(), device="cpu", tile=0)
+    clip = make_clip(tmp_path / "drone.ts", data="klv", pts_ms=(0, 40, 80), audio=False)  # KLV: drone telemetry
+    info = probe_video(clip)
+    assert plan_encoding(info, 64, 48, VideoOptions()).extension == "ts"
+    result = upscale_video(up, clip, tmp_path / "drone_x2.ts")
+    assert (result.copied, result.dropped, result.frames) == (["data klv"], [], 3)
+    assert audio_packets(tmp_path / "drone_x2.ts", "data") == [b"data 0", b"data 1", b"data 2"]
+    assert seconds(tmp_path / "drone_x2.ts") == seconds(clip)
+    vp9 = VideoOptions(codec="libvpx-vp9")  # MPEG-TS cannot hold VP9: the result is MKV, which has no data streams
+    assert plan_encoding(info, 64, 48, vp9).extension == "mkv"
+    result = upscale_video(up, clip, tmp_path / "drone_x2.mkv", options=vp9)
+    assert (result.copied, result.dropped) == ([], ["data klv"])
+
+
+def test_a_timecode_track_is_kept(tmp_path: Path) -> None:
+    up = Upscaler(_Nearest(), device="cpu", tile=0)
+    clip = make_clip(tmp_path / "cam.mov", timecode="01:02:03:04", pts_ms=(0, 40), audio=False)
+    with av.open(str(clip)) as c:
+        assert [s.type for s in c.streams] == ["video", "data"]  # the tmcd track
+    for options, ext in ((VideoOptions(), "mov"), (VideoOptions(lossless=True), "mkv")):
+        result = upscale_video(up, clip, tmp_path / f"cam_x2.{ext}", options=options)
+        assert (result.copied, result.dropped) == (["timecode 01:02:03:04"], [])
+        with av.open(str(tmp_path / f"cam_x2.{ext}")) as c:
+            tags = {k.lower(): v for k, v in c.streams.video[0].metadata.items()}
+            assert tags["timecode"] == "01:02:03:04"
+            assert [s.type for s in c.streams] == (["video", "data"] if ext == "mov" else ["video"])
+
+
+def test_a_codec_without_a_decoder_is_refused(tmp_path: Path) -> None:
+    clip = make_clip(tmp_path / "a.avi", codec="mpeg4", pts_ms=(0, 40), audio=False)
+    data = clip.read_bytes()
+    assert data.count(b"FMP4") == 2  # the stream's FOURCC, in its header and its format
+    clip.write_bytes(data.replace(b"FMP4", b"QQQQ"))  # a codec FFmpeg does not know
+    with pytest.raises(VideoError) as caught:
+        probe_video(clip)
+    assert str(caught.value) == f"cannot upscale '{clip}': this FFmpeg has no decoder for its video codec"
 
 
 def test_lossless_frames_are_exactly_the_upscalers(tmp_path: Path, tiny: Upscaler) -> None:
@@ -144,6 +200,25 @@ def test_odd_sizes_lose_a_row_for_420_or_keep_it_in_444(tmp_path: Path) -> None:
     assert (plan.width, plan.height, plan.notes) == (37, 27, ())
     plan = plan_encoding(info, 37, 27, VideoOptions(lossless=True))
     assert (plan.width, plan.height, plan.codec, plan.extension) == (37, 27, "ffv1", "mkv")
+
+
+def test_odd_result_sides_are_cropped_for_420_and_kept_in_444(tmp_path: Path) -> None:
+    up = Upscaler(_Nearest(3), device="cpu", tile=0)
+    clip = make_clip(tmp_path / "odd.mp4", size=(11, 9), pix_fmt="yuv444p", pts_ms=(0, 40, 100), audio=False)
+    for pix_fmt, size in (("yuv420p", (32, 26)), (None, (33, 27))):
+        out = tmp_path / f"odd_{pix_fmt}.mp4"
+        upscale_video(up, clip, out, options=VideoOptions(pix_fmt=pix_fmt))
+        frames, _ = decoded(out)
+        assert [(f.width, f.height) for f in frames] == [size] * 3 and seconds(out) == seconds(clip)
+
+
+def test_frames_that_must_be_tiled_go_one_by_one_through_the_tiles(tmp_path: Path) -> None:
+    up = Upscaler(tiny_sst(), device="cpu", tile=16)  # 32x24 frames in 16 px tiles
+    assert up.images_per_pass(24, 32) == 1
+    clip = make_clip(tmp_path / "a.mp4", pts_ms=(0, 40, 100), audio=False)
+    upscale_video(up, clip, tmp_path / "a.mkv", options=VideoOptions(lossless=True, frames_per_pass=8))
+    for before, after in zip(decoded(clip)[0], decoded(tmp_path / "a.mkv")[0], strict=True):
+        np.testing.assert_array_equal(after.to_ndarray(format="rgb24"), up.upscale(before.to_ndarray(format="rgb24")))
 
 
 def test_codec_choices_are_checked_before_computing(tmp_path: Path) -> None:

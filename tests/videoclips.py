@@ -27,9 +27,15 @@ def make_clip(
     colour: tuple[int, int, int] | None = None,
     seed: int = 0,
     options: dict[str, str] | None = None,
+    tags: tuple[int, int, int, int] | None = None,
+    data: str | None = None,
+    timecode: str | None = None,
 ) -> Path:
     """Write a clip; ``corrupt`` replaces those frames' packets with garbage bytes (an intra-only codec keeps the
-    damage to that one frame); a ``pix_fmt`` with alpha gets random transparency; ``options`` go to the muxer."""
+    damage to that one frame); a ``pix_fmt`` with alpha gets random transparency; ``options`` go to the muxer;
+    ``tags``: colour primaries, transfer, matrix and range (instead of BT.709 limited); ``data``: a data stream
+    of that codec (MPEG-TS: ``klv``) with one packet b"data i" per frame; ``timecode``: the video's start
+    timecode (MOV / MP4 write it as a ``tmcd`` track)."""
     import av
 
     rng = np.random.default_rng(seed)
@@ -40,16 +46,21 @@ def make_clip(
             vs = out.add_stream(codec, rate=25)
             vs.width, vs.height, vs.pix_fmt = size[0], size[1], pix_fmt
             vs.time_base = vs.codec_context.time_base = Fraction(1, 1000)
-            if bt709:
+            if bt709 or tags:
                 ctx = vs.codec_context
-                ctx.color_primaries = ctx.color_trc = ctx.colorspace = 1  # BT.709
-                ctx.color_range = 1  # limited (MPEG) range
+                primaries, trc, matrix, full = tags or (1, 1, 1, 1)  # BT.709, limited (MPEG) range
+                ctx.color_primaries, ctx.color_trc, ctx.colorspace, ctx.color_range = primaries, trc, matrix, full
+            if timecode:
+                vs.metadata["timecode"] = timecode
             if rotation:
                 vs.set_display_rotation(rotation)
             streams.append(vs)
         if audio:
             sound = out.add_stream("aac", rate=8000)
             sound.layout = "mono"
+        if data:
+            ds = out.add_data_stream(data)
+            ds.time_base = Fraction(1, 1000)
         if subtitles:  # SubRip text, muxed as it is (Matroska)
             text = out.add_mux_stream("subrip")
             text.time_base = Fraction(1, 1000)
@@ -62,14 +73,21 @@ def make_clip(
             for i, pts in enumerate(pts_ms):
                 if deep:
                     pixels = rng.integers(0, 65536, (size[1], size[0], 4 if alpha else 3), dtype=np.uint16)
+                    if colour is not None:
+                        pixels[:] = np.array(colour, np.uint16) * 257
                     frame = av.VideoFrame.from_ndarray(pixels, format="rgba64le" if alpha else "rgb48le")
                 else:
                     pixels = rng.integers(0, 256, (size[1], size[0], 4 if alpha else 3), dtype=np.uint8)
                     if colour is not None:
                         pixels[:] = colour
                     frame = av.VideoFrame.from_ndarray(pixels, format="rgba" if alpha else "rgb24")
-                frame = frame.reformat(format=pix_fmt, dst_colorspace=1 if bt709 else None)
+                matrix, full = (tags[2], tags[3]) if tags else (1 if bt709 else None, None)
+                frame = frame.reformat(format=pix_fmt, dst_colorspace=matrix, dst_color_range=full)
                 frame.pts, frame.time_base = pts, Fraction(1, 1000)
+                if data:
+                    blob = av.Packet(f"data {i}".encode())
+                    blob.pts, blob.dts, blob.time_base, blob.stream = pts, pts, Fraction(1, 1000), ds
+                    out.mux(blob)
                 for packet in vs.encode(frame):
                     if i in corrupt:
                         bad = av.Packet(bytes(rng.integers(0, 256, packet.size, dtype=np.uint8)))
