@@ -144,16 +144,27 @@ def probe_video(path: str | os.PathLike[str]) -> VideoInfo:
         alpha = any(c.is_alpha for c in fmt.components)
         rate = stream.average_rate or stream.guessed_rate
         frames = int(stream.frames or 0)
-        if not frames and stream.duration and rate:
-            frames = round(float(stream.duration * stream.time_base * rate))
-        elif not frames and container.duration and rate:
-            frames = round(container.duration / 1_000_000 * float(rate))
+        if not frames and rate:
+            frames = round(_seconds(stream, container) * float(rate))
         others = tuple(f"{s.type} {_codec_name(s)}" for s in container.streams if s.index != stream.index)
         return VideoInfo(
             Path(name), first.width, first.height, ctx.codec.name, first.format.name, depth, frames,
             Fraction(stream.time_base), Fraction(rate) if rate else None, rotation, container.format.name, others,
             alpha,
         )  # fmt: skip
+
+
+def _seconds(stream: Any, container: Any) -> float:
+    """The video's duration: the stream's own, else Matroska's per-stream DURATION tag, else the container's
+    (which covers every stream, so audio longer than the picture inflates it); 0 when none says."""
+    if stream.duration:
+        return float(stream.duration * stream.time_base)
+    tag = stream.metadata.get("DURATION", "")  # "HH:MM:SS.nnnnnnnnn"
+    try:
+        hours, minutes, secs = tag.split(":")
+        return int(hours) * 3600 + int(minutes) * 60 + float(secs)
+    except ValueError:
+        return container.duration / 1_000_000 if container.duration else 0.0
 
 
 def frame_decoder(stream: Any, threads: int = 0) -> Callable[[Any], list[Any]]:

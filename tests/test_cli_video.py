@@ -65,7 +65,12 @@ def test_folder_of_clips_and_images_recursive(tmp_path: Path) -> None:
     events = [json.loads(line) for line in result.stdout.splitlines()]
     assert events[-1]["event"] == "summary" and (events[-1]["done"], events[-1]["skipped"]) == (3, 1)
     progress = [e for e in events if e["event"] == "progress"]
-    assert progress and {"frames", "frames_per_second", "eta_seconds"} <= set(progress[0])
+    assert progress and {"frames", "frames_per_second", "eta_seconds", "clip_frames_per_second",
+                         "clip_eta_seconds"} <= set(progress[0])  # fmt: skip
+    first = progress[0]  # the first frame of the first clip (MP4: 3 frames; MKV: 0.14 s x 25 frames/s estimated)
+    assert (first["frames"], first["frames_expected"], first["frames_all_expected"]) == (1, 3, 7)
+    assert first["clip_eta_seconds"] == pytest.approx(2 / first["clip_frames_per_second"], abs=0.1)
+    assert first["eta_seconds"] == pytest.approx(6 / first["frames_per_second"], abs=0.1)
 
 
 def test_lossless_writes_mkv_and_option_errors_come_first(tmp_path: Path) -> None:

@@ -45,6 +45,13 @@ def test_probe_reads_size_depth_rotation_and_other_streams(tmp_path: Path) -> No
     assert info.rotation == 90 and info.others == ("audio aac",)
 
 
+def test_frames_are_estimated_from_the_videos_own_duration(tmp_path: Path) -> None:
+    clip = make_clip(tmp_path / "a.mkv", codec="mjpeg", pix_fmt="yuvj420p", pts_ms=(0, 40, 80))  # audio: 0.64 s
+    with av.open(str(clip)) as c:  # Matroska counts no frames; the container's duration is the audio's
+        assert (c.streams.video[0].frames, c.duration) == (0, 640_000)
+    assert probe_video(clip).frames == 3  # 0.12 s x 25 frames/s, not 0.64 s x 25
+
+
 @pytest.mark.parametrize(
     ("make", "message"),
     [

@@ -50,7 +50,7 @@ class FrameCounter:
         self.before = 0  # frames of the clips already finished
         self.current = 0
         self.last_event = 0.0
-        self.started = time.perf_counter()
+        self.started = self.clip_started = time.perf_counter()
 
     def hook(self, events: BatchEvents) -> BatchEvents:
         """``events`` with the bars rebuilt once the model is ready and frames counted instead of tiles."""
@@ -81,6 +81,7 @@ class FrameCounter:
         def run(job: Job, index: int, total: int) -> None:
             self.before += self.current
             self.current = 0
+            self.clip_started = time.perf_counter()
             if start is not None:
                 start(job, index, total)
 
@@ -98,10 +99,17 @@ class FrameCounter:
         if r.json_log and now - self.last_event >= 1.0:
             self.last_event = now
             fps = (self.before + done) / max(now - self.started, 1e-9)
-            left = max(self.expected - self.before - done, 0)
-            eta = round(left / fps, 1) if fps > 0 and self.expected else None
+            eta = _eta(self.expected - self.before - done, fps, self.expected)
+            clip_fps = done / max(now - self.clip_started, 1e-9)
+            clip_eta = _eta(total - done, clip_fps, total)
             r.emit("progress", frames=done, frames_expected=total, frames_all=self.before + done,
-                   frames_all_expected=self.expected, frames_per_second=round(fps, 3), eta_seconds=eta)  # fmt: skip
+                   frames_all_expected=self.expected, frames_per_second=round(fps, 3), eta_seconds=eta,
+                   clip_frames_per_second=round(clip_fps, 3), clip_eta_seconds=clip_eta)  # fmt: skip
+
+
+def _eta(left: int, fps: float, expected: int) -> float | None:
+    """Seconds left at this speed; None when the total is unknown (0) or nothing is done yet."""
+    return round(max(left, 0) / fps, 1) if fps > 0 and expected else None
 
 
 def split_videos(
