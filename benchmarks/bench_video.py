@@ -10,6 +10,9 @@ frame, so frames differ). Measured, in this order, on the same frames and in the
   inputs, since the network's output does not change encoding time much);
 * with ``--one-per-pass``, also the network on one frame per pass (``Upscaler.upscale``), to see what stacking
   gains;
+* host: ``Upscaler.upscale_batch`` with a nearest-neighbour stand-in for the network, on the same device: the
+  work around the network that runs in the caller's thread (uint8 -> float, the finite check, float -> uint8),
+  to tell whether moving it into the codec threads could pay (on the CPU it is a fraction of a per cent);
 * pipeline: ``sst_cli.video.upscale_video`` end to end (decoding ahead and encoding behind the network in
   threads, audio copy, mux).
 
@@ -96,6 +99,30 @@ def encode_seconds(path: Path, frames: list[av.VideoFrame], scale: int, up: Upsc
     return time.perf_counter() - started
 
 
+class _Nearest(torch.nn.Module):
+    """Pixel replication at the network's scale: what ``upscale_batch`` costs around a network that costs ~nothing."""
+
+    def __init__(self, scale: int) -> None:
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.interpolate(x, scale_factor=self.scale, mode="nearest")
+
+
+def host_seconds(up: Upscaler, arrays: list[np.ndarray], per_pass: int) -> float:
+    """Seconds per frame of ``upscale_batch`` around a stand-in network (after one warm-up pass)."""
+    precision = "fp32" if up.dtype == torch.float32 else "bf16"
+    stand_in = Upscaler(_Nearest(up.scale), device=str(up.device), precision=precision, tile=0)
+    stand_in.upscale_batch(arrays[:per_pass])
+    started = time.perf_counter()
+    for start in range(0, len(arrays), per_pass):
+        stand_in.upscale_batch(arrays[start : start + per_pass])
+    if up.device.type == "cuda":
+        torch.cuda.synchronize(up.device)
+    return (time.perf_counter() - started) / len(arrays)
+
+
 def measure(
     up: Upscaler, width: int, height: int, frames: int, warmup: bool, single: bool
 ) -> dict[str, float | int | str | None]:
@@ -121,6 +148,7 @@ def measure(
         print(f"  {width}x{height}: {per_pass} frame(s) per pass; decode {decode / len(arrays):.4f} s/f, network "
               f"{network / len(arrays):.4f} s/f", flush=True)  # fmt: skip
         encode = encode_seconds(clip, decoded, up.scale, up, folder)
+        host = host_seconds(up, arrays, per_pass)
         started = time.perf_counter()
         result = upscale_video(up, clip, folder / "out.mp4")
         pipeline = time.perf_counter() - started
@@ -130,7 +158,7 @@ def measure(
         "frames_per_pass": per_pass, "decode_s_per_frame": decode / n, "network_s_per_frame": network / n,
         "encode_s_per_frame": encode / n, "pipeline_s_per_frame": pipeline / n, "frames_per_second": n / pipeline,
         "ratio": pipeline / (network + decode + encode), "ratio_to_network": pipeline / network,
-        "network_one_per_pass_s_per_frame": alone,
+        "network_one_per_pass_s_per_frame": alone, "host_s_per_frame": host,
     }  # fmt: skip
 
 
@@ -180,6 +208,8 @@ def main() -> None:
               f"{row['decode_s_per_frame']:.4f} | {row['network_s_per_frame']:.4f} | {row['encode_s_per_frame']:.4f} | "
               f"{row['pipeline_s_per_frame']:.4f} | {row['frames_per_second']:.4f} | {row['ratio']:.3f} | "
               f"{row['ratio_to_network']:.3f} |", flush=True)  # fmt: skip
+        print(f"  around the network (uint8 <-> float, finite check; a stand-in network): "
+              f"{row['host_s_per_frame']:.4f} s/f, inside the network figure")  # fmt: skip
         if row["network_one_per_pass_s_per_frame"] is not None:
             print(f"  network with one frame per pass: {row['network_one_per_pass_s_per_frame']:.4f} s/f")
         if args.json is not None:  # after every size, so a run stopped early keeps what it measured

@@ -151,3 +151,13 @@ def test_transparency_kept_by_default_and_a_warning_when_dropped(tmp_path: Path)
 def test_frames_per_pass_is_checked_before_anything_runs(tmp_path: Path) -> None:
     result = sst("nowhere.mp4", "--frames-per-pass", "0")
     assert result.exit_code == 2 and "--frames-per-pass must be at least 1, got 0" in result.stderr
+
+
+def test_damaged_frames_are_counted_in_one_line_and_the_clip_is_written(tmp_path: Path) -> None:
+    source = clip("hurt.mkv", codec="mjpeg", pix_fmt="yuvj420p", corrupt={1})  # an intra-only codec: one frame lost
+    result = sst("hurt.mkv")
+    assert result.exit_code == 0, result.output
+    assert "hurt.mkv: 1 damaged frame(s) could not be decoded and are missing; every other frame keeps its" in (
+        " ".join(result.stderr.split())
+    )
+    assert seconds(tmp_path / "hurt_mini_x3_x3.mkv") == seconds(source)  # both without the damaged frame's time
