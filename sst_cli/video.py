@@ -215,7 +215,7 @@ def _copy_streams(source: Any, video: Any, output: Any, encoder: Any, result: Vi
     for stream in source.streams:
         if stream.index == video.index:
             continue
-        timecode = stream.metadata.get("timecode") or video.metadata.get("timecode")
+        timecode = stream.metadata.get("timecode")  # set on the tmcd track itself (and on the video)
         if stream.type == "data" and _codec_of(stream) == "unknown" and timecode:
             encoder.metadata["timecode"] = timecode
             result.copied.append(f"timecode {timecode}")
@@ -226,8 +226,9 @@ def _copy_streams(source: Any, video: Any, output: Any, encoder: Any, result: Vi
             continue
         copies[stream.index] = output.add_stream_from_template(stream)
         result.copied.append(label)
-    if "timecode" in video.metadata and "timecode" not in encoder.metadata:  # a timecode with no track of its own
-        encoder.metadata["timecode"] = video.metadata["timecode"]
+    own = video.metadata.get("timecode") or video.metadata.get("TIMECODE")  # Matroska's tag is upper case
+    if own and "timecode" not in encoder.metadata:  # a timecode with no track of its own
+        encoder.metadata["timecode"] = own
     return copies
 
 

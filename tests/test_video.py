@@ -160,6 +160,9 @@ def test_a_timecode_track_is_kept(tmp_path: Path) -> None:
             tags = {k.lower(): v for k, v in c.streams.video[0].metadata.items()}
             assert tags["timecode"] == "01:02:03:04"
             assert [s.type for s in c.streams] == (["video", "data"] if ext == "mov" else ["video"])
+    again = upscale_video(up, tmp_path / "cam_x2.mkv", tmp_path / "again.mkv")  # Matroska's TIMECODE tag, no track
+    with av.open(str(tmp_path / "again.mkv")) as c:
+        assert c.streams.video[0].metadata["TIMECODE"] == "01:02:03:04" and again.copied == []
 
 
 def test_a_codec_without_a_decoder_is_refused(tmp_path: Path) -> None:
