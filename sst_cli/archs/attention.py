@@ -49,7 +49,7 @@ import torch.nn.functional as F
 from ..checks import check_choice
 from ..choices import BACKENDS
 from ..errors import ConfigError
-from .cpu_kernel import cpu_attention, kernel_description, kernel_problem
+from .cpu_kernel import cpu_attention, kernel_description, kernel_problem, kernel_vector
 from .tracing import never_traced
 
 KERNEL_LINE_PREFIX = "attention kernel: "  # the descriptive line (front ends show it on request)
@@ -346,7 +346,7 @@ def _widths(kernel: str, device: torch.device, qk: int, v: int, rank: int = 0) -
     if kernel == "math":
         return qk, v
     if kernel == "native":  # content channels (the factors come separately, if any); v in whole vectors
-        return qk - rank, _round8(v)
+        return qk - rank, -(-v // kernel_vector()) * kernel_vector()
     if kernel == "sdpa-bias":
         qk -= rank
     if kernel == "fa4":  # q/k and v may differ; each a multiple of 8
