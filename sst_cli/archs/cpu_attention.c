@@ -2,9 +2,10 @@
  *
  * Why it exists: PyTorch's fused CPU kernel needs one head size for q, k and v, so SST's v (D channels) has to
  * be zero-padded to q/k's D + R and a third of the arithmetic multiplies zeros. Here the scores use D + R
- * channels and the value product D (rounded up to 8). Compiled on first use by sst_cli/archs/cpu_kernel.py
- * with the machine's own C compiler (-O3 -march=native) and called through ctypes; GCC/Clang vector extensions
- * keep it portable (AVX2 + FMA on x86-64, NEON on arm64).
+ * channels and the value product D (rounded up to the vector width). Compiled on first use by
+ * sst_cli/archs/cpu_kernel.py with the machine's own C compiler (-O3 -march=native) and called through ctypes;
+ * GCC/Clang vector extensions keep it portable: 16-float vectors where the target has AVX-512 (1.2-1.4x faster
+ * per call than the AVX2 build on the same Xeon, benchmarks/RESULTS.md), 8 with AVX2 + FMA or NEON.
  *
  * Layout: q (batch, heads, n, d): content channels; k packed in tiles of KT keys, (batch * heads, mt / KT, d,
  * KT), so that the score loop reads one contiguous stream; v (batch * heads, mt, dv) with dv a multiple of W;
@@ -35,19 +36,13 @@ typedef float vf __attribute__((vector_size(4 * W), aligned(4))); /* aligned(4):
 typedef int32_t vi __attribute__((vector_size(4 * W), aligned(4)));
 typedef uint32_t vu __attribute__((vector_size(4 * W), aligned(4)));
 #define KT (2 * W)  /* keys per packed tile: two vectors */
-#ifndef RB /* query rows per register block: 2 * RB accumulators, of 32 registers (AVX-512) or 16 */
-#if W == 16
+#if W == 16 /* query rows per register block: 2 * RB accumulators, of 32 registers (AVX-512) or 16 */
 #define RB 12
 #else
 #define RB 6
 #endif
-#endif
-#ifndef QB
-#define QB 96 /* query rows per work item */
-#endif
-#ifndef KB
+#define QB 96  /* query rows per work item: a multiple of RB */
 #define KB 512 /* keys per softmax step */
-#endif
 #define MAX_THREADS 256
 #define INLINE static inline __attribute__((always_inline))
 
@@ -226,7 +221,7 @@ typedef struct {
 #elif RB == 6
 #define BIG_ROWS(call_with_R)
 #else
-#error "RB must be 6 or 12"
+#error "BY_ROWS has cases for RB = 6 or 12 only"
 #endif
 
 #define BY_ROWS(call_with_R, rows)                                                                                    \
