@@ -264,7 +264,8 @@ class AttentionPlan:
             version = _package_version("flash-attn")
             return f"FlashAttention-2 (flash-attn{' ' + version if version else ''}, {precision})"
         if self.kernel == "native":
-            return f"sst-cli CPU kernel (C, built by {kernel_description()}, {precision})"
+            built = f"built by {kernel_description()}, {kernel_vector()}-float vectors"
+            return f"sst-cli CPU kernel (C, {built}, {precision})"
         if self.kernel == "math":
             exact = ", exact" if self.dtype in (torch.float32, torch.float64) else ""
             return f"math attention (matmul + softmax, {precision}{exact})"
