@@ -1,6 +1,8 @@
 /* Runs sst_cli/archs/cpu_attention.c under AddressSanitizer and UndefinedBehaviorSanitizer on awkward shapes
- * (key and row tails, lone and grouped windows, no factors, several query and key blocks, 1-3 threads).
- * Built and run by tests/test_cpu_kernel.py; exits non-zero on any finding or non-finite output. */
+ * (key and row tails, lone and grouped windows, no factors, several query and key blocks, 1-3 threads), and
+ * checks every output against attention computed in double precision here, for whatever vector width the
+ * build chose (8 or 16 floats). Built and run by tests/test_cpu_kernel.py; exits non-zero on any finding, a
+ * non-finite output or an error above 1e-5, and prints "ok" otherwise. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -9,6 +11,8 @@
 int sst_attention(const float *q, const float *kp, const float *v, const float *pq, const float *pkp, float *o,
                   int64_t batch, int64_t heads, int64_t n, int64_t m, int64_t d, int64_t rank, int64_t dv,
                   int threads);
+int sst_attention_vector(void);
+int sst_attention_key_tile(void);
 
 static float *random_floats(int64_t count) {
     float *p = malloc((size_t)count * sizeof(float));
@@ -16,20 +20,62 @@ static float *random_floats(int64_t count) {
     return p;
 }
 
+/* Channel c of key j in a packed block (tiles of kt keys, channel-major within a tile). */
+static double packed(const float *k, int64_t j, int64_t c, int64_t d, int64_t kt) {
+    return k[(j / kt) * d * kt + c * kt + j % kt];
+}
+
+/* Largest |error| of one batch item and head against double-precision attention over the n real keys. */
+static double worst_error(const float *q, const float *k, const float *v, const float *pq, const float *pk,
+                          const float *o, int64_t n, int64_t d, int64_t r, int64_t dv, int64_t kt) {
+    double worst = 0, *s = malloc((size_t)n * sizeof(double));
+    for (int64_t i = 0; i < n; i++) {
+        double top = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < n; j++) {
+            double x = 0;
+            for (int64_t c = 0; c < d; c++) x += (double)q[i * d + c] * packed(k, j, c, d, kt);
+            for (int64_t c = 0; c < r; c++) x += (double)pq[i * r + c] * packed(pk, j, c, r, kt);
+            s[j] = x;
+            top = x > top ? x : top;
+        }
+        for (int64_t j = 0; j < n; j++) sum += s[j] = exp(s[j] - top);
+        for (int64_t c = 0; c < dv; c++) {
+            double y = 0;
+            for (int64_t j = 0; j < n; j++) y += s[j] * v[j * dv + c];
+            double error = fabs(y / sum - o[i * dv + c]);
+            worst = error > worst ? error : worst;
+        }
+    }
+    free(s);
+    return worst;
+}
+
 int main(void) {
-    const int64_t cases[][6] = {/* batch, heads, tokens, d, rank, dv */
+    const int64_t cases[][6] = {/* batch, heads, tokens, d, rank, dv (rounded up to the build's vector) */
                                 {3, 2, 37, 9, 5, 8},   {1, 3, 100, 13, 0, 16}, {40, 2, 16, 8, 4, 8},
                                 {1, 2, 600, 12, 6, 24}, {5, 1, 3, 4, 2, 8},    {2, 6, 256, 30, 34, 32}};
+    const int64_t vector = sst_attention_vector(), kt = sst_attention_key_tile();
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         for (int threads = 1; threads <= 3; threads++) {
             int64_t b = cases[c][0], h = cases[c][1], n = cases[c][2], d = cases[c][3], r = cases[c][4];
-            int64_t dv = cases[c][5], m16 = (n + 15) / 16 * 16;
-            float *q = random_floats(b * h * n * d), *k = random_floats(b * h * m16 * d);
-            float *v = random_floats(b * h * m16 * dv), *o = malloc((size_t)(b * h * n * dv) * sizeof(float));
-            float *pq = r ? random_floats(h * n * r) : NULL, *pk = r ? random_floats(h * m16 * r) : NULL;
+            int64_t dv = (cases[c][5] + vector - 1) / vector * vector, mt = (n + kt - 1) / kt * kt;
+            float *q = random_floats(b * h * n * d), *k = random_floats(b * h * mt * d);
+            float *v = random_floats(b * h * mt * dv), *o = malloc((size_t)(b * h * n * dv) * sizeof(float));
+            float *pq = r ? random_floats(h * n * r) : NULL, *pk = r ? random_floats(h * mt * r) : NULL;
             if (sst_attention(q, k, v, pq, pk, o, b, h, n, n, d, r, dv, threads) != 0) return 2;
             for (int64_t i = 0; i < b * h * n * dv; i++)
                 if (!isfinite(o[i])) return 3;
+            for (int64_t bh = 0; threads == 1 && bh < b * h; bh++) {
+                int64_t head = bh % h;
+                double error = worst_error(q + bh * n * d, k + bh * mt * d, v + bh * mt * dv,
+                                           r ? pq + head * n * r : NULL, r ? pk + head * mt * r : NULL,
+                                           o + bh * n * dv, n, d, r, dv, kt);
+                if (!(error <= 1e-5)) {
+                    printf("case %zu, item %lld: error %.3g (vector %lld)\n", c, (long long)bh, error,
+                           (long long)vector);
+                    return 4;
+                }
+            }
             free(q), free(k), free(v), free(o), free(pq), free(pk);
         }
     }

@@ -14,7 +14,7 @@ import torch
 
 from sst_cli.archs import attention, cpu_kernel
 from sst_cli.archs.attention import attend, plan_attention
-from sst_cli.archs.cpu_kernel import cpu_attention, kernel_problem
+from sst_cli.archs.cpu_kernel import cpu_attention, kernel_problem, kernel_vector
 
 needs_native = pytest.mark.skipif(kernel_problem() is not None, reason=f"no CPU kernel here: {kernel_problem()}")
 
@@ -72,7 +72,8 @@ def _inputs(batch: int, heads: int, tokens: int, d: int, rank: int, dv: int, see
 def test_native_matches_float64_attention(batch: int, heads: int, tokens: int, d: int, rank: int, dv: int) -> None:
     q, k, v, bias = _inputs(batch, heads, tokens, d, rank, dv, seed=tokens + rank)
     out = cpu_attention(q, k, v, bias)
-    assert out.shape == (batch, heads, tokens, -(-dv // 8) * 8) and out.dtype == torch.float32
+    width = -(-dv // kernel_vector()) * kernel_vector()  # 8 floats a vector (AVX2, NEON) or 16 (AVX-512)
+    assert out.shape == (batch, heads, tokens, width) and out.dtype == torch.float32
     assert (out[..., dv:] == 0).all()
     assert (out[..., :dv].double() - _exact(q, k, v, bias)).abs().max().item() <= 5e-6
     through_room = attend(q, k, v, "native", bias=bias)  # the attention room slices and casts back
@@ -237,7 +238,15 @@ def test_a_temp_folder_others_can_write_is_not_used(fresh_build: Path, monkeypat
     assert problem is not None and problem.startswith("no writable folder to build the kernel in (")
 
 
-def test_the_kernel_is_clean_under_address_and_undefined_behaviour_sanitizers(tmp_path: Path) -> None:
+# Builds of other vector widths than this machine's own: the portable baseline (8 floats), and on an AVX-512
+# machine the AVX2 build that most x86 users run (8 floats), beside -march=native (16 floats there).
+_WIDTHS = [[], ["-march=native"], ["-march=native", "-mno-avx512f"]]
+
+
+@pytest.mark.parametrize("arch", _WIDTHS, ids=["baseline", "native", "native-no-avx512"])
+def test_the_kernel_is_exact_and_clean_under_address_and_undefined_behaviour_sanitizers(
+    tmp_path: Path, arch: list[str]
+) -> None:
     compiler = cpu_kernel._compiler()
     if compiler is None:
         pytest.skip("no C compiler")
@@ -245,7 +254,7 @@ def test_the_kernel_is_clean_under_address_and_undefined_behaviour_sanitizers(tm
     binary = tmp_path / "sanitize"
     flags = ["-O1", "-g", "-std=gnu11", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-pthread"]
     build = subprocess.run(
-        [*compiler, *flags, str(cpu_kernel.SOURCE), str(harness), "-o", str(binary), "-lm"],
+        [*compiler, *flags, *arch, str(cpu_kernel.SOURCE), str(harness), "-o", str(binary), "-lm"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     if build.returncode != 0:

@@ -2,15 +2,16 @@
  *
  * Why it exists: PyTorch's fused CPU kernel needs one head size for q, k and v, so SST's v (D channels) has to
  * be zero-padded to q/k's D + R and a third of the arithmetic multiplies zeros. Here the scores use D + R
- * channels and the value product D (rounded up to 8). Compiled on first use by sst_cli/archs/cpu_kernel.py
- * with the machine's own C compiler (-O3 -march=native) and called through ctypes; GCC/Clang vector extensions
- * keep it portable (AVX2 + FMA on x86-64, NEON on arm64).
+ * channels and the value product D (rounded up to the vector width). Compiled on first use by
+ * sst_cli/archs/cpu_kernel.py with the machine's own C compiler (-O3 -march=native) and called through ctypes;
+ * GCC/Clang vector extensions keep it portable: 16-float vectors where the target has AVX-512 (1.2-1.4x faster
+ * per call than the AVX2 build on the same Xeon, benchmarks/RESULTS.md), 8 with AVX2 + FMA or NEON.
  *
- * Layout: q (batch, heads, n, d): content channels; k packed in tiles of 16 keys, (batch * heads, m16 / 16, d,
- * 16), so that the score loop reads one contiguous stream; v (batch * heads, m16, dv) with dv a multiple of 8;
- * o like q with dv channels. m16 is m rounded up to 16: keys from m on are padding (their scores are masked to
+ * Layout: q (batch, heads, n, d): content channels; k packed in tiles of KT keys, (batch * heads, mt / KT, d,
+ * KT), so that the score loop reads one contiguous stream; v (batch * heads, mt, dv) with dv a multiple of W;
+ * o like q with dv channels. mt is m rounded up to KT: keys from m on are padding (their scores are masked to
  * -inf; their v rows must be finite, e.g. zero). Optional positional factors shared by the batch (SST's RIB):
- * pq (heads, n, rank) and pk packed like k, (heads, m16 / 16, rank, 16); their product is added to the logits.
+ * pq (heads, n, rank) and pk packed like k, (heads, mt / KT, rank, KT); their product is added to the logits.
  * It is computed once per block of query rows for a group of windows and read back as the initial value of the
  * scores, so each window pays d multiply-adds per score for q k^T instead of d + rank.
  *
@@ -25,23 +26,38 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef float vf __attribute__((vector_size(32), aligned(4))); /* aligned(4): unaligned loads are fine */
-typedef int32_t vi __attribute__((vector_size(32), aligned(4)));
-typedef uint32_t vu __attribute__((vector_size(32), aligned(4)));
-#define W 8         /* floats per vector */
-#define KT 16       /* keys per packed tile: two vectors */
-#define RB 6        /* query rows per register block: 12 accumulators */
-#define QB 96       /* query rows per work item */
-#define KB 512      /* keys per softmax step */
+/* Floats per vector: what the target's widest float unit takes (AVX-512: 16; AVX2, NEON: 8, two NEON registers). */
+#if defined(__AVX512F__)
+#define W 16
+#else
+#define W 8
+#endif
+typedef float vf __attribute__((vector_size(4 * W), aligned(4))); /* aligned(4): unaligned loads are fine */
+typedef int32_t vi __attribute__((vector_size(4 * W), aligned(4)));
+typedef uint32_t vu __attribute__((vector_size(4 * W), aligned(4)));
+#define KT (2 * W)  /* keys per packed tile: two vectors */
+#if W == 16 /* query rows per register block: 2 * RB accumulators, of 32 registers (AVX-512) or 16 */
+#define RB 12
+#else
+#define RB 6
+#endif
+#define QB 96  /* query rows per work item: a multiple of RB */
+#define KB 512 /* keys per softmax step */
 #define MAX_THREADS 256
 #define INLINE static inline __attribute__((always_inline))
 
-INLINE vf splat(float x) { return (vf){x, x, x, x, x, x, x, x}; }
+INLINE vf splat(float x) { /* spelled out: 0 + x is not x for -0, so `(vf){0} + x` costs an addition */
+#if W == 16
+    return (vf){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
+#else
+    return (vf){x, x, x, x, x, x, x, x};
+#endif
+}
 INLINE vf load(const float *p) { return *(const vf *)p; }
 INLINE void store(float *p, vf x) { *(vf *)p = x; }
 
 INLINE vf vmax(vf a, vf b) {
-#if defined(__AVX__) && defined(__x86_64__)
+#if defined(__AVX__) && defined(__x86_64__) && W == 8
     return __builtin_ia32_maxps256(a, b);
 #else
     vi m = a > b;
@@ -76,7 +92,7 @@ INLINE float hsum(vf x) {
     return s;
 }
 
-/* acc[r] += q_r . k over dq channels, for one packed tile of 16 keys; q interleaved (see interleave). */
+/* acc[r] += q_r . k over dq channels, for one packed tile of KT keys; q interleaved (see interleave). */
 INLINE void dot_tile(const int R, vf (*a)[2], const float *q, int64_t dq, const float *k) {
     for (int64_t c = 0; c < dq; c++, k += KT, q += RB) {
         vf k0 = load(k), k1 = load(k + W);
@@ -182,20 +198,35 @@ INLINE void row_block(const int R, const float *q, int64_t dq, const float *kp, 
     accumulate(R, S, v, kb, dv, O);
 }
 
-/* Positional bias rows p_q . p_k for R query rows and all m16 keys (no scaling, no mask). */
-INLINE void bias_rows(const int R, const float *pq, int64_t rank, const float *pkp, int64_t m16, float *out) {
-    dots(R, pq, rank, pkp, NULL, 0, NULL, m16, NULL, 0, out, m16, 1.0f, m16, NULL);
+/* Positional bias rows p_q . p_k for R query rows and all mt keys (no scaling, no mask). */
+INLINE void bias_rows(const int R, const float *pq, int64_t rank, const float *pkp, int64_t mt, float *out) {
+    dots(R, pq, rank, pkp, NULL, 0, NULL, mt, NULL, 0, out, mt, 1.0f, mt, NULL);
 }
 
 typedef struct {
     const float *q, *kp, *v, *pq, *pkp;
     float *o;
-    int64_t batch, heads, n, m, m16, d, rank, dv, qblocks, group, items, next;
+    int64_t batch, heads, n, m, mt, d, rank, dv, qblocks, group, items, next;
     int failed;
 } job_t;
 
+#if RB == 12
+#define BIG_ROWS(call_with_R)                                                                                         \
+    case 12: call_with_R(12); break;                                                                                  \
+    case 11: call_with_R(11); break;                                                                                  \
+    case 10: call_with_R(10); break;                                                                                  \
+    case 9: call_with_R(9); break;                                                                                    \
+    case 8: call_with_R(8); break;                                                                                    \
+    case 7: call_with_R(7); break;
+#elif RB == 6
+#define BIG_ROWS(call_with_R)
+#else
+#error "BY_ROWS has cases for RB = 6 or 12 only"
+#endif
+
 #define BY_ROWS(call_with_R, rows)                                                                                    \
     switch (rows < RB ? rows : RB) { /* a constant R per call: registers, unrolled loops */                          \
+    BIG_ROWS(call_with_R)                                                                                             \
     case 6: call_with_R(6); break;                                                                                    \
     case 5: call_with_R(5); break;                                                                                    \
     case 4: call_with_R(4); break;                                                                                    \
@@ -213,7 +244,7 @@ static void interleave(const float *q, int64_t rows, int64_t dq, float *out) {
 }
 
 typedef struct {
-    float *B, *S, *O, *Q, *P; /* bias rows QB x m16, scores RB x KB, output QB x dv, q QB x d, p_q QB x rank */
+    float *B, *S, *O, *Q, *P; /* bias rows QB x mt, scores RB x KB, output QB x dv, q QB x d, p_q QB x rank */
 } scratch_t;
 
 /* One work item: QB query rows of one head, for a group of batch items (windows) that share its positional bias
@@ -225,14 +256,14 @@ static void work_item(const job_t *J, int64_t item, scratch_t w) {
     int64_t i0 = (rest % J->qblocks) * QB, b0 = (rest / J->qblocks) * J->group;
     int64_t rows = J->n - i0 < QB ? J->n - i0 : QB;
     int64_t b1 = b0 + J->group < J->batch ? b0 + J->group : J->batch;
-    int64_t n = J->n, m = J->m, m16 = J->m16, d = J->d, rank = J->rank, dv = J->dv;
+    int64_t n = J->n, m = J->m, mt = J->mt, d = J->d, rank = J->rank, dv = J->dv;
     /* Bias rows pay when windows share them; a lone window adds the factors' product inside its own scores. */
     int grouped = rank > 0 && b1 - b0 > 1;
-    const float *pkp = rank > 0 ? J->pkp + h * m16 * rank : NULL, *pq = w.P;
+    const float *pkp = rank > 0 ? J->pkp + h * mt * rank : NULL, *pq = w.P;
     if (rank > 0) interleave(J->pq + (h * n + i0) * rank, rows, rank, w.P);
     if (grouped) {
         for (int64_t r0 = 0; r0 < rows; r0 += RB) {
-#define BIAS(R) bias_rows(R, pq + r0 * rank, rank, pkp, m16, B + r0 * m16)
+#define BIAS(R) bias_rows(R, pq + r0 * rank, rank, pkp, mt, B + r0 * mt)
             BY_ROWS(BIAS, rows - r0)
 #undef BIAS
         }
@@ -240,16 +271,16 @@ static void work_item(const job_t *J, int64_t item, scratch_t w) {
     float mx[QB], l[QB];
     for (int64_t b = b0; b < b1; b++) {
         int64_t bh = b * J->heads + h;
-        const float *q = w.Q, *kp = J->kp + bh * m16 * d, *v = J->v + bh * m16 * dv;
+        const float *q = w.Q, *kp = J->kp + bh * mt * d, *v = J->v + bh * mt * dv;
         interleave(J->q + (bh * n + i0) * d, rows, d, w.Q);
         for (int64_t r = 0; r < rows; r++) mx[r] = -INFINITY, l[r] = 0;
         memset(O, 0, sizeof(float) * rows * dv);
-        for (int64_t j0 = 0; j0 < m16; j0 += KB) {
-            int64_t kb = m16 - j0 < KB ? m16 - j0 : KB;
+        for (int64_t j0 = 0; j0 < mt; j0 += KB) {
+            int64_t kb = mt - j0 < KB ? mt - j0 : KB;
             for (int64_t r0 = 0; r0 < rows; r0 += RB) {
-                positional_t p = {NULL, NULL, NULL, m16, rank};
+                positional_t p = {NULL, NULL, NULL, mt, rank};
                 if (grouped) {
-                    p.bias = B + r0 * m16 + j0;
+                    p.bias = B + r0 * mt + j0;
                 } else if (rank > 0) {
                     p.pq = pq + r0 * rank;
                     p.pkp = pkp + j0 * rank;
@@ -270,7 +301,7 @@ static void work_item(const job_t *J, int64_t item, scratch_t w) {
 
 static void *worker(void *arg) {
     job_t *J = arg;
-    scratch_t w = {J->rank > 0 ? malloc(sizeof(float) * QB * J->m16) : NULL, malloc(sizeof(float) * RB * KB),
+    scratch_t w = {J->rank > 0 ? malloc(sizeof(float) * QB * J->mt) : NULL, malloc(sizeof(float) * RB * KB),
                    malloc(sizeof(float) * QB * J->dv), malloc(sizeof(float) * QB * J->d),
                    malloc(sizeof(float) * QB * (J->rank > 0 ? J->rank : 1))};
     if (w.S == NULL || w.O == NULL || w.Q == NULL || w.P == NULL || (J->rank > 0 && w.B == NULL)) {
@@ -314,3 +345,7 @@ int sst_attention(const float *q, const float *kp, const float *v, const float *
     for (int i = 1; i < started; i++) pthread_join(pool[i], NULL);
     return J.failed ? -1 : 0;
 }
+
+/* The packing the caller must use: floats per vector (v's width is a multiple of it) and keys per tile. */
+int sst_attention_vector(void) { return W; }
+int sst_attention_key_tile(void) { return KT; }

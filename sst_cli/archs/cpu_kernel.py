@@ -35,8 +35,6 @@ import torch.nn.functional as F
 from .tracing import never_traced
 
 SOURCE = Path(__file__).with_name("cpu_attention.c")
-_KEY_TILE = 16  # keys per packed tile (KT in the C source)
-_VECTOR = 8  # floats per vector: v's width is rounded up to it
 _COMPILE_TIMEOUT_S = 120
 _SELF_TEST_TOLERANCE = 1e-4
 
@@ -45,6 +43,8 @@ _SELF_TEST_TOLERANCE = 1e-4
 class _Library:
     handle: ctypes.CDLL | None
     description: str  # "gcc 12.2.0" when built, else why not
+    vector: int = 8  # floats per vector of the build (16 with AVX-512): v's width is rounded up to it
+    key_tile: int = 16  # keys per packed tile (KT in the C source)
 
 
 def _cache_dir() -> Path:
@@ -130,6 +130,9 @@ def _version(compiler: list[str]) -> str:
 def _declare(lib: ctypes.CDLL) -> None:
     lib.sst_attention.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 7 + [ctypes.c_int]
     lib.sst_attention.restype = ctypes.c_int
+    for name in ("sst_attention_vector", "sst_attention_key_tile"):
+        getattr(lib, name).argtypes = []
+        getattr(lib, name).restype = ctypes.c_int
 
 
 def _temp_folder() -> Path:
@@ -178,17 +181,18 @@ def _library() -> _Library:
         _declare(lib)
     except (OSError, AttributeError) as exc:
         return _Library(None, f"cannot load {target} ({exc})")
-    error = _self_test(lib)
+    built = _Library(lib, version, lib.sst_attention_vector(), lib.sst_attention_key_tile())
+    error = _self_test(built)
     if error is not None:
         return _Library(None, error)
-    return _Library(lib, version)
+    return built
 
 
 def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return torch.softmax(q.double() @ k.double().transpose(-2, -1), dim=-1) @ v.double()
 
 
-def _self_test(lib: ctypes.CDLL) -> str | None:
+def _self_test(lib: _Library) -> str | None:
     """A build that computes wrong numbers (an unusual compiler, a broken flag) must never be used."""
     gen = torch.Generator().manual_seed(0)
     q, k = (torch.randn(3, 2, 37, 20, generator=gen) for _ in range(2))  # 37 keys: a padded key tile
@@ -220,16 +224,21 @@ def kernel_description() -> str:
     return _library().description
 
 
-def _packed(k: torch.Tensor, tiles: int) -> torch.Tensor:
-    """(..., tokens, C) -> (..., tiles, C, 16): keys 16 at a time, channel-major; padding keys are zero."""
+def kernel_vector() -> int:
+    """Floats per vector of the build (8 with AVX2 or NEON, 16 with AVX-512): v's width is a multiple of it."""
+    return _library().vector
+
+
+def _packed(k: torch.Tensor, tiles: int, tile: int) -> torch.Tensor:
+    """(..., tokens, C) -> (..., tiles, C, tile): keys ``tile`` at a time, channel-major; padding keys are zero."""
     m = k.shape[-2]
-    keys = tiles * _KEY_TILE
+    keys = tiles * tile
     k = F.pad(k, (0, 0, 0, keys - m)) if keys != m else k
-    return k.to(torch.float32).unflatten(-2, (tiles, _KEY_TILE)).transpose(-1, -2).contiguous()
+    return k.to(torch.float32).unflatten(-2, (tiles, tile)).transpose(-1, -2).contiguous()
 
 
 def _run(
-    lib: ctypes.CDLL,
+    lib: _Library,
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -238,20 +247,21 @@ def _run(
 ) -> torch.Tensor:
     b, h, n, d = q.shape
     m, dv = k.shape[-2], v.shape[-1]
-    tiles = -(-m // _KEY_TILE)
-    width = -(-dv // _VECTOR) * _VECTOR
+    tiles = -(-m // lib.key_tile)
+    width = -(-dv // lib.vector) * lib.vector
     q = q.to(torch.float32).contiguous()
-    keys = _packed(k, tiles)
+    keys = _packed(k, tiles, lib.key_tile)
     values = v.to(torch.float32)
-    if width != dv or tiles * _KEY_TILE != m:  # zero channels and zero padding keys (finite: masked scores)
-        values = F.pad(values, (0, width - dv, 0, tiles * _KEY_TILE - m))
+    if width != dv or tiles * lib.key_tile != m:  # zero channels and zero padding keys (finite: masked scores)
+        values = F.pad(values, (0, width - dv, 0, tiles * lib.key_tile - m))
     values = values.contiguous()
     rank, bias_q, bias_k = 0, None, None
     if bias is not None:
         rank = bias[0].shape[-1]
-        bias_q, bias_k = bias[0].to(torch.float32).contiguous(), _packed(bias[1], tiles)
+        bias_q, bias_k = bias[0].to(torch.float32).contiguous(), _packed(bias[1], tiles, lib.key_tile)
     out = q.new_empty((b, h, n, width))
-    status = lib.sst_attention(
+    assert lib.handle is not None
+    status = lib.handle.sst_attention(
         q.data_ptr(), keys.data_ptr(), values.data_ptr(),
         None if bias_q is None else bias_q.data_ptr(), None if bias_k is None else bias_k.data_ptr(),
         out.data_ptr(), b, h, n, m, d, rank, width, threads or torch.get_num_threads(),
@@ -268,12 +278,13 @@ def cpu_attention(
     v: torch.Tensor,
     bias: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """``softmax(q k^T [+ bias_q bias_k^T]) v`` in fp32, (B, heads, tokens, C) -> (B, heads, tokens, C_v8).
+    """``softmax(q k^T [+ bias_q bias_k^T]) v`` in fp32, (B, heads, tokens, C) -> (B, heads, tokens, C_w).
 
     ``bias``: factors (heads, tokens, R) shared by the batch, whose product is added to the logits. The output's
-    width is v's rounded up to a multiple of 8 (the extra channels are zero); the caller slices. No autograd.
+    width ``C_w`` is v's rounded up to a multiple of ``kernel_vector()`` (the extra channels are zero); the
+    caller slices. No autograd.
     """
-    handle = _library().handle
-    if handle is None:
-        raise RuntimeError(f"the CPU attention kernel is unavailable: {_library().description}")
-    return _run(handle, q, k, v, bias)
+    lib = _library()
+    if lib.handle is None:
+        raise RuntimeError(f"the CPU attention kernel is unavailable: {lib.description}")
+    return _run(lib, q, k, v, bias)
