@@ -242,7 +242,8 @@ def test_unrecognised_file_names_the_nearest_architecture(tmp_path: Path) -> Non
     state = {k: v for k, v in torch.load(_checkpoint(tmp_path, "SwinIR"))["params_ema"].items() if "mlp" not in k}
     path = tmp_path / "broken.pth"
     torch.save(state, path)
-    with pytest.raises(CheckpointError, match=r"broken\.pth: neither sst-cli nor spandrel .* nearest is SwinIR.*mlp"):
+    message = r"broken\.pth: this is a SwinIR checkpoint .*neither sst-cli nor spandrel .* nearest .* is SwinIR.*mlp"
+    with pytest.raises(CheckpointError, match=message):
         load_model(path)
 
 
