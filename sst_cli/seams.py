@@ -187,7 +187,7 @@ class SeamGuide:
             )
         return (
             f"{bound.text()}, below {TARGET_DB:.0f} dB, and no context up to {self.contexts[-1]} px reaches it "
-            f"(best {_db(needed.psnr)}): run whole images where memory allows (--tile auto)"
+            f"with {needed.tile} px tiles (best {_db(needed.psnr)}): run whole images where memory allows (--tile auto)"
         )
 
 
