@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Seams of tiled spandrel models: PSNR of tiled output against the whole image, per tile and context, and
-the context sst-cli learns on its probe (``sst_cli.seams``), with the time the probe took.
+the context sst-cli learns on its probe (``sst_cli.seams``) per probe side, with the time the probe took.
 
 Models are the tiny random-weight checkpoints of ``tests/test_spandrel.py`` (spandrel's own classes), or
 real checkpoints given with ``--weights``. Tiles run as the engine runs them for models whose tiles cannot be
-exact (feathered, aligned to the model's windows); exact models are cropped. Needs the extra
-(``pip install 'sst-cli[spandrel]'``).
+exact (feathered, aligned to the model's windows); exact models are cropped. The picture is the tests' ramp,
+the probe picture itself (another seed), or a photo (a centre crop of any image file). Needs the extra
+(``pip install 'sst-cli[spandrel]'``). Nothing is read from or written to the seams cache.
 
     PYTHONPATH=. python benchmarks/bench_seams.py --models HAT DAT OmniSR --size 192 256 --threads 1
+    PYTHONPATH=. python benchmarks/bench_seams.py --models DAT --size 512 512 --picture photo \
+        --photo ../shared/datasets/Set14/HR/monarch.png --tiles 32 --contexts 64 --probe-sides 192 512
     PYTHONPATH=. python benchmarks/bench_seams.py --weights HAT_SRx4.pth --device cuda --size 512 512
 """
 
@@ -24,7 +27,7 @@ from pathlib import Path
 import torch
 
 from sst_cli import Upscaler
-from sst_cli.seams import probe_picture
+from sst_cli.seams import MIN_PROBE, SeamGuide, probe_picture
 from sst_cli.tiling import align_overlap, align_tile_size, plan_tiles, run_tiles
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"
@@ -44,9 +47,21 @@ def checkpoints(args: argparse.Namespace, folder: Path) -> list[tuple[str, Path]
     return [(name, _checkpoint(folder, name)) for name in args.models]
 
 
-def picture(kind: str, height: int, width: int) -> torch.Tensor:
+def picture(kind: str, height: int, width: int, photo: str | None = None) -> torch.Tensor:
     if kind == "probe":
         return probe_picture(max(height, width), seed=7)[:, :height, :width].contiguous()
+    if kind == "photo":
+        import numpy as np
+        from PIL import Image
+
+        if photo is None:
+            raise SystemExit("--picture photo needs --photo FILE")
+        rgb = np.asarray(Image.open(photo).convert("RGB"), dtype=np.float32) / 255
+        h, w = rgb.shape[:2]
+        if h < height or w < width:
+            raise SystemExit(f"{photo} is {w}x{h}, smaller than --size {height} {width}")
+        y0, x0 = (h - height) // 2, (w - width) // 2
+        return torch.from_numpy(rgb[y0 : y0 + height, x0 : x0 + width].copy()).permute(2, 0, 1).contiguous()
     sys.path.insert(0, str(TESTS))
     from test_spandrel import _image  # a smooth ramp with texture
 
@@ -58,8 +73,10 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["HAT", "DAT", "OmniSR", "SwinIR", "ESRGAN"])
     parser.add_argument("--weights", nargs="+", help="real checkpoints instead of the tests' tiny models")
     parser.add_argument("--size", type=int, nargs=2, default=[192, 256], metavar=("H", "W"))
-    parser.add_argument("--picture", choices=("ramp", "probe"), default="ramp")
-    parser.add_argument("--tiles", type=int, nargs="+", default=[32, 64, 128])
+    parser.add_argument("--picture", choices=("ramp", "probe", "photo"), default="ramp")
+    parser.add_argument("--photo", help="the image file --picture photo crops (centre)")
+    parser.add_argument("--probe-sides", type=int, nargs="*", default=None, help="probe sides to learn on")
+    parser.add_argument("--tiles", type=int, nargs="*", default=[32, 64, 128])
     parser.add_argument("--contexts", type=int, nargs="+", default=[16, 32, 48, 64])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precision", default="fp32")
@@ -76,19 +93,21 @@ def main() -> None:
         for name, path in checkpoints(args, Path(folder)):
             up = Upscaler(weights=path, device=args.device, precision=args.precision, tile=0)
             d = up.descriptor
-            image = picture(args.picture, height, width)
+            image = picture(args.picture, height, width, args.photo)
             whole = up.run(image).image
             blend = d.exact_context is None
             print(
                 f"\n## {name} ({d.architecture}, x{d.scale}, align {d.size_multiple}, "
                 f"exact context {d.exact_context}, default {d.default_context})"
             )
-            if blend:
+            for side in args.probe_sides if args.probe_sides is not None else [MIN_PROBE] if blend else []:
+                guide = SeamGuide(up._forward, d.scale, d.size_multiple, d.default_context, batch=4, side=side)
                 start = time.perf_counter()
-                needed = up.seams.needed
+                needed = guide.needed
                 print(
-                    f"learned on the probe in {time.perf_counter() - start:.1f} s: {needed.text()}"
-                    f"{'' if up.seams.reachable else ' (target not reached)'}"
+                    f"learned on the {guide.probe.side} px probe in {time.perf_counter() - start:.1f} s: "
+                    f"{needed.text()}{'' if guide.reachable else ' (target not reached)'}",
+                    flush=True,
                 )
             print("| tile | " + " | ".join(f"context {c}" for c in args.contexts) + " |")
             print("|---|" + "---|" * len(args.contexts))
@@ -98,7 +117,7 @@ def main() -> None:
                 for context in args.contexts:
                     c = align_overlap(context, d.size_multiple)
                     tiles = plan_tiles(height, width, t, c, d.size_multiple)
-                    out = run_tiles(up._forward, image, d.scale, tiles, blend=blend)
+                    out = run_tiles(up._forward, image, d.scale, tiles, batch=4, blend=blend)
                     cells.append(f"{psnr(out, whole):.1f}" + ("" if c == context else f" ({c})"))
                 print(f"| {t} | " + " | ".join(cells) + " |", flush=True)
 

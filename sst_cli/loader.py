@@ -12,15 +12,27 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
 from . import hub
-from .archs import ARCHITECTURES, ArchConfig, Architecture, SRNetwork, detect_architecture, get_architecture
+from .archs import (
+    ARCHITECTURES,
+    ArchConfig,
+    Architecture,
+    SRNetwork,
+    detect_architecture,
+    get_architecture,
+    near_miss,
+    recognise,
+)
 from .checkpoint import load_state, read_weights
 from .errors import CheckpointError, ConfigError
 from .zoo import VARIANTS, Variant, check_scale, get_variant
+
+if TYPE_CHECKING:
+    from .spandrel.foreign import NotRecognised
 
 ConfigSource = Mapping[str, Any] | str | os.PathLike[str]
 
@@ -169,7 +181,10 @@ def _load_foreign(state: Mapping[str, torch.Tensor], source: str) -> SRNetwork:
     from .spandrel import foreign as spandrel
 
     if spandrel.available():
-        return spandrel.load_foreign(state, source)
+        try:
+            return spandrel.load_foreign(state, source)
+        except spandrel.NotRecognised as refused:
+            _refuse_unrecognised(state, source, refused)
     try:
         detect_architecture(state, source)
     except CheckpointError as exc:
@@ -177,6 +192,21 @@ def _load_foreign(state: Mapping[str, torch.Tensor], source: str) -> SRNetwork:
             f"{exc}; installing spandrel ({spandrel.INSTALL_HINT}) may help: it runs about 40 more architectures"
         ) from None
     raise AssertionError("detect_architecture accepted keys no architecture claims")  # pragma: no cover
+
+
+def _refuse_unrecognised(state: Mapping[str, torch.Tensor], source: str, refused: NotRecognised) -> NoReturn:
+    """Neither sst-cli nor spandrel loads the file: sst-cli's own explanation first when it has a specific one
+    (a near miss of its own architectures; an architecture its table names), else spandrel's nearest."""
+    if near_miss(state) is not None:
+        detect_architecture(state, source)  # raises "looks like a DAT checkpoint but lacks ..."
+    name = recognise(state)
+    if name is None:
+        raise refused
+    nearest = f"; spandrel's nearest architecture is {refused.nearest}" if refused.nearest else ""
+    raise CheckpointError(
+        f"{source}: this is a {name} checkpoint (recognised by its keys), but neither sst-cli nor spandrel can "
+        f"load it{nearest}"
+    )
 
 
 def load_model(

@@ -4,8 +4,8 @@ The plan follows the network's own description (window alignment, the context th
 its default), the options, and what the device allows: the memory budget, CUDA's 2**31-element index limit
 (``widest.py``), and what this planner learned while running: the size of a pass that ran out of memory (a
 ceiling for later images) and, for networks whose tiles cannot be exact, the context a probe measured
-(``seams.py``). The only forward passes here are those two probes' (small inputs, once per network); the
-``Upscaler`` runs the images.
+(``seams.py``, a probe sized to the picture and kept on disk). The only forward passes here are those two
+probes' (small inputs, once per network and probe size); the ``Upscaler`` runs the images.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from torch import nn
 from .archs import ModelDescriptor, SRNetwork, network_of
 from .options import UpscaleOptions
 from .runtime import fp32_mode, memory_budget
-from .seams import SeamGuide
+from .seamcache import SeamCache, cache_key, weights_digest
+from .seams import MAX_PROBE, MIN_PROBE, PROBE_STEP, SeamGuide, probe_side
 from .tiling import (
     TileSize,
     align_overlap,
@@ -64,7 +65,11 @@ class Planner:
         self.device, self.dtype = device, dtype
         self.scale = descriptor.scale
         self._forward = forward  # one batch of tiles through the network: the seams probe runs it
-        self._seams: SeamGuide | None = None  # learned on a probe when a network whose tiles cannot be exact tiles
+        # Learned on a probe (one per probe side) when a network whose tiles cannot be exact tiles; the last one
+        # asked for is what messages about seams quote.
+        self._guides: dict[int, SeamGuide] = {}
+        self._seam_side = MIN_PROBE
+        self._seam_cache: SeamCache | None = None
         # After an out-of-memory retry: the bytes of the largest pass that then ran, so the next images start
         # there instead of failing at the same size again.
         self.memory_ceiling: int | None = None
@@ -100,7 +105,7 @@ class Planner:
         if o.tile != "auto":
             tile: TileSize = align_tile_size(o.tile, align) if o.tile else 0
             if blend and o.tile_overlap is None and 0 < min(tile_sides(tile)) < max(height, width):
-                overlap = max(overlap, self.seams.needed.context)
+                overlap = max(overlap, self.seams_for(height, width).needed.context)
             batch = o.batch
             while self.memory_ceiling is not None and self.pass_bytes(tile, overlap, batch, height, width) > (
                 self.memory_ceiling
@@ -122,7 +127,7 @@ class Planner:
         if fits(height, width):
             return TilePlan(0, overlap, align, blend)
         if blend and o.tile_overlap is None:
-            overlap = max(overlap, self.seams.needed.context)
+            overlap = max(overlap, self.seams_for(height, width).needed.context)
 
         # When nothing fits, the smallest aligned tile runs and out-of-memory halving has the last word.
         rows, cols = cheapest_tile(height, width, overlap, align, fits) or (align, align)
@@ -132,13 +137,40 @@ class Planner:
 
     @property
     def seams(self) -> SeamGuide:
-        """The context this network's tiles need within 60 dB of the whole image, measured on a probe on first
-        use (``seams.py``); asked only of networks whose tiles cannot be exact."""
-        if self._seams is None:
+        """The seams guide of the last picture planned (``seams_for``); asked only of networks whose tiles cannot
+        be exact."""
+        return self._guide(self._seam_side)
+
+    def seams_for(self, height: int, width: int) -> SeamGuide:
+        """The context this network's tiles need within 60 dB of the whole image, measured on first use on a probe
+        as large as the picture (``seams.probe_side``: up to 512 px and what runs whole in memory)."""
+        self._seam_side = probe_side(height, width, self.descriptor.size_multiple, self._largest_probe())
+        return self._guide(self._seam_side)
+
+    def _guide(self, side: int) -> SeamGuide:
+        if side not in self._guides:
             d = self.descriptor
             batch = self.options.batch  # the probe's tiles per pass: as many as the user's tiles
-            self._seams = SeamGuide(self._forward, self.scale, d.size_multiple, d.default_context, batch)
-        return self._seams
+            self._guides[side] = SeamGuide(
+                self._forward, self.scale, d.size_multiple, d.default_context, batch, side, self._cache()
+            )
+        return self._guides[side]
+
+    def _cache(self) -> SeamCache:
+        """Figures on disk, keyed by the weights and everything else they depend on (``seamcache.py``)."""
+        if self._seam_cache is None:
+            d = self.descriptor
+            key = cache_key(weights_digest(self.model), d.scale, d.size_multiple, self.dtype, self.device.type)
+            self._seam_cache = SeamCache(key)
+        return self._seam_cache
+
+    def _largest_probe(self) -> int:
+        """The largest probe side (a multiple of ``PROBE_STEP`` up to ``MAX_PROBE``) whose whole run fits memory."""
+        side = MAX_PROBE
+        budget = self.budget()
+        while side > MIN_PROBE and self.activation_bytes(side, side) > budget:
+            side -= PROBE_STEP
+        return side
 
     def budget(self) -> int:
         """Bytes one forward pass may use: ``max_memory`` or a share of free memory, and never more than a pass

@@ -6,8 +6,13 @@ the whole image; how much it strays depends on the weights, so we measure it ins
 module's class names. A probe picture (shapes and texture at every scale, fixed seed) runs once whole,
 then tiled exactly as the engine tiles such networks (aligned, feathered) with a given tile and context; the
 PSNR between the two is the figure. The engine takes the smallest context that reaches the target with a
-margin, and states the measured figure whenever it tiles below it. It is the probe's figure, not the
-user's picture's: larger pictures and larger uniform areas stray more (``benchmarks/RESULTS.md``).
+margin, and states the measured figure whenever it tiles below it.
+
+A tile strays by how far the statistics of its context box differ from the whole picture's, so a larger
+picture strays more: the probe is as large as the user's picture (rounded up to ``PROBE_STEP``), from
+``MIN_PROBE`` to ``MAX_PROBE`` px and no larger than runs whole in memory; pictures beyond it may stray more
+(``benchmarks/RESULTS.md``). The probe's content strays more than the photos measured there. Figures are
+kept on disk per network (``seamcache.py``).
 """
 
 from __future__ import annotations
@@ -19,13 +24,16 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .seamcache import SeamCache
 from .tiling import plan_tiles, run_tiles
 
 Forward = Callable[[torch.Tensor], torch.Tensor]  # NCHW in [0, 1] -> NCHW scale times larger, on the CPU
 
 TARGET_DB = 60.0  # what tiled output should keep from the whole image's
 MARGIN_DB = 3.0  # kept above the target on the probe: real pictures vary more than it does
-PROBE_SIDE = 192  # LR pixels; several times the tiles and contexts it judges
+MIN_PROBE = 192  # LR pixels: the smallest probe, for pictures up to that size
+MAX_PROBE = 512  # the largest (several times a 32 px tile with 64 px of context); larger pictures may stray more
+PROBE_STEP = 128  # probe sides between are the picture's larger side rounded up to this (cached per side)
 MIN_TILE = 32  # the smallest tile the contexts are learned for (LR pixels, rounded up to the alignment)
 CONTEXTS = (16, 32, 48, 64)  # contexts tried, smallest first (rounded up to the alignment)
 
@@ -46,6 +54,14 @@ class SeamBound:
         )
 
 
+def probe_side(height: int, width: int, align: int = 1, largest: int = MAX_PROBE) -> int:
+    """The probe side that judges tiles of a ``height`` x ``width`` picture: its larger side rounded up to
+    ``PROBE_STEP``, within ``MIN_PROBE`` .. ``largest`` (what runs whole in memory), a multiple of ``align``."""
+    side = -(-max(height, width) // PROBE_STEP) * PROBE_STEP
+    side = max(min(side, largest, MAX_PROBE), min(MIN_PROBE, largest))
+    return max(align, side // align * align)
+
+
 def probe_picture(side: int, channels: int = 3, seed: int = 0) -> torch.Tensor:
     """(channels, side, side) in [0, 1]: noise at octaves from the whole side down to one pixel, so the
     probe has large shapes (which global statistics see) as well as texture (which windows see)."""
@@ -63,18 +79,31 @@ def probe_picture(side: int, channels: int = 3, seed: int = 0) -> torch.Tensor:
 class SeamProbe:
     """Measures one network's seams on a probe: the whole probe once, then one tiled run per question."""
 
-    def __init__(self, forward: Forward, scale: int, align: int = 1, side: int = PROBE_SIDE, batch: int = 1) -> None:
-        self.forward, self.scale, self.align, self.batch = forward, scale, align, batch
+    def __init__(
+        self,
+        forward: Forward,
+        scale: int,
+        align: int = 1,
+        side: int = MIN_PROBE,
+        batch: int = 1,
+        cache: SeamCache | None = None,
+    ) -> None:
+        self.forward, self.scale, self.align, self.batch, self.cache = forward, scale, align, batch, cache
         self.side = -(-side // align) * align
         self.picture = probe_picture(self.side)
         self._whole: torch.Tensor | None = None
         self._measured: dict[tuple[int, int], SeamBound] = {}
 
     def measure(self, tile: int, context: int) -> SeamBound:
-        """The bound of ``tile``-pixel cores with ``context`` pixels of context (cached)."""
+        """The bound of ``tile``-pixel cores with ``context`` pixels of context (cached in memory and on disk)."""
         key = (tile, context)
         if key not in self._measured:
-            self._measured[key] = SeamBound(tile, context, self._psnr(tile, context), self.side)
+            psnr = self.cache.get(self.side, tile, context) if self.cache is not None else None
+            if psnr is None:
+                psnr = self._psnr(tile, context)
+                if self.cache is not None:
+                    self.cache.put(self.side, tile, context, psnr)
+            self._measured[key] = SeamBound(tile, context, psnr, self.side)
         return self._measured[key]
 
     def smallest_context(self, tile: int, contexts: Sequence[int], target: float) -> SeamBound:
@@ -108,13 +137,23 @@ class SeamGuide:
     time it is asked (tiling only): the context ``MIN_TILE``-pixel tiles need (``needed``), and the measured
     figure of any plan below that (``advice``)."""
 
-    def __init__(self, forward: Forward, scale: int, align: int, default_context: int, batch: int = 1) -> None:
-        """``batch``: probe tiles per forward pass."""
+    def __init__(
+        self,
+        forward: Forward,
+        scale: int,
+        align: int,
+        default_context: int,
+        batch: int = 1,
+        side: int = MIN_PROBE,
+        cache: SeamCache | None = None,
+    ) -> None:
+        """``batch``: probe tiles per forward pass; ``side``: the probe's (``probe_side``); ``cache``: figures on
+        disk."""
         self.align = align
         self.tile = max(align, -(-MIN_TILE // align) * align)
         wanted = {-(-c // align) * align for c in (default_context, *CONTEXTS) if c >= default_context}
         self.contexts = sorted(wanted)
-        self.probe = SeamProbe(forward, scale, align, batch=batch)
+        self.probe = SeamProbe(forward, scale, align, side=side, batch=batch, cache=cache)
         self._needed: SeamBound | None = None
 
     @property
@@ -137,7 +176,10 @@ class SeamGuide:
             half = self.probe.side // 2 // self.align * self.align  # a probe of at least 2x2 tiles
             bound = self.probe.measure(max(self.align, min(tile, half)), context)
         if bound.psnr >= TARGET_DB:
-            return f"{bound.text()} (larger tiles and more context stray less)"
+            larger = " (larger tiles and more context stray less" + (
+                ", larger pictures more)" if self.probe.side >= MAX_PROBE else ")"
+            )
+            return bound.text() + larger
         if self.reachable:
             return (
                 f"{bound.text()}, below {TARGET_DB:.0f} dB, which needs tiles of at least {needed.tile} px with "
@@ -145,7 +187,7 @@ class SeamGuide:
             )
         return (
             f"{bound.text()}, below {TARGET_DB:.0f} dB, and no context up to {self.contexts[-1]} px reaches it "
-            f"(best {_db(needed.psnr)}): run whole images where memory allows (--tile auto)"
+            f"with {needed.tile} px tiles (best {_db(needed.psnr)}): run whole images where memory allows (--tile auto)"
         )
 
 

@@ -95,6 +95,13 @@ def _private_hf_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HF_TOKEN", raising=False)
 
 
+@pytest.fixture(autouse=True)
+def _private_seams_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test gets its own empty cache of seam figures (``sst_cli.seamcache``): a probe measured by one test
+    (or by a developer's runs) must not stand in for another's."""
+    monkeypatch.setenv("SST_SEAMS_CACHE", str(tmp_path / "seams-cache"))
+
+
 @pytest.fixture
 def offline_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty Hugging Face cache with offline mode on (huggingface_hub reads both at import time)."""

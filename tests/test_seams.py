@@ -15,18 +15,23 @@ from torch import nn
 
 from sst_cli import Upscaler
 from sst_cli.archs import ModelDescriptor, SRNetwork
-from sst_cli.seams import CONTEXTS, TARGET_DB, SeamGuide, SeamProbe, probe_picture
+from sst_cli.seamcache import PROBE_VERSION, SeamCache
+from sst_cli.seams import CONTEXTS, MAX_PROBE, MIN_PROBE, TARGET_DB, SeamGuide, SeamProbe, probe_picture, probe_side
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread is faster on shared cores
 
 
 class GlobalMix(SRNetwork):
-    """x2 nearest upscale of a 3x3 convolution plus ``strength`` times the image's mean per channel."""
+    """x2 nearest upscale of a 3x3 convolution plus ``strength`` times the image's mean per channel; counts its
+    forward passes."""
 
     def __init__(self, strength: float, exact: int | None = None) -> None:
         super().__init__()
         torch.manual_seed(0)
         self.conv = nn.Conv2d(3, 3, 3, padding=1)
-        self.strength = strength
+        self.register_buffer("strength", torch.tensor(strength))  # in the state dict: part of the weights
         self.exact = exact
+        self.calls = 0
 
     def describe(self) -> ModelDescriptor:
         return ModelDescriptor("GlobalMix", 2, exact_context=self.exact, default_context=4)
@@ -35,6 +40,7 @@ class GlobalMix(SRNetwork):
         return 64 * height * width
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
         y = self.conv(x) + self.strength * x.mean((2, 3), keepdim=True)
         return nn.functional.interpolate(y, scale_factor=2, mode="nearest")
 
@@ -113,13 +119,78 @@ def test_forced_small_tiles_say_their_measured_bound() -> None:
 
 
 def test_whole_images_and_exact_networks_never_probe() -> None:
-    up = Upscaler(GlobalMix(0.05), device="cpu", precision="fp32", tile="auto")
-    assert up.plan(64, 64).tile == 0 and up.planner._seams is None
-    exact = Upscaler(GlobalMix(0.0, exact=1), device="cpu", precision="fp32", tile=16)
-    assert not exact.plan(64, 64).blend and exact.planner._seams is None
+    model = GlobalMix(0.05)
+    up = Upscaler(model, device="cpu", precision="fp32", tile="auto")
+    assert up.plan(64, 64).tile == 0 and model.calls == 0
+    exact_model = GlobalMix(0.0, exact=1)
+    exact = Upscaler(exact_model, device="cpu", precision="fp32", tile=16)
+    assert not exact.plan(64, 64).blend and exact_model.calls == 0
 
 
 def test_auto_tiles_get_the_learned_context_when_the_image_does_not_fit() -> None:
     up = Upscaler(GlobalMix(0.002), device="cpu", precision="fp32", tile="auto", max_memory=64 * 96 * 96 // 2)
     plan = up.plan(96, 96)
     assert plan.tile != 0 and plan.overlap == up.seams.needed.context
+
+
+def test_probe_side_follows_the_picture_within_its_bounds() -> None:
+    assert probe_side(100, 60) == MIN_PROBE == 192
+    assert probe_side(224, 200) == 256 and probe_side(300, 385) == 512
+    assert probe_side(4000, 3000) == MAX_PROBE == 512
+    assert probe_side(4000, 3000, largest=256) == 256, "no larger than runs whole in memory"
+    assert probe_side(224, 200, align=48) == 240
+
+
+def _psnr(got: torch.Tensor, whole: torch.Tensor) -> float:
+    mse = float(((got.clamp(0, 1) - whole.clamp(0, 1)).double() ** 2).mean())
+    return math.inf if mse == 0 else 10 * math.log10(1 / mse)
+
+
+def test_the_bound_holds_on_a_picture_larger_than_the_smallest_probe() -> None:
+    """A tile strays by how far its context box's mean differs from the whole picture's, so a larger picture
+    strays more: the probe grows with the picture, and what it learns holds on the picture itself."""
+    strength, side = 0.013, 384  # the 192 px probe: 32 px of context (63.2 dB there, 59.3 on this picture)
+    small = SeamGuide(_forward(GlobalMix(strength)), 2, 1, default_context=4, batch=16, side=MIN_PROBE).needed
+    image = probe_picture(side, seed=5)
+    model = GlobalMix(strength)
+    messages: list[str] = []
+    up = Upscaler(model, device="cpu", precision="fp32", tile=32, batch=16, on_message=messages.append)
+    with torch.inference_mode():
+        whole = model(image[None])[0]
+    old = Upscaler(GlobalMix(strength), device="cpu", precision="fp32", tile=32, batch=16, tile_overlap=small.context)
+    assert _psnr(old.run(image).image, whole) < TARGET_DB, "the smallest probe's context falls short here"
+    assert up.plan(side, side).overlap > small.context and up.seams.probe.side == side
+    assert _psnr(up.run(image).image, whole) >= TARGET_DB
+    assert any(f"on a {side} px probe" in m for m in messages), messages
+
+
+def test_a_second_upscaler_on_the_same_weights_reads_the_probe_from_disk(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("SST_SEAMS_CACHE", str(tmp_path / "cache"))
+    first = GlobalMix(0.002)
+    plan = Upscaler(first, device="cpu", precision="fp32", tile=32, batch=16).plan(96, 96)
+    assert first.calls > 0, "the first upscaler measures"
+    second = GlobalMix(0.002)
+    up = Upscaler(second, device="cpu", precision="fp32", tile=32, batch=16)
+    assert up.plan(96, 96) == plan and up.seams.needed == Upscaler(first, tile=32, device="cpu").seams.needed
+    assert second.calls == 0, "the same weights: the figures come from the cache"
+    other = GlobalMix(0.004)
+    Upscaler(other, device="cpu", precision="fp32", tile=32, batch=16).plan(96, 96)
+    assert other.calls > 0, "other weights are measured"
+    files = list((tmp_path / "cache").glob("*.json"))
+    assert len(files) == 2 and not list((tmp_path / "cache").glob(".tmp-*")), "one file per network, atomic"
+
+
+def test_a_corrupt_or_unwritable_cache_is_ignored(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("SST_SEAMS_CACHE", str(tmp_path / "cache"))
+    expected = Upscaler(GlobalMix(0.002), device="cpu", precision="fp32", tile=32, batch=16).plan(96, 96)
+    (stored,) = (tmp_path / "cache").glob("*.json")
+    for text in ("{not json", f'{{"version": {PROBE_VERSION}, "psnr": [1, 2]}}', '{"psnr": {"192/32/4": "x"}}'):
+        stored.write_text(text)
+        model = GlobalMix(0.002)
+        assert Upscaler(model, device="cpu", precision="fp32", tile=32, batch=16).plan(96, 96) == expected
+        assert model.calls > 0, "measured again"
+        assert SeamCache(stored.stem, stored.parent).get(MIN_PROBE, 32, expected.overlap) is not None, "rewritten"
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("SST_SEAMS_CACHE", str(blocker / "cache"))  # a folder that cannot be made
+    assert Upscaler(GlobalMix(0.002), device="cpu", precision="fp32", tile=32, batch=16).plan(96, 96) == expected

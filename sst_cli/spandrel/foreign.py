@@ -15,6 +15,15 @@ from .network import SpandrelNetwork
 INSTALL_HINT = "pip install 'sst-cli[spandrel]'"
 
 
+class NotRecognised(CheckpointError):
+    """spandrel recognises no architecture in the file; ``nearest``: its nearest one and the keys that one
+    lacks ("" if none), for a message that also says what sst-cli recognised."""
+
+    def __init__(self, message: str, nearest: str) -> None:
+        super().__init__(message)
+        self.nearest = nearest
+
+
 def available() -> bool:
     """Whether spandrel can be imported (without importing it: it pulls torchvision)."""
     return importlib.util.find_spec("spandrel") is not None
@@ -69,13 +78,13 @@ def load_foreign(state: Mapping[str, torch.Tensor], source: str) -> SpandrelNetw
         miss = nearest_miss(state)
         if miss is None:
             sample = ", ".join(list(state)[:4])
-            raise CheckpointError(
-                f"{source}: neither sst-cli nor spandrel recognises this checkpoint; its first keys are {sample}"
+            raise NotRecognised(
+                f"{source}: neither sst-cli nor spandrel recognises this checkpoint; its first keys are {sample}", ""
             ) from None
         name, missing = miss
-        raise CheckpointError(
-            f"{source}: neither sst-cli nor spandrel recognises this checkpoint; the nearest is {name}, "
-            f"which also needs {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}"
+        nearest = f"{name}, which also needs {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}"
+        raise NotRecognised(
+            f"{source}: neither sst-cli nor spandrel recognises this checkpoint; the nearest is {nearest}", nearest
         ) from None
     except (KeyError, ValueError, RuntimeError, AssertionError) as exc:
         raise CheckpointError(f"{source}: spandrel recognised the keys but could not load them: {exc}") from exc

@@ -1,0 +1,97 @@
+"""What the seams probe measured, kept on disk per network, so later runs and other worker processes skip it.
+
+The probe (``seams.py``) costs several tiled runs of a picture up to 512 px: seconds on a GPU, minutes for a
+large network on a CPU. Its figures depend only on the weights, the scale, the alignment, the precision and
+device kind, and the probe itself, so they are kept in ``$XDG_CACHE_HOME/sst-cli/seams/<key>.json`` (the same
+root as ``compiling.py``'s cache; ``$SST_SEAMS_CACHE`` names another folder), keyed by a digest of all of
+these plus sst-cli's version. A cache that cannot be read or written is ignored: the probe then simply runs.
+Writes are atomic (a temporary file, then a rename). Worker processes that start together may each measure
+before the first one has written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ._version import __version__
+
+PROBE_VERSION = 2  # bump when the probe picture or its measurement changes: old figures are then not used
+
+
+def seams_cache_dir() -> Path:
+    """``$SST_SEAMS_CACHE`` when set, else ``$XDG_CACHE_HOME/sst-cli/seams`` (``~/.cache/sst-cli/seams``)."""
+    if os.environ.get("SST_SEAMS_CACHE"):
+        return Path(os.environ["SST_SEAMS_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "sst-cli" / "seams"
+
+
+def weights_digest(model: nn.Module) -> str:
+    """SHA-256 of the module's state dict: names, dtypes, shapes and bytes, in name order."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().to("cpu").contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def cache_key(digest: str, *facts: object) -> str:
+    """The file name's key: the weights' digest, the facts the figures depend on, the probe and sst-cli versions."""
+    text = "|".join(str(f) for f in (digest, *facts, f"probe {PROBE_VERSION}", f"sst-cli {__version__}"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class SeamCache:
+    """PSNR figures by (probe side, tile, context) for one network, read once and written after each new one."""
+
+    def __init__(self, key: str, directory: Path | None = None) -> None:
+        self.path = (directory or seams_cache_dir()) / f"{key}.json"
+        self._figures: dict[str, float] | None = None
+
+    def get(self, side: int, tile: int, context: int) -> float | None:
+        return self._read().get(_entry(side, tile, context))
+
+    def put(self, side: int, tile: int, context: int, psnr: float) -> None:
+        self._figures = None  # read again: another process may have added figures since
+        figures = self._read()
+        figures[_entry(side, tile, context)] = psnr
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=self.path.parent)
+            try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump({"version": PROBE_VERSION, "psnr": figures}, f)
+                os.replace(tmp, self.path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError:
+            pass  # an unwritable cache: the probe runs again next time, nothing else changes
+
+    def _read(self) -> dict[str, float]:
+        if self._figures is None:
+            self._figures = {}
+            try:
+                data = json.loads(self.path.read_text())
+                stored = data["psnr"] if data.get("version") == PROBE_VERSION else {}
+                self._figures = {
+                    str(k): float(v)
+                    for k, v in stored.items()
+                    if isinstance(v, (int, float)) and not math.isnan(float(v))
+                }
+            except (OSError, ValueError, TypeError, KeyError, AttributeError):
+                pass  # missing or corrupt: measured again, and rewritten whole on the next put
+        return self._figures
+
+
+def _entry(side: int, tile: int, context: int) -> str:
+    return f"{side}/{tile}/{context}"
