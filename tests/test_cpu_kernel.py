@@ -121,7 +121,7 @@ def test_auto_on_the_cpu_runs_it_in_fp32_only() -> None:
     assert plan.sizes == "64/30 -> 64/32"
     assert plan.label.startswith("sst-cli CPU kernel (C, built by ") and plan.label.endswith(", fp32)")
     assert plan_attention("auto", "cpu", torch.float32, 40, 16).kernel == "native"  # no factors declared
-    assert plan_attention("auto", "cpu", torch.bfloat16, 40, 16, rank=24).kernel == "sdpa-bias"
+    assert plan_attention("auto", "cpu", torch.bfloat16, 40, 16, rank=24).kernel == "sdpa"  # bf16: padded SDPA
     bf16 = plan_attention("native", "cpu", torch.bfloat16, 40, 16, rank=24)
     assert bf16.kernel == "sdpa-bias" and bf16.notice is not None
     assert bf16.notice.startswith("attention: native computes in fp32 only, not bf16; using PyTorch SDPA")
