@@ -1,8 +1,9 @@
 /* Runs sst_cli/archs/cpu_attention.c under AddressSanitizer and UndefinedBehaviorSanitizer on awkward shapes
  * (key and row tails, lone and grouped windows, no factors, several query and key blocks, 1-3 threads), and
  * checks every output against attention computed in double precision here, for whatever vector width the
- * build chose (8 or 16 floats). Built and run by tests/test_cpu_kernel.py; exits non-zero on any finding, a
- * non-finite output or an error above 1e-5, and prints "ok" otherwise. */
+ * build chose (8 or 16 floats). The entry that computes listed windows and query rows only must match the full
+ * run on those and leave every other output untouched. Built and run by tests/test_cpu_kernel.py; exits non-zero
+ * on any finding, a non-finite output or an error above 1e-5, and prints "ok" otherwise. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -11,6 +12,9 @@
 int sst_attention(const float *q, const float *kp, const float *v, const float *pq, const float *pkp, float *o,
                   int64_t batch, int64_t heads, int64_t n, int64_t m, int64_t d, int64_t rank, int64_t dv,
                   int threads);
+int sst_attention_rows(const float *q, const float *kp, const float *v, const float *pq, const float *pkp, float *o,
+                       int64_t batch, int64_t heads, int64_t n, int64_t m, int64_t d, int64_t rank, int64_t dv,
+                       const int64_t *wins, int64_t count, const int64_t *rows, int64_t kept, int threads);
 int sst_attention_vector(void);
 int sst_attention_key_tile(void);
 
@@ -26,6 +30,28 @@ static double packed(const float *k, int64_t j, int64_t c, int64_t d, int64_t kt
 }
 
 /* Largest |error| of one batch item and head against double-precision attention over the n real keys. */
+/* Windows b-1, b-3, ... and rows n-1, n-4, ... (reversed: any order is allowed) into a NaN-filled output: listed
+ * outputs within 1e-5 of the full run's `o`, the rest still NaN. Returns 0 when so. */
+static int check_rows(const float *q, const float *k, const float *v, const float *pq, const float *pk, const float *o,
+                      int64_t b, int64_t h, int64_t n, int64_t d, int64_t r, int64_t dv, int threads) {
+    int64_t *wins = malloc((size_t)b * sizeof(int64_t)), *rows = malloc((size_t)n * sizeof(int64_t)), count = 0,
+            kept = 0;
+    char *listed = calloc((size_t)(b * n), 1);
+    for (int64_t i = b - 1; i >= 0; i -= 2) wins[count++] = i;
+    for (int64_t i = n - 1; i >= 0; i -= 3) rows[kept++] = i;
+    for (int64_t i = 0; i < count; i++)
+        for (int64_t j = 0; j < kept; j++) listed[wins[i] * n + rows[j]] = 1;
+    float *out = malloc((size_t)(b * h * n * dv) * sizeof(float));
+    for (int64_t i = 0; i < b * h * n * dv; i++) out[i] = NAN;
+    int status = sst_attention_rows(q, k, v, pq, pk, out, b, h, n, n, d, r, dv, wins, count, rows, kept, threads);
+    for (int64_t i = 0; status == 0 && i < b * h * n * dv; i++) {
+        int64_t row = i / dv % n, win = i / (dv * n * h);
+        if (listed[win * n + row] ? !(fabs(out[i] - o[i]) <= 1e-5) : !isnan(out[i])) status = 5;
+    }
+    free(wins), free(rows), free(listed), free(out);
+    return status;
+}
+
 static double worst_error(const float *q, const float *k, const float *v, const float *pq, const float *pk,
                           const float *o, int64_t n, int64_t d, int64_t r, int64_t dv, int64_t kt) {
     double worst = 0, *s = malloc((size_t)n * sizeof(double));
@@ -65,6 +91,11 @@ int main(void) {
             if (sst_attention(q, k, v, pq, pk, o, b, h, n, n, d, r, dv, threads) != 0) return 2;
             for (int64_t i = 0; i < b * h * n * dv; i++)
                 if (!isfinite(o[i])) return 3;
+            int listed = check_rows(q, k, v, pq, pk, o, b, h, n, d, r, dv, threads);
+            if (listed != 0) {
+                printf("case %zu, threads %d: listed windows and rows wrong (%d)\n", c, threads, listed);
+                return listed;
+            }
             for (int64_t bh = 0; threads == 1 && bh < b * h; bh++) {
                 int64_t head = bh % h;
                 double error = worst_error(q + bh * n * d, k + bh * mt * d, v + bh * mt * dv,

@@ -10,9 +10,10 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from sst_cli import SST
-from sst_cli.archs.sst import depthwise, kernels
+from sst_cli.archs.cpu_kernel import kernel_problem
+from sst_cli.archs.sst import depthwise, kernels, layers
 from sst_cli.archs.sst.fused import add_projection, projection_buffer
-from sst_cli.archs.sst.windows import axis_pieces, grid_pieces, merge_gated, partition_into
+from sst_cli.archs.sst.windows import axis_pieces, grid_pieces, kept_queries, merge_gated, partition_into
 
 TINY = {"dim": 16, "window_sizes": (4, 8), "num_heads": (2, 4), "ranks": (3, 5), "n_blocks": 2}
 SHIFTED = {"dim": 12, "window_sizes": (4, 4), "num_heads": (2, 2), "ranks": (3, 3), "n_blocks": 2}
@@ -84,6 +85,57 @@ def test_merge_gated_is_roll_crop_and_multiply(shift: int, channels_last: bool) 
     plain = out[..., :d].reshape(b, hp // ws, wp // ws, heads, ws, ws, d).permute(0, 3, 6, 1, 4, 2, 5)
     plain = torch.roll(plain.reshape(b, heads * d, hp, wp), (shift, shift), (2, 3))[:, :, :h, :w] * gate
     assert torch.equal(image, plain)
+
+
+@pytest.mark.parametrize("size,window,shift", [((7, 10), 4, 0), ((7, 10), 4, 2), ((13, 5), 8, 4), ((9, 16), 8, 4)])
+def test_kept_queries_are_exactly_the_outputs_merge_reads(size: tuple[int, int], window: int, shift: int) -> None:
+    h, w = size
+    grid = (-(-h // window) * window, -(-w // window) * window)
+    groups = kept_queries(size, grid, window, shift, 2, torch.device("cpu"))
+    assert groups is not None
+    pairs = [(int(win), int(tok)) for wins, toks in groups for win in wins for tok in toks]
+    assert len(pairs) == len(set(pairs))  # each once
+    cols, per_image = grid[1] // window, (grid[0] // window) * (grid[1] // window)
+    expected = {
+        (b * per_image + gy // window * cols + gx // window, gy % window * window + gx % window)
+        for b in range(2)
+        for gy in range(grid[0])
+        for gx in range(grid[1])
+        if (gy + shift) % grid[0] < h and (gx + shift) % grid[1] < w  # grid cell g shows position (g + shift) mod
+    }
+    assert set(pairs) == expected
+    assert kept_queries((8, 16), (8, 16), 8, 4, 2, torch.device("cpu")) is None  # nothing cropped: all kept
+
+
+@pytest.mark.parametrize("backend", ["auto", "native", "sdpa", "sdpa-bias", "math"])
+@pytest.mark.parametrize("kwargs", [TINY, SHIFTED])
+def test_left_out_queries_are_never_read_and_change_nothing(
+    backend: str, kwargs: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows left out by ``run_plan_rows`` are poisoned with NaN: the output stays finite and equal to the plain path."""
+    if backend == "native" and kernel_problem() is not None:
+        pytest.skip(f"no CPU kernel here: {kernel_problem()}")
+    model = _model(**kwargs, upscaling_factor=2)
+    model.set_attention_backend(backend)
+    computed = []
+
+    def poisoned(plan, q, k, v, groups, bias=None):  # type: ignore[no-untyped-def]
+        out = run_plan_rows(plan, q, k, v, groups, bias=bias)
+        keep = torch.zeros(out.shape[0], out.shape[2], dtype=torch.bool)
+        for items, rows in groups:
+            keep[items[:, None], rows] = True
+        computed.append(int(keep.sum()) / keep.numel())
+        return out.masked_fill(~keep[:, None, :, None], float("nan"))
+
+    run_plan_rows = layers.run_plan_rows
+    monkeypatch.setattr(layers, "run_plan_rows", poisoned)
+    x = torch.rand(2, 3, 13, 10)
+    with torch.no_grad():
+        fused = model(x)
+        with model.reference_path():
+            plain = model(x)
+    assert computed and min(computed) < 0.75  # rows were left out (13 x 10 on a 16 x 16 grid: 51%)
+    torch.testing.assert_close(fused, plain, atol=2e-5, rtol=0)
 
 
 def test_add_projection_is_residual_plus_conv() -> None:

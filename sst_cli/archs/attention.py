@@ -281,6 +281,15 @@ class AttentionPlan:
         return f"PyTorch SDPA ({where}{self.sdpa_choice} kernel, {precision})"
 
     @property
+    def drops_rows(self) -> bool:
+        """Whether callers should leave out query rows whose output they discard (``run_plan_rows``).
+
+        On the CPU the attention itself dominates and the gathering copies are cheap; on CUDA those copies
+        are the traffic the fused path avoids, and nobody has measured whether they pay there yet.
+        """
+        return self.device_type == "cpu"
+
+    @property
     def sizes(self) -> str:
         """Head sizes q,k/v as given, and as the kernel receives them when zero-padded."""
         given = f"{self.qk}/{self.v}"
@@ -605,6 +614,33 @@ def run_plan(
     if kernel is None:  # pragma: no cover - the plan checked it
         raise ConfigError(f"attention kernel {plan.kernel!r} disappeared after planning")
     return _flash(kernel, q, k, v)
+
+
+def run_plan_rows(
+    plan: AttentionPlan,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    groups: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    bias: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """``run_plan`` for the query rows the caller will read only: ``groups`` of (batch items, query rows).
+
+    Each group's items attend over all their keys as usual; rows outside every group are left unwritten. The
+    native kernel reads the rows in place; other kernels get copies of each group's q, k and v.
+    """
+    training = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *(bias or ())))
+    if plan.kernel == "native" and not training:
+        return cpu_attention(q, k, _pad_channels(v, plan.v_width), bias, groups=groups)
+    out = q.new_empty((*q.shape[:-1], plan.v_width), dtype=plan.dtype)
+    for items, rows in groups:
+        whole = items.numel() == q.shape[0]
+        qg, kg, vg = (t if whole else t.index_select(0, items) for t in (q, k, v))
+        if rows.numel() != q.shape[-2]:
+            qg = qg.index_select(2, rows)
+        kept_bias = None if bias is None else (bias[0].index_select(1, rows), bias[1])
+        out[items[:, None], :, rows] = run_plan(plan, qg, kg, vg, bias=kept_bias).transpose(1, 2)
+    return out
 
 
 def attend(

@@ -206,7 +206,8 @@ INLINE void bias_rows(const int R, const float *pq, int64_t rank, const float *p
 typedef struct {
     const float *q, *kp, *v, *pq, *pkp;
     float *o;
-    int64_t batch, heads, n, m, mt, d, rank, dv, qblocks, group, items, next;
+    const int64_t *wins, *rows; /* optional: the windows to process and the query rows to compute (NULL: all) */
+    int64_t batch, heads, n, nq, m, mt, d, rank, dv, qblocks, group, items, next;
     int failed;
 } job_t;
 
@@ -235,12 +236,15 @@ typedef struct {
     default: call_with_R(1); break;                                                                                   \
     }
 
-/* Query rows (row stride dq) regrouped RB at a time as [c][RB] (missing rows zero): the dot loop then reads
- * every row's channel c from one pointer at fixed offsets instead of keeping RB row pointers in registers. */
-static void interleave(const float *q, int64_t rows, int64_t dq, float *out) {
+/* Query rows first..first+rows (row stride dq; through the index idx unless NULL) regrouped RB at a time as
+ * [c][RB] (missing rows zero): the dot loop then reads every row's channel c from one pointer at fixed offsets
+ * instead of keeping RB row pointers in registers. */
+static void interleave(const float *q, const int64_t *idx, int64_t first, int64_t rows, int64_t dq, float *out) {
     for (int64_t r0 = 0; r0 < rows; r0 += RB, out += RB * dq)
-        for (int64_t c = 0; c < dq; c++)
-            for (int r = 0; r < RB; r++) out[c * RB + r] = r0 + r < rows ? q[(r0 + r) * dq + c] : 0.0f;
+        for (int r = 0; r < RB; r++) {
+            const float *row = r0 + r < rows ? q + (idx ? idx[first + r0 + r] : first + r0 + r) * dq : NULL;
+            for (int64_t c = 0; c < dq; c++) out[c * RB + r] = row ? row[c] : 0.0f;
+        }
 }
 
 typedef struct {
@@ -254,13 +258,13 @@ static void work_item(const job_t *J, int64_t item, scratch_t w) {
     int64_t per_head = J->qblocks * ((J->batch + J->group - 1) / J->group);
     int64_t h = item / per_head, rest = item % per_head;
     int64_t i0 = (rest % J->qblocks) * QB, b0 = (rest / J->qblocks) * J->group;
-    int64_t rows = J->n - i0 < QB ? J->n - i0 : QB;
+    int64_t rows = J->nq - i0 < QB ? J->nq - i0 : QB;
     int64_t b1 = b0 + J->group < J->batch ? b0 + J->group : J->batch;
     int64_t n = J->n, m = J->m, mt = J->mt, d = J->d, rank = J->rank, dv = J->dv;
     /* Bias rows pay when windows share them; a lone window adds the factors' product inside its own scores. */
     int grouped = rank > 0 && b1 - b0 > 1;
     const float *pkp = rank > 0 ? J->pkp + h * mt * rank : NULL, *pq = w.P;
-    if (rank > 0) interleave(J->pq + (h * n + i0) * rank, rows, rank, w.P);
+    if (rank > 0) interleave(J->pq + h * n * rank, J->rows, i0, rows, rank, w.P);
     if (grouped) {
         for (int64_t r0 = 0; r0 < rows; r0 += RB) {
 #define BIAS(R) bias_rows(R, pq + r0 * rank, rank, pkp, mt, B + r0 * mt)
@@ -270,9 +274,9 @@ static void work_item(const job_t *J, int64_t item, scratch_t w) {
     }
     float mx[QB], l[QB];
     for (int64_t b = b0; b < b1; b++) {
-        int64_t bh = b * J->heads + h;
+        int64_t bh = (J->wins ? J->wins[b] : b) * J->heads + h;
         const float *q = w.Q, *kp = J->kp + bh * mt * d, *v = J->v + bh * mt * dv;
-        interleave(J->q + (bh * n + i0) * d, rows, d, w.Q);
+        interleave(J->q + bh * n * d, J->rows, i0, rows, d, w.Q);
         for (int64_t r = 0; r < rows; r++) mx[r] = -INFINITY, l[r] = 0;
         memset(O, 0, sizeof(float) * rows * dv);
         for (int64_t j0 = 0; j0 < mt; j0 += KB) {
@@ -291,10 +295,9 @@ static void work_item(const job_t *J, int64_t item, scratch_t w) {
 #undef STEP
             }
         }
-        float *out = J->o + (bh * n + i0) * dv;
         for (int64_t r = 0; r < rows; r++) {
-            float inv = 1.0f / l[r];
-            for (int64_t c = 0; c < dv; c++) out[r * dv + c] = O[r * dv + c] * inv;
+            float inv = 1.0f / l[r], *out = J->o + (bh * n + (J->rows ? J->rows[i0 + r] : i0 + r)) * dv;
+            for (int64_t c = 0; c < dv; c++) out[c] = O[r * dv + c] * inv;
         }
     }
 }
@@ -322,19 +325,24 @@ static void *worker(void *arg) {
 }
 
 /* softmax(q k^T + pq pk^T) v for batch x heads attention problems; see the layout at the top. pq / pkp may be NULL
- * (rank 0). Returns 0, or -1 when a worker could not allocate its scratch memory (then o holds nothing usable). */
-int sst_attention(const float *q, const float *kp, const float *v, const float *pq, const float *pkp, float *o,
-                  int64_t batch, int64_t heads, int64_t n, int64_t m, int64_t d, int64_t rank, int64_t dv,
-                  int threads) {
+ * (rank 0). Only the `count` windows listed in `wins` (of the `batch` the tensors hold) and, in each, the `kept`
+ * query rows listed in `rows` (of n) are computed; either list may be NULL (all). Other output rows are left
+ * untouched. Returns 0, or -1 when a worker could not allocate its scratch memory (then o holds nothing usable). */
+int sst_attention_rows(const float *q, const float *kp, const float *v, const float *pq, const float *pkp, float *o,
+                       int64_t batch, int64_t heads, int64_t n, int64_t m, int64_t d, int64_t rank, int64_t dv,
+                       const int64_t *wins, int64_t count, const int64_t *rows, int64_t kept, int threads) {
     if (threads < 1) threads = 1;
     if (threads > MAX_THREADS) threads = MAX_THREADS;
-    int64_t qblocks = (n + QB - 1) / QB;
+    if (wins == NULL) count = batch;
+    if (rows == NULL) kept = n;
+    if (count < 1 || kept < 1) return 0;
+    int64_t qblocks = (kept + QB - 1) / QB;
     /* Windows share a head's bias rows: the fewer groups, the less bias work, but at least 4 items per thread. */
     int64_t groups = (4 * threads + heads * qblocks - 1) / (heads * qblocks);
-    if (rank == 0 || groups > batch) groups = batch;
-    int64_t group = (batch + groups - 1) / groups;
-    groups = (batch + group - 1) / group;
-    job_t J = {q, kp, v, pq, pkp, o, batch, heads, n, m, (m + KT - 1) / KT * KT, d, rank, dv,
+    if (rank == 0 || groups > count) groups = count;
+    int64_t group = (count + groups - 1) / groups;
+    groups = (count + group - 1) / group;
+    job_t J = {q, kp, v, pq, pkp, o, wins, rows, count, heads, n, kept, m, (m + KT - 1) / KT * KT, d, rank, dv,
                qblocks, group, heads * qblocks * groups, 0, 0};
     if (threads > J.items) threads = (int)J.items;
     pthread_t pool[MAX_THREADS];
@@ -344,6 +352,13 @@ int sst_attention(const float *q, const float *kp, const float *v, const float *
     worker(&J);
     for (int i = 1; i < started; i++) pthread_join(pool[i], NULL);
     return J.failed ? -1 : 0;
+}
+
+/* All windows, all query rows. */
+int sst_attention(const float *q, const float *kp, const float *v, const float *pq, const float *pkp, float *o,
+                  int64_t batch, int64_t heads, int64_t n, int64_t m, int64_t d, int64_t rank, int64_t dv,
+                  int threads) {
+    return sst_attention_rows(q, kp, v, pq, pkp, o, batch, heads, n, m, d, rank, dv, NULL, 0, NULL, 0, threads);
 }
 
 /* The packing the caller must use: floats per vector (v's width is a multiple of it) and keys per tile. */

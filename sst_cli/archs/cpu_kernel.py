@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -130,6 +131,9 @@ def _version(compiler: list[str]) -> str:
 def _declare(lib: ctypes.CDLL) -> None:
     lib.sst_attention.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 7 + [ctypes.c_int]
     lib.sst_attention.restype = ctypes.c_int
+    pointer, count = ctypes.c_void_p, ctypes.c_int64
+    lib.sst_attention_rows.argtypes = [pointer] * 6 + [count] * 7 + [pointer, count, pointer, count, ctypes.c_int]
+    lib.sst_attention_rows.restype = ctypes.c_int
     for name in ("sst_attention_vector", "sst_attention_key_tile"):
         getattr(lib, name).argtypes = []
         getattr(lib, name).restype = ctypes.c_int
@@ -207,6 +211,10 @@ def _self_test(lib: _Library) -> str | None:
             .max()
             .item(),
         ]
+        rows = (torch.tensor([2, 0]), torch.tensor([36, 1, 20]))  # windows 2 and 0, three rows in any order
+        kept = _run(lib, q, k, v, (bias_q, bias_k), groups=[rows])[rows[0][:, None], :, rows[1]][..., :12]
+        expected = _reference(full_q, full_k, v)[rows[0][:, None], :, rows[1]]
+        errors.append((kept.double() - expected).abs().max().item())
     except MemoryError:
         return "the CPU kernel could not allocate its scratch memory"
     if not max(errors) <= _SELF_TEST_TOLERANCE:
@@ -244,6 +252,7 @@ def _run(
     v: torch.Tensor,
     bias: tuple[torch.Tensor, torch.Tensor] | None = None,
     threads: int | None = None,
+    groups: Iterable[tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> torch.Tensor:
     b, h, n, d = q.shape
     m, dv = k.shape[-2], v.shape[-1]
@@ -261,13 +270,18 @@ def _run(
         bias_q, bias_k = bias[0].to(torch.float32).contiguous(), _packed(bias[1], tiles, lib.key_tile)
     out = q.new_empty((b, h, n, width))
     assert lib.handle is not None
-    status = lib.handle.sst_attention(
-        q.data_ptr(), keys.data_ptr(), values.data_ptr(),
-        None if bias_q is None else bias_q.data_ptr(), None if bias_k is None else bias_k.data_ptr(),
-        out.data_ptr(), b, h, n, m, d, rank, width, threads or torch.get_num_threads(),
-    )  # fmt: skip
-    if status != 0:
-        raise MemoryError("the CPU attention kernel could not allocate its scratch memory")
+    for items, rows in [(None, None)] if groups is None else groups:
+        items, rows = (None if t is None else t.to(torch.int64).contiguous() for t in (items, rows))
+        status = lib.handle.sst_attention_rows(
+            q.data_ptr(), keys.data_ptr(), values.data_ptr(),
+            None if bias_q is None else bias_q.data_ptr(), None if bias_k is None else bias_k.data_ptr(),
+            out.data_ptr(), b, h, n, m, d, rank, width,
+            None if items is None else items.data_ptr(), 0 if items is None else items.numel(),
+            None if rows is None else rows.data_ptr(), 0 if rows is None else rows.numel(),
+            threads or torch.get_num_threads(),
+        )  # fmt: skip
+        if status != 0:
+            raise MemoryError("the CPU attention kernel could not allocate its scratch memory")
     return out
 
 
@@ -277,14 +291,16 @@ def cpu_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     bias: tuple[torch.Tensor, torch.Tensor] | None = None,
+    groups: Iterable[tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> torch.Tensor:
     """``softmax(q k^T [+ bias_q bias_k^T]) v`` in fp32, (B, heads, tokens, C) -> (B, heads, tokens, C_w).
 
     ``bias``: factors (heads, tokens, R) shared by the batch, whose product is added to the logits. The output's
     width ``C_w`` is v's rounded up to a multiple of ``kernel_vector()`` (the extra channels are zero); the
-    caller slices. No autograd.
+    caller slices. ``groups``: (batch items, query rows) pairs; only those rows are computed (read in place, no
+    gathering copies) and the others are left unwritten. No autograd.
     """
     lib = _library()
     if lib.handle is None:
         raise RuntimeError(f"the CPU attention kernel is unavailable: {lib.description}")
-    return _run(lib, q, k, v, bias)
+    return _run(lib, q, k, v, bias, groups=groups)

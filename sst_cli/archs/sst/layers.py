@@ -8,13 +8,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention import AttentionPlan, plan_attention, run_plan
+from ..attention import AttentionPlan, plan_attention, run_plan, run_plan_rows
 from ..base import plain_layers
 from . import kernels
 from .depthwise import DepthwiseConv2d
 from .fused import add_projection, fusable, owned_stream, projection_buffer
 from .rib import RibParameters
-from .windows import merge_gated, partition_into
+from .windows import kept_queries, merge_gated, partition_into
 
 
 def _channels_last(x: torch.Tensor) -> bool:
@@ -140,7 +140,8 @@ class WindowAttention(RibParameters):
             partition_into([q, k, v], self.to_qkv(x), ws, grid, shift, self.head_dim**-0.5)
         # A plan that takes the positional factors separately adds their product as a bias (no tails).
         bias = self.positional_tails(ws, x.dtype, plan.dtype, self.rank) if plan.rank else None
-        out = run_plan(plan, q, k, v, bias=bias)
+        kept = None if stepwise or not plan.drops_rows else kept_queries((h, w), grid, ws, shift, x.shape[0], x.device)
+        out = run_plan(plan, q, k, v, bias=bias) if kept is None else run_plan_rows(plan, q, k, v, kept, bias=bias)
         if stepwise:
             out = self._merge(out, torch.Size((x.shape[0], x.shape[1], *grid)), x.dtype, _channels_last(x))
             if shift:

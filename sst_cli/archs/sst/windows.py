@@ -12,6 +12,7 @@ partial windows at the padded bottom/right edge or at the shift's wrap-around.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import NamedTuple
 
 import torch
@@ -144,3 +145,40 @@ def merge_gated(
             shape = (b, py.repeat, py.length, px.repeat, px.length, heads, d)
             dst = img[:, rows, cols].unflatten(1, (py.repeat, py.length)).unflatten(3, (px.repeat, px.length))
             torch.mul(src, gt[:, rows, cols].unflatten(1, shape[1:3]).unflatten(3, shape[3:5]), out=dst)
+
+
+def _kept_offsets(size: int, padded: int, window: int, shift: int) -> dict[tuple[int, ...], list[int]]:
+    """Windows of one axis grouped by the in-window offsets whose output ``merge_gated`` reads."""
+    offsets: dict[int, list[int]] = {}
+    for piece in axis_pieces(size, padded, window, shift):
+        for k in range(piece.repeat):
+            offsets.setdefault(piece.window + k, []).extend(range(piece.offset, piece.offset + piece.length))
+    classes: dict[tuple[int, ...], list[int]] = {}
+    for win in range(padded // window):
+        classes.setdefault(tuple(sorted(offsets.get(win, ()))), []).append(win)
+    return classes
+
+
+@lru_cache(maxsize=64)
+def kept_queries(
+    size: tuple[int, int], grid: tuple[int, int], window: int, shift: int, batch: int, device: torch.device
+) -> tuple[tuple[torch.Tensor, torch.Tensor], ...] | None:
+    """Groups of (window indices, in-window token indices) of the queries whose output is kept.
+
+    A padded layer computes attention for every token of the grid, then crops: queries on the reflected
+    strips (moved inside by the shift's roll) are discarded, though they stay keys. Leaving them out saves
+    their share of the attention. None when nothing is cropped. Windows count batch-major, row-major.
+    """
+    if tuple(size) == tuple(grid):
+        return None
+    rows, cols = (_kept_offsets(size[i], grid[i], window, shift) for i in (0, 1))
+    per_row, per_image = grid[1] // window, (grid[0] // window) * (grid[1] // window)
+    groups = []
+    for ys, row_windows in rows.items():
+        for xs, col_windows in cols.items():
+            if not ys or not xs:
+                continue
+            windows = [b * per_image + r * per_row + c for b in range(batch) for r in row_windows for c in col_windows]
+            tokens = [y * window + x for y in ys for x in xs]
+            groups.append((torch.tensor(windows, device=device), torch.tensor(tokens, device=device)))
+    return tuple(groups)
