@@ -240,11 +240,13 @@ typedef struct {
  * [c][RB] (missing rows zero): the dot loop then reads every row's channel c from one pointer at fixed offsets
  * instead of keeping RB row pointers in registers. */
 static void interleave(const float *q, const int64_t *idx, int64_t first, int64_t rows, int64_t dq, float *out) {
-    for (int64_t r0 = 0; r0 < rows; r0 += RB, out += RB * dq)
-        for (int r = 0; r < RB; r++) {
-            const float *row = r0 + r < rows ? q + (idx ? idx[first + r0 + r] : first + r0 + r) * dq : NULL;
-            for (int64_t c = 0; c < dq; c++) out[c * RB + r] = row ? row[c] : 0.0f;
-        }
+    for (int64_t r0 = 0; r0 < rows; r0 += RB, out += RB * dq) {
+        const float *row[RB];
+        for (int r = 0; r < RB; r++)
+            row[r] = r0 + r < rows ? q + (idx ? idx[first + r0 + r] : first + r0 + r) * dq : NULL;
+        for (int64_t c = 0; c < dq; c++)
+            for (int r = 0; r < RB; r++) out[c * RB + r] = row[r] ? row[r][c] : 0.0f;
+    }
 }
 
 typedef struct {
