@@ -5,8 +5,9 @@ large network on a CPU. Its figures depend only on the weights, the scale, the a
 device kind, and the probe itself, so they are kept in ``$XDG_CACHE_HOME/sst-cli/seams/<key>.json`` (the same
 root as ``compiling.py``'s cache; ``$SST_SEAMS_CACHE`` names another folder), keyed by a digest of all of
 these plus sst-cli's version. A cache that cannot be read or written is ignored: the probe then simply runs.
-Writes are atomic (a temporary file, then a rename). Worker processes that start together may each measure
-before the first one has written.
+Writes are atomic (a temporary file, then a rename). Worker processes that start together measure each figure
+once: the first holds a lock file beside the figures (``filelock``, released by the OS if it dies) and the
+others wait for it, then read what it wrote.
 """
 
 from __future__ import annotations
@@ -16,14 +17,17 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from filelock import FileLock, Timeout
 from torch import nn
 
 from ._version import __version__
 
 PROBE_VERSION = 2  # bump when the probe picture or its measurement changes: old figures are then not used
+LOCK_WAIT_S = 30 * 60  # longer than any one probe run measured (minutes for a large network on a CPU)
 
 
 def seams_cache_dir() -> Path:
@@ -59,6 +63,35 @@ class SeamCache:
 
     def get(self, side: int, tile: int, context: int) -> float | None:
         return self._read().get(_entry(side, tile, context))
+
+    def get_or_measure(self, side: int, tile: int, context: int, measure: Callable[[], float]) -> float:
+        """The stored figure, else ``measure()`` stored; a process measuring the same figure is waited for."""
+        psnr = self.get(side, tile, context)
+        if psnr is not None:
+            return psnr
+        lock = self._lock()
+        try:
+            if lock is not None:
+                self._figures = None  # read again: the process we waited for may have written it
+                psnr = self.get(side, tile, context)
+            if psnr is None:
+                psnr = measure()
+                self.put(side, tile, context, psnr)
+            return psnr
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _lock(self) -> FileLock | None:
+        """The lock file held while measuring, acquired; None where it cannot be (an unwritable folder, a process
+        stuck for ``LOCK_WAIT_S``): then this process measures regardless."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            lock = FileLock(self.path.with_suffix(".lock"), timeout=LOCK_WAIT_S)
+            lock.acquire()
+            return lock
+        except (Timeout, OSError):
+            return None
 
     def put(self, side: int, tile: int, context: int, psnr: float) -> None:
         self._figures = None  # read again: another process may have added figures since

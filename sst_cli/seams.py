@@ -98,11 +98,10 @@ class SeamProbe:
         """The bound of ``tile``-pixel cores with ``context`` pixels of context (cached in memory and on disk)."""
         key = (tile, context)
         if key not in self._measured:
-            psnr = self.cache.get(self.side, tile, context) if self.cache is not None else None
-            if psnr is None:
+            if self.cache is None:
                 psnr = self._psnr(tile, context)
-                if self.cache is not None:
-                    self.cache.put(self.side, tile, context, psnr)
+            else:
+                psnr = self.cache.get_or_measure(self.side, tile, context, lambda: self._psnr(tile, context))
             self._measured[key] = SeamBound(tile, context, psnr, self.side)
         return self._measured[key]
 

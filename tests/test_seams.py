@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 
 import pytest
 import torch
@@ -178,6 +179,35 @@ def test_a_second_upscaler_on_the_same_weights_reads_the_probe_from_disk(tmp_pat
     assert other.calls > 0, "other weights are measured"
     files = list((tmp_path / "cache").glob("*.json"))
     assert len(files) == 2 and not list((tmp_path / "cache").glob(".tmp-*")), "one file per network, atomic"
+
+
+def test_processes_measuring_the_same_figure_measure_it_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The second measurer (another process's SeamCache: its own lock file handle) waits, then reads the figure."""
+    started, release = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    def slow() -> float:
+        calls.append("first")
+        started.set()
+        assert release.wait(30)
+        return 61.5
+
+    def fails() -> float:
+        calls.append("second")
+        return 0.0
+
+    first = threading.Thread(target=lambda: SeamCache("k", tmp_path).get_or_measure(256, 32, 16, slow))
+    first.start()
+    assert started.wait(30)
+    got: list[float] = []
+    second = threading.Thread(target=lambda: got.append(SeamCache("k", tmp_path).get_or_measure(256, 32, 16, fails)))
+    second.start()
+    second.join(0.5)
+    assert second.is_alive(), "it waits for the first measurer"
+    release.set()
+    first.join(30), second.join(30)
+    assert calls == ["first"] and got == [61.5]
+    assert SeamCache("k", tmp_path).get_or_measure(256, 64, 16, lambda: 70.0) == 70.0  # a new figure is measured
 
 
 def test_a_corrupt_or_unwritable_cache_is_ignored(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
