@@ -8,13 +8,16 @@ by run, so that a shared or throttled machine slows all of them alike; the table
 * ``auto``: what ``sst upscale`` runs on the CPU (``--attention auto``: the native C kernel where it can be built);
 * ``sdpa``: the same network with every layer on padded SDPA (q/k = content + RIB factors, v zero-padded);
 * ``reference``: the reference path of ``sst bench --reference`` (the authors' way, step by step);
-* ``bf16``: ``auto`` with the network in bfloat16 (PSNR against the fp32 output is reported).
+* ``bf16``: ``auto`` with the network in bfloat16 (PSNR against the fp32 output is reported);
+* ``all-rows``: ``auto`` computing every query, also those each layer crops after padding to its window
+  (before 2026-11-26); ``bf16-all-rows`` the same in bfloat16.
 
 ``--clock cpu`` (the default with ``--threads 1``) times process CPU time rather than wall time: on a machine
 shared with other jobs it is far steadier, and with one thread it is the time the forward pass needed.
 
     PYTHONPATH=. python benchmarks/bench_cpu.py -m sst-light -s 4 --size 128 --threads 1 --runs 3
     PYTHONPATH=. python benchmarks/bench_cpu.py -m sst-light --sizes 64 128 --variants auto --threads 1
+    PYTHONPATH=. python benchmarks/bench_cpu.py -m sst-light+ --sizes 128 180x320 --variants auto all-rows --runs 2
 """
 
 from __future__ import annotations
@@ -26,12 +29,15 @@ import platform
 import statistics
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
+from unittest import mock
 
 import torch
 
 from sst_cli import SST
 from sst_cli.archs.attention import describe_attention
+from sst_cli.archs.sst import layers
 
 COMMON = dict(attn_type="RIB", rib_hidden_dim=32, rib_n_freqs=10, gate_type="DWC")
 LIGHT = dict(dim=48, n_blocks=5, num_heads=[3] * 6, ranks=[16, 16, 16, 24, 24, 24], exp_ratio=1.5,
@@ -43,7 +49,7 @@ MODELS = {
     "sst-light+": dict(LIGHT, window_sizes=[16, 32, 48, 32, 48, 96]),
     "sst": dict(MID, window_sizes=[16, 32, 64, 16, 32, 64]),
 }
-VARIANTS = ("auto", "sdpa", "reference", "bf16")
+VARIANTS = ("auto", "sdpa", "reference", "bf16", "all-rows", "bf16-all-rows")
 
 
 def cpu_name() -> str:
@@ -71,17 +77,22 @@ def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
     return math.inf if mse == 0 else 10 * math.log10(1 / mse)
 
 
-def run_case(name: str, scale: int, size: int, variants: list[str], runs: int, clock) -> dict:
+def run_case(name: str, scale: int, size: tuple[int, int], variants: list[str], runs: int, clock) -> dict:
     torch.manual_seed(0)
     model = SST(**dict(COMMON, **MODELS[name], upscaling_factor=scale)).eval()
     bf16 = None
-    if "bf16" in variants:
+    if any(v.startswith("bf16") for v in variants):
         bf16 = SST(**dict(COMMON, **MODELS[name], upscaling_factor=scale)).eval()
         bf16.load_state_dict(model.state_dict())
         bf16 = bf16.to(torch.bfloat16)
-    x = torch.rand(1, 3, size, size, generator=torch.Generator().manual_seed(1))
+    x = torch.rand(1, 3, *size, generator=torch.Generator().manual_seed(1))
 
     def forward(variant: str) -> torch.Tensor:
+        every_row = "all-rows" in variant
+        with mock.patch.object(layers, "kept_queries", lambda *_: None) if every_row else nullcontext():
+            return run(variant.removesuffix("-all-rows").replace("all-rows", "auto"))
+
+    def run(variant: str) -> torch.Tensor:
         if variant == "bf16":
             assert bf16 is not None
             return bf16(x.bfloat16()).float()
@@ -100,7 +111,7 @@ def run_case(name: str, scale: int, size: int, variants: list[str], runs: int, c
                 forward(v)
                 times[v].append(clock() - t0)
     base = outs[variants[0]]
-    row = dict(model=name, scale=scale, lr=f"{size}x{size}", pixels=size * size)
+    row = dict(model=name, scale=scale, lr=f"{size[0]}x{size[1]}", pixels=size[0] * size[1])
     for v in variants:
         row[f"{v}_ms"] = 1000 * statistics.median(times[v])
         if v != variants[0]:
@@ -111,11 +122,16 @@ def run_case(name: str, scale: int, size: int, variants: list[str], runs: int, c
     return row
 
 
+def _size(text: str) -> tuple[int, int]:
+    h, _, w = text.lower().partition("x")
+    return int(h), int(w or h)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-m", "--model", action="append", choices=sorted(MODELS), help="default: sst-light")
     ap.add_argument("-s", "--scale", type=int, default=4)
-    ap.add_argument("--sizes", type=int, nargs="+", default=[128], help="LR sides (square inputs)")
+    ap.add_argument("--sizes", type=_size, nargs="+", default=[(128, 128)], help="LR sizes: SIDE or HxW")
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=["auto", "sdpa", "reference"])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")

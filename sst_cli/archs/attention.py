@@ -27,6 +27,10 @@ Policy (``plan_attention`` decides once per backend, device, dtype and head size
   fused kernel then multiplies D channels twice instead of D+R twice (no zero v channels, no positional
   channels per window): exact in fp32, 1.3-1.7x faster attention on the CPU (benchmarks/RESULTS.md).
 
+Callers that discard some query rows' output (SST's layers crop what padding to a window multiple added) may
+leave them out: ``run_plan_rows`` computes listed (batch item, row) groups only, over all keys. ``native`` reads
+the listed rows in place; other kernels get each group's copies. Done where ``plan.drops_rows`` (the CPU).
+
 Callers that can pass the factors separately plan with ``plan_attention(..., rank=R)`` and give the
 factors to ``run_plan(..., bias=(p_q, p_k))``; a plan that concatenates (every other kernel) does it there.
 
