@@ -37,6 +37,7 @@ from .video_io import (
     probe_video,
     require_av,
 )
+from .video_tags import keep_container_labels, keep_labels
 
 FrameCallback = Callable[[int, int], None]  # (frames done, frames expected; 0 when unknown)
 _COPIED = ("audio", "subtitle", "data")
@@ -209,9 +210,12 @@ def _frame_step(info: VideoInfo) -> int:
 
 
 def _copy_streams(source: Any, video: Any, output: Any, encoder: Any, result: VideoResult) -> dict[int, Any]:
-    """Output streams for the input's audio, subtitle and data streams that the output container can hold; a
-    timecode track (MOV / MP4 ``tmcd``) is kept as the video stream's timecode, which the muxer writes anew."""
+    """Output streams for the input's audio, subtitle and data streams that the output container can hold, with
+    their tags and flags (and the container's and the video's: ``video_tags.py``); a timecode track (MOV / MP4
+    ``tmcd``) is kept as the video stream's timecode, which the muxer writes anew."""
     copies: dict[int, Any] = {}
+    keep_container_labels(source, output)
+    keep_labels(video, encoder, reencoded=True)
     for stream in source.streams:
         if stream.index == video.index:
             continue
@@ -225,6 +229,7 @@ def _copy_streams(source: Any, video: Any, output: Any, encoder: Any, result: Vi
             result.dropped.append(label)
             continue
         copies[stream.index] = output.add_stream_from_template(stream)
+        keep_labels(stream, copies[stream.index])
         result.copied.append(label)
     own = video.metadata.get("timecode") or video.metadata.get("TIMECODE")  # Matroska's tag is upper case
     if own and "timecode" not in encoder.metadata:  # a timecode with no track of its own

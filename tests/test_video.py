@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import tiny_sst
-from videoclips import audio_packets, decoded, make_clip, seconds
+from videoclips import LABELS, audio_packets, decoded, make_clip, seconds
 
 from sst_cli import Upscaler
 from sst_cli.errors import ConfigError, OutputExists, Terminated, VideoError
@@ -24,6 +24,7 @@ av = pytest.importorskip("av", reason="PyAV is not installed: pip install -e '.[
 
 from sst_cli.video import upscale_video  # noqa: E402
 from sst_cli.video_io import VideoOptions, plan_encoding, probe_video, require_av  # noqa: E402
+from sst_cli.video_tags import kept_tags  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -163,6 +164,35 @@ def test_a_timecode_track_is_kept(tmp_path: Path) -> None:
     again = upscale_video(up, tmp_path / "cam_x2.mkv", tmp_path / "again.mkv")  # Matroska's TIMECODE tag, no track
     with av.open(str(tmp_path / "again.mkv")) as c:
         assert c.streams.video[0].metadata["TIMECODE"] == "01:02:03:04" and again.copied == []
+
+
+def test_tags_and_flags_of_the_container_and_streams_are_kept(tmp_path: Path) -> None:
+    up = Upscaler(_Nearest(), device="cpu", tile=0)
+    clip = make_clip(tmp_path / "film.mkv", labels=True, subtitles=True, pts_ms=(0, 40, 80))
+    upscale_video(up, clip, tmp_path / "film_x2.mkv")
+    with av.open(str(tmp_path / "film_x2.mkv")) as c:
+        assert LABELS["container"].items() <= {k.lower(): v for k, v in c.metadata.items()}.items()
+        for kind in ("video", "audio", "subtitle"):
+            (stream,) = [s for s in c.streams if s.type == kind]
+            assert LABELS[kind].items() <= stream.metadata.items(), kind
+        assert c.streams.audio[0].disposition & av.stream.Disposition.default
+        assert c.streams.subtitles[0].disposition & av.stream.Disposition.forced
+    upscale_video(up, clip, tmp_path / "film_x2.mp4")  # MP4: the audio keeps its language, subtitles are dropped
+    with av.open(str(tmp_path / "film_x2.mp4")) as c:
+        assert c.streams.audio[0].metadata["language"] == "jpn" and c.metadata["title"] == "A film"
+
+
+def test_statistics_of_the_old_bytes_and_tags_the_muxer_writes_are_not_copied() -> None:
+    tags = {"language": "jpn", "BPS-eng": "96000", "NUMBER_OF_FRAMES": "300", "_STATISTICS_TAGS-eng": "BPS",
+            "DURATION": "00:00:10.0", "encoder": "Lavc", "major_brand": "isom", "title": "Main"}  # fmt: skip
+    assert kept_tags(tags, reencoded=True) == {"language": "jpn", "title": "Main"}
+    assert kept_tags(tags) == {
+        "language": "jpn",
+        "BPS-eng": "96000",
+        "NUMBER_OF_FRAMES": "300",
+        "_STATISTICS_TAGS-eng": "BPS",
+        "title": "Main",
+    }  # fmt: skip  (same packets: still true)
 
 
 def test_a_codec_without_a_decoder_is_refused(tmp_path: Path) -> None:

@@ -9,6 +9,12 @@ from pathlib import Path
 import numpy as np
 
 VFR_MS = (0, 40, 100, 120, 200, 260)  # frame times in ms: gaps of 40, 60, 20, 80, 60 (variable frame rate)
+LABELS = {  # make_clip(labels=True): what a film's file says about itself
+    "container": {"title": "A film", "comment": "scanned from 16 mm"},
+    "video": {"language": "fra", "title": "Main picture"},
+    "audio": {"language": "jpn", "title": "Japanese"},
+    "subtitle": {"language": "eng", "title": "Signs"},
+}
 
 
 def make_clip(
@@ -30,17 +36,21 @@ def make_clip(
     tags: tuple[int, int, int, int] | None = None,
     data: str | None = None,
     timecode: str | None = None,
+    labels: bool = False,
 ) -> Path:
     """Write a clip; ``corrupt`` replaces those frames' packets with garbage bytes (an intra-only codec keeps the
     damage to that one frame); a ``pix_fmt`` with alpha gets random transparency; ``options`` go to the muxer;
     ``tags``: colour primaries, transfer, matrix and range (instead of BT.709 limited); ``data``: a data stream
     of that codec (MPEG-TS: ``klv``) with one packet b"data i" per frame; ``timecode``: the video's start
-    timecode (MOV / MP4 write it as a ``tmcd`` track)."""
+    timecode (MOV / MP4 write it as a ``tmcd`` track); ``labels``: the tags and flags of ``LABELS`` on the container
+    and streams."""
     import av
 
     rng = np.random.default_rng(seed)
     alpha = any(c.is_alpha for c in av.VideoFormat(pix_fmt).components)
     with av.open(str(path), "w", options=options or {}) as out:
+        if labels:
+            out.metadata.update(LABELS["container"])
         streams = []
         if video:
             vs = out.add_stream(codec, rate=25)
@@ -54,16 +64,24 @@ def make_clip(
                 vs.metadata["timecode"] = timecode
             if rotation:
                 vs.set_display_rotation(rotation)
+            if labels:
+                vs.metadata.update(LABELS["video"])
             streams.append(vs)
         if audio:
             sound = out.add_stream("aac", rate=8000)
             sound.layout = "mono"
+            if labels:
+                sound.metadata.update(LABELS["audio"])
+                sound.disposition = av.stream.Disposition.default
         if data:
             ds = out.add_data_stream(data)
             ds.time_base = Fraction(1, 1000)
         if subtitles:  # SubRip text, muxed as it is (Matroska)
             text = out.add_mux_stream("subrip")
             text.time_base = Fraction(1, 1000)
+            if labels:
+                text.metadata.update(LABELS["subtitle"])
+                text.disposition = av.stream.Disposition.forced
             for i, pts in enumerate(pts_ms):
                 line = av.Packet(f"line {i}".encode())
                 line.pts, line.dts, line.duration, line.time_base, line.stream = pts, pts, 30, Fraction(1, 1000), text
