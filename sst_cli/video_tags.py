@@ -1,7 +1,7 @@
 """The labels a video's container and streams carry, kept on the upscaled file.
 
 Films and series come with several audio and subtitle tracks told apart by their tags (``language``, ``title``)
-and flags (default, forced, hearing impaired); the container has a title, a creation time, chapters' names.
+and flags (default, forced, hearing impaired); the container has a title, a creation time and chapters.
 Copying a stream's packets does not copy them (FFmpeg's stream template takes the codec parameters only), so
 they are copied here. Tags that the muxer or encoder writes anew are left out, and so are the statistics that
 Matroska muxers store per stream (bit rate, byte and frame counts) for the re-encoded video, whose bytes change.
@@ -36,5 +36,9 @@ def keep_labels(source: Any, target: Any, reencoded: bool = False) -> None:
 
 
 def keep_container_labels(source: Any, target: Any) -> None:
-    """``target`` container (being written) gets ``source`` container's tags (title, creation time, ...)."""
+    """``target`` container (before its header is written) gets ``source`` container's tags (title, creation
+    time, ...) and chapters (start, end, title: timestamps are not changed by upscaling)."""
     target.metadata.update(kept_tags(source.metadata))
+    chapters = source.chapters()
+    if chapters:
+        target.set_chapters(chapters)

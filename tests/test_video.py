@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import tiny_sst
-from videoclips import LABELS, audio_packets, decoded, make_clip, seconds
+from videoclips import CHAPTERS, LABELS, audio_packets, decoded, make_clip, seconds
 
 from sst_cli import Upscaler
 from sst_cli.errors import ConfigError, OutputExists, Terminated, VideoError
@@ -166,7 +166,7 @@ def test_a_timecode_track_is_kept(tmp_path: Path) -> None:
         assert c.streams.video[0].metadata["TIMECODE"] == "01:02:03:04" and again.copied == []
 
 
-def test_tags_and_flags_of_the_container_and_streams_are_kept(tmp_path: Path) -> None:
+def test_tags_flags_and_chapters_of_the_container_and_streams_are_kept(tmp_path: Path) -> None:
     up = Upscaler(_Nearest(), device="cpu", tile=0)
     clip = make_clip(tmp_path / "film.mkv", labels=True, subtitles=True, pts_ms=(0, 40, 80))
     upscale_video(up, clip, tmp_path / "film_x2.mkv")
@@ -177,6 +177,11 @@ def test_tags_and_flags_of_the_container_and_streams_are_kept(tmp_path: Path) ->
             assert LABELS[kind].items() <= stream.metadata.items(), kind
         assert c.streams.audio[0].disposition & av.stream.Disposition.default
         assert c.streams.subtitles[0].disposition & av.stream.Disposition.forced
+        chapters = [(ch["metadata"]["title"], ch["start"] * ch["time_base"], ch["end"] * ch["time_base"])
+                    for ch in c.chapters()]  # fmt: skip
+        assert chapters == [
+            (ch["metadata"]["title"], Fraction(ch["start"], 1000), Fraction(ch["end"], 1000)) for ch in CHAPTERS
+        ]
     upscale_video(up, clip, tmp_path / "film_x2.mp4")  # MP4: the audio keeps its language, subtitles are dropped
     with av.open(str(tmp_path / "film_x2.mp4")) as c:
         assert c.streams.audio[0].metadata["language"] == "jpn" and c.metadata["title"] == "A film"

@@ -15,6 +15,10 @@ LABELS = {  # make_clip(labels=True): what a film's file says about itself
     "audio": {"language": "jpn", "title": "Japanese"},
     "subtitle": {"language": "eng", "title": "Signs"},
 }
+CHAPTERS = [  # make_clip(labels=True): in ms
+    {"id": 1, "start": 0, "end": 40, "metadata": {"title": "Opening"}},
+    {"id": 2, "start": 40, "end": 120, "metadata": {"title": "Part A"}},
+]
 
 
 def make_clip(
@@ -51,6 +55,7 @@ def make_clip(
     with av.open(str(path), "w", options=options or {}) as out:
         if labels:
             out.metadata.update(LABELS["container"])
+            out.set_chapters([dict(c, time_base=Fraction(1, 1000)) for c in CHAPTERS])
         streams = []
         if video:
             vs = out.add_stream(codec, rate=25)
