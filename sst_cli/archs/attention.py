@@ -35,8 +35,8 @@ Callers that can pass the factors separately plan with ``plan_attention(..., ran
 factors to ``run_plan(..., bias=(p_q, p_k))``; a plan that concatenates (every other kernel) does it there.
 
 A requested kernel that is missing or cannot run here falls back to the next one (fa4 -> fa3 -> flash-attn
--> sdpa; sdpa-flash / sdpa-cudnn -> sdpa; native -> sdpa-bias -> sdpa) and the plan carries a one-line notice
-saying so.
+-> sdpa; sdpa-flash / sdpa-cudnn -> sdpa; native -> what ``auto`` runs without it on the CPU, sdpa-bias -> sdpa
+elsewhere) and the plan carries a one-line notice saying so.
 """
 
 from __future__ import annotations
@@ -393,6 +393,8 @@ def _candidates(
         # sdpa-bias measured faster in fp32 only: in bf16 on an AMX Xeon padded SDPA ran SST 1.6x faster.
         bias = dtype == torch.float32 and _bias_pays(qk, v, rank)
         return ["native", "sdpa-bias", "sdpa"] if bias else ["native", "sdpa"]
+    if backend == "native" and device.type == "cpu":  # where it cannot run (bf16, no compiler): what auto runs
+        return _candidates("auto", device, dtype, rank, qk, v)
     chain = [backend]
     while chain[-1] in _FALLBACK:
         chain.append(_FALLBACK[chain[-1]])
