@@ -20,7 +20,7 @@ from .archs import ModelDescriptor, SRNetwork, network_of
 from .options import UpscaleOptions
 from .runtime import fp32_mode, memory_budget
 from .seamcache import SeamCache, cache_key, weights_digest
-from .seams import MAX_PROBE, MIN_PROBE, PROBE_STEP, SeamGuide, probe_side
+from .seams import MAX_PROBE, MIN_PROBE, MIN_TILE, PROBE_STEP, SeamGuide, probe_side
 from .tiling import (
     TileSize,
     align_overlap,
@@ -67,8 +67,8 @@ class Planner:
         self._forward = forward  # one batch of tiles through the network: the seams probe runs it
         # Learned on a probe (one per probe side) when a network whose tiles cannot be exact tiles; the last one
         # asked for is what messages about seams quote.
-        self._guides: dict[int, SeamGuide] = {}
-        self._seam_side = MIN_PROBE
+        self._guides: dict[tuple[int, int], SeamGuide] = {}
+        self._seam_key = (MIN_PROBE, MIN_TILE)  # (probe side, smallest tile) of the last picture planned
         self._seam_cache: SeamCache | None = None
         # After an out-of-memory retry: the bytes of the largest pass that then ran, so the next images start
         # there instead of failing at the same size again.
@@ -105,7 +105,8 @@ class Planner:
         if o.tile != "auto":
             tile: TileSize = align_tile_size(o.tile, align) if o.tile else 0
             if blend and o.tile_overlap is None and 0 < min(tile_sides(tile)) < max(height, width):
-                overlap = max(overlap, self.seams_for(height, width).needed.context)
+                # The context the chosen tiles need, learned at their size (cheaper, and often less context).
+                overlap = max(overlap, self.seams_for(height, width, min(tile_sides(tile))).needed.context)
             batch = o.batch
             while self.memory_ceiling is not None and self.pass_bytes(tile, overlap, batch, height, width) > (
                 self.memory_ceiling
@@ -139,22 +140,24 @@ class Planner:
     def seams(self) -> SeamGuide:
         """The seams guide of the last picture planned (``seams_for``); asked only of networks whose tiles cannot
         be exact."""
-        return self._guide(self._seam_side)
+        return self._guide(*self._seam_key)
 
-    def seams_for(self, height: int, width: int) -> SeamGuide:
-        """The context this network's tiles need within 60 dB of the whole image, measured on first use on a probe
-        as large as the picture (``seams.probe_side``: up to 512 px and what runs whole in memory)."""
-        self._seam_side = probe_side(height, width, self.descriptor.size_multiple, self._largest_probe())
-        return self._guide(self._seam_side)
+    def seams_for(self, height: int, width: int, tile: int = MIN_TILE) -> SeamGuide:
+        """The context this network's tiles of at least ``tile`` px need within 60 dB of the whole image, measured
+        on first use on a probe as large as the picture (``seams.probe_side``: up to 512 px and what runs whole
+        in memory)."""
+        side = probe_side(height, width, self.descriptor.size_multiple, self._largest_probe())
+        self._seam_key = (side, tile)
+        return self._guide(side, tile)
 
-    def _guide(self, side: int) -> SeamGuide:
-        if side not in self._guides:
+    def _guide(self, side: int, tile: int) -> SeamGuide:
+        if (side, tile) not in self._guides:
             d = self.descriptor
             batch = self.options.batch  # the probe's tiles per pass: as many as the user's tiles
-            self._guides[side] = SeamGuide(
-                self._forward, self.scale, d.size_multiple, d.default_context, batch, side, self._cache()
+            self._guides[side, tile] = SeamGuide(
+                self._forward, self.scale, d.size_multiple, d.default_context, batch, side, self._cache(), tile
             )
-        return self._guides[side]
+        return self._guides[side, tile]
 
     def _cache(self) -> SeamCache:
         """Figures on disk, keyed by the weights and everything else they depend on (``seamcache.py``)."""

@@ -133,8 +133,8 @@ class SeamProbe:
 
 class SeamGuide:
     """What one network needs for tiles within ``TARGET_DB`` of the whole image, learned on a probe the first
-    time it is asked (tiling only): the context ``MIN_TILE``-pixel tiles need (``needed``), and the measured
-    figure of any plan below that (``advice``)."""
+    time it is asked (tiling only): the context the smallest tiles it is asked about need (``needed``; by
+    default ``MIN_TILE`` pixels, the worst case), and the measured figure of any plan below that (``advice``)."""
 
     def __init__(
         self,
@@ -145,14 +145,17 @@ class SeamGuide:
         batch: int = 1,
         side: int = MIN_PROBE,
         cache: SeamCache | None = None,
+        tile: int = MIN_TILE,
     ) -> None:
         """``batch``: probe tiles per forward pass; ``side``: the probe's (``probe_side``); ``cache``: figures on
-        disk."""
+        disk; ``tile``: the smallest tile side to learn the context for (a tile the user chose: larger tiles
+        cost the probe less and stray less, so they may need less context; at most half the probe, at least
+        ``MIN_TILE``)."""
         self.align = align
-        self.tile = max(align, -(-MIN_TILE // align) * align)
         wanted = {-(-c // align) * align for c in (default_context, *CONTEXTS) if c >= default_context}
         self.contexts = sorted(wanted)
         self.probe = SeamProbe(forward, scale, align, side=side, batch=batch, cache=cache)
+        self.tile = max(align, -(-MIN_TILE // align) * align, min(tile, self.probe.side // 2) // align * align)
         self._needed: SeamBound | None = None
 
     @property
@@ -161,6 +164,10 @@ class SeamGuide:
         if self._needed is None:
             self._needed = self.probe.smallest_context(self.tile, self.contexts, TARGET_DB + MARGIN_DB)
         return self._needed
+
+    def _probe_tile(self, tile: int) -> int:
+        """``tile`` as measured on the probe: at most half its side (at least 2x2 tiles), aligned."""
+        return max(self.align, min(tile, self.probe.side // 2 // self.align * self.align))
 
     @property
     def reachable(self) -> bool:
@@ -172,8 +179,7 @@ class SeamGuide:
         if self.reachable and tile >= needed.tile and context >= needed.context:
             bound = needed  # larger tiles stray less: the bound learned for the smallest holds
         else:
-            half = self.probe.side // 2 // self.align * self.align  # a probe of at least 2x2 tiles
-            bound = self.probe.measure(max(self.align, min(tile, half)), context)
+            bound = self.probe.measure(self._probe_tile(tile), context)
         if bound.psnr >= TARGET_DB:
             larger = " (larger tiles and more context stray less" + (
                 ", larger pictures more)" if self.probe.side >= MAX_PROBE else ")"

@@ -181,6 +181,23 @@ def test_a_second_upscaler_on_the_same_weights_reads_the_probe_from_disk(tmp_pat
     assert len(files) == 2 and not list((tmp_path / "cache").glob(".tmp-*")), "one file per network, atomic"
 
 
+def test_a_chosen_tile_is_learned_at_its_own_size(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Larger tiles stray less: --tile 64 gets the context 64 px tiles need (16 here), not the 32 that MIN_TILE
+    (32 px) tiles need; the bound still holds at the chosen size."""
+    monkeypatch.setenv("SST_SEAMS_CACHE", str(tmp_path / "cache"))
+    plans = {}
+    for tile in (32, 64):
+        up = Upscaler(GlobalMix(0.005), device="cpu", precision="fp32", tile=tile, batch=16)
+        plans[tile] = up.plan(192, 192)
+        assert up.seams.needed.tile == tile and up.seams.needed.psnr >= TARGET_DB + 3
+    assert (plans[32].overlap, plans[64].overlap) == (32, 16)
+    whole = Upscaler(GlobalMix(0.005), device="cpu", precision="fp32", tile=0)
+    picture = probe_picture(192, seed=3)
+    tiled = Upscaler(GlobalMix(0.005), device="cpu", precision="fp32", tile=64, batch=16)
+    error = (tiled.run(picture).image - whole.run(picture).image).double().pow(2).mean()
+    assert 10 * math.log10(1 / float(error)) >= TARGET_DB
+
+
 def test_processes_measuring_the_same_figure_measure_it_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The second measurer (another process's SeamCache: its own lock file handle) waits, then reads the figure."""
     started, release = threading.Event(), threading.Event()
