@@ -32,6 +32,8 @@ from .tiling import (
 )
 from .widest import INDEX_LIMIT, widest_per_pixel
 
+_LEARNING_ROUNDS = 3  # auto's tiles measured at their own size at most this often, then at MIN_TILE's
+
 
 @dataclass(frozen=True)
 class TilePlan:
@@ -128,7 +130,7 @@ class Planner:
         if fits(height, width):
             return TilePlan(0, overlap, align, blend)
         if blend and o.tile_overlap is None:
-            overlap = max(overlap, self.seams_for(height, width).needed.context)
+            overlap = self._learned_overlap(height, width, overlap, fits)
 
         # When nothing fits, the smallest aligned tile runs and out-of-memory halving has the last word.
         rows, cols = cheapest_tile(height, width, overlap, align, fits) or (align, align)
@@ -150,12 +152,27 @@ class Planner:
         self._seam_key = (side, tile)
         return self._guide(side, tile)
 
+    def _learned_overlap(self, height: int, width: int, overlap: int, fits: Callable[[int, int], bool]) -> int:
+        """The context ``tile="auto"``'s tiles need, learned at their own size: the tiles that fit with ``overlap``
+        are measured, and measured again while the context they need makes the tiles smaller than those measured
+        (a few rounds; then the context of ``MIN_TILE`` tiles, which holds for every tile)."""
+        align = self.descriptor.size_multiple
+        for _ in range(_LEARNING_ROUNDS):
+            tile = cheapest_tile(height, width, overlap, align, fits)
+            needed = self.seams_for(height, width, min(tile) if tile else align).needed
+            overlap = max(overlap, needed.context)
+            tile = cheapest_tile(height, width, overlap, align, fits)
+            if tile is None or min(tile) >= needed.tile:
+                return overlap
+        return max(overlap, self.seams_for(height, width).needed.context)
+
     def _guide(self, side: int, tile: int) -> SeamGuide:
         if (side, tile) not in self._guides:
             d = self.descriptor
             batch = self.options.batch  # the probe's tiles per pass: as many as the user's tiles
+            shared = next((g.probe for (s, _), g in self._guides.items() if s == side), None)
             self._guides[side, tile] = SeamGuide(
-                self._forward, self.scale, d.size_multiple, d.default_context, batch, side, self._cache(), tile
+                self._forward, self.scale, d.size_multiple, d.default_context, batch, side, self._cache(), tile, shared
             )
         return self._guides[side, tile]
 

@@ -146,15 +146,16 @@ class SeamGuide:
         side: int = MIN_PROBE,
         cache: SeamCache | None = None,
         tile: int = MIN_TILE,
+        probe: SeamProbe | None = None,
     ) -> None:
         """``batch``: probe tiles per forward pass; ``side``: the probe's (``probe_side``); ``cache``: figures on
         disk; ``tile``: the smallest tile side to learn the context for (a tile the user chose: larger tiles
         cost the probe less and stray less, so they may need less context; at most half the probe, at least
-        ``MIN_TILE``)."""
+        ``MIN_TILE``); ``probe``: one already made for this side, shared (its whole run is computed once)."""
         self.align = align
         wanted = {-(-c // align) * align for c in (default_context, *CONTEXTS) if c >= default_context}
         self.contexts = sorted(wanted)
-        self.probe = SeamProbe(forward, scale, align, side=side, batch=batch, cache=cache)
+        self.probe = probe or SeamProbe(forward, scale, align, side=side, batch=batch, cache=cache)
         self.tile = max(align, -(-MIN_TILE // align) * align, min(tile, self.probe.side // 2) // align * align)
         self._needed: SeamBound | None = None
 

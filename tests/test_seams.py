@@ -198,6 +198,22 @@ def test_a_chosen_tile_is_learned_at_its_own_size(tmp_path, monkeypatch) -> None
     assert 10 * math.log10(1 / float(error)) >= TARGET_DB
 
 
+def test_auto_tiles_are_learned_at_their_own_size(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Room for 128 px context boxes: auto's 112 px tiles are measured (at 64 px, half the 128 px probe that fits
+    memory) and need 16 px of context, where 32 px tiles would need 32; when the context learned makes the tiles
+    smaller than those measured, they are measured again (room for 96 px: 32 px tiles, 32 px of context)."""
+    monkeypatch.setenv("SST_SEAMS_CACHE", str(tmp_path / "cache"))
+    roomy = Upscaler(GlobalMix(0.005), device="cpu", precision="fp32", tile="auto", max_memory=64 * 128 * 128)
+    plan = roomy.plan(192, 192)
+    assert (plan.tile, plan.overlap, roomy.seams.needed.tile, roomy.seams.needed.context) == (112, 16, 64, 16)
+    assert roomy.seams.needed.psnr >= TARGET_DB + 3
+    assert Upscaler(GlobalMix(0.005), device="cpu", precision="fp32", tile=32).plan(192, 192).overlap == 32
+    tight = Upscaler(GlobalMix(0.02), device="cpu", precision="fp32", tile="auto", max_memory=64 * 96 * 96)
+    plan = tight.plan(192, 192)
+    assert (plan.tile, plan.overlap) == (32, 32) and tight.seams.needed.tile == 32
+    assert {tile for tile, _ in tight.seams.probe._measured} == {32, 64}, "64 px first, then 32 px"
+
+
 def test_processes_measuring_the_same_figure_measure_it_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The second measurer (another process's SeamCache: its own lock file handle) waits, then reads the figure."""
     started, release = threading.Event(), threading.Event()
