@@ -6,7 +6,8 @@ the whole image; how much it strays depends on the weights, so we measure it ins
 module's class names. A probe picture (shapes and texture at every scale, fixed seed) runs once whole,
 then tiled exactly as the engine tiles such networks (aligned, feathered) with a given tile and context; the
 PSNR between the two is the figure. The engine takes the smallest context that reaches the target with a
-margin, and states the measured figure whenever it tiles below it.
+margin for tiles of the size it will run (a chosen ``--tile``, or those ``auto`` fits in memory; else the
+worst case, ``MIN_TILE``), and states the measured figure whenever it tiles below it.
 
 A tile strays by how far the statistics of its context box differ from the whole picture's, so a larger
 picture strays more: the probe is as large as the user's picture (rounded up to ``PROBE_STEP``), from
@@ -34,7 +35,7 @@ MARGIN_DB = 3.0  # kept above the target on the probe: real pictures vary more t
 MIN_PROBE = 192  # LR pixels: the smallest probe, for pictures up to that size
 MAX_PROBE = 512  # the largest (several times a 32 px tile with 64 px of context); larger pictures may stray more
 PROBE_STEP = 128  # probe sides between are the picture's larger side rounded up to this (cached per side)
-MIN_TILE = 32  # the smallest tile the contexts are learned for (LR pixels, rounded up to the alignment)
+MIN_TILE = 32  # the smallest tile contexts are learned for (LR pixels, rounded up to the alignment)
 CONTEXTS = (16, 32, 48, 64)  # contexts tried, smallest first (rounded up to the alignment)
 
 
