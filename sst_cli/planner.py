@@ -67,8 +67,8 @@ class Planner:
         self.device, self.dtype = device, dtype
         self.scale = descriptor.scale
         self._forward = forward  # one batch of tiles through the network: the seams probe runs it
-        # Learned on a probe (one per probe side) when a network whose tiles cannot be exact tiles; the last one
-        # asked for is what messages about seams quote.
+        # Learned on a probe (one per probe side, shared by the tile sizes learned on it) when a network whose
+        # tiles cannot be exact tiles; the last one asked for is what messages about seams quote.
         self._guides: dict[tuple[int, int], SeamGuide] = {}
         self._seam_key = (MIN_PROBE, MIN_TILE)  # (probe side, smallest tile) of the last picture planned
         self._seam_cache: SeamCache | None = None

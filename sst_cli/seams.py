@@ -150,9 +150,9 @@ class SeamGuide:
         probe: SeamProbe | None = None,
     ) -> None:
         """``batch``: probe tiles per forward pass; ``side``: the probe's (``probe_side``); ``cache``: figures on
-        disk; ``tile``: the smallest tile side to learn the context for (a tile the user chose: larger tiles
-        cost the probe less and stray less, so they may need less context; at most half the probe, at least
-        ``MIN_TILE``); ``probe``: one already made for this side, shared (its whole run is computed once)."""
+        disk; ``tile``: the smallest tile side to learn the context for (the tiles the plan will run: larger
+        tiles cost the probe less and stray less, so they may need less context; at most half the probe, at
+        least ``MIN_TILE``); ``probe``: one already made for this side, shared (its whole run is computed once)."""
         self.align = align
         wanted = {-(-c // align) * align for c in (default_context, *CONTEXTS) if c >= default_context}
         self.contexts = sorted(wanted)

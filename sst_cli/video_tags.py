@@ -4,7 +4,7 @@ Films and series come with several audio and subtitle tracks told apart by their
 and flags (default, forced, hearing impaired); the container has a title, a creation time and chapters.
 Copying a stream's packets does not copy them (FFmpeg's stream template takes the codec parameters only), so
 they are copied here. Tags that the muxer or encoder writes anew are left out, and so are the statistics that
-Matroska muxers store per stream (bit rate, byte and frame counts) for the re-encoded video, whose bytes change.
+mkvmerge stores per stream (bit rate, byte and frame counts) for the re-encoded video, whose bytes change.
 """
 
 from __future__ import annotations
