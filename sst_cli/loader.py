@@ -197,8 +197,9 @@ def _load_foreign(state: Mapping[str, torch.Tensor], source: str) -> SRNetwork:
 def _refuse_unrecognised(state: Mapping[str, torch.Tensor], source: str, refused: NotRecognised) -> NoReturn:
     """Neither sst-cli nor spandrel loads the file: sst-cli's own explanation first when it has a specific one
     (a near miss of its own architectures; an architecture its table names), else spandrel's nearest."""
-    if near_miss(state) is not None:
-        detect_architecture(state, source)  # raises "looks like a DAT checkpoint but lacks ..."
+    near = near_miss(state, source)  # "looks like a DAT checkpoint but lacks ..."
+    if near is not None:
+        raise near
     name = recognise(state)
     if name is None:
         raise refused

@@ -26,13 +26,16 @@ def get_architecture(name: str) -> Architecture:
         raise CheckpointError(f"unknown architecture {name!r}; known: {', '.join(ARCHITECTURES)}") from None
 
 
-def near_miss(state: Mapping[str, torch.Tensor]) -> tuple[Architecture, list[str]] | None:
-    """One of sst-cli's architectures whose marker keys the file mostly holds (a modified or incomplete file),
-    with the markers it lacks; None when no architecture is that close."""
+def near_miss(state: Mapping[str, torch.Tensor], source: str) -> CheckpointError | None:
+    """The error for a file that mostly holds one of sst-cli's architectures' marker keys (a modified or
+    incomplete file), naming the markers it lacks; None when no architecture is that close."""
     for arch in ARCHITECTURES.values():
         missing = [key for key in arch.markers if key not in state]
         if arch.markers and len(missing) <= len(arch.markers) // 2:
-            return arch, missing
+            return CheckpointError(
+                f"{source}: looks like a {arch.title} checkpoint but lacks {', '.join(missing)} "
+                f"(a modified or incomplete {arch.title} file; sst-cli runs the official {arch.title} layout)"
+            )
     return None
 
 
@@ -44,13 +47,9 @@ def detect_architecture(state: Mapping[str, torch.Tensor], source: str) -> Archi
     if found:  # two rooms claiming one file is a bug in their detect functions
         raise CheckpointError(f"{source}: the keys fit several architectures ({', '.join(a.title for a in found)})")
     known = ", ".join(arch.title for arch in ARCHITECTURES.values())
-    near = near_miss(state)
+    near = near_miss(state, source)
     if near is not None:
-        arch, missing = near
-        raise CheckpointError(
-            f"{source}: looks like a {arch.title} checkpoint but lacks {', '.join(missing)} "
-            f"(a modified or incomplete {arch.title} file; sst-cli runs the official {arch.title} layout)"
-        )
+        raise near
     foreign = recognise(state)
     if foreign is not None:
         raise CheckpointError(
