@@ -36,6 +36,7 @@ from .video_io import (
     plan_encoding,
     probe_video,
     require_av,
+    stream_codec,
 )
 from .video_tags import keep_container_labels, keep_labels
 
@@ -220,11 +221,11 @@ def _copy_streams(source: Any, video: Any, output: Any, encoder: Any, result: Vi
         if stream.index == video.index:
             continue
         timecode = stream.metadata.get("timecode")  # set on the tmcd track itself (and on the video)
-        if stream.type == "data" and _codec_of(stream) == "unknown" and timecode:
+        if stream.type == "data" and stream_codec(stream) == "unknown" and timecode:
             encoder.metadata["timecode"] = timecode
             result.copied.append(f"timecode {timecode}")
             continue
-        label = f"{stream.type} {_codec_of(stream)}"
+        label = f"{stream.type} {stream_codec(stream)}"
         if stream.type not in _COPIED or not _muxer_takes(output.format.name, stream):
             result.dropped.append(label)
             continue
@@ -237,19 +238,11 @@ def _copy_streams(source: Any, video: Any, output: Any, encoder: Any, result: Vi
     return copies
 
 
-def _codec_of(stream: Any) -> str:
-    """The codec's name; data streams have no codec context, only the codec id's name (``klv``; None: unknown)."""
-    ctx = getattr(stream, "codec_context", None)
-    if ctx is not None and ctx.codec is not None:
-        return str(ctx.codec.canonical_name)
-    return str(getattr(stream, "name", None) or "unknown")
-
-
 def _muxer_takes(muxer: str, stream: Any) -> bool:
     """Whether this muxer writes a copy of ``stream``: asked of the muxer itself, by writing a header to memory
     (PyAV's ``supported_codecs`` lists only a muxer's default codecs when it has no codec table, as MPEG-TS)."""
     av = require_av()
-    if _codec_of(stream) == "unknown":
+    if stream_codec(stream) == "unknown":
         return False
     try:
         with av.open(io.BytesIO(), "w", format=muxer) as probe:

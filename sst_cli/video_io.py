@@ -146,7 +146,7 @@ def probe_video(path: str | os.PathLike[str]) -> VideoInfo:
         frames = int(stream.frames or 0)
         if not frames and rate:
             frames = round(_seconds(stream, container) * float(rate))
-        others = tuple(f"{s.type} {_codec_name(s)}" for s in container.streams if s.index != stream.index)
+        others = tuple(f"{s.type} {stream_codec(s)}" for s in container.streams if s.index != stream.index)
         return VideoInfo(
             Path(name), first.width, first.height, ctx.codec.name, first.format.name, depth, frames,
             Fraction(stream.time_base), Fraction(rate) if rate else None, rotation, container.format.name, others,
@@ -219,9 +219,12 @@ def _encrypted(packet: Any) -> bool:
         return False
 
 
-def _codec_name(stream: Any) -> str:
+def stream_codec(stream: Any) -> str:
+    """The codec's name; data streams have no codec context, only the codec id's name (``klv``; None: unknown)."""
     ctx = getattr(stream, "codec_context", None)
-    return ctx.name if ctx is not None else "unknown"
+    if ctx is not None and ctx.codec is not None:
+        return str(ctx.codec.canonical_name)
+    return str(getattr(stream, "name", None) or "unknown")
 
 
 def _reason(exc: BaseException) -> str:
