@@ -129,8 +129,6 @@ def _version(compiler: list[str]) -> str:
 
 
 def _declare(lib: ctypes.CDLL) -> None:
-    lib.sst_attention.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 7 + [ctypes.c_int]
-    lib.sst_attention.restype = ctypes.c_int
     pointer, count = ctypes.c_void_p, ctypes.c_int64
     lib.sst_attention_rows.argtypes = [pointer] * 6 + [count] * 7 + [pointer, count, pointer, count, ctypes.c_int]
     lib.sst_attention_rows.restype = ctypes.c_int
