@@ -157,8 +157,8 @@ class Planner:
         are measured, and measured again while the context they need makes the tiles smaller than those measured
         (a few rounds; then the context of ``MIN_TILE`` tiles, which holds for every tile)."""
         align = self.descriptor.size_multiple
+        tile = cheapest_tile(height, width, overlap, align, fits)
         for _ in range(_LEARNING_ROUNDS):
-            tile = cheapest_tile(height, width, overlap, align, fits)
             needed = self.seams_for(height, width, min(tile) if tile else align).needed
             overlap = max(overlap, needed.context)
             tile = cheapest_tile(height, width, overlap, align, fits)
