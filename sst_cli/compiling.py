@@ -33,6 +33,7 @@ from torch import nn
 
 from .archs.tracing import prepare_tracing
 from .choices import COMPILE_CHOICES
+from .files import cache_root
 from .runtime import is_out_of_memory, package_version
 
 # ``auto`` compiles on CUDA once a batch's input images add up to this many megapixels (before upscaling).
@@ -57,9 +58,8 @@ def compile_cache_dir() -> Path:
     """Where inductor keeps compiled artefacts: the user's ``TORCHINDUCTOR_CACHE_DIR``, else ours, per version."""
     if os.environ.get(_CACHE_ENV):
         return Path(os.environ[_CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     torch_version = torch.__version__.replace("+", "_")
-    return Path(base) / "sst-cli" / "compile" / f"sst-{package_version()}-torch-{torch_version}"
+    return cache_root() / "compile" / f"sst-{package_version()}-torch-{torch_version}"
 
 
 def compiler_problem(device: torch.device) -> str | None:

@@ -27,6 +27,11 @@ TEMP_SUFFIX = ".sst-tmp"
 _REPLACE_RETRIES = 10  # Windows: a reader (antivirus, indexer, viewer) may hold the target open briefly
 
 
+def cache_root() -> Path:
+    """``$XDG_CACHE_HOME/sst-cli`` (``~/.cache/sst-cli``): where the kernels, compiled graphs and seams figures go."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sst-cli"
+
+
 def temp_name(path: Path) -> Path:
     """A fresh hidden temporary name beside ``path``, recognisably sst-cli's."""
     return path.with_name(f".{path.name[:200]}.{secrets.token_hex(4)}{TEMP_SUFFIX}")

@@ -16,8 +16,8 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 
 import torch
@@ -25,6 +25,8 @@ from filelock import FileLock, Timeout
 from torch import nn
 
 from ._version import __version__
+from .errors import WriteError
+from .files import atomic_write_text, cache_root
 
 PROBE_VERSION = 2  # bump when the probe picture or its measurement changes: old figures are then not used
 LOCK_WAIT_S = 30 * 60  # longer than any one probe run measured (minutes for a large network on a CPU)
@@ -34,8 +36,7 @@ def seams_cache_dir() -> Path:
     """``$SST_SEAMS_CACHE`` when set, else ``$XDG_CACHE_HOME/sst-cli/seams`` (``~/.cache/sst-cli/seams``)."""
     if os.environ.get("SST_SEAMS_CACHE"):
         return Path(os.environ["SST_SEAMS_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "sst-cli" / "seams"
+    return cache_root() / "seams"
 
 
 def weights_digest(model: nn.Module) -> str:
@@ -97,18 +98,8 @@ class SeamCache:
         self._figures = None  # read again: another process may have added figures since
         figures = self._read()
         figures[_entry(side, tile, context)] = psnr
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "w") as f:
-                    json.dump({"version": PROBE_VERSION, "psnr": figures}, f)
-                os.replace(tmp, self.path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-        except OSError:
-            pass  # an unwritable cache: the probe runs again next time, nothing else changes
+        with suppress(WriteError):  # an unwritable cache: the probe runs again next time, nothing else changes
+            atomic_write_text(self.path, json.dumps({"version": PROBE_VERSION, "psnr": figures}))
 
     def _read(self) -> dict[str, float]:
         if self._figures is None:

@@ -16,6 +16,7 @@ from torch import nn
 
 from sst_cli import Upscaler
 from sst_cli.archs import ModelDescriptor, SRNetwork
+from sst_cli.files import TEMP_SUFFIX
 from sst_cli.seamcache import PROBE_VERSION, SeamCache
 from sst_cli.seams import CONTEXTS, MAX_PROBE, MIN_PROBE, TARGET_DB, SeamGuide, SeamProbe, probe_picture, probe_side
 
@@ -178,7 +179,8 @@ def test_a_second_upscaler_on_the_same_weights_reads_the_probe_from_disk(tmp_pat
     Upscaler(other, device="cpu", precision="fp32", tile=32, batch=16).plan(96, 96)
     assert other.calls > 0, "other weights are measured"
     files = list((tmp_path / "cache").glob("*.json"))
-    assert len(files) == 2 and not list((tmp_path / "cache").glob(".tmp-*")), "one file per network, atomic"
+    leftovers = [p for p in (tmp_path / "cache").iterdir() if p.name.endswith(TEMP_SUFFIX)]
+    assert len(files) == 2 and not leftovers, "one file per network, atomic"
 
 
 def test_a_chosen_tile_is_learned_at_its_own_size(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..files import cache_root
 from .tracing import never_traced
 
 SOURCE = Path(__file__).with_name("cpu_attention.c")
@@ -51,8 +52,7 @@ class _Library:
 def _cache_dir() -> Path:
     if os.environ.get("SST_KERNEL_CACHE"):
         return Path(os.environ["SST_KERNEL_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "sst-cli" / "kernels"
+    return cache_root() / "kernels"
 
 
 def _compiler() -> list[str] | None:
