@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -56,8 +55,9 @@ def _narrow_build(folder: Path) -> cpu_kernel._Library:
     if compiler is None:
         raise SystemExit("--narrow needs a C compiler")
     target = folder / "narrow.so"
-    flags = ["-O3", "-std=gnu11", "-shared", "-fPIC", "-pthread", "-march=native", "-mno-avx512f"]
-    subprocess.run([*compiler, *flags, str(cpu_kernel.SOURCE), "-o", str(target), "-lm"], check=True)
+    error = cpu_kernel._compile(compiler, cpu_kernel.SOURCE, target, extra=["-mno-avx512f"])
+    if error is not None:
+        raise SystemExit(f"--narrow: the 8-float build failed: {error}")
     handle = ctypes.CDLL(str(target))
     cpu_kernel._declare(handle)
     return cpu_kernel._Library(handle, "narrow", handle.sst_attention_vector(), handle.sst_attention_key_tile())

@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -89,9 +89,9 @@ def _first_line(text: str) -> str:
     return lines[0].strip()[:160] if lines else ""
 
 
-def _compile(compiler: list[str], source: Path, target: Path) -> str | None:
+def _compile(compiler: list[str], source: Path, target: Path, extra: Sequence[str] = ()) -> str | None:
     """Build ``target``; returns None, or the first error line of the first try (-march=native, -mcpu=native,
-    then no tuning flag: compilers differ in which they accept)."""
+    then no tuning flag: compilers differ in which they accept). ``extra`` flags follow the tuning flag."""
     suffix = ".dll" if sys.platform == "win32" else ".so"
     common = ["-O3", "-std=gnu11", "-shared", "-fPIC", "-pthread"]
     first_error = None
@@ -100,7 +100,7 @@ def _compile(compiler: list[str], source: Path, target: Path) -> str | None:
         os.close(fd)
         try:
             run = subprocess.run(
-                [*compiler, *common, *arch, str(source), "-o", tmp, "-lm"],
+                [*compiler, *common, *arch, *extra, str(source), "-o", tmp, "-lm"],
                 capture_output=True, text=True, timeout=_COMPILE_TIMEOUT_S, check=False,
             )  # fmt: skip
             if run.returncode == 0:
