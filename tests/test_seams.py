@@ -183,10 +183,9 @@ def test_a_second_upscaler_on_the_same_weights_reads_the_probe_from_disk(tmp_pat
     assert len(files) == 2 and not leftovers, "one file per network, atomic"
 
 
-def test_a_chosen_tile_is_learned_at_its_own_size(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_chosen_tile_is_learned_at_its_own_size() -> None:
     """Larger tiles stray less: --tile 64 gets the context 64 px tiles need (16 here), not the 32 that MIN_TILE
     (32 px) tiles need; the bound still holds at the chosen size."""
-    monkeypatch.setenv("SST_SEAMS_CACHE", str(tmp_path / "cache"))
     plans = {}
     for tile in (32, 64):
         up = Upscaler(GlobalMix(0.005), device="cpu", precision="fp32", tile=tile, batch=16)
@@ -200,11 +199,10 @@ def test_a_chosen_tile_is_learned_at_its_own_size(tmp_path, monkeypatch) -> None
     assert 10 * math.log10(1 / float(error)) >= TARGET_DB
 
 
-def test_auto_tiles_are_learned_at_their_own_size(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_auto_tiles_are_learned_at_their_own_size() -> None:
     """Room for 128 px context boxes: auto's 112 px tiles are measured (at 64 px, half the 128 px probe that fits
     memory) and need 16 px of context, where 32 px tiles would need 32; when the context learned makes the tiles
     smaller than those measured, they are measured again (room for 96 px: 32 px tiles, 32 px of context)."""
-    monkeypatch.setenv("SST_SEAMS_CACHE", str(tmp_path / "cache"))
     roomy = Upscaler(GlobalMix(0.005), device="cpu", precision="fp32", tile="auto", max_memory=64 * 128 * 128)
     plan = roomy.plan(192, 192)
     assert (plan.tile, plan.overlap, roomy.seams.needed.tile, roomy.seams.needed.context) == (112, 16, 64, 16)
