@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The whole GPU check in one command: golden vectors per kernel, SST's fused Triton kernels (gpu_kernels.py), the
 # authors' code side by side (Table S4 protocol), kernels, bf16 quality, big images, end to end, the test suite,
-# layouts and torch.compile; on request (not in the default list) the 4K tile sweep, the x3 depth-wise check and
-# --compile's cache timing.
+# layouts and torch.compile; on request (not in the default list) the 4K tile sweep, the x3 depth-wise check,
+# --compile's cache timing, the rows A/B (gpu_rows.py) and the training probe. benchmarks/gpu_session.sh runs
+# the steps that fit one session of device time.
 #
 #   benchmarks/gpu_check.sh OUTDIR [STEP ...]      (default: every step, in the order below)
 #
 # Each step writes OUTDIR/<step>*.json and appends to OUTDIR/log.txt; a failing step is logged and the next
-# one runs. GPU_CHECK_BUDGET (seconds, default 3600) skips the steps that would start after it is spent.
+# one runs. GPU_CHECK_BUDGET (seconds, default 3600): no step runs past it (each is stopped at it, and one with
+# less than 30 s left is skipped).
 # Needs sst-cli importable (pip install --no-deps -e .) and ../shared beside the checkout (bench/, golden/,
 # datasets/Set14); on the device machine benchmarks/gpu_stage.py's .gpu/shared stands in for it.
 # FlashAttention-4 (--attention fa4) runs in the golden and kernels steps once installed: benchmarks/gpu_wheels.sh
@@ -26,9 +28,14 @@ budget=${GPU_CHECK_BUDGET:-3600}
 export PYTHONUNBUFFERED=1
 start=$SECONDS
 
-run() {  # run NAME LIMIT_S COMMAND...: time-limited, logged, never fatal
-  local name=$1 limit=$2
+run() {  # run NAME LIMIT_S COMMAND...: time-limited (never past the budget), logged, never fatal
+  local name=$1 limit=$2 left=$((budget - (SECONDS - start)))
   shift 2
+  ((limit > left)) && limit=$left
+  if ((limit < 30)); then
+    echo "=== $name: skipped, $left s of the budget of $budget s left" | tee -a "$log"
+    return
+  fi
   echo "=== $name: $* ($(date -u +%H:%M:%S), $((SECONDS - start)) s in)" | tee -a "$log"
   timeout "$limit" "$@" 2>&1 | tee -a "$log"
   echo "--- $name: exit ${PIPESTATUS[0]}" | tee -a "$log"
@@ -51,7 +58,18 @@ PY
 step_golden() { run golden 300 python3 benchmarks/gpu_golden.py --device cuda --json "$out/golden.json"; }
 
 # SST's fused Triton kernels: units and golden vectors against the plain path, SST-L x2/x3 with and without them
-step_fused() { run fused 600 python3 benchmarks/gpu_kernels.py --json "$out/fused.json"; }
+step_fused() {  # FUSED_STEPS: gpu_kernels.py's --steps (default all four)
+  run fused 600 python3 benchmarks/gpu_kernels.py --steps "${FUSED_STEPS:-units,golden,timing,tiles}" \
+    --json "$out/fused.json"
+}
+
+# whether leaving out the query rows each layer crops pays on CUDA too (on the CPU only since 2026-11-26)
+step_rows() { run rows 300 python3 benchmarks/gpu_rows.py --runs 10 --json "$out/rows.json"; }
+
+step_probe() {  # issue 29: training patches/s, SST-light x4 bf16, batch 64 (data: /tmp/sst/train291, the prelude's)
+  run probe 200 python3 benchmarks/train_probe.py --data /tmp/sst/train291 --batches 64 --variants bf16 \
+    --seconds "${PROBE_S:-40}" --json "$out/probe.json"
+}
 
 step_official() {  # Table S4 protocol, ours and the authors' code side by side, fp32 and bf16
   run official 600 python3 "$shared/bench/compare_official.py" --device cuda -m sst-light -m sst -m sst-l \
@@ -102,9 +120,9 @@ PY
     --json "$out/e2e-bare.json"
 }
 
-step_sweep() {  # issue 25: --tile auto against a sweep of fixed tiles, 3840x2160 input, SST-L bf16, x2 and x4
-  for s in 2 4; do
-    for t in auto 256 384 512 768 1024; do
+step_sweep() {  # issue 25: --tile auto against fixed tiles, 3840x2160 input, SST-L bf16 (SWEEP_SCALES, SWEEP_TILES)
+  for s in ${SWEEP_SCALES:-2 4}; do
+    for t in ${SWEEP_TILES:-auto 256 384 512 768 1024}; do
       run "sweep-x$s-tile$t" 300 sst bench --device cuda -m sst-l -s $s --precision bf16 \
         --tiled "$((3840 * s))x$((2160 * s))" --tile $t --runs 1 --warmup 1 --json "$out/sweep-x$s-tile$t.json"
     done
@@ -132,8 +150,8 @@ step_layout() {  # what could pay on the GPU: channels-last, torch.compile, CUDA
 }
 
 step_video() {  # issue 28: upscale_video against the bare network, decode and encode; 480p and 1080p x2 (PyAV needed)
-  run video 500 python3 benchmarks/bench_video.py --sizes 854x480 1920x1080 --frames 30 --scale 2 --model sst-l \
-    --untrained --device cuda --precision bf16 --one-per-pass --json "$out/video.json"
+  run video 500 python3 benchmarks/bench_video.py --sizes 854x480 1920x1080 --scale 2 --model sst-l \
+    --untrained --device cuda --precision bf16 --one-per-pass --frames "${VIDEO_FRAMES:-30}" --json "$out/video.json"
 }
 
 for s in $steps; do
