@@ -17,6 +17,7 @@ import numpy as np
 from .choices import DEFAULT_SCALE
 from .errors import ConfigError, ImageError
 from .evaluate import BICUBIC, model_label
+from .files import check_output_file
 from .image_io import Picture, is_image_file, read_image
 from .loader import ModelSpec
 from .resize import imresize
@@ -29,7 +30,8 @@ class CompareSettings:
 
     ``models``: ``ModelSpec``s (and ``"bicubic"``, which is always shown anyway); ``scale``: default the
     first weights file's own scale, else 4; ``crop``: (x, y, width, height) in the pictures' own pixels
-    instead of the automatic placement; ``report``: the report folder; ``png``: the side-by-side PNG.
+    instead of the automatic placement; ``report``: the report folder; ``png``: the side-by-side PNG, which
+    replaces an existing file only with ``overwrite`` (and never one of the pictures).
     """
 
     images: tuple[Path, ...]
@@ -40,6 +42,7 @@ class CompareSettings:
     png: Path | None = None
     crop: tuple[int, int, int, int] | None = None
     title: str | None = None
+    overwrite: bool = False
 
     def __post_init__(self) -> None:
         if not self.images:
@@ -129,8 +132,8 @@ def run_compare(
     inputs = find_inputs(settings.images)
     if settings.report is not None:
         check_target(settings.report)
-    if settings.png is not None and not settings.png.parent.is_dir() and str(settings.png.parent):
-        raise ConfigError(f"cannot write '{settings.png}': the folder '{settings.png.parent}' does not exist")
+    if settings.png is not None:
+        check_output_file(settings.png, overwrite=settings.overwrite, inputs=inputs, option="--png")
     networks = settings.networks
     labels = [model_label(m) for m in networks]
     upscalers: dict[int, Upscaler] = {}

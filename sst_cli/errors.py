@@ -43,6 +43,10 @@ class OutputExists(SstError, FileExistsError):
     """Writing would overwrite a file the user did not ask to overwrite."""
 
 
+class OutputIsInput(OutputExists):
+    """An output would replace one of the run's own inputs: refused even with ``--overwrite``."""
+
+
 class NonFiniteOutput(SstError, ArithmeticError):
     """The network produced NaN or Inf (usually reduced precision overflowing)."""
 

@@ -16,12 +16,12 @@ import shutil
 import stat
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO
 
-from .errors import SstError, WriteError
+from .errors import OutputExists, OutputIsInput, SstError, WriteError
 
 TEMP_SUFFIX = ".sst-tmp"
 _REPLACE_RETRIES = 10  # Windows: a reader (antivirus, indexer, viewer) may hold the target open briefly
@@ -157,6 +157,20 @@ def check_folder_replaceable(
         raise error(f"cannot write '{target}': it exists and is not a folder")
     if target.is_dir() and any(target.iterdir()) and not (may_replace is not None and may_replace(target)):
         raise error(f"refusing to replace '{target}': the folder is not empty and was not written by sst-cli")
+
+
+def check_output_file(target: Path, *, overwrite: bool, inputs: Iterable[Path] = (), option: str = "") -> None:
+    """Refuse (before any work) an output file that is one of ``inputs``, a folder, in no folder, or an existing
+    file ``overwrite`` does not allow replacing. ``option`` names the flag that named it, for the message."""
+    named = f"{option} '{target}'" if option else f"'{target}'"
+    if os.path.realpath(target) in {os.path.realpath(p) for p in inputs}:
+        raise OutputIsInput(f"{named} is one of the inputs; refusing to write over it")
+    if target.is_dir():
+        raise WriteError(f"cannot write {named}: it is a folder")
+    if not target.parent.is_dir():
+        raise WriteError(f"cannot write {named}: the folder '{target.parent}' does not exist")
+    if os.path.lexists(target) and not overwrite:
+        raise OutputExists(f"{named} already exists; add --overwrite to replace it")
 
 
 def _swap_in(temp: Path, target: Path) -> None:

@@ -6,6 +6,7 @@ Everything here is checked on construction, before any model is loaded.
 from __future__ import annotations
 
 import os
+import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,22 +64,37 @@ def model_label(spec: ModelSpec) -> str:
     return Path(str(spec.weights).split("@", 1)[0]).stem or spec.model or DEFAULT_MODEL
 
 
-def _number(value: float) -> str:
-    return f"{value:g}"
+def _fill(template: str, stem: str, suffix: str, model: str, scale: int, outscale: float, ext: str) -> str:
+    """The template's fields filled in (``check_template`` has vetted it: plain fields, no look-ups)."""
+    values = dict(stem=stem, suffix=suffix, model=model, scale=scale, outscale=f"{outscale:g}", ext=ext)
+    return template.format(**values)
 
 
 def check_template(template: str) -> None:
-    """Refuse unknown fields and folder separators up front, before any model is loaded."""
-    values = dict.fromkeys(TEMPLATE_FIELDS, "x")
+    """Refuse, before any model is loaded, a template that reaches beyond its fields (``{stem.upper}``,
+    ``{stem[0]}``), names folders, or does not end in ``.{ext}``: the format decides the bytes written, so the
+    name must carry its extension (the format is chosen with ``--format``, a video's container by its codec)."""
+    known = ", ".join("{" + f + "}" for f in TEMPLATE_FIELDS)
+    if not template:
+        raise ConfigError(f"the name template is empty; e.g. {DEFAULT_TEMPLATE!r}")
     try:
-        name = template.format(**values)
-    except KeyError as exc:
-        known = ", ".join("{" + f + "}" for f in TEMPLATE_FIELDS)
-        raise ConfigError(f"unknown field {{{exc.args[0]}}} in the name template; use {known}") from None
-    except (ValueError, IndexError) as exc:
+        fields = [field for _, field, _, _ in string.Formatter().parse(template) if field is not None]
+    except ValueError as exc:
         raise ConfigError(f"the name template {template!r} is not valid: {exc}") from None
-    if "/" in name or "\\" in name or name in ("", ".", ".."):
+    for field in fields:
+        if field not in TEMPLATE_FIELDS:
+            raise ConfigError(f"unknown field {{{field}}} in the name template {template!r}; use {known}")
+    try:
+        name = _fill(template, "x", "png", "model", 4, 4.0, "png")
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"the name template {template!r} is not valid: {exc}") from None
+    if "/" in name or "\\" in name or name in (".", ".."):
         raise ConfigError(f"the name template {template!r} must give a plain file name (no folders)")
+    if not template.endswith(".{ext}"):
+        raise ConfigError(
+            f"the name template {template!r} must end with .{{ext}}, the extension of the format written "
+            "(choose the format with --format)"
+        )
 
 
 @dataclass(frozen=True)
@@ -92,17 +108,11 @@ class Naming:
     folder: Path | None = None  # -o OUT as a folder; None: default folders
     file: Path | None = None  # -o OUT as the one output file of a single input
 
-    def name(self, job: Job, fmt: str) -> str:
+    def name(self, job: Job, ext: str) -> str:
+        """The output's file name for ``job``, with the extension ``ext`` (an image format's or a container's)."""
         template = self.template or (DEFAULT_OUTSCALE_TEMPLATE if self.outscale is not None else DEFAULT_TEMPLATE)
         outscale = self.outscale if self.outscale is not None else self.scale
-        return template.format(
-            stem=job.source.stem,
-            suffix=job.source.suffix.lstrip("."),
-            model=self.model,
-            scale=self.scale,
-            outscale=_number(outscale),
-            ext=EXTENSIONS[fmt],
-        )
+        return _fill(template, job.source.stem, job.source.suffix.lstrip("."), self.model, self.scale, outscale, ext)
 
     def folder_for(self, job: Job) -> Path:
         """``-o`` folder + sub-path; else ``<base>_sst/`` + sub-path for folder inputs, else beside the file."""
@@ -114,7 +124,7 @@ class Naming:
         return job.source.parent
 
     def target(self, job: Job, fmt: str) -> Path:
-        return self.file if self.file is not None else self.folder_for(job) / self.name(job, fmt)
+        return self.file if self.file is not None else self.folder_for(job) / self.name(job, EXTENSIONS[fmt])
 
 
 def plan_output(

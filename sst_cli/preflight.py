@@ -11,13 +11,13 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import ImageError, OutputExists, SstError, WriteError
+from .errors import ImageError, OutputExists, OutputIsInput, SstError, WriteError
 from .files import TEMP_SUFFIX
 from .image_io import choose_format, probe_image
 from .inputs import Job
@@ -54,6 +54,7 @@ class Preflight:
     inputs: dict[str, Path] = field(default_factory=dict)
     claimed: dict[str, Path] = field(default_factory=dict)
     folders: dict[Path, str | None] = field(default_factory=dict)  # checked output folder -> why unusable
+    kept_in: set[Path] = field(default_factory=set)  # folders of outputs kept by skip_existing (cleaned too)
 
     def preflight(self, jobs: Sequence[Job]) -> list[_Plan]:
         """Plan every output from the image headers alone and say up front what will not work."""
@@ -65,7 +66,7 @@ class Preflight:
                 f"{len(clashes)} input(s) would share an output name with another input (e.g. a.png and a.bmp): "
                 'they fail before any computation; keep them apart with --name "{stem}.{suffix}_{model}_x{scale}.{ext}"'
             )
-        for folder in self.folders:
+        for folder in self.folders.keys() | self.kept_in:
             clean_stale_temporaries(folder, self.note)
         return plans
 
@@ -92,23 +93,15 @@ class Preflight:
             self._check_folder(plan.target.parent)
         except _Skip:
             plan.skip = f"'{plan.target}' already exists"
+            self.kept_in.add(plan.target.parent)
         except SstError as exc:
             plan.failure = exc
         return plan
 
     def claim(self, target: Path, job: Job) -> None:
         """Refuse outputs that are an input or another job's output; then apply the existing-file policy."""
-        key = os.path.realpath(target)
-        if key in self.inputs:
-            raise OutputExists(f"'{target}' is an input file; refusing to write over it (change -o or --name)")
-        if key in self.claimed:
-            raise OutputNameClash(f"'{target}' is already the output of '{self.claimed[key]}' (change --name or -o)")
-        self.claimed[key] = job.source
-        if os.path.lexists(target):
-            if self.writing.skip_existing:
-                raise _Skip
-            if not self.writing.overwrite:
-                raise OutputExists(f"'{target}' already exists")
+        if claim_output(target, job.source, self.claimed, self.inputs, self.writing):
+            raise _Skip
 
     def _check_folder(self, folder: Path) -> None:
         """Create the output folder now and prove it writable, so that no result is computed in vain."""
@@ -121,6 +114,26 @@ class Preflight:
 
 class OutputNameClash(OutputExists):
     """Two inputs map to one output name (``a.png`` and ``a.bmp``)."""
+
+
+def claim_output(
+    target: Path, source: Path, claimed: dict[str, Path], inputs: Collection[str], writing: WriteOptions
+) -> bool:
+    """Refuse an output that is an input (``inputs``: real paths) or another source's output (``claimed``: real
+    path -> source, updated here); then apply the existing-file policy. True: it exists and is kept (a skip)."""
+    key = os.path.realpath(target)
+    if key in inputs:
+        raise OutputIsInput(f"'{target}' is an input file; refusing to write over it (change -o or --name)")
+    owner = claimed.get(key)
+    if owner is not None and owner != source:
+        raise OutputNameClash(f"'{target}' is already the output of '{owner}' (change --name or -o)")
+    claimed[key] = source
+    if os.path.lexists(target):
+        if writing.skip_existing:
+            return True
+        if not writing.overwrite:
+            raise OutputExists(f"'{target}' already exists")
+    return False
 
 
 def unwritable(folder: Path) -> str | None:

@@ -94,6 +94,13 @@ def available_ram() -> int:
     return int(psutil.virtual_memory().available)
 
 
+def total_ram() -> int:
+    """Bytes of RAM this machine has in all."""
+    import psutil
+
+    return int(psutil.virtual_memory().total)
+
+
 def memory_budget(device: torch.device) -> int:
     """Bytes the activations of one tile may use: a safe fraction of free device memory or available RAM."""
     if device.type == "cuda":

@@ -30,6 +30,7 @@ from .runtime import (
     release_memory,
     resolve_device,
     resolve_precision,
+    total_ram,
 )
 from .seams import SeamGuide
 from .tiling import (
@@ -309,9 +310,17 @@ class Upscaler:
 
     # ----------------------------------------------------------------- images
     def output_size(self, width: int, height: int) -> tuple[int, int]:
-        """(width, height) of the result for an input of that size, ``outscale`` included."""
+        """(width, height) of the result for an input of that size, ``outscale`` included; refused (when planning,
+        before any work) where the result alone, 4 float32 channels, would not fit this machine's memory."""
         factor = self.options.outscale or self.scale
-        return max(1, round(width * factor)), max(1, round(height * factor))
+        size = max(1, round(width * factor)), max(1, round(height * factor))
+        if size[0] * size[1] * 16 > total_ram():
+            fix = "lower --outscale" if self.options.outscale else "use a smaller input or scale"
+            raise ConfigError(
+                f"the result would be {size[0]}x{size[1]} px, more than this machine's memory "
+                f"({total_ram() / 2**30:.0f} GiB) can hold; {fix}"
+            )
+        return size
 
     def _resize_to_outscale(self, t: torch.Tensor, height: int, width: int) -> torch.Tensor:
         outscale = self.options.outscale

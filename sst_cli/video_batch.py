@@ -17,14 +17,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .choices import DEFAULT_SCALE
-from .errors import ConfigError, OutputExists, SstError, VideoError
+from .errors import ConfigError, SstError, VideoError
 from .filerun import BatchEvents, BatchInterrupted, BatchResult, FileResult
 from .files import TEMP_SUFFIX
 from .image_io import is_image_file
 from .inputs import Job, is_glob, is_own_output
 from .loader import ModelSpec
-from .naming import DEFAULT_OUTSCALE_TEMPLATE, DEFAULT_TEMPLATE, Naming, WriteOptions, model_label
-from .preflight import clean_stale_temporaries, unwritable
+from .naming import Naming, WriteOptions, model_label
+from .preflight import claim_output, clean_stale_temporaries, unwritable
 from .upscaler import UpscaleOptions, Upscaler
 from .video import VideoResult, describe_plan, expected_megapixels, plan_video, upscale_video
 from .video_io import VideoInfo, VideoOptions, choose_codec, is_video_file, output_extension, probe_video, require_av
@@ -120,7 +120,7 @@ def upscale_video_files(
         try:
             plan.info = probe_video(plan.job.source)
             codec = choose_codec(plan.info, video)
-            plan.target = single or _target(naming, plan.job, output_extension(plan.job.source, video, codec), scale)
+            plan.target = single or _target(naming, plan.job, output_extension(plan.job.source, video, codec))
             _claim(plan, claimed, inputs, writing)
         except SstError as exc:
             plan.failure = exc
@@ -135,7 +135,7 @@ def upscale_video_files(
     for plan in plans:  # the real scale is known now: rename, and plan each encoding
         if plan.failure is None and plan.skip is None and single is None and upscaler.scale != scale:
             assert plan.info is not None and plan.target is not None
-            plan.target = _target(naming, plan.job, plan.target.suffix.lstrip("."), upscaler.scale)
+            plan.target = _target(naming, plan.job, plan.target.suffix.lstrip("."))
             try:
                 _claim(plan, claimed, inputs, writing)
             except SstError as exc:
@@ -155,31 +155,15 @@ def _single_target(output: str | os.PathLike[str] | None, jobs: Sequence[Job], w
     return Path(output)
 
 
-def _target(naming: Naming, job: Job, ext: str, scale: int) -> Path:
-    template = naming.template or (DEFAULT_OUTSCALE_TEMPLATE if naming.outscale is not None else DEFAULT_TEMPLATE)
-    outscale = naming.outscale if naming.outscale is not None else scale
-    name = template.format(
-        stem=job.source.stem, suffix=job.source.suffix.lstrip("."), model=naming.model, scale=scale,
-        outscale=f"{outscale:g}", ext=ext,
-    )  # fmt: skip
-    return naming.folder_for(job) / name
+def _target(naming: Naming, job: Job, ext: str) -> Path:
+    return naming.folder_for(job) / naming.name(job, ext)
 
 
 def _claim(plan: _VideoPlan, claimed: dict[str, Path], inputs: set[str], writing: WriteOptions) -> None:
     """Refuse outputs that are an input or another clip's output, then apply the existing-file policy."""
     assert plan.target is not None
-    key = os.path.realpath(plan.target)
-    owner = claimed.get(key)
-    if key in inputs:
-        raise OutputExists(f"'{plan.target}' is an input file; refusing to write over it (change -o or --name)")
-    if owner is not None and owner != plan.job.source:
-        raise OutputExists(f"'{plan.target}' is already the output of '{owner}' (change --name or -o)")
-    claimed[key] = plan.job.source
-    if os.path.lexists(plan.target):
-        if writing.skip_existing:
-            plan.skip = f"'{plan.target}' already exists"
-        elif not writing.overwrite:
-            raise OutputExists(f"'{plan.target}' already exists")
+    if claim_output(plan.target, plan.job.source, claimed, inputs, writing):
+        plan.skip = f"'{plan.target}' already exists"
     why = unwritable(plan.target.parent)  # made if missing, and proved writable with a real file
     if why is not None:
         raise VideoError(f"cannot write into '{plan.target.parent}': {why}")

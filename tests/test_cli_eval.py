@@ -89,3 +89,26 @@ def test_bad_datasets_and_options_fail_cleanly(tmp_path: Path) -> None:
     code, out = run("-d", "ds", "--model", "bicubic", "--scale", "2")
     assert code == 1 and "ax2.png" in out and "Traceback" not in out
     assert not Path("r.json").exists()
+
+
+def test_json_and_csv_never_replace_a_dataset_file_nor_an_existing_file_unasked(tmp_path: Path) -> None:
+    data = tmp_path / "mine"
+    for name in ("a", "b"):
+        (data / "HR").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.random.default_rng(0).integers(0, 256, (24, 24, 3), dtype=np.uint8)).save(
+            data / "HR" / f"{name}.png"
+        )
+    before = (data / "HR" / "a.png").read_bytes()
+    args = ["eval", "-m", "bicubic", "-d", str(data), "-s", "2", "-q"]
+    over_input = runner.invoke(app, [*args, "--csv", str(data / "HR" / "a.png"), "--overwrite"])
+    assert over_input.exit_code == 1 and "is one of the inputs" in over_input.output
+    assert (data / "HR" / "a.png").read_bytes() == before
+    Path("r.json").write_text("mine")
+    kept = runner.invoke(app, [*args, "--json", "r.json"])
+    assert kept.exit_code == 1 and "--json 'r.json' already exists; add --overwrite" in kept.output
+    assert Path("r.json").read_text() == "mine"
+    folder = runner.invoke(app, [*args, "--csv", "."])
+    assert folder.exit_code == 1 and "it is a folder" in folder.output
+    replaced = runner.invoke(app, [*args, "--json", "r.json", "--overwrite"])
+    assert replaced.exit_code == 0, replaced.output
+    assert json.loads(Path("r.json").read_text())["results"][0]["model"] == "bicubic"

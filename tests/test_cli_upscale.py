@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -155,6 +157,35 @@ def test_interrupt_exits_130_without_partial_files_and_skip_existing_finishes(
     assert resumed.exit_code == 0, resumed.output
     assert len(count_upscales) == 2
     assert files_under("out") == ["a_mini_x3_x3.png", "b_mini_x3_x3.png", "c_mini_x3_x3.png"]
+
+
+def test_a_result_too_large_for_memory_is_refused_before_the_network(count_upscales: list[int]) -> None:
+    image("a.png")
+    result = sst("a.png", "--outscale", "1e9", "-q")
+    assert result.exit_code == 1 and count_upscales == []
+    assert "the result would be 16000000000x12000000000 px, more than this machine's memory" in result.stderr
+    assert "lower --outscale" in result.stderr and files_under(".") == ["a.png"]
+
+
+def test_a_fatal_error_is_a_json_event_too() -> None:
+    image("a.png")
+    result = sst("a.png", "--tile", "big", "--json-log")
+    assert result.exit_code == 2
+    assert json.loads(result.stdout) == {
+        "event": "error", "message": "--tile must be auto, 0 (whole image) or a tile size in pixels, got 'big'",
+        "exit_code": 2,
+    }  # fmt: skip
+
+
+def test_a_resume_with_nothing_left_still_clears_a_killed_runs_temporaries() -> None:
+    image("a.png")
+    assert sst("a.png", "-q").exit_code == 0
+    stale = Path(".a_mini_x3_x3.png.deadbeef.sst-tmp")
+    stale.write_bytes(b"half")
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    resumed = sst("a.png", "--skip-existing")
+    assert resumed.exit_code == 0 and not stale.exists()
+    assert "removed 1 unfinished file(s)" in resumed.stderr
 
 
 def test_json_log_lines_parse() -> None:

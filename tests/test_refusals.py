@@ -50,6 +50,8 @@ NO_TORCH_NEEDED = [
     (["--format", "bmp"], "unknown output format 'bmp'"),
     (["--quality", "0"], "quality must be between 1 and 100"),
     (["--name", "{nope}.png"], "unknown field {nope}"),
+    (["--name", "{stem.upper}.{ext}"], "unknown field {stem.upper}"),
+    (["--name", "{stem}.gif"], "must end with .{ext}"),
     (["--overwrite", "--skip-existing"], "overwrite and skip-existing exclude each other"),
     (["--workers", "0"], "--workers must be 1 or more"),
     (["--device", "cuda:0,"], "has an empty entry"),

@@ -287,6 +287,23 @@ def test_sst_compare_two_models_crop_and_png(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "x,y,width,height" in bad.output
 
 
+def test_compare_png_never_replaces_a_picture_nor_an_existing_file_unasked(tmp_path: Path) -> None:
+    weights = tiny_weights(tmp_path / "tiny.safetensors", 1)
+    Image.fromarray(pattern(24, 24, 1)).save(tmp_path / "photo.png")
+    before = (tmp_path / "photo.png").read_bytes()
+    args = ["compare", "photo.png", "--weights", str(weights), "--device", "cpu", "-q", "--png"]
+    over_input = runner.invoke(app, [*args, "photo.png", "--overwrite"])
+    assert over_input.exit_code == 1 and "--png 'photo.png' is one of the inputs" in over_input.output
+    assert (tmp_path / "photo.png").read_bytes() == before
+    (tmp_path / "side.png").write_bytes(b"mine")
+    kept = runner.invoke(app, [*args, "side.png"])
+    assert kept.exit_code == 1 and "already exists; add --overwrite" in kept.output
+    assert (tmp_path / "side.png").read_bytes() == b"mine"
+    replaced = runner.invoke(app, [*args, "side.png", "--overwrite"])
+    assert replaced.exit_code == 0, replaced.output
+    assert Image.open(tmp_path / "side.png").format == "PNG"
+
+
 def _dataset(root: Path) -> Path:
     for i in range(2):
         (root / "HR").mkdir(parents=True, exist_ok=True)

@@ -38,6 +38,7 @@ ModelOption = Annotated[
         "the architecture to load them into.",
     ),
 ]
+OverwriteOption = Annotated[bool, typer.Option("--overwrite", help="Replace output files that already exist.")]
 DeviceOption = Annotated[str, typer.Option("--device", help=f"{DEVICE_HELP}.")]
 PrecisionOption = Annotated[str, typer.Option("--precision", help=f"{', '.join(PRECISIONS)}.")]
 AttentionOption = Annotated[str, typer.Option("--attention", help=f"Attention kernel: {', '.join(BACKENDS)}.")]

@@ -13,7 +13,15 @@ from ..checks import check_choice, check_device_name
 from ..choices import BACKENDS, BENCH_PRECISIONS
 from ..errors import ConfigError
 from ..zoo import VARIANTS
-from ._options import AttentionOption, ConfigOption, DeviceOption, WeightsOption, parse_tile, parse_wxh
+from ._options import (
+    AttentionOption,
+    ConfigOption,
+    DeviceOption,
+    OverwriteOption,
+    WeightsOption,
+    parse_tile,
+    parse_wxh,
+)
 from .output import console, err_console, handle_errors
 
 if TYPE_CHECKING:
@@ -211,6 +219,7 @@ def bench(
         Path | None, typer.Option("--input", help="A photo to use as the LR input (resized) instead of noise.")
     ] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write all figures to this JSON file.")] = None,
+    overwrite: OverwriteOption = False,
     weights: WeightsOption = None,
     config: ConfigOption = None,
 ) -> None:
@@ -240,6 +249,10 @@ def bench(
         weights=weights,
         config=config,
     )
+    if json_path is not None:
+        from ..files import check_output_file
+
+        check_output_file(json_path, overwrite=overwrite, inputs=[input_image] if input_image else [], option="--json")
     if quick:
         what = "the weights' own network and scale" if weights is not None else "sst-light, x2 and x4"
         err_console.print(

@@ -17,6 +17,7 @@ from ._options import (
     ExactOption,
     HubRepoOption,
     MaxMemoryOption,
+    OverwriteOption,
     PrecisionOption,
     TileOverlapOption,
     model_specs,
@@ -63,6 +64,7 @@ def compare(
     ] = None,
     crop: CropOption = None,
     title: Annotated[str | None, typer.Option("--title", help="The report's title.")] = None,
+    overwrite: OverwriteOption = False,
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
     attention: AttentionOption = "auto",
@@ -97,6 +99,7 @@ def compare(
         png=png,
         crop=crop_box,
         title=title,
+        overwrite=overwrite,
     )
     with count_progress(disable=quiet) as progress:
         task = progress.add_task("comparing", total=None)

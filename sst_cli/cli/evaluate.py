@@ -22,6 +22,7 @@ from ._options import (
     ExactOption,
     HubRepoOption,
     MaxMemoryOption,
+    OverwriteOption,
     PrecisionOption,
     TileOverlapOption,
     model_specs,
@@ -130,6 +131,7 @@ def eval_command(
     ] = False,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write all results as JSON.")] = None,
     csv_path: Annotated[Path | None, typer.Option("--csv", help="Write per-image scores as CSV.")] = None,
+    overwrite: OverwriteOption = False,
     save_images: Annotated[
         Path | None, typer.Option("--save-images", help="Save SR outputs as DIR/<dataset>/x<scale>/<name>.png.")
     ] = None,
@@ -178,8 +180,8 @@ def eval_command(
         exact=exact, batch=batch, max_memory=max_memory,
     )  # fmt: skip
     from .. import hub
-    from ..evaluate import BICUBIC, PROTOCOL, EvalSettings, model_label, run_evaluation
-    from ..files import atomic_write_text
+    from ..evaluate import BICUBIC, PROTOCOL, EvalSettings, find_dataset, model_label, run_evaluation
+    from ..files import atomic_write_text, check_output_file
     from .downloads import download_display
 
     models = model_specs(model or [], weights or [], config, hub_repo)
@@ -193,6 +195,11 @@ def eval_command(
         self_ensemble=self_ensemble,
         save_images=save_images,
     )
+    if json_path is not None or csv_path is not None:  # before any work; the datasets' own files are never replaced
+        inputs = [f for spec in dataset for f in find_dataset(spec, data_root).root.rglob("*") if f.is_file()]
+        for path, option in ((json_path, "--json"), (csv_path, "--csv")):
+            if path is not None:
+                check_output_file(path, overwrite=overwrite, inputs=inputs, option=option)
     labels = [model_label(m) for m in models]
     with contextlib.ExitStack() as stack:
         recorder = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -50,7 +51,8 @@ def fail(message: str, code: int = 1) -> typer.Exit:
 
 
 def handle_errors(command: F) -> F:
-    """Turn library errors into one line and an exit code; tracebacks only with --debug."""
+    """Turn library errors into one line and an exit code; tracebacks only with --debug. A command run with
+    ``--json-log`` also gets the error as a JSON event on stdout, so that a program reading it learns why."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -60,6 +62,8 @@ def handle_errors(command: F) -> F:
         except SstError as exc:
             if debug_enabled():
                 raise
+            if kwargs.get("json_log"):
+                print(json.dumps({"event": "error", "message": str(exc), "exit_code": exc.exit_code}), flush=True)
             raise fail(_escape(str(exc)), exc.exit_code) from None
         except KeyboardInterrupt as exc:
             code = getattr(exc, "exit_code", 130)

@@ -24,6 +24,7 @@ from ._options import (
     IgLambdaOption,
     MaxMemoryOption,
     ModelOption,
+    OverwriteOption,
     PrecisionOption,
     SeedOption,
     TileOverlapOption,
@@ -244,7 +245,7 @@ def upscale(
         str | None, typer.Option("--format", "-f", help="png, jpg, webp or tiff (default: as the input when it fits).")
     ] = None,
     quality: Annotated[int, typer.Option("--quality", help="JPEG/WebP quality, 1-100.")] = 95,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace existing output files.")] = False,
+    overwrite: OverwriteOption = False,
     skip_existing: Annotated[
         bool, typer.Option("--skip-existing", help="Leave existing outputs alone (resume a batch).")
     ] = False,
