@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import warnings
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,15 +27,40 @@ SUFFIXES = (".pth", ".pt", ".safetensors")
 StateDict = dict[str, torch.Tensor]
 
 
+_KINDS = ((b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"RIFF", "a RIFF file (WebP, WAV ...)"),
+          (b"GIF8", "a GIF image"), (b"\x1f\x8b", "a gzip archive"), (b"<", "an HTML or XML page"))  # fmt: skip
+
+
+def _not_a_pickle(path: Path) -> str | None:
+    """What the file is instead, when its first bytes are neither a zip (PyTorch's format since 1.6) nor a pickle
+    (the legacy format, which starts with the protocol opcode 0x80): the unpickler would misread anything else."""
+    with path.open("rb") as f:
+        head = f.read(16)
+    if head.startswith(b"PK") or head.startswith(b"\x80"):
+        return None
+    if len(head) >= 9 and int.from_bytes(head[:8], "little") < 100_000_000 and head[8:9] == b"{":
+        return "a safetensors file (name it .safetensors)"
+    kind = next((what for magic, what in _KINDS if head.startswith(magic)), None)
+    if kind is None:
+        text = head.isascii() and all(c.isprintable() or c in "\t\r\n" for c in head.decode("ascii"))
+        kind = "text" if text else "something else"
+    return kind
+
+
 def _read_pickle(path: Path) -> Any:
+    instead = _not_a_pickle(path)
+    if instead is not None:
+        raise CheckpointError(f"{path}: not a PyTorch checkpoint: the file is {instead}")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's own advice about weights_only; the refusal below says it all
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         raise CheckpointError(
             f"{path}: refused to load: the file contains Python objects other than tensors, and loading it "
             "could run code. Only plain tensor checkpoints are accepted"
         ) from exc
-    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as exc:
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, KeyError) as exc:
         raise CheckpointError(f"{path}: not a readable PyTorch checkpoint (truncated or corrupt?): {exc}") from exc
 
 
@@ -66,6 +92,8 @@ def unwrap(obj: Any, source: str = "checkpoint") -> StateDict:
 def read_weights(path: str | os.PathLike[str]) -> tuple[StateDict, dict[str, str]]:
     """State dict of a ``.pth``/``.pt``/``.safetensors`` file, and its safetensors metadata (empty for pickles)."""
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{path}: a folder, not a weights file")
     if not path.is_file():
         raise WeightsNotFound(f"weights file not found: {path}")
     if path.stat().st_size == 0:

@@ -127,6 +127,23 @@ def test_truncated_empty_missing_and_unrelated(tmp_path: Path, light_state: dict
         load_model(_save(tmp_path / "resnet.pth", resnet), variant="sst-light")
 
 
+def test_files_that_are_not_checkpoints_say_what_they_are(tmp_path: Path) -> None:
+    """The unpickler misreads anything but a zip or a pickle (a text file raised KeyError: 105)."""
+    (tmp_path / "notes.pth").write_text("hi\nthere\n")
+    (tmp_path / "photo.pth").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(32))
+    (tmp_path / "renamed.pth").write_bytes((GOLDEN / "light_x2.safetensors").read_bytes())
+    (tmp_path / "folder.pth").mkdir()
+    for name, message in [("notes.pth", "not a PyTorch checkpoint: the file is text"),
+                          ("photo.pth", "the file is a PNG image"),
+                          ("renamed.pth", r"a safetensors file \(name it \.safetensors\)"),
+                          ("folder.pth", "a folder, not a weights file")]:  # fmt: skip
+        with pytest.raises(CheckpointError, match=message):
+            load_model(tmp_path / name, variant="sst-light")
+    legacy = tmp_path / "legacy.pth"  # the pre-1.6 format is a bare pickle: still read
+    torch.save({"a": torch.ones(2)}, legacy, _use_new_zipfile_serialization=False)
+    assert torch.equal(read_weights(legacy)[0]["a"], torch.ones(2))
+
+
 def test_mismatch_report_lists_missing_unexpected_and_shapes(tmp_path: Path, light_state: dict) -> None:
     state = dict(light_state)
     del state["body.4.5.ffn.agg.bias"]

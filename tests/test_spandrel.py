@@ -138,6 +138,40 @@ def test_whole_image_is_spandrels_output(tmp_path: Path, name: str) -> None:
         assert torch.equal(got.clamp(0, 1), expected)
 
 
+@needs_spandrel
+@pytest.mark.parametrize("name", ["FBCNN", "FDnCNN"])
+def test_models_with_their_own_call_run_as_spandrel_calls_them(tmp_path: Path, name: str) -> None:
+    """FBCNN returns (image, quality); FDnCNN takes a noise-level channel its call appends: measuring the receptive
+    field through the bare module crashed on both."""
+    from spandrel.architectures.DnCNN.__arch.network_dncnn import DnCNN
+    from spandrel.architectures.FBCNN.__arch.FBCNN import FBCNN
+
+    torch.manual_seed(0)
+    build = {
+        "FBCNN": lambda: FBCNN(in_nc=3, out_nc=3, nc=[8, 16, 32, 512], nb=2),  # its quality head needs 512
+        "FDnCNN": lambda: DnCNN(in_nc=4, out_nc=3, nc=16, nb=4, mode="FDnCNN"),
+    }
+    path = tmp_path / f"{name}.pth"
+    torch.save(build[name]().state_dict(), path)
+    image = _image(32, 40)
+    up = Upscaler(weights=path, device="cpu", precision="fp32", tile=0)
+    assert torch.equal(up.run(image).image.clamp(0, 1), _spandrel_output(path, image))
+
+
+@needs_spandrel
+def test_a_model_that_fails_on_an_image_is_one_sentence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sst_cli.spandrel import foreign
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("num_conv_kernels must be above 1")  # what a tiny AuraSR's forward raised
+
+    monkeypatch.setattr(foreign, "measure_reach", broken)
+    path = _checkpoint(tmp_path, "Compact")
+    with pytest.raises(CheckpointError, match=r"Compact\.pth: the RealESRGAN Compact model spandrel built from it "
+                       r"fails on a test image \(AssertionError: num_conv_kernels must be above 1\)"):  # fmt: skip
+        Upscaler(weights=path, device="cpu", precision="fp32", tile=0)
+
+
 UNTILEABLE = "OmniSR"  # its grid attention pairs pixels a fixed fraction of the image apart: see below
 GLOBAL = ("HAT", "DAT")  # global channel attention: the context they get (64 px) needs a larger image to matter
 

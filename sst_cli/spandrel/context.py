@@ -11,6 +11,7 @@ tiles need on top of that when it tiles (``sst_cli.seams``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -37,9 +38,20 @@ def probe_side(minimum: int, multiple_of: int, wanted: int) -> int:
 
 
 def measure_reach(
-    model: nn.Module, channels: int, scale: int, *, minimum: int = 0, multiple_of: int = 1, probe: int = 64
+    model: nn.Module,
+    channels: int,
+    scale: int,
+    *,
+    minimum: int = 0,
+    multiple_of: int = 1,
+    probe: int = 64,
+    call: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None,
 ) -> Reach:
-    """The receptive field of ``model`` (in float32 on the CPU, eval mode) on a ``probe``-pixel noise image."""
+    """The receptive field of ``model`` (in float32 on the CPU, eval mode) on a ``probe``-pixel noise image.
+
+    ``call(model, x)`` runs it as its library does (FBCNN returns a tuple, FDnCNN appends a noise-level channel);
+    the default is ``model(x)``.
+    """
     side = probe_side(minimum, multiple_of, probe)
     generator = torch.Generator().manual_seed(0)
     param = next(model.parameters(), None)
@@ -47,7 +59,7 @@ def measure_reach(
     x = torch.rand(1, channels, side, side, generator=generator).to(device).requires_grad_(True)
     c = side // 2
     with torch.enable_grad():
-        y = model(x)
+        y = call(model, x) if call is not None else model(x)
         y[..., c * scale : (c + 1) * scale, c * scale : (c + 1) * scale].sum().backward()
     assert x.grad is not None
     sensitivity = x.grad.detach().abs().sum((0, 1)).double().cpu()

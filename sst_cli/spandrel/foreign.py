@@ -100,7 +100,17 @@ def load_foreign(state: Mapping[str, torch.Tensor], source: str) -> SpandrelNetw
         )
     model = descriptor.model.float().eval()
     req = descriptor.size_requirements
-    reach = measure_reach(
-        model, descriptor.input_channels, descriptor.scale, minimum=req.minimum, multiple_of=req.multiple_of
-    )
+    # spandrel's own call without its inference mode (the measurement needs gradients) and without its clamp
+    # (which would hide the field wherever random weights overshoot); private, hence the plain call as fallback.
+    call = getattr(descriptor, "_call_fn", None)
+    try:
+        reach = measure_reach(
+            model, descriptor.input_channels, descriptor.scale, minimum=req.minimum, multiple_of=req.multiple_of,
+            call=call if callable(call) else None,
+        )  # fmt: skip
+    except Exception as exc:  # third-party code: whatever it raises, the file is what failed
+        raise CheckpointError(
+            f"{source}: the {descriptor.architecture.name} model spandrel built from it fails on a test image "
+            f"({type(exc).__name__}: {exc})"
+        ) from exc
     return SpandrelNetwork(descriptor, reach, library_version())
