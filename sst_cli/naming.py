@@ -16,6 +16,7 @@ from .choices import DEFAULT_MODEL
 from .errors import ConfigError
 from .image_io import DEFAULT_MAX_PIXELS, EXTENSIONS, is_image_file, normalise_format
 from .inputs import Job
+from .video_io import is_video_file
 
 if TYPE_CHECKING:
     from .loader import ModelSpec
@@ -142,8 +143,13 @@ def plan_output(
         check_template(template)
     if output is None:
         return Naming(model, scale, outscale, template)
+    if not os.fspath(output).strip():
+        raise ConfigError("-o is empty: give an output file or folder")
     out = Path(output)
-    if out.is_dir() or not is_image_file(out):
+    folder = out.is_dir() or os.fspath(output).endswith(("/", os.sep))  # "-o up.png/" means a folder
+    if not folder and is_video_file(out):
+        raise ConfigError(f"'{out}' names a video file, but the input is an image: name it .png, .jpg ... or a folder")
+    if folder or not is_image_file(out):
         if out.exists() and not out.is_dir():
             raise ConfigError(f"-o '{out}' is an existing file, not a folder or an image name")
         return Naming(model, scale, outscale, template, folder=out)

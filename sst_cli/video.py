@@ -55,10 +55,12 @@ class VideoResult:
     dropped: list[str] = field(default_factory=list)
 
 
-def plan_video(upscaler: Upscaler, info: VideoInfo, options: VideoOptions) -> EncodePlan:
-    """The encoding of ``info``'s result by this upscaler (``--outscale`` included)."""
+def plan_video(
+    upscaler: Upscaler, info: VideoInfo, options: VideoOptions, target: str | os.PathLike[str] | None = None
+) -> EncodePlan:
+    """The encoding of ``info``'s result by this upscaler (``--outscale`` included), in ``target``'s container."""
     width, height = upscaler.output_size(info.width, info.height)
-    return plan_encoding(info, width, height, options)
+    return plan_encoding(info, width, height, options, None if target is None else Path(target))
 
 
 def upscale_video(
@@ -78,7 +80,7 @@ def upscale_video(
     """
     options = options or VideoOptions()
     info = info or probe_video(source)
-    plan = plan or plan_video(upscaler, info, options)
+    plan = plan or plan_video(upscaler, info, options, target)
     if not overwrite and os.path.lexists(target):
         raise OutputExists(f"'{os.fspath(target)}' already exists")
     result = VideoResult()

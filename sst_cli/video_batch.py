@@ -27,7 +27,16 @@ from .naming import Naming, WriteOptions, model_label
 from .preflight import claim_output, clean_stale_temporaries, unwritable
 from .upscaler import UpscaleOptions, Upscaler
 from .video import VideoResult, describe_plan, expected_megapixels, plan_video, upscale_video
-from .video_io import VideoInfo, VideoOptions, choose_codec, is_video_file, output_extension, probe_video, require_av
+from .video_io import (
+    VideoInfo,
+    VideoOptions,
+    choose_codec,
+    is_video_file,
+    output_extension,
+    probe_video,
+    require_av,
+    target_container,
+)
 
 
 @dataclass
@@ -120,6 +129,8 @@ def upscale_video_files(
         try:
             plan.info = probe_video(plan.job.source)
             codec = choose_codec(plan.info, video)
+            if single is not None:
+                target_container(single, video, codec)
             plan.target = single or _target(naming, plan.job, output_extension(plan.job.source, video, codec))
             _claim(plan, claimed, inputs, writing)
         except SstError as exc:
@@ -146,6 +157,8 @@ def upscale_video_files(
 
 
 def _single_target(output: str | os.PathLike[str] | None, jobs: Sequence[Job], writing: WriteOptions) -> Path | None:
+    if output is not None and is_image_file(output) and not Path(output).is_dir():
+        raise ConfigError(f"'{output}' names an image file, but the input is video: name it .mp4, .mkv ... or a folder")
     if output is None or not is_video_file(output) or Path(output).is_dir():
         return None
     if len(jobs) != 1 or jobs[0].from_folder:
@@ -207,7 +220,7 @@ def _one(plan: _VideoPlan, upscaler: Upscaler | None, video: VideoOptions, writi
             raise plan.failure
         assert plan.info is not None and plan.target is not None and upscaler is not None
         record.megapixels = expected_megapixels(plan.info)
-        encoding = plan_video(upscaler, plan.info, video)
+        encoding = plan_video(upscaler, plan.info, video, plan.target)
         say = events.note or (lambda text: None)
         say(describe_plan(plan.info, encoding))
         for note in encoding.notes:

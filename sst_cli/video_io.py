@@ -266,6 +266,21 @@ def output_extension(source: Path, options: VideoOptions, codec: str | None = No
     return ext
 
 
+def target_container(target: Path, options: VideoOptions, codec: str) -> str:
+    """The container a named output file asks for by its extension, refused in one sentence where sst-cli does
+    not write that container or it cannot hold ``codec`` (a .webm of H.264 would play nowhere)."""
+    ext = target.suffix.lower().lstrip(".")
+    if ext not in _MUXERS:
+        names = ", ".join(f".{e}" for e in _MUXERS)
+        raise ConfigError(f"cannot write '{target}': sst-cli writes video as {names}")
+    fitting = output_extension(target, options, codec)  # what a clip so named becomes when nothing is asked
+    if fitting != ext:
+        what = "--lossless (FFV1)" if options.lossless else codec
+        other = " or pass a WebM codec (--codec libvpx-vp9)" if ext == "webm" and not options.lossless else ""
+        raise ConfigError(f"cannot write '{target}': {what} does not go in .{ext}; name it .{fitting}{other}")
+    return ext
+
+
 def has_encoder(name: str) -> bool:
     av = require_av()
     try:
@@ -289,13 +304,18 @@ def choose_codec(info: VideoInfo, options: VideoOptions) -> str:
     raise ConfigError("this FFmpeg has no video encoder sst-cli knows; pass --codec")
 
 
-def plan_encoding(info: VideoInfo, out_width: int, out_height: int, options: VideoOptions) -> EncodePlan:
+def plan_encoding(
+    info: VideoInfo, out_width: int, out_height: int, options: VideoOptions, target: Path | None = None
+) -> EncodePlan:
     """Codec, pixel format, container and final size of the result of ``info`` upscaled to ``out_width`` x
-    ``out_height``. More than 8 bits stay more than 8 bits where the encoder allows; chroma-subsampled formats
-    need even sides, so an odd side loses its last row or column (said in ``notes``)."""
+    ``out_height``; the container is ``target``'s (``target_container``), else ``output_extension``'s. More than
+    8 bits stay more than 8 bits where the encoder allows; chroma-subsampled formats need even sides, so an odd
+    side loses its last row or column (said in ``notes``)."""
     av = require_av()
     codec = choose_codec(info, options)
-    ext = output_extension(info.path, options, codec)
+    ext = (
+        target_container(target, options, codec) if target is not None else output_extension(info.path, options, codec)
+    )
     deep = info.bit_depth > 8
     formats = [f.name for f in (av.Codec(codec, "w").video_formats or ())]
     alpha = info.alpha and codec in ALPHA_ENCODERS

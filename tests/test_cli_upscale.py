@@ -125,6 +125,12 @@ def test_existing_outputs_are_refused_and_skip_existing_resumes(count_upscales: 
     assert Image.open("out/a_mini_x3_x3.png").size == (48, 36)
 
 
+def test_a_trailing_slash_makes_an_image_name_a_folder() -> None:
+    image("a.png")
+    assert sst("a.png", "-o", "up.png/", "-q").exit_code == 0
+    assert files_under("up.png") == ["a_mini_x3_x3.png"]
+
+
 def test_never_writes_over_an_input() -> None:
     image("in/a.png")
     before = Path("in/a.png").read_bytes()
@@ -213,6 +219,8 @@ def test_json_log_lines_parse() -> None:
         (["--precision", "fp16"], "unknown precision 'fp16'"),  # the library's checks (test_upscaler) reach here
         (["--name", "{stem}_{size}.{ext}"], "unknown field"),
         (["-o", "x.png", "--format", "jpg"], "does not match"),
+        (["-o", "x.mp4"], "'x.mp4' names a video file, but the input is an image"),
+        (["-o", ""], "-o is empty"),
     ],
 )
 def test_invalid_options_exit_2_with_a_message(args: list[str], message: str) -> None:

@@ -85,6 +85,30 @@ def test_lossless_writes_mkv_and_option_errors_come_first(tmp_path: Path) -> Non
     assert result.exit_code == 2 and "--lossless" in result.stderr
 
 
+def test_a_named_output_file_gets_the_container_its_extension_names(tmp_path: Path) -> None:
+    """``-o x.mkv`` wrote an MP4 under that name; names the codec cannot go in, or that are no video, are refused."""
+    import av
+
+    clip("a.mp4")
+    assert sst("a.mp4", "-o", "x.mkv", "-q").exit_code == 0
+    with av.open("x.mkv") as container:
+        assert "matroska" in container.format.name
+        assert [s.codec_context.name for s in container.streams] == ["h264", "aac"]
+    for args, message in [
+        (["-o", "x.webm"], "cannot write 'x.webm': libx264 does not go in .webm; name it .mkv or pass a WebM codec"),
+        (["-o", "x.avi"], "cannot write 'x.avi': sst-cli writes video as .mp4, .m4v, .mov, .mkv, .webm, .ts"),
+        (["--lossless", "-o", "x.mp4"], "--lossless (FFV1) does not go in .mp4; name it .mkv"),
+    ]:
+        result = sst("a.mp4", *args, "-q")
+        assert result.exit_code == 1 and message in result.stderr, result.output
+    image_name = sst("a.mp4", "-o", "x.png")
+    assert image_name.exit_code == 2 and "'x.png' names an image file, but the input is video" in image_name.stderr
+    Image.fromarray(np.zeros((12, 16, 3), np.uint8)).save("b.png")
+    mixed = sst("b.png", "a.mp4", "-o", "both.mp4")
+    assert mixed.exit_code == 2 and "names one file, but the inputs are images and videos" in mixed.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.mp4", "b.png", "x.mkv"]
+
+
 def test_bad_clip_is_one_sentence_before_the_model_loads(tmp_path: Path) -> None:
     Path("bad.mp4").write_bytes(b"nothing")
     result = runner.invoke(app, ["upscale", "bad.mp4", "--weights", "nowhere.pth", "--config", "nowhere.json"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -145,9 +146,14 @@ def upscale_videos(
 ) -> BatchResult:
     """The images among the inputs first (the usual batch), then the clips, counted in frames; one result."""
     from ..batch import upscale_files
+    from ..errors import ConfigError
     from ..filerun import BatchInterrupted, BatchResult
+    from ..image_io import is_image_file
     from ..video_batch import upscale_video_files
+    from ..video_io import is_video_file
 
+    if images and output and not os.path.isdir(output) and (is_image_file(output) or is_video_file(output)):
+        raise ConfigError(f"'{output}' names one file, but the inputs are images and videos: give a folder with -o")
     done = BatchResult()
     if images:
         done = upscale_files(images, output, model=spec, options=options, writing=writing, recursive=recursive,
