@@ -43,8 +43,7 @@ _FAMILY = {
 _FALLBACK = ("libx264", "mpeg4")  # families without an encoder here (e.g. mpeg2, wmv) are written as H.264
 _WEBM_VIDEO = frozenset({"libvpx-vp9", "libvpx", "libsvtav1", "libaom-av1"})
 _TS_VIDEO = frozenset({"libx264", "libx265", "mpeg4"})  # MPEG-TS keeps KLV and other data streams; MKV cannot
-_CRF = {"libx264": "crf", "libx265": "crf", "libvpx-vp9": "crf", "libvpx": "crf", "libsvtav1": "crf",
-        "libaom-av1": "crf"}  # fmt: skip
+_CRF_MAX = {"libx264": 51, "libx265": 51, "libvpx-vp9": 63, "libvpx": 63, "libsvtav1": 63, "libaom-av1": 63}
 LOSSLESS_CODEC = "ffv1"
 #: Encoders that keep transparency, each checked here to write alpha that FFmpeg reads back (this wheel's libx265
 #: lists yuva420p but refuses to open with it).
@@ -291,17 +290,32 @@ def has_encoder(name: str) -> bool:
 
 
 def choose_codec(info: VideoInfo, options: VideoOptions) -> str:
-    """``--codec``, else an encoder of the input's family, else H.264 (MPEG-4 Part 2 without libx264)."""
+    """``--codec``, else an encoder of the input's family, else H.264 (MPEG-4 Part 2 without libx264); with
+    ``--crf`` and ``--pix-fmt`` checked against it, before any frame is computed."""
     if options.lossless:
         return LOSSLESS_CODEC
+    codec = options.codec or next((n for n in _FAMILY.get(info.codec, ()) + _FALLBACK if has_encoder(n)), None)
+    if codec is None:
+        raise ConfigError("this FFmpeg has no video encoder sst-cli knows; pass --codec")
     if options.codec is not None:
-        if not has_encoder(options.codec):
-            raise ConfigError(f"this FFmpeg has no encoder '{options.codec}' (try libx264, libx265, libvpx-vp9, ffv1)")
-        return options.codec
-    for name in _FAMILY.get(info.codec, ()) + _FALLBACK:
-        if has_encoder(name):
-            return name
-    raise ConfigError("this FFmpeg has no video encoder sst-cli knows; pass --codec")
+        if not has_encoder(codec):
+            raise ConfigError(f"this FFmpeg has no encoder '{codec}' (try libx264, libx265, libvpx-vp9, ffv1)")
+        if require_av().Codec(codec, "w").type != "video":
+            raise ConfigError(f"--codec {codec} is not a video encoder (try libx264, libx265, libvpx-vp9, ffv1)")
+    if options.crf is not None:
+        if codec not in _CRF_MAX:
+            raise ConfigError(f"--crf applies to x264, x265, VP8/VP9 and AV1 encoders, not {codec}")
+        if options.crf > _CRF_MAX[codec]:
+            raise ConfigError(f"{codec} takes --crf 0 to {_CRF_MAX[codec]}, not {options.crf}")
+    if options.pix_fmt is not None:
+        formats = [f.name for f in (require_av().Codec(codec, "w").video_formats or ())]
+        if formats and options.pix_fmt not in formats:
+            raise ConfigError(f"{codec} cannot write pixel format {options.pix_fmt}; it takes {', '.join(formats)}")
+        try:
+            require_av().VideoFormat(options.pix_fmt)
+        except ValueError:
+            raise ConfigError(f"--pix-fmt {options.pix_fmt} is not a pixel format FFmpeg knows") from None
+    return codec
 
 
 def plan_encoding(
@@ -321,9 +335,7 @@ def plan_encoding(
     alpha = info.alpha and codec in ALPHA_ENCODERS
     if options.lossless:
         pix_fmt = ("gbrap16le" if alpha else "gbrp16le") if deep else ("bgra" if alpha else "bgr0")
-    elif options.pix_fmt is not None:
-        if formats and options.pix_fmt not in formats:
-            raise ConfigError(f"{codec} cannot write pixel format {options.pix_fmt}; it takes {', '.join(formats)}")
+    elif options.pix_fmt is not None:  # checked by choose_codec
         pix_fmt = options.pix_fmt
     else:
         pix_fmt = _nearest_format(info.pix_fmt, info.bit_depth, formats, alpha)
@@ -351,19 +363,34 @@ def plan_encoding(
             f" ({width}x{height}); --pix-fmt yuv444p or --lossless keep every pixel"
         )
     opts: dict[str, str] = {}
-    if options.crf is not None:
-        if codec not in _CRF:
-            raise ConfigError(f"--crf applies to x264, x265, VP8/VP9 and AV1 encoders, not {codec}")
-        opts[_CRF[codec]] = str(options.crf)
+    if options.crf is not None:  # checked by choose_codec
+        opts["crf"] = str(options.crf)
         if codec in ("libvpx-vp9", "libvpx"):
             opts["b"] = "0"  # constant quality, not a bitrate cap
     if codec == LOSSLESS_CODEC:
         opts.update(level="3", slicecrc="1")
     if codec == "libx265":
         opts["x265-params"] = "log-level=error"  # x265 otherwise prints its own summary on stderr
+    if codec == "libsvtav1":
+        os.environ.setdefault("SVT_LOG", "1")  # errors only: SVT-AV1 prints ~20 lines of its settings otherwise
     depth = 16 if deep and (options.lossless or _depth(pix_fmt) > 8) else 8
     muxer = _MUXERS.get(ext, "matroska")
+    _try_encoder(codec, pix_fmt, width, height, opts)
     return EncodePlan(codec, pix_fmt, muxer, ext, width, height, depth, opts, tuple(notes), alpha, tuple(warnings))
+
+
+def _try_encoder(codec: str, pix_fmt: str, width: int, height: int, opts: dict[str, str]) -> None:
+    """Open the encoder as the result will (milliseconds), so that one that cannot start (a GPU encoder without
+    its GPU, a size it refuses) fails in one sentence before any frame is computed."""
+    av = require_av()
+    context = av.CodecContext.create(codec, "w")
+    context.width, context.height, context.pix_fmt = width, height, pix_fmt
+    context.time_base = Fraction(1, 25)
+    context.options = dict(opts)
+    try:
+        context.open()
+    except (av.error.FFmpegError, ValueError, OSError) as exc:
+        raise VideoError(f"the encoder {codec} cannot start for {width}x{height} {pix_fmt}: {_reason(exc)}") from None
 
 
 def has_alpha(pix_fmt: str) -> bool:

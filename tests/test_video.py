@@ -22,6 +22,7 @@ from sst_cli.signals import stop_on_signals
 
 av = pytest.importorskip("av", reason="PyAV is not installed: pip install -e '.[video]' to run the video tests")
 
+from sst_cli import video_io  # noqa: E402
 from sst_cli.video import upscale_video  # noqa: E402
 from sst_cli.video_io import VideoOptions, plan_encoding, probe_video, require_av  # noqa: E402
 from sst_cli.video_tags import kept_tags  # noqa: E402
@@ -277,6 +278,16 @@ def test_codec_choices_are_checked_before_computing(tmp_path: Path) -> None:
         plan_encoding(info, 64, 48, VideoOptions(codec="mpeg4", crf=3))
     with pytest.raises(ConfigError, match="--lossless"):
         VideoOptions(lossless=True, codec="libx264")
+    # What FFmpeg itself used to answer, late and in its own words ("audio stream `rate` must be: int | None",
+    # an x265 error dump, "not a pixel format"): one sentence each, before any frame.
+    with pytest.raises(ConfigError, match="--codec aac is not a video encoder"):
+        plan_encoding(info, 64, 48, VideoOptions(codec="aac"))
+    with pytest.raises(ConfigError, match="libx265 takes --crf 0 to 51, not 60"):
+        plan_encoding(info, 64, 48, VideoOptions(codec="libx265", crf=60))
+    with pytest.raises(ConfigError, match="--pix-fmt nonsense is not a pixel format"):
+        plan_encoding(info, 64, 48, VideoOptions(codec="rawvideo", pix_fmt="nonsense"))
+    with pytest.raises(VideoError, match=r"the encoder libx265 cannot start for 64x48 yuv420p"):
+        video_io._try_encoder("libx265", "yuv420p", 64, 48, {"crf": "60"})  # an encoder refusing to open
 
 
 def test_damaged_frames_are_counted_and_the_rest_keep_their_time_and_subtitles(tmp_path: Path, tiny: Upscaler) -> None:
