@@ -232,8 +232,8 @@ def _one(plan: _VideoPlan, upscaler: Upscaler | None, video: VideoOptions, writi
             on_frame=events.tile, info=plan.info, plan=encoding,
         )  # fmt: skip
         record.megapixels = plan.info.width * plan.info.height * done.frames / 1e6
-        for line in _damage(plan.job.source, done):
-            say(line)
+        for line in _damage(plan.job.source, done, plan.info):
+            (events.warning or say)(line)
         record.status = "done"
     except (SstError, OSError, RuntimeError, MemoryError, ValueError) as exc:  # av errors are OSError/ValueError
         record.failed_with(exc)
@@ -241,8 +241,17 @@ def _one(plan: _VideoPlan, upscaler: Upscaler | None, video: VideoOptions, writi
     return record
 
 
-def _damage(source: Path, done: VideoResult) -> list[str]:
+def _damage(source: Path, done: VideoResult, info: VideoInfo) -> list[str]:
     lines = []
+    decoded = done.frames + done.lost
+    # A listed count is exact; an estimate (duration x rate) is trusted to within a tenth and two frames.
+    short = decoded < info.frames if info.frames_listed else decoded < 0.9 * info.frames - 2
+    if short:
+        how = "its container lists" if info.frames_listed else "its duration suggests about"
+        lines.append(
+            f"{source}: ends early: {decoded} frame(s) where {how} {info.frames} (a truncated file?); the result "
+            "holds what could be read"
+        )
     if done.lost:
         lines.append(
             f"{source}: {done.lost} damaged frame(s) could not be decoded and are missing; every other frame keeps "

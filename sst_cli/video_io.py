@@ -117,6 +117,7 @@ class VideoInfo:
     container: str  # demuxer name(s), e.g. "mov,mp4,m4a,3gp,3g2,mj2"
     others: tuple[str, ...]  # the other streams: "audio aac", "subtitle mov_text", ...
     alpha: bool = False  # frames carry transparency
+    frames_listed: bool = False  # ``frames`` is the container's own count (MP4, MOV), not an estimate
 
 
 def probe_video(path: str | os.PathLike[str]) -> VideoInfo:
@@ -143,13 +144,14 @@ def probe_video(path: str | os.PathLike[str]) -> VideoInfo:
         alpha = any(c.is_alpha for c in fmt.components)
         rate = stream.average_rate or stream.guessed_rate
         frames = int(stream.frames or 0)
+        listed = frames > 0
         if not frames and rate:
             frames = round(_seconds(stream, container) * float(rate))
         others = tuple(f"{s.type} {stream_codec(s)}" for s in container.streams if s.index != stream.index)
         return VideoInfo(
             Path(name), first.width, first.height, ctx.codec.name, first.format.name, depth, frames,
             Fraction(stream.time_base), Fraction(rate) if rate else None, rotation, container.format.name, others,
-            alpha,
+            alpha, listed,
         )  # fmt: skip
 
 

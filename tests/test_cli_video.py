@@ -109,6 +109,21 @@ def test_a_named_output_file_gets_the_container_its_extension_names(tmp_path: Pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.mp4", "b.png", "x.mkv"]
 
 
+@pytest.mark.parametrize(("name", "kwargs", "how"), [
+    ("cut.mp4", {"options": {"movflags": "faststart"}}, "its container lists 10"),  # the index first: still opens
+    ("cut.mkv", {"codec": "mjpeg", "pix_fmt": "yuvj420p"}, "its duration suggests about 10"),
+])  # fmt: skip
+def test_a_truncated_clip_says_it_ends_early(tmp_path: Path, name: str, kwargs: dict, how: str) -> None:
+    # 32x24: at 16x12 the cut falls inside the first frame, and the clip is refused as undecodable instead
+    whole = make_clip(tmp_path / f"whole{Path(name).suffix}", size=(32, 24), pts_ms=tuple(range(0, 400, 40)),
+                      audio=False, **kwargs)  # fmt: skip
+    data = whole.read_bytes()
+    (tmp_path / name).write_bytes(data[: len(data) // 2])
+    result = sst(name)
+    assert result.exit_code == 0, result.output
+    assert f"warning: {name}: ends early:" in result.stderr and f"where {how} (a truncated file?)" in result.stderr
+
+
 def test_bad_clip_is_one_sentence_before_the_model_loads(tmp_path: Path) -> None:
     Path("bad.mp4").write_bytes(b"nothing")
     result = runner.invoke(app, ["upscale", "bad.mp4", "--weights", "nowhere.pth", "--config", "nowhere.json"])
