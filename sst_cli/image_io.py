@@ -55,6 +55,7 @@ class Picture:
     icc_profile: bytes | None
     exif: bytes | None  # EXIF ("Exif\0\0" + TIFF data) with orientation reset to 1 (pixels already upright)
     format: str  # source format, lower-case: "png", "jpeg", "webp", "tiff", "bmp"
+    clipped: float = 0.0  # share of float samples outside [0, 1], clipped on reading (float TIFFs)
 
 
 def is_image_file(path: str | os.PathLike[str]) -> bool:
@@ -72,11 +73,12 @@ class ImageInfo:
     alpha: bool
     bit_depth: int
     frames: int = 1  # animated images: only the first frame is read
+    clipped: float = 0.0  # float TIFFs (decoded to probe them): share of samples outside [0, 1]
 
     @classmethod
     def of(cls, picture: Picture) -> ImageInfo:
         height, width = picture.color.shape[:2]
-        return cls(width, height, picture.format, picture.alpha is not None, picture.bit_depth)
+        return cls(width, height, picture.format, picture.alpha is not None, picture.bit_depth, 1, picture.clipped)
 
 
 #: Largest side each format can store (WebP: 14-bit sizes; JPEG: 16-bit sizes).
@@ -126,6 +128,8 @@ def probe_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAUL
             rawmode = _tile_rawmode(im) or ""
             wide = re.fullmatch(r"(RGBA?|RGBX|LA);16[BLN]?", rawmode)
             mode = im.mode
+            if mode == "F" and im.format == "TIFF":
+                return ImageInfo.of(_read_tiff(name, max_pixels))  # floats: decoded to count what is clipped
             alpha = mode in ("RGBA", "LA", "PA", "La", "RGBa") or "transparency" in im.info
             alpha = alpha or bool(wide and wide[1] in ("RGBA", "LA"))
             deep = bool(wide) or mode.startswith("I;16") or mode in ("I", "F")
@@ -164,6 +168,8 @@ def read_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAULT
     try:
         with _no_pillow_bomb_limit(), Image.open(name, formats=_OPEN_FORMATS) as im:
             _check_pixels(name, im, max_pixels)
+            if im.mode == "F" and im.format == "TIFF":
+                return _read_tiff(name, max_pixels)  # one reader for float TIFFs, gray or colour
             values, maxval, gray, icc = _decode(name, im)
             fmt = _PIL_FORMATS.get(im.format or "", "png")
             exif_bytes = im.info.get("exif") if isinstance(im.info.get("exif"), bytes) else None
@@ -207,8 +213,9 @@ def _is_tiff(name: str) -> bool:
 def _read_tiff(name: str, max_pixels: int | None) -> Picture:
     """TIFFs Pillow does not decode (float or half RGB, planar layouts) through tifffile.
 
-    Floats are taken as linear values in [0, 1] (clipped) and written back with 16 bits; integers are
-    scaled by their type's range.
+    Floats are taken as values in [0, 1], as the network takes them: what lies outside is clipped (its share
+    is ``Picture.clipped``, which the batch reports), NaN or infinity is refused, and the result is written with
+    16 bits; integers are scaled by their type's range.
     """
     import tifffile
 
@@ -234,8 +241,13 @@ def _read_tiff(name: str, max_pixels: int | None) -> Picture:
     values = values if values.ndim == 3 else values[..., None]
     if values.ndim != 3 or values.shape[2] not in (1, 2, 3, 4):
         raise ImageError(f"cannot read '{name}': a TIFF with shape {values.shape} ({axes}) is not an image")
+    clipped = 0.0
     if values.dtype.kind == "f":
-        scaled = np.clip(np.nan_to_num(values.astype(np.float32)), 0.0, 1.0)
+        floats = values.astype(np.float32)
+        if not np.isfinite(floats).all():
+            raise ImageError(f"cannot read '{name}': it holds NaN or infinite samples")
+        clipped = float(np.count_nonzero((floats < 0) | (floats > 1))) / floats.size
+        scaled = np.clip(floats, 0.0, 1.0)
     elif values.dtype.kind in "ui":
         scaled = np.clip(values.astype(np.float32) / np.float32(np.iinfo(values.dtype).max), 0.0, 1.0)
     else:
@@ -243,7 +255,7 @@ def _read_tiff(name: str, max_pixels: int | None) -> Picture:
     gray = scaled.shape[2] in (1, 2)
     color = np.repeat(scaled[..., :1], 3, axis=2) if gray else np.ascontiguousarray(scaled[..., :3])
     alpha = np.ascontiguousarray(scaled[..., -1]) if scaled.shape[2] in (2, 4) else None
-    return Picture(color, alpha, gray, 16, icc_bytes, None, "tiff")
+    return Picture(color, alpha, gray, 16, icc_bytes, None, "tiff", clipped)
 
 
 def _check_readable(name: str) -> None:

@@ -88,6 +88,11 @@ class Preflight:
                 self.note(f"{job.source}: writing PNG because {why}")
             if info.frames > 1:
                 self.note(f"{job.source}: animated ({info.frames} frames); only the first frame is upscaled")
+            if info.clipped:
+                self.note(
+                    f"{job.source}: {100 * info.clipped:.3g}% of its samples lie outside 0..1 (HDR or unnormalised "
+                    "floats), which the network cannot take: they are clipped to 0..1"
+                )
             plan.format, plan.target = fmt, self.naming.target(job, fmt)
             self.claim(plan.target, job)
             self._check_folder(plan.target.parent)

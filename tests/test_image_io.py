@@ -20,6 +20,7 @@ from sst_cli.image_io import (
     Picture,
     is_image_file,
     output_format,
+    probe_image,
     read_image,
     write_image,
 )
@@ -235,11 +236,15 @@ def test_one_bit_image_becomes_gray(tmp_path: Path) -> None:
     np.testing.assert_array_equal(picture.color[..., 0], np.eye(4))
 
 
-def test_float_tiff_is_clipped_and_16bit(tmp_path: Path) -> None:
+def test_float_tiff_is_clipped_and_16bit_and_says_how_much(tmp_path: Path) -> None:
     Image.fromarray(np.array([[-1.0, 0.25], [0.5, 3.0]], np.float32)).save(tmp_path / "in.tif")
     picture = read_image(tmp_path / "in.tif")
-    assert picture.grayscale and picture.bit_depth == 16
+    assert picture.grayscale and picture.bit_depth == 16 and picture.clipped == 0.5
     np.testing.assert_array_equal(picture.color[..., 0], [[0, 0.25], [0.5, 1]])
+    assert probe_image(tmp_path / "in.tif").clipped == 0.5  # the batch says it before computing
+    Image.fromarray(np.array([[0.5, np.nan]], np.float32)).save(tmp_path / "nan.tif")
+    with pytest.raises(ImageError, match=r"cannot read '.*nan\.tif': it holds NaN or infinite samples"):
+        read_image(tmp_path / "nan.tif")
 
 
 def test_cmyk_jpeg_becomes_rgb(tmp_path: Path) -> None:
