@@ -107,10 +107,18 @@ def read_weights(path: str | os.PathLike[str]) -> tuple[StateDict, dict[str, str
 
 
 def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], source: str) -> None:
-    """Strict load with a readable report of missing, unexpected and mis-shaped tensors.
+    """Strict load with a readable report of missing, unexpected and mis-shaped tensors (``check_fit``)."""
+    state = check_fit(model, state, source)
+    on_meta = any(p.is_meta for p in model.parameters())
+    # A network built on the meta device takes the file's tensors as they are (no copy, no init).
+    model.load_state_dict(state, strict=True, assign=on_meta)
+
+
+def check_fit(model: nn.Module, state: Mapping[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
+    """``state`` as ``model`` will load it, or a CheckpointError listing missing, unexpected and mis-shaped tensors.
 
     Only BatchNorm's ``num_batches_tracked`` may be absent (some converters drop it): a training counter
-    that inference never reads.
+    that inference never reads. Works on a network built on the meta device (nothing is allocated).
     """
     expected = model.state_dict()
     counters = {k: torch.zeros((), dtype=torch.long) for k in expected if k.endswith(".num_batches_tracked")}
@@ -129,6 +137,4 @@ def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], source: str)
             problems.append(f"{len(items)} {label}: {', '.join(items[:5])}{more}")
     if problems:
         raise CheckpointError(f"{source} does not fit the network: " + "; ".join(problems))
-    on_meta = any(p.is_meta for p in model.parameters())
-    # A network built on the meta device takes the file's tensors as they are (no copy, no init).
-    model.load_state_dict(state, strict=True, assign=on_meta)
+    return state

@@ -27,7 +27,7 @@ from .archs import (
     near_miss,
     recognise,
 )
-from .checkpoint import load_state, read_weights
+from .checkpoint import check_fit, load_state, read_weights
 from .errors import CheckpointError, ConfigError
 from .zoo import VARIANTS, Variant, check_scale, get_variant
 
@@ -102,18 +102,31 @@ def _weights_file(
     return Path(source), None
 
 
-def _matching_variants(arch: Architecture, inferred: Mapping[str, Any]) -> list[str]:
-    """Official zoo variants of this architecture that the tensors fit (to suggest with --model)."""
-    names = []
+def _fitting_variants(arch: Architecture, inferred: Mapping[str, Any], state: Mapping[str, torch.Tensor],
+                      source: str) -> list[str]:  # fmt: skip
+    """Official zoo variants of this architecture whose every tensor the file fits (to suggest with --model).
+
+    A file whose hyper-parameters match variants but whose tensors fit none of them (one wrong shape, an extra
+    key) raises why: it would otherwise be told it "fits sst-light" and learn the truth only once it is named.
+    """
     scale = inferred.get(arch.scale_key)
+    names, misfit = [], None
     for name, variant in VARIANTS.items():
         if variant.arch != arch.name or not variant.official or scale not in variant.scales:
             continue
         try:
-            arch.compare(inferred, variant.config(scale), "")
+            arch.compare(inferred, variant.config(scale), source)
         except (CheckpointError, ConfigError):
+            continue  # another size: a custom file passes --config
+        try:
+            with torch.device("meta"):
+                check_fit(arch.build(variant.config(scale)), state, source)
+        except CheckpointError as exc:
+            misfit = misfit or (name, exc)
             continue
         names.append(name)
+    if not names and misfit is not None:
+        raise CheckpointError(f"{misfit[1]} (its sizes are {misfit[0]}'s, but not every tensor fits)")
     return names
 
 
@@ -130,6 +143,7 @@ def _stored_config(arch: Architecture, metadata: Mapping[str, str], source: str)
 
 def _choose_config(
     arch: Architecture,
+    state: Mapping[str, torch.Tensor],
     inferred: Mapping[str, Any],
     complete: bool,
     metadata: Mapping[str, str],
@@ -159,7 +173,7 @@ def _choose_config(
         elif complete:
             cfg = arch.make_config(inferred)
         else:
-            matches = _matching_variants(arch, inferred)
+            matches = _fitting_variants(arch, inferred, state, source)
             hint = f"it fits {' or '.join(matches)}" if matches else "see `sst models`"
             raise ConfigError(
                 f"{source}: {arch.undetermined or 'the architecture'} cannot be read from the {arch.title} weights; "
@@ -239,7 +253,7 @@ def load_model(
     arch = detect_architecture(state, str(source))
     inferred, complete = arch.infer(state)
     wanted = variant or (zoo_variant.name if zoo_variant is not None else None)
-    cfg = _choose_config(arch, inferred, complete, metadata, str(source), scale, config, wanted)
+    cfg = _choose_config(arch, state, inferred, complete, metadata, str(source), scale, config, wanted)
     arch.compare(inferred, cfg, str(source))
     with torch.device("meta"):
         model = arch.build(cfg)

@@ -144,6 +144,15 @@ def test_files_that_are_not_checkpoints_say_what_they_are(tmp_path: Path) -> Non
     assert torch.equal(read_weights(legacy)[0]["a"], torch.ones(2))
 
 
+def test_without_a_model_the_file_is_told_which_variants_fit_every_tensor(tmp_path: Path, light_state: dict) -> None:
+    with pytest.raises(ConfigError, match=r"window sizes cannot be read .* \(it fits sst-light or sst-light\+\)"):
+        load_model(_save(tmp_path / "light.pth", light_state))
+    broken = dict(light_state, **{"body.0.0.attn.gate.0.bias": torch.zeros(7, 7)})  # hyper-parameters still fit
+    with pytest.raises(CheckpointError, match=r"wrong shape .*body\.0\.0\.attn\.gate\.0\.bias \(7, 7\) vs "
+                       r"\(48,\) \(its sizes are sst-light's, but not every tensor fits\)"):  # fmt: skip
+        load_model(_save(tmp_path / "broken.pth", broken))
+
+
 def test_mismatch_report_lists_missing_unexpected_and_shapes(tmp_path: Path, light_state: dict) -> None:
     state = dict(light_state)
     del state["body.4.5.ffn.agg.bias"]

@@ -34,8 +34,9 @@ ModelOption = Annotated[
     typer.Option(
         "--model",
         "-m",
-        help=f"Zoo model name (sst-light, sst, sst-l, ...); default {DEFAULT_MODEL}. With --weights: "
-        "the architecture to load them into.",
+        help=f"Zoo model name (sst-light, sst, sst-l, ...); default {DEFAULT_MODEL}. With --weights: the "
+        "architecture to load them into; without it the file says (SST files cannot: their window sizes are in "
+        "no tensor, and the error names the models that fit).",
     ),
 ]
 OverwriteOption = Annotated[bool, typer.Option("--overwrite", help="Replace output files that already exist.")]
