@@ -10,9 +10,10 @@ from .archs import describe
 from .loader import load_model
 
 
-def about_file(path: str | os.PathLike[str]) -> dict[str, object]:
-    """Facts about the model in ``path`` (loaded on the CPU; nothing is downloaded)."""
-    model = load_model(Path(path))
+def about_file(path: str | os.PathLike[str], variant: str | None = None) -> dict[str, object]:
+    """Facts about the model in ``path`` (loaded on the CPU, into ``variant``'s architecture when given; nothing
+    is downloaded)."""
+    model = load_model(Path(path), variant=variant)
     d = describe(model)
     facts: dict[str, object] = {
         "architecture": d.architecture,

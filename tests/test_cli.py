@@ -61,6 +61,22 @@ def test_models_info(offline_cache: Path) -> None:
     assert bad.exit_code == 2 and "sst exists at x2 / x3 / x4, not x8" in bad.output
 
 
+def test_models_info_of_a_file_takes_model_and_refuses_scale(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    bare = tmp_path / "bare.pth"  # the bundled weights without the config sst-cli stores beside them
+    torch.save(load_file(Path(__file__).parents[1] / "weights" / "sst-light-291_x4.safetensors"), bare)
+    needs = runner.invoke(app, ["models", "info", str(bare)])
+    assert needs.exit_code == 2
+    assert "name the architecture with --model (it fits sst-light or sst-light+)" in " ".join(needs.output.split())
+    named = runner.invoke(app, ["models", "info", str(bare), "--model", "sst-light"], env={"COLUMNS": "200"})
+    assert named.exit_code == 0 and "architecture       SST" in named.output and "x4" in named.output
+    scaled = runner.invoke(app, ["models", "info", str(bare), "--scale", "2"])
+    assert scaled.exit_code == 2 and "--scale applies to zoo names" in scaled.output
+    missing = runner.invoke(app, ["models", "info", str(tmp_path / "nope.pth")])
+    assert missing.exit_code == 1 and "weights file not found" in missing.output
+
+
 def test_unknown_model_is_one_clear_line() -> None:
     result = runner.invoke(app, ["models", "info", "sst-huge"])
     assert result.exit_code == 2

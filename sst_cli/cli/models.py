@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -9,7 +10,7 @@ import typer
 from rich.table import Table
 
 from .. import hub
-from ..errors import ConfigError
+from ..errors import ConfigError, WeightsNotFound
 from ..zoo import VARIANTS, get_variant
 from ._options import HubRepoOption
 from .output import console, handle_errors
@@ -101,15 +102,31 @@ def info(
     name: Annotated[str, typer.Argument(help="Zoo name, e.g. sst-l+, or a weights file (what was detected in it).")],
     scale: Annotated[int | None, typer.Option("--scale", "-s", help="Only this scale.")] = None,
     hub_repo: HubRepoOption = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help="With a weights file: the architecture to load it into (SST files "
+            "need it: their window sizes are in no tensor).",
+        ),
+    ] = None,
 ) -> None:
     """Hyper-parameters, parameter counts and, per scale, the weight file: where it comes from, where it is
     cached and its sha256 (no network: `sst models pull` resolves and downloads)."""
-    if Path(name).is_file():  # a weights file: what was detected in it
+    path = Path(name)
+    if path.is_file():  # a weights file: what was detected in it
         from ..about import about_file
 
-        for key, value in about_file(name).items():
+        if scale is not None:
+            raise ConfigError(f"--scale applies to zoo names; '{name}' says its own scale")
+        for key, value in about_file(name, variant=model).items():
             console.print(f"  {key:<18} {value}", markup=False, soft_wrap=True)
         return
+    if path.suffix.lower() in (".pth", ".pt", ".safetensors") or os.sep in name or "/" in name:
+        raise WeightsNotFound(f"weights file not found: {name}")
+    if model is not None:
+        raise ConfigError("--model applies to a weights file; for a zoo model, name it: sst models info NAME")
     v = get_variant(name)
     scales = v.scales if scale is None else (_check_scale(v.name, scale),)
     console.print(f"[bold]{v.title}[/] ({v.name})")
