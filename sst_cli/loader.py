@@ -189,6 +189,14 @@ def any_architecture(state: Mapping[str, torch.Tensor]) -> bool:
     return any(arch.detect(state) for arch in ARCHITECTURES.values())
 
 
+def _foreign_hint() -> str:
+    from .spandrel import foreign as spandrel
+
+    if spandrel.available():
+        return "without --model and --config, spandrel may run it"
+    return f"installing spandrel ({spandrel.INSTALL_HINT}) may help: it runs about 40 more architectures"
+
+
 def _load_foreign(state: Mapping[str, torch.Tensor], source: str) -> SRNetwork:
     """A checkpoint none of sst-cli's architectures claims: through spandrel when it is installed, else
     sst-cli's own explanation plus what installing spandrel would add."""
@@ -202,9 +210,7 @@ def _load_foreign(state: Mapping[str, torch.Tensor], source: str) -> SRNetwork:
     try:
         detect_architecture(state, source)
     except CheckpointError as exc:
-        raise CheckpointError(
-            f"{exc}; installing spandrel ({spandrel.INSTALL_HINT}) may help: it runs about 40 more architectures"
-        ) from None
+        raise CheckpointError(f"{exc}; {_foreign_hint()}") from None
     raise AssertionError("detect_architecture accepted keys no architecture claims")  # pragma: no cover
 
 
@@ -250,7 +256,10 @@ def load_model(
         if scale is not None and scale != foreign.scale:
             raise ConfigError(f"{source}: the weights are for x{foreign.scale} but x{scale} was requested")
         return foreign.to(device=device, dtype=dtype).eval()
-    arch = detect_architecture(state, str(source))
+    try:
+        arch = detect_architecture(state, str(source))
+    except CheckpointError as exc:  # only --model / --config bring another architecture's file here
+        raise CheckpointError(f"{exc}; {_foreign_hint()}") from None
     inferred, complete = arch.infer(state)
     wanted = variant or (zoo_variant.name if zoo_variant is not None else None)
     cfg = _choose_config(arch, state, inferred, complete, metadata, str(source), scale, config, wanted)

@@ -172,6 +172,23 @@ def test_a_model_that_fails_on_an_image_is_one_sentence(tmp_path: Path, monkeypa
         Upscaler(weights=path, device="cpu", precision="fp32", tile=0)
 
 
+@needs_spandrel
+def test_a_recognised_file_that_does_not_load_is_one_line(tmp_path: Path) -> None:
+    path = _checkpoint(tmp_path, "ESRGAN")
+    state = torch.load(path, weights_only=True)["params_ema"]
+    key = next(k for k, v in state.items() if v.ndim == 4 and k != "model.0.weight")
+    out = state[key].shape[0]
+    state[key] = torch.zeros(out, 5, 3, 3)
+    torch.save(state, tmp_path / "odd.pth")
+    with pytest.raises(CheckpointError) as info:
+        Upscaler(weights=tmp_path / "odd.pth", device="cpu", precision="fp32", tile=0)
+    text = str(info.value)
+    assert "\n" not in text and "torch.Size" not in text
+    assert f"size mismatch for {key}: file [{out}, 5, 3, 3] vs model" in text
+    with pytest.raises(CheckpointError, match="without --model and --config, spandrel may run it"):
+        load_model(path, variant="sst-light")
+
+
 UNTILEABLE = "OmniSR"  # its grid attention pairs pixels a fixed fraction of the image apart: see below
 GLOBAL = ("HAT", "DAT")  # global channel attention: the context they get (64 px) needs a larger image to matter
 

@@ -4,6 +4,7 @@ neither recognises (the nearest spandrel architecture and the keys it lacks)."""
 from __future__ import annotations
 
 import importlib.util
+import re
 from collections.abc import Mapping
 
 import torch
@@ -87,7 +88,7 @@ def load_foreign(state: Mapping[str, torch.Tensor], source: str) -> SpandrelNetw
             f"{source}: neither sst-cli nor spandrel recognises this checkpoint; the nearest is {nearest}", nearest
         ) from None
     except (KeyError, ValueError, RuntimeError, AssertionError) as exc:
-        raise CheckpointError(f"{source}: spandrel recognised the keys but could not load them: {exc}") from exc
+        raise CheckpointError(f"{source}: spandrel recognised the keys but could not load them: {_plain(exc)}") from exc
     if not isinstance(descriptor, spandrel.ImageModelDescriptor):
         raise CheckpointError(
             f"{source}: a {descriptor.architecture.name} {descriptor.purpose} model needs a mask as well as the "
@@ -111,6 +112,19 @@ def load_foreign(state: Mapping[str, torch.Tensor], source: str) -> SpandrelNetw
     except Exception as exc:  # third-party code: whatever it raises, the file is what failed
         raise CheckpointError(
             f"{source}: the {descriptor.architecture.name} model spandrel built from it fails on a test image "
-            f"({type(exc).__name__}: {exc})"
+            f"({type(exc).__name__}{': ' + _plain(exc) if str(exc).strip() else ''})"
         ) from exc
     return SpandrelNetwork(descriptor, reach, library_version())
+
+
+def _plain(exc: BaseException) -> str:
+    """An exception as one line: PyTorch's load_state_dict report spans lines and spells shapes as torch.Size."""
+    text = " ".join(str(exc).split())
+    text = re.sub(r"Error\(s\) in loading state_dict for \w+: ", "", text)
+    text = re.sub(
+        r"copying a param with shape torch\.Size\((\[[^]]*\])\) from checkpoint, the shape in current model is "
+        r"torch\.Size\((\[[^]]*\])\)",
+        r"file \1 vs model \2",
+        text,
+    )
+    return text or type(exc).__name__
