@@ -13,6 +13,8 @@ import sys
 from .choices import ALPHA_MODES, BACKENDS, COMPILE_CHOICES, PRECISIONS
 from .errors import ConfigError
 
+MAX_TILE = 1 << 20  # a tile side beyond any picture (a million pixels): the whole image is what it means
+
 _NO_CUDA = "device {name!r} was requested but PyTorch sees no CUDA GPU here; use --device cpu"
 _NO_MPS = (
     "device {name!r} (Apple GPU) is not available here (it needs Apple Silicon and a PyTorch built with MPS); "
@@ -84,6 +86,8 @@ def check_running_values(
     check_choice(attention, BACKENDS, "attention backend")
     if tile != "auto" and (isinstance(tile, bool) or not isinstance(tile, int) or tile < 0):
         raise ConfigError(f"tile must be 'auto', 0 (whole image) or a positive size in pixels, got {tile!r}")
+    if isinstance(tile, int) and tile > MAX_TILE:
+        raise ConfigError(f"tile {tile} px is larger than any picture sst-cli reads; 0 runs the whole image")
     if tile_overlap is not None and tile_overlap < 0:
         raise ConfigError(f"tile overlap must be 0 or more, got {tile_overlap}")
     if batch < 1:

@@ -476,7 +476,7 @@ def normalise_format(fmt: str) -> str:
     key = fmt.strip().lower().lstrip(".")
     key = _ALIASES.get(key, key)
     if key not in _WRITE_FORMATS:
-        raise ConfigError(f"unknown output format '{fmt}' (choose png, jpeg, webp or tiff)")
+        raise ConfigError(f"unknown output format '{fmt}' (choose png, jpg, webp or tiff)")
     return key
 
 

@@ -64,7 +64,8 @@ class Preflight:
         if clashes:
             self.note(
                 f"{len(clashes)} input(s) would share an output name with another input (e.g. a.png and a.bmp): "
-                'they fail before any computation; keep them apart with --name "{stem}.{suffix}_{model}_x{scale}.{ext}"'
+                "the first of each keeps it, the others fail before any computation; keep them apart with "
+                '--name "{stem}.{suffix}_{model}_x{scale}.{ext}"'
             )
         for folder in self.folders.keys() | self.kept_in:
             clean_stale_temporaries(folder, self.note)
@@ -87,7 +88,7 @@ class Preflight:
             if why and fmt != info.format:
                 self.note(f"{job.source}: writing PNG because {why}")
             if info.frames > 1:
-                self.note(f"{job.source}: animated ({info.frames} frames); only the first frame is upscaled")
+                self.note(f"{job.source}: {info.frames} frames (an animation, or pages); only the first is upscaled")
             if info.clipped:
                 self.note(
                     f"{job.source}: {100 * info.clipped:.3g}% of its samples lie outside 0..1 (HDR or unnormalised "

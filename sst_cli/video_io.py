@@ -359,10 +359,11 @@ def plan_encoding(
     if fmt.chroma_height(2) == 1 and height % 2:
         height -= 1
     if (width, height) != (out_width, out_height):
+        cuts = (("column", width != out_width), ("row", height != out_height))
+        lost = " and ".join(side for side, cut in cuts if cut)
         notes.append(
-            f"{pix_fmt} needs even sides: the {out_width}x{out_height} result loses its last "
-            f"{'column' if width != out_width else 'row'}{'s' if width != out_width and height != out_height else ''}"
-            f" ({width}x{height}); --pix-fmt yuv444p or --lossless keep every pixel"
+            f"{pix_fmt} needs even sides: the {out_width}x{out_height} result loses its last {lost} "
+            f"({width}x{height}); --pix-fmt yuv444p or --lossless keep every pixel"
         )
     opts: dict[str, str] = {}
     if options.crf is not None:  # checked by choose_codec

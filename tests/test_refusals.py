@@ -44,6 +44,7 @@ NO_TORCH_NEEDED = [
     (["--precision", "fp8"], "unknown precision 'fp8'"),
     (["--attention", "foo"], "unknown attention backend 'foo'"),
     (["--tile", "abc"], "--tile must be auto, 0 (whole image) or a tile size"),
+    (["--tile", "99999999999999999999"], "is larger than any picture sst-cli reads; 0 runs the whole image"),
     (["--max-memory", "lots"], "--max-memory must be a size such as 4G"),
     (["--batch", "0"], "batch must be at least 1"),
     (["--alpha", "x"], "unknown alpha mode 'x'"),

@@ -261,7 +261,7 @@ def test_animated_gif_upscales_its_first_frame_with_a_notice() -> None:
     notes: list[str] = []
     result, _ = batch(["anim.gif"], output=None, notes=notes)
     assert result.files[0].status == "done" and result.files[0].output == Path("anim_nn_x2.png")
-    assert any("2 frames" in n and "first frame" in n for n in notes)
+    assert any("2 frames (an animation, or pages); only the first is upscaled" in n for n in notes)
     assert Image.open("anim_nn_x2.png").getpixel((0, 0)) == (255, 0, 0)
 
 

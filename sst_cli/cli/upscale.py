@@ -316,7 +316,7 @@ def upscale(
     """Upscale images or videos, files or whole folders, with one model loaded once for the batch.
 
     Exit status: 0 when every file was written or skipped, 1 when any failed, 2 for invalid options,
-    130 when interrupted (rerun with --skip-existing to resume).
+    130 when interrupted (Ctrl-C), 143 on SIGTERM, 129 on SIGHUP (rerun with --skip-existing to resume).
     """
     from ..checks import check_devices
     from ..inputs import check_inputs_exist
