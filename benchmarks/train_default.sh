@@ -62,7 +62,7 @@ stretch)
   ;;
 eval)
   sst eval --weights "$weights" -d Set5 -d Set14 -d B100 -s "$scale" --data-root "$evalroot" --device cuda \
-    --precision fp32 --attention math --json "$out/eval_x$scale.json" 2>&1 | tee "$out/eval_x$scale.log"
+    --precision fp32 --attention math --json "$out/eval_x$scale.json" --overwrite 2>&1 | tee "$out/eval_x$scale.log"
   status=${PIPESTATUS[0]}
   ;;
 *)
