@@ -64,6 +64,8 @@ def test_folder_of_clips_and_images_recursive(tmp_path: Path) -> None:
     assert written == ["a_mini_x3_x3.mp4", "c_mini_x3_x3.png", "deep/b_mini_x3_x3.mkv"]
     events = [json.loads(line) for line in result.stdout.splitlines()]
     assert events[-1]["event"] == "summary" and (events[-1]["done"], events[-1]["skipped"]) == (3, 1)
+    numbered = [(e["index"], e["total"]) for e in events if e["event"] == "file_done"]  # images, then clips
+    assert numbered == [(i, len(numbered)) for i in range(1, len(numbered) + 1)]
     progress = [e for e in events if e["event"] == "progress"]
     assert progress and {"frames", "frames_per_second", "eta_seconds", "clip_frames_per_second",
                          "clip_eta_seconds"} <= set(progress[0])  # fmt: skip

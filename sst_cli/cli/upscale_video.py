@@ -15,7 +15,7 @@ from rich.text import Text
 from .output import err_console
 
 if TYPE_CHECKING:
-    from ..filerun import BatchEvents, BatchResult, FileStart
+    from ..filerun import BatchEvents, BatchResult, FileResult, FileStart
     from ..inputs import Job
     from ..loader import ModelSpec
     from ..naming import WriteOptions
@@ -129,6 +129,22 @@ def split_videos(
     return videos, images
 
 
+def _counted(events: BatchEvents, before: int, after: int) -> BatchEvents:
+    """``events`` numbering files over the whole command: ``before`` files ran earlier, ``after`` run later
+    (the images, then the clips: "[1/1]" twice for a photo and a clip)."""
+    start, finish = events.file_start, events.file_done
+
+    def on_start(job: Job, index: int, total: int) -> None:
+        if start is not None:
+            start(job, before + index, before + total + after)
+
+    def on_done(record: FileResult, index: int, total: int) -> None:
+        if finish is not None:
+            finish(record, before + index, before + total + after)
+
+    return replace(events, file_start=on_start, file_done=on_done)
+
+
 def upscale_videos(
     videos: list[Job],
     images: list[str],
@@ -157,12 +173,13 @@ def upscale_videos(
     done = BatchResult()
     if images:
         done = upscale_files(images, output, model=spec, options=options, writing=writing, recursive=recursive,
-                             include_outputs=include_outputs, events=events)  # fmt: skip
+                             include_outputs=include_outputs, events=_counted(events, 0, len(videos)))  # fmt: skip
         stop_bars()
     counter = FrameCounter(reporter)
     try:
         clips = upscale_video_files(videos, output, model=spec, options=options, writing=writing, video=video,
-                                    events=counter.hook(events), on_expected=counter.expect)  # fmt: skip
+                                    events=counter.hook(_counted(events, len(done.files), 0)),
+                                    on_expected=counter.expect)  # fmt: skip
     except BatchInterrupted as stop:
         stop.result.files[:0] = done.files
         stop.total += len(done.files)
