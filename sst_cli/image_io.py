@@ -63,6 +63,12 @@ def is_image_file(path: str | os.PathLike[str]) -> bool:
     return os.path.splitext(os.fspath(path))[1].lower() in _IMAGE_SUFFIXES
 
 
+def named_format(path: str | os.PathLike[str]) -> str | None:
+    """The image format a file's extension names (``.jpg`` -> jpeg, ``.bmp`` -> bmp), or None."""
+    suffix = os.path.splitext(os.fspath(path))[1].lower()
+    return _ALIASES.get(suffix[1:], suffix[1:]) if suffix in _IMAGE_SUFFIXES else None
+
+
 @dataclass(frozen=True)
 class ImageInfo:
     """What an image file's header says: enough to plan its output before decoding any pixel."""

@@ -102,8 +102,9 @@ def _weights_file(
     return Path(source), None
 
 
-def _fitting_variants(arch: Architecture, inferred: Mapping[str, Any], state: Mapping[str, torch.Tensor],
-                      source: str) -> list[str]:  # fmt: skip
+def _fitting_variants(
+    arch: Architecture, inferred: Mapping[str, Any], state: Mapping[str, torch.Tensor], source: str
+) -> list[str]:
     """Official zoo variants of this architecture whose every tensor the file fits (to suggest with --model).
 
     A file whose hyper-parameters match variants but whose tensors fit none of them (one wrong shape, an extra

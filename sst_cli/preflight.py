@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from .errors import ImageError, OutputExists, OutputIsInput, SstError, WriteError
 from .files import TEMP_SUFFIX
-from .image_io import choose_format, probe_image
+from .image_io import choose_format, named_format, probe_image
 from .inputs import Job
 from .naming import Naming, WriteOptions
 
@@ -87,6 +87,9 @@ class Preflight:
                 raise ImageError(f"cannot write '{self.naming.file}': {why}; name the output .png")
             if why and fmt != info.format:
                 self.note(f"{job.source}: writing PNG because {why}")
+            if self.writing.format is None and named_format(job.source) not in (None, info.format):
+                self.note(f"{job.source}: the file is a {info.format.upper()} image, whatever its name says; the "
+                          f"result is {fmt.upper()} (--format chooses another)")  # fmt: skip
             if info.frames > 1:
                 self.note(f"{job.source}: {info.frames} frames (an animation, or pages); only the first is upscaled")
             if info.clipped:

@@ -265,6 +265,18 @@ def test_animated_gif_upscales_its_first_frame_with_a_notice() -> None:
     assert Image.open("anim_nn_x2.png").getpixel((0, 0)) == (255, 0, 0)
 
 
+def test_a_file_whose_name_lies_about_its_format_gets_a_notice() -> None:
+    Image.new("RGB", (6, 5), "red").save("photo.png", format="JPEG")
+    notes: list[str] = []
+    result, _ = batch(["photo.png"], output=None, notes=notes)
+    assert result.files[0].output == Path("photo_nn_x2.jpg")
+    assert any("photo.png: the file is a JPEG image, whatever its name says; the result is JPEG" in n for n in notes)
+    notes.clear()
+    Image.new("RGB", (6, 5), "red").save("b.jpg")  # named right: nothing to say
+    batch(["b.jpg"], output=None, notes=notes)
+    assert not any("whatever its name says" in n for n in notes)
+
+
 def test_files_in_folders_are_never_silently_ignored() -> None:
     save("in/a.png")
     save("in/a_nn_x2.png")  # an earlier result of this tool
