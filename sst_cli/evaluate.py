@@ -390,6 +390,7 @@ def run_evaluation(
     datasets = [find_dataset(spec, settings.data_root) for spec in dict.fromkeys(settings.datasets)]
     scales = list(dict.fromkeys(settings.scales))
     loaded: dict[tuple[int, int], Upscaler] = {}
+    inferred = not scales
     if not scales:
         first = next((m for m in settings.models if isinstance(m, ModelSpec)), None)
         if first is not None and first.weights is not None and first.scale is None:
@@ -409,7 +410,12 @@ def run_evaluation(
         label = model_label(model)
         found: list[DatasetResult] = []
         for s in scales:
-            sr = bicubic if isinstance(model, str) else _network(model, s, settings, loaded.pop((index, s), None))
+            try:
+                sr = bicubic if isinstance(model, str) else _network(model, s, settings, loaded.pop((index, s), None))
+            except ConfigError as exc:
+                if not inferred:
+                    raise
+                raise ConfigError(f"{exc} (without --scale every model runs at the first weights' x{s})") from None
             for ds in datasets:
                 found.append(
                     evaluate_dataset(

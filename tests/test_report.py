@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -309,6 +310,24 @@ def _dataset(root: Path) -> Path:
         (root / "HR").mkdir(parents=True, exist_ok=True)
         Image.fromarray(pattern(36, 44, i)).save(root / "HR" / f"img{i}.png")
     return root
+
+
+def test_eval_of_weights_at_two_scales_says_which_scale_ran(tmp_path: Path) -> None:
+    x2 = tiny_weights(tmp_path / "tiny_x2.safetensors", 1)
+    torch.manual_seed(3)
+    x3 = tmp_path / "tiny_x3.safetensors"
+    config = replace(TINY, upscaling_factor=3)
+    save_file(SST(**config.to_kwargs()).state_dict(), str(x3), metadata={"sst_config": json.dumps(config.to_kwargs())})
+    data = _dataset(tmp_path / "mine")
+    result = runner.invoke(
+        app, ["eval", "-d", str(data), "--weights", str(x2), "--weights", str(x3), "--device", "cpu"]
+    )
+    assert result.exit_code == 2
+    text = " ".join(result.output.split())
+    assert (
+        "the weights are for x3 but x2 was requested (without --scale every model runs at the first weights' x2)"
+        in text
+    )
 
 
 def test_sst_eval_report_with_two_models_and_bicubic(tmp_path: Path) -> None:
