@@ -17,7 +17,7 @@ import numpy as np
 from .choices import DEFAULT_SCALE
 from .errors import ConfigError, ImageError
 from .evaluate import BICUBIC, model_label
-from .files import check_output_file
+from .files import check_output_file, check_spared
 from .image_io import Picture, is_image_file, read_image
 from .loader import ModelSpec
 from .resize import imresize
@@ -132,6 +132,7 @@ def run_compare(
     inputs = find_inputs(settings.images)
     if settings.report is not None:
         check_target(settings.report)
+        check_spared(settings.report, [*inputs, *([settings.png] if settings.png else [])], "the report folder")
     if settings.png is not None:
         check_output_file(settings.png, overwrite=settings.overwrite, inputs=inputs, option="--png")
     networks = settings.networks

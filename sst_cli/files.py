@@ -159,6 +159,23 @@ def check_folder_replaceable(
         raise error(f"refusing to replace '{target}': the folder is not empty and was not written by sst-cli")
 
 
+def is_within(path: str | os.PathLike[str], folder: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is ``folder`` or lies below it (links resolved)."""
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def check_spared(target: Path, keep: Iterable[Path], what: str) -> None:
+    """Refuse (before any work) a folder that will be replaced whole (``atomic_folder``) while ``keep`` (the run's
+    inputs, its other outputs) lies inside it: the swap would delete them. ``what`` names the folder's option."""
+    for path in keep:
+        if is_within(path, target):
+            raise WriteError(
+                f"'{path}' is inside {what} '{target}', which is replaced whole when the run ends: "
+                "keep it elsewhere, or choose another folder"
+            )
+
+
 def check_output_file(target: Path, *, overwrite: bool, inputs: Iterable[Path] = (), option: str = "") -> None:
     """Refuse (before any work) an output file that is one of ``inputs``, a folder, in no folder, or an existing
     file ``overwrite`` does not allow replacing. ``option`` names the flag that named it, for the message."""

@@ -150,7 +150,8 @@ def save_weights(
 
 @contextlib.contextmanager
 def _stop_requests() -> Iterator[list[bool]]:
-    """Ctrl-C / SIGTERM ask the loop to stop after the current step (a second Ctrl-C stops at once)."""
+    """Ctrl-C / SIGTERM / SIGHUP (a closed terminal or SSH session) ask the loop to stop after the current step,
+    which saves the state (a second signal stops at once)."""
     flag = [False]
     if threading.current_thread() is not threading.main_thread():
         yield flag
@@ -161,7 +162,8 @@ def _stop_requests() -> Iterator[list[bool]]:
             raise KeyboardInterrupt
         flag[0] = True
 
-    previous = {sig: signal.signal(sig, request) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signals = [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)]
+    previous = {sig: signal.signal(sig, request) for sig in signals}
     try:
         yield flag
     finally:

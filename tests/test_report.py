@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -310,6 +311,26 @@ def _dataset(root: Path) -> Path:
         (root / "HR").mkdir(parents=True, exist_ok=True)
         Image.fromarray(pattern(36, 44, i)).save(root / "HR" / f"img{i}.png")
     return root
+
+
+def test_nothing_the_run_keeps_may_lie_in_the_report_folder_it_replaces(tmp_path: Path) -> None:
+    """The report is swapped in whole at the end: a --png, a picture or saved images inside it were deleted."""
+    Image.fromarray(pattern(24, 24, 1)).save(tmp_path / "photo.png")
+    assert runner.invoke(app, ["compare", "photo.png", "-m", "bicubic", "-o", "rep", "-q"]).exit_code == 0
+    shutil.copy(tmp_path / "photo.png", tmp_path / "rep" / "mine.png")
+    for args, inside in [(["photo.png", "--png", "rep/side.png"], "rep/side.png"), (["rep/mine.png"], "rep/mine.png")]:
+        result = runner.invoke(app, ["compare", *args, "-m", "bicubic", "-o", "rep", "-q"])
+        assert result.exit_code == 1, result.output
+        assert f"'{inside}' is inside the report folder 'rep', which is replaced whole" in " ".join(
+            result.output.split()
+        )
+    assert (tmp_path / "rep" / "mine.png").is_file()
+    data = _dataset(tmp_path / "mine")
+    saved = runner.invoke(app, ["eval", "-d", str(data), "-m", "bicubic", "--report", "r2", "--save-images", "r2/sr"])
+    assert saved.exit_code == 1 and "'r2/sr' is inside the --report folder 'r2'" in " ".join(saved.output.split())
+    (tmp_path / "afile").write_text("x")
+    a_file = runner.invoke(app, ["eval", "-d", str(data), "-m", "bicubic", "--save-images", "afile"])
+    assert a_file.exit_code == 1 and "--save-images 'afile': it is a file, not a folder" in a_file.output
 
 
 def test_eval_of_weights_at_two_scales_says_which_scale_ran(tmp_path: Path) -> None:

@@ -113,6 +113,20 @@ def test_interrupted_then_resumed_equals_one_straight_run(data: Path, tmp_path: 
     assert all(torch.equal(ema_a[k], ema_b[k]) for k in ema_a)
 
 
+@pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="Windows has no SIGHUP")
+def test_a_hang_up_saves_the_state_as_ctrl_c_does(data: Path, tmp_path: Path) -> None:
+    """An SSH session closing sends SIGHUP: it lost everything since the last checkpoint."""
+
+    def hang_up_at_2(p: TrainProgress) -> None:
+        if p.iteration == 2:
+            os.kill(os.getpid(), signal.SIGHUP)
+
+    config = _config(data, tmp_path / "h.safetensors")
+    with pytest.raises(TrainingInterrupted) as stop:
+        train(config, on_progress=hang_up_at_2)
+    assert stop.value.result.iteration == 2 and state_path(config.out).is_file()
+
+
 def test_existing_run_needs_resume_or_overwrite_and_resume_needs_the_same_network(data: Path, tmp_path: Path) -> None:
     config = _config(data, tmp_path / "run.pth", iters=1)
     result = train(config)

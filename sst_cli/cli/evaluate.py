@@ -168,7 +168,7 @@ def eval_command(
 
     Visual report: sst eval -d Set5 --model sst-light-291 --model bicubic --data-root datasets/ --report set5-report/
     """
-    from ..errors import ConfigError
+    from ..errors import ConfigError, WriteError
 
     crop_box = parse_crop(crop)
     if crop_by not in ("difference", "error"):
@@ -181,7 +181,7 @@ def eval_command(
     )  # fmt: skip
     from .. import hub
     from ..evaluate import BICUBIC, PROTOCOL, EvalSettings, find_dataset, model_label, run_evaluation
-    from ..files import atomic_write_text, check_output_file
+    from ..files import atomic_write_text, check_output_file, check_spared
     from .downloads import download_display
 
     models = model_specs(model or [], weights or [], config, hub_repo)
@@ -195,11 +195,19 @@ def eval_command(
         self_ensemble=self_ensemble,
         save_images=save_images,
     )
-    if json_path is not None or csv_path is not None:  # before any work; the datasets' own files are never replaced
-        inputs = [f for spec in dataset for f in find_dataset(spec, data_root).root.rglob("*") if f.is_file()]
+    # Before any work: the datasets' own files are never replaced, and nothing the run keeps lies in the report
+    # folder, which is swapped in whole at the end.
+    roots = [find_dataset(spec, data_root).root for spec in dataset]
+    if json_path is not None or csv_path is not None:
+        inputs = [f for root in roots for f in root.rglob("*") if f.is_file()]
         for path, option in ((json_path, "--json"), (csv_path, "--csv")):
             if path is not None:
                 check_output_file(path, overwrite=overwrite, inputs=inputs, option=option)
+    if save_images is not None and save_images.exists() and not save_images.is_dir():
+        raise WriteError(f"cannot save images into --save-images '{save_images}': it is a file, not a folder")
+    if report is not None:
+        kept = [p for p in (json_path, csv_path, save_images) if p is not None]
+        check_spared(report, [*roots, *kept], "the --report folder")
     labels = [model_label(m) for m in models]
     with contextlib.ExitStack() as stack:
         recorder = None
