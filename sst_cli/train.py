@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import random
 import signal
 import threading
@@ -146,6 +147,18 @@ def save_weights(
 
 
 # ------------------------------------------------------------------------------------------------ train
+
+
+def _check_finite(losses: list[float], iteration: int, lr: float, state_file: Path) -> None:
+    """A NaN or infinite loss ends the run before anything is saved: the weights are ruined from there on, and
+    saving them would replace the last good checkpoint."""
+    bad = next((v for v in losses if not math.isfinite(v)), None)
+    if bad is not None:
+        kept = f"the last checkpoint, {state_file}, is kept" if state_file.is_file() else "nothing was saved"
+        raise ConfigError(
+            f"training diverged by iteration {iteration}: the loss became {bad} (learning rate {lr:g} too high, or "
+            f"bf16 overflowing?); {kept}"
+        )
 
 
 @contextlib.contextmanager
@@ -432,6 +445,7 @@ def train(
             pending.append(run.step())
             if run.iteration % every == 0 or run.iteration in (first + 1, config.iters):
                 values = torch.stack(pending).tolist()  # the one place the loop waits for the GPU
+                _check_finite(values, run.iteration, lr, state_file)
                 losses += values
                 pending.clear()
                 if on_progress is not None:
@@ -446,6 +460,7 @@ def train(
                 last_save = time.monotonic()
     if pending:
         losses += torch.stack(pending).tolist()
+        _check_finite(losses[-len(pending) :], run.iteration, run.lr(), state_file)
     run.save_state()
     result = TrainResult(
         out=None,

@@ -3,6 +3,7 @@ answer at once; ``train.py`` runs them too for API callers)."""
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,7 +72,7 @@ class TrainConfig:
             (self.iters >= 1, f"iters must be at least 1, got {self.iters}"),
             (self.patch >= 1, f"patch must be at least 1 LR pixel, got {self.patch}"),
             (self.batch is None or self.batch >= 1, f"batch must be at least 1, got {self.batch}"),
-            (self.lr is None or self.lr > 0, f"lr must be positive, got {self.lr}"),
+            (self.lr is None or (math.isfinite(self.lr) and self.lr > 0), f"lr must be positive, got {self.lr}"),
             (self.warmup is None or self.warmup >= 0, f"warmup must be >= 0 iterations, got {self.warmup}"),
             (0.0 <= self.ema_decay < 1.0, f"ema decay must be in [0, 1), got {self.ema_decay}"),
             (self.checkpoint_every >= 0, f"checkpoint interval must be >= 0 seconds, got {self.checkpoint_every}"),
@@ -91,3 +92,16 @@ class TrainConfig:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+        self._check_paths()
+
+    def _check_paths(self) -> None:
+        """The weights written, the state and the weights started from are three different files, and the
+        state is a .pth (``--state im0.png --overwrite`` replaced a training image)."""
+        state = self.state_file
+        if state.suffix.lower() not in (".pth", ".pt"):
+            raise ConfigError(f"--state {state}: name it .pth (a training state is a PyTorch checkpoint)")
+        named = [("--out", self.out), ("--state", state)] + ([("--init", self.init)] if self.init else [])
+        for i, (option, path) in enumerate(named):
+            for other, same in named[i + 1 :]:
+                if os.path.realpath(path) == os.path.realpath(same):
+                    raise ConfigError(f"{option} and {other} name the same file, {path}: give each its own")

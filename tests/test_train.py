@@ -113,6 +113,28 @@ def test_interrupted_then_resumed_equals_one_straight_run(data: Path, tmp_path: 
     assert all(torch.equal(ema_a[k], ema_b[k]) for k in ema_a)
 
 
+def test_a_diverging_run_stops_before_saving_anything(data: Path, tmp_path: Path) -> None:
+    """--lr 5 in bf16 ended 'training L1 nan' with NaN weights saved and exit 0."""
+    config = _config(data, tmp_path / "nan.safetensors", lr=1e30, checkpoint_iters=2)
+    with pytest.raises(ConfigError, match=r"training diverged by iteration \d+: the loss became nan .*learning rate"):
+        train(config)
+    assert not config.out.exists()
+    state = torch.load(state_path(config.out), weights_only=True) if state_path(config.out).exists() else None
+    assert state is None or all(torch.isfinite(v).all() for v in state["params"].values())
+
+
+def test_out_state_and_init_are_three_files_and_the_state_a_pth(data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "w.pth"
+    for kw, message in [
+        ({"state": out}, "--out and --state name the same file"),
+        ({"init": out}, "--out and --init name the same file"),
+        ({"state": data / "im0.png"}, r"--state .*im0\.png: name it \.pth"),
+        ({"lr": float("inf")}, "lr must be positive"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            train(_config(data, out, **kw))
+
+
 @pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="Windows has no SIGHUP")
 def test_a_hang_up_saves_the_state_as_ctrl_c_does(data: Path, tmp_path: Path) -> None:
     """An SSH session closing sends SIGHUP: it lost everything since the last checkpoint."""
