@@ -116,7 +116,7 @@ def test_interrupted_then_resumed_equals_one_straight_run(data: Path, tmp_path: 
 def test_a_diverging_run_stops_before_saving_anything(data: Path, tmp_path: Path) -> None:
     """--lr 5 in bf16 ended 'training L1 nan' with NaN weights saved and exit 0."""
     config = _config(data, tmp_path / "nan.safetensors", lr=1e30, checkpoint_iters=2)
-    with pytest.raises(ConfigError, match=r"training diverged by iteration \d+: the loss became nan .*learning rate"):
+    with pytest.raises(ConfigError, match=r"training diverged by iteration \d+: the loss became -?(nan|inf) "):
         train(config)
     assert not config.out.exists()
     state = torch.load(state_path(config.out), weights_only=True) if state_path(config.out).exists() else None
