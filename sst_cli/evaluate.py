@@ -18,7 +18,7 @@ import torch
 from PIL import Image
 
 from .choices import DEFAULT_MODEL, DEFAULT_SCALE
-from .errors import ConfigError, ImageError
+from .errors import ConfigError, ImageError, OutputExists
 from .image_io import Picture, is_image_file, read_image, write_image
 from .loader import ModelSpec
 from .metrics import SSIM_WINDOW, psnr, psnr_ssim_y, ssim
@@ -313,7 +313,7 @@ def evaluate_dataset(
 
 
 def save_sr(values: np.ndarray, path: Path) -> None:
-    """Write an SR result as 8-bit PNG (gray stays gray), replacing an earlier run's file."""
+    """Write an SR result as 8-bit PNG (gray stays gray), replacing an earlier run's file (``_check_saved`` asked)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     gray = values.ndim == 2
     rgb = np.repeat(values[..., None], 3, axis=2) if gray else values
@@ -342,6 +342,7 @@ class EvalSettings:
     rgb: bool = False
     self_ensemble: bool = False
     save_images: Path | None = None
+    overwrite: bool = False  # replace images an earlier run saved in ``save_images``
 
     def __post_init__(self) -> None:
         if not self.datasets:
@@ -402,6 +403,8 @@ def run_evaluation(
     for s in scales:
         for ds in datasets:
             check_pairs(ds, s)
+    _check_names(datasets)
+    _check_saved(settings, datasets, scales)
     if on_start is not None:
         on_start(sum(len(ds.hr_files) for ds in datasets) * len(scales) * len(settings.models))
     order = {ds.name: i for i, ds in enumerate(datasets)}
@@ -432,6 +435,35 @@ def run_evaluation(
         found.sort(key=lambda r: (order[r.dataset], r.scale))  # one dataset's scales together
         results += found
     return results
+
+
+def _check_names(datasets: list[Dataset]) -> None:
+    """Results, saved images and reports are keyed by dataset name and image stem: refuse what would collide."""
+    by_name: dict[str, Path] = {}
+    for ds in datasets:
+        if by_name.setdefault(ds.name, ds.root) != ds.root:
+            raise ConfigError(f"two datasets are both called {ds.name!r} ({by_name[ds.name]}, {ds.root}): rename one")
+        stems: dict[str, Path] = {}
+        for hr in ds.hr_files:
+            if stems.setdefault(hr.stem, hr) != hr:
+                raise ConfigError(f"{ds.name}: {stems[hr.stem].name} and {hr.name} share the name {hr.stem!r}")
+
+
+def _check_saved(settings: EvalSettings, datasets: list[Dataset], scales: list[int]) -> None:
+    """Images an earlier run saved are replaced only with ``overwrite``: said before any forward pass."""
+    if settings.save_images is None or settings.overwrite:
+        return
+    for model in settings.models:
+        folder = _save_dir(settings, model_label(model))
+        assert folder is not None
+        for ds in datasets:
+            for s in scales:
+                found = [p for hr in ds.hr_files if (p := folder / ds.name / f"x{s}" / f"{hr.stem}.png").exists()]
+                if found:
+                    raise OutputExists(
+                        f"--save-images: '{found[0]}' already exists ({len(found)} of {ds.name} x{s}); "
+                        "add --overwrite to replace them"
+                    )
 
 
 def _save_dir(settings: EvalSettings, label: str) -> Path | None:

@@ -112,3 +112,20 @@ def test_json_and_csv_never_replace_a_dataset_file_nor_an_existing_file_unasked(
     replaced = runner.invoke(app, [*args, "--json", "r.json", "--overwrite"])
     assert replaced.exit_code == 0, replaced.output
     assert json.loads(Path("r.json").read_text())["results"][0]["model"] == "bicubic"
+
+
+def test_saved_images_and_names_are_checked_before_the_first_forward_pass(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    for folder, names in (("p1/test", ("a.png", "b.png")), ("p2/test", ("a.png",)), ("dup", ("a.png", "a.bmp"))):
+        (tmp_path / folder / "HR").mkdir(parents=True)
+        for name in names:
+            Image.fromarray(rng.integers(0, 256, (24, 24, 3), dtype=np.uint8)).save(tmp_path / folder / "HR" / name)
+    args = ["eval", "-m", "bicubic", "-s", "2", "-q"]
+    same = runner.invoke(app, [*args, "-d", "p1/test", "-d", "p2/test"])
+    assert same.exit_code == 2 and "two datasets are both called 'test'" in same.output
+    stems = runner.invoke(app, [*args, "-d", "dup"])
+    assert stems.exit_code == 2 and "share the name 'a'" in " ".join(stems.output.split())
+    assert runner.invoke(app, [*args, "-d", "p1/test", "--save-images", "sr"]).exit_code == 0
+    again = runner.invoke(app, [*args, "-d", "p1/test", "--save-images", "sr"])
+    assert again.exit_code == 1 and "add --overwrite to replace them" in " ".join(again.output.split())
+    assert runner.invoke(app, [*args, "-d", "p1/test", "--save-images", "sr", "--overwrite"]).exit_code == 0

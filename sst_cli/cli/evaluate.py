@@ -194,6 +194,7 @@ def eval_command(
         rgb=rgb,
         self_ensemble=self_ensemble,
         save_images=save_images,
+        overwrite=overwrite,
     )
     # Before any work: the datasets' own files are never replaced, and nothing the run keeps lies in the report
     # folder, which is swapped in whole at the end.
