@@ -21,7 +21,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from contextlib import nullcontext, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -36,7 +36,7 @@ from .archs.tracing import prepare_tracing
 from .checks import check_choice
 from .choices import BENCH_PRECISIONS, COMPILE_MODES
 from .errors import ConfigError
-from .runtime import device_name, fp32_mode, resolve_device, resolve_precision, synchronize
+from .runtime import device_name, fp32_mode, is_out_of_memory, resolve_device, resolve_precision, synchronize
 from .tiling import TileSize, plan_tiles, tile_sides
 from .upscaler import Upscaler
 from .zoo import check_scale, create_model, get_variant
@@ -305,6 +305,17 @@ def _compiled(model: SRNetwork, mode: str) -> Callable[[torch.Tensor], torch.Ten
     return torch.compile(model, mode=None if mode == "default" else mode)
 
 
+@contextmanager
+def _out_of_memory_says(what: str, device: torch.device) -> Iterator[None]:
+    """An allocator failure while timing is one sentence (it was PyTorch's traceback)."""
+    try:
+        yield
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+        raise ConfigError(f"{what}: out of memory on {device_name(device)}; time a smaller --size or --tiled") from None
+
+
 def run_bench(settings: BenchSettings, on_progress: Say | None = None) -> BenchReport:
     """Measure every (model, scale, precision) of ``settings``; see the module docstring for the protocol."""
     settings.validate()
@@ -331,12 +342,13 @@ def run_bench(settings: BenchSettings, on_progress: Say | None = None) -> BenchR
                 kernel = describe_attention(settings.attention, device, dtype, head_sizes)
                 report.kernels[f"{name} {precision}"] = kernel.line
                 report.notices.extend(n for n in kernel.notices if n not in report.notices)
-            if settings.size is not None:
-                rows, out = _measure_forward(model, name, scale, precision, dtype, device, settings, say)
-                report.results.extend(rows)
-                outputs[precision] = rows[0], out
-            if settings.tiled is not None:
-                report.tiled.append(_measure_tiled(model, name, scale, precision, device, settings, say))
+            with _out_of_memory_says(f"{name} x{scale} {precision}", device):
+                if settings.size is not None:
+                    rows, out = _measure_forward(model, name, scale, precision, dtype, device, settings, say)
+                    report.results.extend(rows)
+                    outputs[precision] = rows[0], out
+                if settings.tiled is not None:
+                    report.tiled.append(_measure_tiled(model, name, scale, precision, device, settings, say))
             del model
             if device.type == "cuda":
                 torch.cuda.empty_cache()

@@ -51,7 +51,7 @@ from .recipe import (
     WARMUP_FRACTION,
     WEIGHT_DECAY,
 )
-from .runtime import package_version, resolve_device
+from .runtime import is_out_of_memory, package_version, resolve_device
 from .trainconfig import TrainConfig, state_path
 from .trainset import Message, PatchSampler, find_images, load_images
 from .trainstate import (
@@ -442,7 +442,15 @@ def train(
                 stopped_by = "time limit"
                 break
             lr = run.lr()
-            pending.append(run.step())
+            try:
+                pending.append(run.step())
+            except Exception as exc:  # an allocator failure is the settings' fault: one sentence, not a traceback
+                if not is_out_of_memory(exc):
+                    raise
+                raise ConfigError(
+                    f"out of memory at iteration {run.iteration + 1} with --batch {settings['batch']} and --patch "
+                    f"{config.patch} on {settings['device']}: lower them (the last checkpoint, if any, is kept)"
+                ) from None
             if run.iteration % every == 0 or run.iteration in (first + 1, config.iters):
                 values = torch.stack(pending).tolist()  # the one place the loop waits for the GPU
                 _check_finite(values, run.iteration, lr, state_file)

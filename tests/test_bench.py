@@ -72,6 +72,17 @@ def test_reference_path_is_swapped_in_and_out() -> None:
     assert not layer.plain
 
 
+def test_running_out_of_memory_is_one_sentence(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sst_cli.bench as bench
+
+    def no_memory(*_args: object, **_kwargs: object) -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 TiB")
+
+    monkeypatch.setattr(bench, "_measure_forward", no_memory)
+    with pytest.raises(ConfigError, match=r"sst-light x4 fp32: out of memory on .*; time a smaller --size or --tiled"):
+        run_bench(BenchSettings(**(TINY | {"runs": 1, "warmup": 0}), precisions=("fp32",)))
+
+
 def test_run_bench_measures_ours_and_the_reference() -> None:
     progress: list[str] = []
     settings = BenchSettings(**(TINY | {"runs": 1, "warmup": 0}), precisions=("fp32", "bf16"), reference=True)

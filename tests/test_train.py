@@ -123,6 +123,17 @@ def test_a_diverging_run_stops_before_saving_anything(data: Path, tmp_path: Path
     assert state is None or all(torch.isfinite(v).all() for v in state["params"].values())
 
 
+def test_running_out_of_memory_is_one_sentence(data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sst_cli.train as training
+
+    def no_memory(self: object) -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+
+    monkeypatch.setattr(training._TrainingRun, "step", no_memory)
+    with pytest.raises(ConfigError, match=r"out of memory at iteration 1 with --batch 2 and --patch 8 on cpu: lower"):
+        train(_config(data, tmp_path / "oom.safetensors"))
+
+
 def test_out_state_and_init_are_three_files_and_the_state_a_pth(data: Path, tmp_path: Path) -> None:
     out = tmp_path / "w.pth"
     for kw, message in [
