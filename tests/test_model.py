@@ -145,6 +145,12 @@ def test_backend_selection_is_runtime_and_validated() -> None:
         ({"ranks": [1, 2]}, "ranks"),
         ({"dim": 50, "num_heads": 6}, "divisible"),
         ({"window": 8}, "unknown SST config key"),
+        # JSON of the wrong type answered "not all arguments converted during string formatting" and the like
+        ({"dim": "sixty"}, "SST config key dim: expected an integer, got 'sixty'"),
+        ({"dim": None}, "SST config key dim: expected an integer, got None"),
+        ({"window_sizes": [[4, 4]]}, r"window_sizes: expected an integer or a list of integers, got \[\[4, 4\]\]"),
+        ({"window_sizes": 16}, r"window_sizes must be a list \(one window per layer\), got 16"),
+        ({"exp_ratio": "2"}, "SST config key exp_ratio: expected a number"),
     ],
 )
 def test_bad_configs_are_named(kwargs: dict, message: str) -> None:

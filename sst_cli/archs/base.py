@@ -10,6 +10,7 @@ nothing else. A third architecture is one new room plus one line in ``archs.ARCH
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -56,12 +57,45 @@ class OfficialKeywords:
                 f"unknown {cls.title} config key(s): {', '.join(unknown)}{cls.unknown_hint(unknown)}; "
                 f"known: {', '.join(sorted(known))}"
             )
+        hints = typing.get_type_hints(cls)
+        for key, value in kwargs.items():
+            wanted = _kind(hints.get(key))
+            if wanted is not None and not _fits(value, wanted):
+                raise ConfigError(f"{cls.title} config key {key}: expected {_describe_kind(wanted)}, got {value!r}")
         return cls(**dict(kwargs))
 
     def to_kwargs(self) -> dict[str, Any]:
         """JSON-friendly keywords, as in the official option files (lists, not tuples)."""
         pairs = dataclasses.asdict(self).items()  # type: ignore[call-overload]  # subclasses are dataclasses
         return {k: list(v) if isinstance(v, tuple) else v for k, v in pairs}
+
+
+_SCALARS: dict[Any, tuple[type, ...]] = {int: (int,), float: (int, float), str: (str,), bool: (bool,)}
+
+
+def _kind(hint: Any) -> tuple[str, Any] | None:
+    """("one", T) for a scalar field, ("many", T) for ``tuple[T, ...]``; None for types not checked here."""
+    if hint in _SCALARS:
+        return "one", hint
+    if typing.get_origin(hint) is tuple and typing.get_args(hint)[1:] == (Ellipsis,):
+        item = typing.get_args(hint)[0]
+        return ("many", item) if item in _SCALARS else None
+    return None
+
+
+def _fits(value: Any, kind: tuple[str, Any]) -> bool:
+    def one(v: Any, t: Any) -> bool:
+        return isinstance(v, _SCALARS[t]) and (t is bool or not isinstance(v, bool))
+
+    many, item = kind[0] == "many", kind[1]
+    if many and isinstance(value, (list, tuple)):
+        return all(one(v, item) for v in value)
+    return one(value, item)  # per-layer keys also take one value for every layer (num_heads: 6)
+
+
+def _describe_kind(kind: tuple[str, Any]) -> str:
+    name = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}[kind[1]]
+    return f"{name} or a list of {name.split(' ', 1)[1]}s" if kind[0] == "many" else name
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,8 @@ def check_rib_layers(config: Any) -> None:
     """The window-attention part of a config (SST's and SSTReal's, which shares these layers): window sizes,
     heads and ranks per layer (an int means every layer; normalised to tuples on the frozen dataclass), RIB
     attention, the DWC gate, and a width that the heads divide."""
+    if not isinstance(config.window_sizes, (list, tuple)):  # the one list that says how many layers there are
+        raise ConfigError(f"window_sizes must be a list (one window per layer), got {config.window_sizes!r}")
     windows = tuple(int(w) for w in config.window_sizes)
     if not windows or min(windows) < 1:
         raise ConfigError(f"window_sizes must be positive integers, got {list(config.window_sizes)}")
