@@ -71,6 +71,7 @@ class BenchSettings:
     seed: int = 0
     weights: str | None = None  # a checkpoint (any architecture) instead of zoo models with random weights
     config: str | None = None  # constructor keywords for ``weights`` (JSON file), when the file needs them
+    variant: str | None = None  # the zoo model whose architecture ``weights`` are (SST files need it: windows)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -290,7 +291,7 @@ def _networks(settings: BenchSettings) -> Iterator[tuple[str, int, SRNetwork]]:
     if settings.weights is not None:
         from .loader import load_model
 
-        model = load_model(settings.weights, config=settings.config)
+        model = load_model(settings.weights, config=settings.config, variant=settings.variant)
         yield Path(settings.weights.split("@", 1)[0]).stem, model.scale, model
         return
     for name in settings.models:

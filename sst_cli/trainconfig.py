@@ -98,6 +98,9 @@ class TrainConfig:
         """The weights written, the state and the weights started from are three different files, and the
         state is a .pth (``--state im0.png --overwrite`` replaced a training image)."""
         state = self.state_file
+        for option, path in (("--out", self.out), ("--state", state)):
+            if path.is_dir():
+                raise ConfigError(f"{option} {path}: a folder; name the file to write")
         if state.suffix.lower() not in (".pth", ".pt"):
             raise ConfigError(f"--state {state}: name it .pth (a training state is a PyTorch checkpoint)")
         named = [("--out", self.out), ("--state", state)] + ([("--init", self.init)] if self.init else [])

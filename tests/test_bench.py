@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import GOLDEN, needs_golden
 from typer.testing import CliRunner
 
 from sst_cli.archs import attention
@@ -140,3 +141,17 @@ def test_cli_refuses_bad_options(args: list[str], message: str) -> None:
     result = runner.invoke(app, ["bench", "--device", "cpu", *args])
     assert result.exit_code == 2
     assert message in result.output and "quick defaults" not in result.output  # refused before anything else
+
+
+@needs_golden
+def test_an_sst_file_is_timed_in_the_architecture_model_names(tmp_path: Path) -> None:
+    """SST files hold no window sizes: bench said to add --model, then refused --model beside --weights."""
+    args = ["bench", "--weights", str(GOLDEN / "light_x2.pth"), "--device", "cpu", "--size", "32x24", "--runs", "1",
+            "--warmup", "0", "--precision", "fp32"]  # fmt: skip
+    needs = runner.invoke(app, args)
+    assert needs.exit_code == 2 and "name the architecture with --model" in " ".join(needs.output.split())
+    named = runner.invoke(app, [*args, "-m", "sst-light", "--json", str(tmp_path / "b.json")])
+    assert named.exit_code == 0, named.output
+    assert json.loads((tmp_path / "b.json").read_text())["results"][0]["model"] == "light_x2"
+    two = runner.invoke(app, [*args, "-m", "sst-light", "-m", "sst"])
+    assert two.exit_code == 2 and "give at most one --model" in two.output

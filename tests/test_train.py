@@ -141,6 +141,7 @@ def test_out_state_and_init_are_three_files_and_the_state_a_pth(data: Path, tmp_
         ({"init": out}, "--out and --init name the same file"),
         ({"state": data / "im0.png"}, r"--state .*im0\.png: name it \.pth"),
         ({"lr": float("inf")}, "lr must be positive"),
+        ({"state": data}, "--state .*: a folder; name the file to write"),
     ]:
         with pytest.raises(ConfigError, match=message):
             train(_config(data, out, **kw))

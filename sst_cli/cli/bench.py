@@ -66,9 +66,10 @@ def _settings(
     given |= {"tile": parse_tile(tile), "compile": compile_mode, "channels_last": layouts[channels_last]}
     given["input"] = None if input_image is None else str(input_image)
     if weights is not None:
-        if models:
-            raise ConfigError("--weights times the network in that file (its architecture and scale): drop --model")
-        given |= {"weights": weights, "config": config}
+        if models and len(models) > 1:
+            raise ConfigError("--weights times the network in that file: give at most one --model, its architecture")
+        given |= {"weights": weights, "config": config, "variant": models[0] if models else None}
+        models = None
     elif config is not None:
         raise ConfigError("--config describes the architecture of --weights; give the weights too")
     if models:
