@@ -388,7 +388,11 @@ def run_evaluation(
     ``on_output(output)`` per image with its pixels (for ``report``), before ``on_image``.
     Results come one dataset's scales together, in the order of ``settings.datasets``, per model.
     """
-    datasets = [find_dataset(spec, settings.data_root) for spec in dict.fromkeys(settings.datasets)]
+    unique: dict[Path, Dataset] = {}  # a set named twice (ev, ev/) runs once
+    for spec in settings.datasets:
+        found = find_dataset(spec, settings.data_root)
+        unique.setdefault(found.root.resolve(), found)
+    datasets = list(unique.values())
     scales = list(dict.fromkeys(settings.scales))
     loaded: dict[tuple[int, int], Upscaler] = {}
     inferred = not scales

@@ -42,7 +42,7 @@ def find_images(folders: Sequence[str | os.PathLike[str]]) -> list[Path]:
             raise ConfigError(f"--data {folder}: '{named}' is a benchmark test set, and test sets are never trained on")
         if not folder.is_dir():
             raise ConfigError(f"--data {folder} is not a folder")
-        files = sorted(p for p in folder.rglob("*") if is_image_file(p) and p.is_file())
+        files = sorted(p for p in folder.rglob("*") if is_image_file(p) and p.is_file() and not _hidden(p, folder))
         inside = sorted({n for p in files if (n := benchmark_in_path(p.relative_to(folder).parent))})
         if inside:
             raise ConfigError(
@@ -53,6 +53,11 @@ def find_images(folders: Sequence[str | os.PathLike[str]]) -> list[Path]:
             raise ConfigError(f"--data {folder}: no images (png, jpg, webp, tif, bmp) found in it or below it")
         found += files
     return found
+
+
+def _hidden(path: Path, folder: Path) -> bool:
+    """Left out of the walk, as upscale's folder walks leave them (macOS's ._photo.png, .git/)."""
+    return any(part.startswith(".") for part in path.relative_to(folder).parts)
 
 
 def load_images(files: Sequence[Path], min_side: int, on_message: Message | None = None) -> list[np.ndarray]:

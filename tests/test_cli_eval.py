@@ -129,3 +129,7 @@ def test_saved_images_and_names_are_checked_before_the_first_forward_pass(tmp_pa
     again = runner.invoke(app, [*args, "-d", "p1/test", "--save-images", "sr"])
     assert again.exit_code == 1 and "add --overwrite to replace them" in " ".join(again.output.split())
     assert runner.invoke(app, [*args, "-d", "p1/test", "--save-images", "sr", "--overwrite"]).exit_code == 0
+    twice = runner.invoke(app, [*args, "-d", "p1/test", "-d", "p1/test/", "--json", "r.json", "--csv", "r.json"])
+    assert twice.exit_code == 2 and "--json and --csv name the same file" in twice.output
+    once = runner.invoke(app, [*args, "-d", "p1/test", "-d", "p1/test/", "--json", "r.json"])
+    assert once.exit_code == 0 and len(json.loads(Path("r.json").read_text())["results"]) == 1

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 from sst_cli.errors import ConfigError
 from sst_cli.resize import imresize
-from sst_cli.trainset import PatchSampler
+from sst_cli.trainset import PatchSampler, find_images
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -74,6 +76,14 @@ def test_sample_pairs_are_the_matlab_bicubic_of_the_crop_and_follow_the_generato
 def test_images_smaller_than_the_patch_are_refused() -> None:
     with pytest.raises(ConfigError, match="at least 16x16"):
         PatchSampler([np.zeros((15, 40, 3), np.uint8)], patch=8, scale=2, seed=0, device=torch.device("cpu"))
+
+
+def test_hidden_files_and_folders_are_left_out(tmp_path: Path) -> None:
+    """A macOS ._photo.png (metadata, unreadable as an image) stopped the whole run."""
+    for name in ("a.png", "sub/b.png", "._a.png", ".cache/c.png"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    assert [p.relative_to(tmp_path).as_posix() for p in find_images([tmp_path])] == ["a.png", "sub/b.png"]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: the crops cut there equal the CPU's")

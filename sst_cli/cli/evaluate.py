@@ -199,6 +199,8 @@ def eval_command(
     # Before any work: the datasets' own files are never replaced, and nothing the run keeps lies in the report
     # folder, which is swapped in whole at the end.
     roots = [find_dataset(spec, data_root).root for spec in dataset]
+    if json_path is not None and csv_path is not None and json_path.resolve() == csv_path.resolve():
+        raise ConfigError(f"--json and --csv name the same file, {json_path}: give each its own")
     if json_path is not None or csv_path is not None:
         inputs = [f for root in roots for f in root.rglob("*") if f.is_file()]
         for path, option in ((json_path, "--json"), (csv_path, "--csv")):
