@@ -83,6 +83,8 @@ class TrainConfig:
             ),
             (self.precision in PRECISIONS, f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}"),
             (self.time_limit is None or self.time_limit > 0, f"time limit must be positive, got {self.time_limit}"),
+            (not (self.resume and self.init), "--resume continues the saved run, which began already: drop --init"),
+            (not (self.resume and self.overwrite), "--resume and --overwrite exclude each other: continue or restart"),
             (bool(self.data), "give at least one --data folder"),
             (
                 self.out.suffix.lower() in WEIGHT_SUFFIXES,

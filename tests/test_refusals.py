@@ -81,6 +81,10 @@ OTHER_COMMANDS = [
     (["bench", "--attention", "foo"], "unknown attention backend 'foo'"),
     (["train", "--data", ".", "--iters", "0", "--out", "w.safetensors"], "iters must be at least 1"),
     (["train", "--data", ".", "--iters", "9", "--out", "w.bin"], "name it .safetensors (recommended) or .pth"),
+    (
+        ["train", "--data", ".", "--iters", "9", "--out", "w.pth", "--time-limit", "-1"],
+        "--time-limit must be a positive number of minutes, got -1",
+    ),
     (["train", "--data", ".", "--iters", "9", "--out", "w.pth", "--precision", "fp8"], "precision must be one of"),
     (["train", "--data", ".", "--iters", "9", "--out", "w.pth", "-m", "sst", "--config", "c.json"], "not both"),
 ]

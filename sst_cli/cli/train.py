@@ -218,6 +218,8 @@ def train(
         raise ConfigError("give --model or --config, not both")
     if resume is not None and state is not None and resume != state:
         raise ConfigError("--resume STATE keeps writing STATE: give --resume or --state, not both")
+    if time_limit is not None and time_limit <= 0:
+        raise ConfigError(f"--time-limit must be a positive number of minutes, got {time_limit:g}")
     settings = TrainConfig(
         data=tuple(data),
         out=out,
