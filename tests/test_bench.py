@@ -155,3 +155,7 @@ def test_an_sst_file_is_timed_in_the_architecture_model_names(tmp_path: Path) ->
     assert json.loads((tmp_path / "b.json").read_text())["results"][0]["model"] == "light_x2"
     two = runner.invoke(app, [*args, "-m", "sst-light", "-m", "sst"])
     assert two.exit_code == 2 and "give at most one --model" in two.output
+    scaled = runner.invoke(app, [*args, "-m", "sst-light", "-s", "4"])
+    assert scaled.exit_code == 2 and "--weights runs at the file's own scale: drop --scale" in scaled.output
+    untiled = runner.invoke(app, [*args, "-m", "sst-light", "--tile", "64"])
+    assert untiled.exit_code == 2 and "--tile sets the tiles of a --tiled run" in untiled.output

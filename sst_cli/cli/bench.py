@@ -58,6 +58,10 @@ def _settings(
     if channels_last not in layouts:
         raise ConfigError(f"unknown --channels-last {channels_last!r}; choose auto, on or off")
     parse_tile(tile)
+    if tile != "auto" and tiled is None:
+        raise ConfigError("--tile sets the tiles of a --tiled run: give --tiled WxH too")
+    if weights is not None and scales:
+        raise ConfigError("--weights runs at the file's own scale: drop --scale")
     from ..bench import BenchSettings, quick_cpu_settings
     from ..runtime import resolve_device
 
