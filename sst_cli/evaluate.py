@@ -15,11 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
 
 from .choices import DEFAULT_MODEL, DEFAULT_SCALE
 from .errors import ConfigError, ImageError, OutputExists
-from .image_io import Picture, is_image_file, read_image, write_image
+from .image_io import Picture, is_image_file, probe_image, read_image, write_image
 from .loader import ModelSpec
 from .metrics import SSIM_WINDOW, psnr, psnr_ssim_y, ssim
 from .resize import imresize
@@ -177,19 +176,21 @@ def _open_dataset(name: str, root: Path) -> Dataset:
     return Dataset(name, root, files)
 
 
-def _header_size(path: Path) -> tuple[int, int]:
-    """(width, height) from the file header, without decoding the pixels."""
-    try:
-        with Image.open(path) as im:
-            return im.size
-    except Exception as exc:
-        raise ImageError(f"cannot read '{path}': not a readable image ({exc})") from None
+def _size(path: Path, decode: bool) -> tuple[int, int]:
+    """(width, height): from the header (the reader sst upscale uses, float TIFFs included), or, with ``decode``,
+    by decoding every pixel, which also finds a file cut short after a sound header."""
+    if decode:
+        height, width = read_image(path).color.shape[:2]
+        return width, height
+    info = probe_image(path)
+    return info.width, info.height
 
 
-def check_pairs(dataset: Dataset, scale: int) -> None:
-    """Fail before any work if an HR file is unreadable or too small, or an LR file has the wrong size."""
+def check_pairs(dataset: Dataset, scale: int, *, decode: bool = False) -> None:
+    """Fail before any work if an HR file is unreadable or too small, or an LR file has the wrong size
+    (``decode``: every file decoded, not only its header read)."""
     for hr in dataset.hr_files:
-        width, height = _header_size(hr)
+        width, height = _size(hr, decode)
         smallest = 2 * scale + SSIM_WINDOW  # the SSIM window must fit once the borders are shaved
         if min(width - width % scale, height - height % scale) < smallest:
             raise ImageError(f"'{hr}' is {width}x{height}: too small to score at x{scale} (needs {smallest} px)")
@@ -197,7 +198,7 @@ def check_pairs(dataset: Dataset, scale: int) -> None:
         if lr is None:
             continue
         expected = (width // scale, height // scale)
-        found = _header_size(lr)
+        found = _size(lr, decode)
         if found != expected:
             raise ImageError(
                 f"'{lr}' is {found[0]}x{found[1]}, but its HR '{hr.name}' ({width}x{height}) at x{scale} "
@@ -404,9 +405,9 @@ def run_evaluation(
             scales = [upscaler.scale]
         else:
             scales = [DEFAULT_SCALE]
-    for s in scales:
+    for s in scales:  # every file decoded once before the first forward pass: a truncated one fails now
         for ds in datasets:
-            check_pairs(ds, s)
+            check_pairs(ds, s, decode=True)
     _check_names(datasets)
     _check_saved(settings, datasets, scales)
     if on_start is not None:

@@ -133,3 +133,16 @@ def test_saved_images_and_names_are_checked_before_the_first_forward_pass(tmp_pa
     assert twice.exit_code == 2 and "--json and --csv name the same file" in twice.output
     once = runner.invoke(app, [*args, "-d", "p1/test", "-d", "p1/test/", "--json", "r.json"])
     assert once.exit_code == 0 and len(json.loads(Path("r.json").read_text())["results"]) == 1
+
+
+def test_a_truncated_image_fails_before_the_first_image_is_scored(tmp_path: Path) -> None:
+    """Only headers were read up front: a PNG cut after a sound header failed midway, earlier outputs saved."""
+    rng = np.random.default_rng(1)
+    (tmp_path / "cut" / "HR").mkdir(parents=True)
+    for name in ("a.png", "b.png"):
+        Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(tmp_path / "cut" / "HR" / name)
+    whole = (tmp_path / "cut" / "HR" / "b.png").read_bytes()
+    (tmp_path / "cut" / "HR" / "b.png").write_bytes(whole[: len(whole) // 2])
+    result = runner.invoke(app, ["eval", "-m", "bicubic", "-d", "cut", "-s", "2", "--save-images", "sr", "-q"])
+    assert result.exit_code == 1 and "b.png" in result.output and "Traceback" not in result.output
+    assert not Path("sr").exists()  # nothing scored, nothing saved
