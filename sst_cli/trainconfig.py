@@ -110,3 +110,5 @@ class TrainConfig:
             for other, same in named[i + 1 :]:
                 if os.path.realpath(path) == os.path.realpath(same):
                     raise ConfigError(f"{option} and {other} name the same file, {path}: give each its own")
+        if self.init is not None and not self.init.is_file():
+            raise ConfigError(f"--init {self.init}: no such weights file")

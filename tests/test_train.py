@@ -142,7 +142,8 @@ def test_out_state_and_init_are_three_files_and_the_state_a_pth(data: Path, tmp_
         ({"state": data / "im0.png"}, r"--state .*im0\.png: name it \.pth"),
         ({"lr": float("inf")}, "lr must be positive"),
         ({"state": data}, "--state .*: a folder; name the file to write"),
-        ({"resume": True, "init": tmp_path / "x2.pth"}, "--resume continues the saved run, which began already"),
+        ({"init": tmp_path / "nowhere.pth"}, r"--init .*nowhere\.pth: no such weights file"),
+        ({"resume": True, "init": data / "a.png"}, "--resume continues the saved run, which began already"),
         ({"resume": True, "overwrite": True}, "--resume and --overwrite exclude each other"),
     ]:
         with pytest.raises(ConfigError, match=message):
