@@ -405,11 +405,11 @@ def run_evaluation(
             scales = [upscaler.scale]
         else:
             scales = [DEFAULT_SCALE]
+    _check_names(datasets)
+    _check_saved(settings, datasets, scales)
     for s in scales:  # every file decoded once before the first forward pass: a truncated one fails now
         for ds in datasets:
             check_pairs(ds, s, decode=True)
-    _check_names(datasets)
-    _check_saved(settings, datasets, scales)
     if on_start is not None:
         on_start(sum(len(ds.hr_files) for ds in datasets) * len(scales) * len(settings.models))
     order = {ds.name: i for i, ds in enumerate(datasets)}
