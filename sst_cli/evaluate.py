@@ -391,8 +391,8 @@ def run_evaluation(
     """
     unique: dict[Path, Dataset] = {}  # a set named twice (ev, ev/) runs once
     for spec in settings.datasets:
-        found = find_dataset(spec, settings.data_root)
-        unique.setdefault(found.root.resolve(), found)
+        dataset = find_dataset(spec, settings.data_root)
+        unique.setdefault(dataset.root.resolve(), dataset)
     datasets = list(unique.values())
     scales = list(dict.fromkeys(settings.scales))
     loaded: dict[tuple[int, int], Upscaler] = {}

@@ -101,6 +101,7 @@ class Preflight:
             self.claim(plan.target, job)
             self._check_folder(plan.target.parent)
         except _Skip:
+            assert plan.target is not None  # claimed, then found to exist
             plan.skip = f"'{plan.target}' already exists"
             self.kept_in.add(plan.target.parent)
         except SstError as exc:
