@@ -196,6 +196,13 @@ def check_pairs(dataset: Dataset, scale: int, *, decode: bool = False) -> None:
             raise ImageError(f"'{hr}' is {width}x{height}: too small to score at x{scale} (needs {smallest} px)")
         lr = dataset.lr_file(hr, scale)
         if lr is None:
+            folder = dataset.root / "LR_bicubic" / f"X{scale}"
+            if folder.is_dir():  # LR files given for this scale, but not this one: never mix in our own bicubic
+                names = f"{hr.stem}x{scale}, {hr.stem}_x{scale} or {hr.stem}, .png/.bmp/.jpg/.tif"
+                raise ImageError(
+                    f"'{folder}' has no LR file for '{hr.name}' (looked for {names}); add it, or remove the folder "
+                    "to make every LR with MATLAB bicubic"
+                )
             continue
         expected = (width // scale, height // scale)
         found = _size(lr, decode)

@@ -90,6 +90,14 @@ def test_lr_file_naming_conventions(tmp_path: Path, name: str) -> None:
     assert ds.lr_file(ds.hr_files[0], 3) is None
 
 
+def test_an_lr_folder_missing_one_file_is_refused_not_filled_with_bicubic(tmp_path: Path) -> None:
+    """The protocol of a set with LR files is theirs: making one LR ourselves mixed two protocols silently."""
+    root = _dataset(tmp_path / "ds", {"a": (20, 20), "b": (20, 20)}, lr={"a": "ax2.png"})
+    with pytest.raises(ImageError, match=r"X2' has no LR file for 'b\.png' \(looked for bx2, b_x2 or b,"):
+        check_pairs(find_dataset(str(root)), 2)
+    check_pairs(find_dataset(str(root)), 3)  # no X3 folder: every LR is made with MATLAB bicubic
+
+
 def test_mismatched_lr_is_refused_naming_the_file(tmp_path: Path) -> None:
     root = _dataset(tmp_path / "ds", {"a": (20, 20)})
     _save(root / "LR_bicubic" / "X2" / "ax2.png", np.zeros((9, 10, 3), np.uint8))
