@@ -176,21 +176,16 @@ def _open_dataset(name: str, root: Path) -> Dataset:
     return Dataset(name, root, files)
 
 
-def _size(path: Path, decode: bool) -> tuple[int, int]:
-    """(width, height): from the header (the reader sst upscale uses, float TIFFs included), or, with ``decode``,
-    by decoding every pixel, which also finds a file cut short after a sound header."""
-    if decode:
-        height, width = read_image(path).color.shape[:2]
-        return width, height
+def _size(path: Path) -> tuple[int, int]:
+    """(width, height) from the header, with the reader sst upscale uses (float TIFFs included)."""
     info = probe_image(path)
     return info.width, info.height
 
 
-def check_pairs(dataset: Dataset, scale: int, *, decode: bool = False) -> None:
-    """Fail before any work if an HR file is unreadable or too small, or an LR file has the wrong size
-    (``decode``: every file decoded, not only its header read)."""
+def check_pairs(dataset: Dataset, scale: int) -> None:
+    """Fail before any work if an HR file is unreadable or too small, or an LR file has the wrong size."""
     for hr in dataset.hr_files:
-        width, height = _size(hr, decode)
+        width, height = _size(hr)
         smallest = 2 * scale + SSIM_WINDOW  # the SSIM window must fit once the borders are shaved
         if min(width - width % scale, height - height % scale) < smallest:
             raise ImageError(f"'{hr}' is {width}x{height}: too small to score at x{scale} (needs {smallest} px)")
@@ -205,7 +200,7 @@ def check_pairs(dataset: Dataset, scale: int, *, decode: bool = False) -> None:
                 )
             continue
         expected = (width // scale, height // scale)
-        found = _size(lr, decode)
+        found = _size(lr)
         if found != expected:
             raise ImageError(
                 f"'{lr}' is {found[0]}x{found[1]}, but its HR '{hr.name}' ({width}x{height}) at x{scale} "
@@ -414,9 +409,14 @@ def run_evaluation(
             scales = [DEFAULT_SCALE]
     _check_names(datasets)
     _check_saved(settings, datasets, scales)
-    for s in scales:  # every file decoded once before the first forward pass: a truncated one fails now
+    for s in scales:
         for ds in datasets:
-            check_pairs(ds, s, decode=True)
+            check_pairs(ds, s)
+    # Every file decoded once before the first forward pass: one cut short after a sound header fails now.
+    for ds in datasets:
+        for hr in ds.hr_files:
+            for path in dict.fromkeys([hr, *(lr for s in scales if (lr := ds.lr_file(hr, s)) is not None)]):
+                read_image(path)
     if on_start is not None:
         on_start(sum(len(ds.hr_files) for ds in datasets) * len(scales) * len(settings.models))
     order = {ds.name: i for i, ds in enumerate(datasets)}
