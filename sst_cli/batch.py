@@ -16,7 +16,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .choices import DEFAULT_SCALE
-from .filerun import BatchEvents, BatchInterrupted, BatchResult, FileDone, FileResult, FileStart, Status, _BatchRun
+from .filerun import (
+    BatchEvents,
+    BatchInterrupted,
+    BatchResult,
+    FileDone,
+    FileResult,
+    FileStart,
+    OutputWatch,
+    Status,
+    _BatchRun,
+)
 from .image_io import is_image_file
 from .inputs import UNSUPPORTED_SUFFIXES, Job, Skips, discover_inputs, is_own_output, own_output_labels
 from .naming import (
@@ -181,6 +191,7 @@ def run_batch(
     total = len(jobs)
     for index, plan in enumerate(plans):
         current: Job | None = plan.job
+        watch = OutputWatch(plan.job, plan.target if plan.skip is None else None, plan.megapixels)
         # The whole step, reporting included: a signal between two files still gets the summary and the hint.
         try:
             if on_file_start:
@@ -190,6 +201,12 @@ def run_batch(
             if on_file_done:
                 on_file_done(result.files[-1], index, total)
         except KeyboardInterrupt as stop:
+            written = watch.finished() if current is not None else None
+            if written is not None:  # the signal landed just after the rename: the file is whole
+                result.files.append(written)
+                current = None
+                if on_file_done:
+                    on_file_done(written, index, total)
             result.seconds = time.perf_counter() - started
             raise BatchInterrupted(result, current, total, getattr(stop, "exit_code", 130)) from None
     result.seconds = time.perf_counter() - started

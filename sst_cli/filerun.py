@@ -7,6 +7,7 @@ the batch. Nothing here prints.
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -93,6 +94,37 @@ class BatchInterrupted(KeyboardInterrupt):
         super().__init__("interrupted")
         self.result, self.current, self.total = result, current, total
         self.exit_code = exit_code  # 130 for Ctrl-C, 128 + N for signal N (143 for SIGTERM)
+
+
+class OutputWatch:
+    """Notices when a file is renamed over one file's target: the moment its output became whole on disk.
+
+    An interrupt can land in the few bytecodes between that rename and the file's record. The batch then
+    asks ``finished()`` and counts the file as done instead of calling it the file that was interrupted.
+    """
+
+    def __init__(self, job: Job, target: Path | None, megapixels: float) -> None:
+        self.job, self.target, self.megapixels = job, target, megapixels
+        self.started = time.perf_counter()
+        self.before = self._identity()
+
+    def _identity(self) -> tuple[int, ...] | None:
+        """Device, inode, time and size: a rename over the target changes them; None when it is absent."""
+        try:
+            info = os.stat(self.target) if self.target is not None else None
+        except OSError:
+            return None
+        return None if info is None else (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size)
+
+    def replaced(self) -> bool:
+        return self.target is not None and self._identity() not in (None, self.before)
+
+    def finished(self) -> FileResult | None:
+        """The file's record as done if its output was renamed into place since the watch began."""
+        if not self.replaced():
+            return None
+        seconds = time.perf_counter() - self.started
+        return FileResult(self.job.source, self.target, "done", megapixels=self.megapixels, seconds=seconds)
 
 
 FileStart = Callable[[Job, int, int], None]

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from .checks import check_devices
 from .errors import ConfigError, SstError
-from .filerun import BatchEvents, BatchInterrupted, BatchResult, FileResult, _BatchRun
+from .filerun import BatchEvents, BatchInterrupted, BatchResult, FileResult, OutputWatch, _BatchRun
 
 if TYPE_CHECKING:
     from multiprocessing.queues import Queue
@@ -97,8 +97,10 @@ _state: dict[str, Any] = {}  # per worker process: its _BatchRun, event queue, s
 
 
 def _on_signal(signum: int, frame: object) -> None:
-    """Interrupt the file being computed, once; a worker waiting for work, or already stopping, ignores it."""
-    if _state.get("busy") and not _state.get("stopping"):
+    """Interrupt the file being computed, once; a worker waiting for work, already stopping, or whose file is
+    already renamed into place (whole: it is reported done), ignores it."""
+    watch: OutputWatch | None = _state.get("watch")
+    if _state.get("busy") and not _state.get("stopping") and not (watch is not None and watch.replaced()):
         _state["stopping"] = True
         from .errors import Terminated
 
@@ -165,6 +167,7 @@ def _work(index: int, plan: _Plan) -> FileResult | _Stopped:
 
     run.on_tile = on_tile
     events.put(("start", index))
+    _state["watch"] = OutputWatch(plan.job, plan.target, plan.megapixels)
     _state["busy"] = True
     try:
         return run.one(plan)
@@ -286,6 +289,7 @@ def run_batch_parallel(
                     answer = future.result()
                     if not isinstance(answer, _Stopped):
                         finish(index, answer)
+        running = [index for index in running if index not in records]
         current = plans[running[0]].job if running else None
         raise BatchInterrupted(result(), current, total, code) from None
     except BaseException:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .choices import DEFAULT_SCALE
 from .errors import ConfigError, SstError, VideoError
-from .filerun import BatchEvents, BatchInterrupted, BatchResult, FileResult
+from .filerun import BatchEvents, BatchInterrupted, BatchResult, FileResult, OutputWatch
 from .files import TEMP_SUFFIX
 from .image_io import is_image_file
 from .inputs import Job, is_glob, is_own_output
@@ -194,6 +194,7 @@ def _run(
     total = len(plans)
     for index, plan in enumerate(plans):
         current: Job | None = plan.job
+        watch = OutputWatch(plan.job, plan.target if plan.skip is None else None, 0.0)
         try:
             if events.file_start:
                 events.file_start(plan.job, index, total)
@@ -202,6 +203,12 @@ def _run(
             if events.file_done:
                 events.file_done(result.files[-1], index, total)
         except KeyboardInterrupt as stop:
+            written = watch.finished() if current is not None else None
+            if written is not None:  # the signal landed just after the rename: the clip is whole
+                result.files.append(written)
+                current = None
+                if events.file_done:
+                    events.file_done(written, index, total)
             result.seconds = time.perf_counter() - started
             raise BatchInterrupted(result, current, total, getattr(stop, "exit_code", 130)) from None
     result.seconds = time.perf_counter() - started

@@ -262,6 +262,78 @@ def test_interrupt_while_writing_leaves_no_partial_or_temp_file(
     assert files_under(Path("out")) == ["a_nn_x2.png"]  # no b output, no hidden .sst-tmp file
 
 
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_interrupt_just_after_the_rename_counts_the_written_file(
+    upscaler: Upscaler, monkeypatch: pytest.MonkeyPatch, overwrite: bool
+) -> None:
+    """A signal landing between the output's rename and its record: the file is whole, so it is done."""
+    import sst_cli.filerun as filerun
+
+    for name in ("a.png", "b.png", "c.png"):
+        png(Path("in", name))
+    if overwrite:
+        png(Path("out", "b_nn_x2.png"), size=(3, 3))  # replaced by the run: a new file under the old name
+    real_write = filerun.write_image
+    written: list[Path] = []
+
+    def write_then_interrupt(path: Path, *args: object, **kwargs: object) -> None:
+        real_write(path, *args, **kwargs)  # type: ignore[arg-type]
+        written.append(Path(path))
+        if len(written) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(filerun, "write_image", write_then_interrupt)
+    seen: list[str] = []
+    with pytest.raises(BatchInterrupted) as info:
+        run_batch(
+            discover_inputs(["in"]),
+            upscaler,
+            naming=naming(folder=Path("out")),
+            writing=WriteOptions(overwrite=overwrite),
+            on_file_done=lambda record, index, total: seen.append(record.source.name),
+        )
+    assert info.value.current is None  # nothing was left half-done
+    assert [(r.source.name, r.status) for r in info.value.result.files] == [("a.png", "done"), ("b.png", "done")]
+    assert seen == ["a.png", "b.png"]
+    assert files_under(Path("out")) == ["a_nn_x2.png", "b_nn_x2.png"]
+    with Image.open("out/b_nn_x2.png") as picture:
+        assert picture.size == (12, 10)
+
+
+def test_a_worker_signalled_just_after_the_rename_finishes_its_file(
+    upscaler: Upscaler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker process's handler interrupts a file being computed, but not one already renamed into place."""
+    import queue
+    import signal
+    import threading
+
+    import sst_cli.filerun as filerun
+    from sst_cli import parallel
+    from sst_cli.filerun import _BatchRun
+
+    png(Path("a.png"))
+    png(Path("b.png"))
+    real_write = filerun.write_image
+
+    def signalled_around_the_write(path: Path, *args: object, **kwargs: object) -> None:
+        if Path(path).name.startswith("a"):
+            parallel._on_signal(signal.SIGTERM, None)  # before the rename: the file is abandoned
+        real_write(path, *args, **kwargs)  # type: ignore[arg-type]
+        parallel._on_signal(signal.SIGTERM, None)  # after it: ignored, the file is whole
+
+    monkeypatch.setattr(filerun, "write_image", signalled_around_the_write)
+    run = _BatchRun(upscaler, naming(folder=Path("out")), WriteOptions(), None, lambda text: None)
+    first, second = run.preflight(discover_inputs(["a.png", "b.png"]))
+    state = {"events": queue.Queue(), "stop": threading.Event(), "run": run, "busy": False, "stopping": False}
+    monkeypatch.setattr(parallel, "_state", state)
+    assert parallel._work(0, first) == parallel._Stopped(143)
+    state["stopping"] = False
+    answer = parallel._work(1, second)
+    assert isinstance(answer, parallel.FileResult) and answer.status == "done", answer
+    assert files_under(Path("out")) == ["b_nn_x2.png"]
+
+
 def test_callbacks_report_every_file_and_tiles(upscaler: Upscaler) -> None:
     png(Path("a.png"))
     png(Path("b.png"))

@@ -160,6 +160,27 @@ def test_sigterm_mid_clip_leaves_nothing_and_says_to_resume(tmp_path: Path, monk
     assert not [t for t in threading.enumerate() if t.name.startswith("sst-video")]
 
 
+def test_a_signal_just_after_the_rename_counts_the_clip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sst_cli.video_batch as video_batch
+
+    clip("a.mp4")
+    clip("b.mp4")
+    real = video_batch.upscale_video
+
+    def upscale_then_signal(*args: object, **kwargs: object) -> object:
+        done = real(*args, **kwargs)  # type: ignore[arg-type]
+        os.kill(os.getpid(), signal.SIGTERM)  # the clip is renamed into place; its record is not made yet
+        time.sleep(5)
+        return done
+
+    monkeypatch.setattr(video_batch, "upscale_video", upscale_then_signal)
+    result = sst("a.mp4", "b.mp4", "--json-log")
+    assert result.exit_code == 143, result.output
+    summary = [json.loads(line) for line in result.stdout.splitlines() if '"summary"' in line]
+    assert summary and summary[0]["done"] == 1 and summary[0]["interrupted"] is True
+    assert sorted(p.name for p in Path(".").iterdir()) == ["a.mp4", "a_mini_x3_x3.mp4", "b.mp4"]
+
+
 def test_without_pyav_a_clip_is_an_option_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clip("a.mp4")
     monkeypatch.setitem(sys.modules, "av", None)
