@@ -20,48 +20,67 @@ if TYPE_CHECKING:
     from ..upscaler import UpscaleOptions
 
 WeightsOption = Annotated[
-    str | None, typer.Option("--weights", help="Weights file or hf://OWNER/REPO/PATH[@REV] instead of the zoo's.")
+    str | None,
+    typer.Option("--weights", metavar="FILE", help="Weights file or hf://OWNER/REPO/PATH[@REV] instead of the zoo's."),
 ]
 ConfigOption = Annotated[
-    str | None, typer.Option("--config", help="JSON file of the architecture's constructor keywords for --weights.")
+    str | None,
+    typer.Option(
+        "--config", metavar="JSON", help="JSON file of the architecture's constructor keywords for --weights."
+    ),
 ]
 HubRepoOption = Annotated[
     str | None,
-    typer.Option("--hub-repo", help="Hugging Face repo OWNER/REPO for zoo weights (overrides the manifest)."),
+    typer.Option(
+        "--hub-repo",
+        metavar="OWNER/REPO",
+        help="Hugging Face repo OWNER/REPO for zoo weights (overrides the manifest).",
+    ),
 ]
 ModelOption = Annotated[
     str | None,
     typer.Option(
         "--model",
         "-m",
+        metavar="NAME",
         help=f"Zoo model name (sst-light, sst, sst-l, ...); default {DEFAULT_MODEL}. With --weights: the "
         "architecture to load them into; without it the file says (SST files cannot: their window sizes are in "
         "no tensor, and the error names the models that fit).",
     ),
 ]
 OverwriteOption = Annotated[bool, typer.Option("--overwrite", help="Replace output files that already exist.")]
-DeviceOption = Annotated[str, typer.Option("--device", help=f"{DEVICE_HELP}.")]
-PrecisionOption = Annotated[str, typer.Option("--precision", help=f"{', '.join(PRECISIONS)}.")]
-AttentionOption = Annotated[str, typer.Option("--attention", help=f"Attention kernel: {', '.join(BACKENDS)}.")]
-TileOverlapOption = Annotated[int | None, typer.Option("--tile-overlap", help="Context pixels around each tile.")]
+DeviceOption = Annotated[str, typer.Option("--device", metavar="DEVICE", help=f"{DEVICE_HELP}.")]
+PrecisionOption = Annotated[
+    str, typer.Option("--precision", metavar="auto|fp32|bf16", help=f"{', '.join(PRECISIONS)}.")
+]
+AttentionOption = Annotated[
+    str, typer.Option("--attention", metavar="KERNEL", help=f"Attention kernel: {', '.join(BACKENDS)}.")
+]
+TileOverlapOption = Annotated[
+    int | None, typer.Option("--tile-overlap", metavar="PX", help="Context pixels around each tile.")
+]
 ExactOption = Annotated[
     bool, typer.Option("--exact", help="Overlap tiles by the full receptive field (tiling leaves no trace).")
 ]
-BatchOption = Annotated[int, typer.Option("--batch", help="Tiles per forward pass.")]
+BatchOption = Annotated[int, typer.Option("--batch", metavar="N", help="Tiles per forward pass.")]
 MaxMemoryOption = Annotated[
-    str | None, typer.Option("--max-memory", help="Memory budget for a tile's activations, e.g. 4G or 512M.")
+    str | None,
+    typer.Option("--max-memory", metavar="SIZE", help="Memory budget for a tile's activations, e.g. 4G or 512M."),
 ]
 IgLambdaOption = Annotated[
     float | None,
     typer.Option(
         "--ig-lambda",
+        metavar="L",
         help="sst-real only: λ of d_i + λ (d_f - d_i); default 2.0 (1.0: most faithful; higher: sharper, more "
         "invented texture, artefacts from about 3.0).",
     ),
 ]
 SeedOption = Annotated[
     int | None,
-    typer.Option("--seed", help="sst-real only: seed of the noise it adds (default 0); same seed, same output."),
+    typer.Option(
+        "--seed", metavar="N", help="sst-real only: seed of the noise it adds (default 0); same seed, same output."
+    ),
 ]
 
 _SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(i?b)?", re.IGNORECASE)
@@ -118,6 +137,7 @@ CropOption = Annotated[
     str | None,
     typer.Option(
         "--crop",
+        metavar="X,Y,W,H",
         help="The region the report zooms into, x,y,width,height in pixels of the images you name (HR for eval); "
         "default: where the models differ most from bicubic.",
     ),

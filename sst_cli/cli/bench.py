@@ -180,20 +180,29 @@ def bench(
     model: Annotated[
         list[str] | None,
         typer.Option(
-            "--model", "-m", help=f"Zoo model, repeatable ({', '.join(VARIANTS)}). Default sst-light, sst, sst-l."
+            "--model",
+            "-m",
+            metavar="NAME",
+            help=f"Zoo model, repeatable ({', '.join(VARIANTS)}). Default sst-light, sst, sst-l.",
         ),
     ] = None,
     scale: Annotated[
-        list[int] | None, typer.Option("--scale", "-s", help="Scale, repeatable. Default 2, 3, 4.")
+        list[int] | None, typer.Option("--scale", "-s", metavar="N", help="Scale, repeatable. Default 2, 3, 4.")
     ] = None,
     precision: Annotated[
-        list[str] | None, typer.Option("--precision", help="fp32 or bf16, repeatable. Default both.")
+        list[str] | None,
+        typer.Option("--precision", metavar="fp32|bf16", help="fp32 or bf16, repeatable. Default both."),
     ] = None,
     size: Annotated[
-        str | None, typer.Option("--size", help="Output size WxH of the forward-pass test (default 1280x720).")
+        str | None,
+        typer.Option("--size", metavar="WxH", help="Output size WxH of the forward-pass test (default 1280x720)."),
     ] = None,
-    runs: Annotated[int | None, typer.Option("--runs", help="Timed runs; the median is reported (default 10).")] = None,
-    warmup: Annotated[int | None, typer.Option("--warmup", help="Untimed warm-up runs (default 3).")] = None,
+    runs: Annotated[
+        int | None, typer.Option("--runs", metavar="N", help="Timed runs; the median is reported (default 10).")
+    ] = None,
+    warmup: Annotated[
+        int | None, typer.Option("--warmup", metavar="N", help="Untimed warm-up runs (default 3).")
+    ] = None,
     device: DeviceOption = "auto",
     attention: AttentionOption = "auto",
     reference: Annotated[
@@ -204,26 +213,37 @@ def bench(
         str | None,
         typer.Option(
             "--tiled",
+            metavar="WxH",
             help="Measure tiled upscaling to this output size WxH, e.g. 3840x2160 (MP/s); alone unless --size.",
         ),
     ] = None,
-    tile: Annotated[str, typer.Option("--tile", help="Tile side for --tiled: auto, 0 (whole) or LR pixels.")] = "auto",
+    tile: Annotated[
+        str, typer.Option("--tile", metavar="auto|0|PX", help="Tile side for --tiled: auto, 0 (whole) or LR pixels.")
+    ] = "auto",
     compile_mode: Annotated[
         str,
         typer.Option(
-            "--compile", help="torch.compile our path: none, default, reduce-overhead (CUDA graphs), max-autotune."
+            "--compile",
+            metavar="MODE",
+            help="torch.compile our path: none, default, reduce-overhead (CUDA graphs), max-autotune.",
         ),
     ] = "none",
     channels_last: Annotated[
-        str, typer.Option("--channels-last", help="Activation layout: auto (the network's default), on, off.")
+        str,
+        typer.Option(
+            "--channels-last", metavar="auto|on|off", help="Activation layout: auto (the network's default), on, off."
+        ),
     ] = "auto",
     tf32: Annotated[
         bool, typer.Option("--tf32", help="Allow TF32 in fp32 runs (off by default, as in upscale).")
     ] = False,
     input_image: Annotated[
-        Path | None, typer.Option("--input", help="A photo to use as the LR input (resized) instead of noise.")
+        Path | None,
+        typer.Option("--input", metavar="FILE", help="A photo to use as the LR input (resized) instead of noise."),
     ] = None,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Also write all figures to this JSON file.")] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", metavar="FILE", help="Also write all figures to this JSON file.")
+    ] = None,
     overwrite: OverwriteOption = False,
     weights: WeightsOption = None,
     config: ConfigOption = None,

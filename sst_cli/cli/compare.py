@@ -37,38 +37,45 @@ def compare(
         typer.Option(
             "--model",
             "-m",
+            metavar="NAME",
             help=f"Zoo model name; repeat to put several side by side (default {DEFAULT_MODEL}). Bicubic is always "
             "shown. With --weights: the architecture to load them into (once).",
         ),
     ] = None,
     weights: Annotated[
         list[str] | None,
-        typer.Option("--weights", help="Weights file or hf://OWNER/REPO/PATH[@REV]; repeat to compare several."),
+        typer.Option(
+            "--weights", metavar="FILE", help="Weights file or hf://OWNER/REPO/PATH[@REV]; repeat to compare several."
+        ),
     ] = None,
     config: ConfigOption = None,
     hub_repo: HubRepoOption = None,
     scale: Annotated[
-        int | None, typer.Option("--scale", "-s", help="Scale (default: the weights' own, else 4).")
+        int | None, typer.Option("--scale", "-s", metavar="N", help="Scale (default: the weights' own, else 4).")
     ] = None,
     report: Annotated[
         Path | None,
         typer.Option(
             "--report",
             "-o",
+            metavar="DIR",
             help=f"Report folder (index.html and images); default {DEFAULT_REPORT}/ unless only --png is given. "
             "An earlier report there is replaced.",
         ),
     ] = None,
     png: Annotated[
-        Path | None, typer.Option("--png", help="Also (or only) write the crops side by side as one labelled PNG.")
+        Path | None,
+        typer.Option("--png", metavar="FILE", help="Also (or only) write the crops side by side as one labelled PNG."),
     ] = None,
     crop: CropOption = None,
-    title: Annotated[str | None, typer.Option("--title", help="The report's title.")] = None,
+    title: Annotated[str | None, typer.Option("--title", metavar="TEXT", help="The report's title.")] = None,
     overwrite: OverwriteOption = False,
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
     attention: AttentionOption = "auto",
-    tile: Annotated[str, typer.Option("--tile", help="auto, 0 (whole image) or tile side in pixels.")] = "auto",
+    tile: Annotated[
+        str, typer.Option("--tile", metavar="auto|0|PX", help="auto, 0 (whole image) or tile side in pixels.")
+    ] = "auto",
     tile_overlap: TileOverlapOption = None,
     exact: ExactOption = False,
     batch: BatchOption = 1,

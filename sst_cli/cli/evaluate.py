@@ -100,6 +100,7 @@ def eval_command(
         typer.Option(
             "--dataset",
             "-d",
+            metavar="NAME",
             help="Set5, Set14, B100, Urban100, Manga109, DIV2K-val (under --data-root), or a folder with HR/ "
             "and optionally LR_bicubic/X{s}/. Repeatable.",
         ),
@@ -109,36 +110,45 @@ def eval_command(
         typer.Option(
             "--model",
             "-m",
+            metavar="NAME",
             help=f"Zoo model name or 'bicubic'; default {DEFAULT_MODEL}. Repeat to compare models side by side. "
             "With --weights: the architecture to load them into (once), or bicubic.",
         ),
     ] = None,
     scale: Annotated[
-        list[int] | None, typer.Option("--scale", "-s", help=f"Scale, repeatable (default {DEFAULT_SCALE}).")
+        list[int] | None,
+        typer.Option("--scale", "-s", metavar="N", help=f"Scale, repeatable (default {DEFAULT_SCALE})."),
     ] = None,
     weights: Annotated[
         list[str] | None,
-        typer.Option("--weights", help="Weights file or hf://OWNER/REPO/PATH[@REV]; repeat to compare several."),
+        typer.Option(
+            "--weights", metavar="FILE", help="Weights file or hf://OWNER/REPO/PATH[@REV]; repeat to compare several."
+        ),
     ] = None,
     config: ConfigOption = None,
     hub_repo: HubRepoOption = None,
     data_root: Annotated[
-        Path | None, typer.Option("--data-root", help="Folder holding the named datasets (or set SST_DATA_ROOT).")
+        Path | None,
+        typer.Option("--data-root", metavar="DIR", help="Folder holding the named datasets (or set SST_DATA_ROOT)."),
     ] = None,
     rgb: Annotated[bool, typer.Option("--rgb", help="Also report PSNR/SSIM on RGB.")] = False,
     self_ensemble: Annotated[
         bool, typer.Option("--self-ensemble", help="Average the 8 flips/rotations (x8 time).")
     ] = False,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write all results as JSON.")] = None,
-    csv_path: Annotated[Path | None, typer.Option("--csv", help="Write per-image scores as CSV.")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", metavar="FILE", help="Write all results as JSON.")] = None,
+    csv_path: Annotated[
+        Path | None, typer.Option("--csv", metavar="FILE", help="Write per-image scores as CSV.")
+    ] = None,
     overwrite: OverwriteOption = False,
     save_images: Annotated[
-        Path | None, typer.Option("--save-images", help="Save SR outputs as DIR/<dataset>/x<scale>/<name>.png.")
+        Path | None,
+        typer.Option("--save-images", metavar="DIR", help="Save SR outputs as DIR/<dataset>/x<scale>/<name>.png."),
     ] = None,
     report: Annotated[
         Path | None,
         typer.Option(
             "--report",
+            metavar="DIR",
             help="Write a visual report to DIR/index.html: the tables, zoomed crops LR | bicubic | models | HR "
             "and a before/after slider per image, sortable by PSNR gain. An earlier report in DIR is replaced.",
         ),
@@ -148,6 +158,7 @@ def eval_command(
         str,
         typer.Option(
             "--crop-by",
+            metavar="WHAT",
             help="Place the report's crops where the models differ most from bicubic (difference) or where they "
             "err most against the HR (error).",
         ),
@@ -155,7 +166,9 @@ def eval_command(
     device: DeviceOption = "auto",
     precision: PrecisionOption = "auto",
     attention: AttentionOption = "auto",
-    tile: Annotated[str, typer.Option("--tile", help="0 (whole image, default), auto or a tile side.")] = "0",
+    tile: Annotated[
+        str, typer.Option("--tile", metavar="auto|0|PX", help="0 (whole image, default), auto or a tile side.")
+    ] = "0",
     tile_overlap: TileOverlapOption = None,
     exact: ExactOption = False,
     batch: BatchOption = 1,

@@ -100,13 +100,14 @@ def _describe(v_name: str, scale: int, hub_repo: str | None) -> list[str]:
 @handle_errors
 def info(
     name: Annotated[str, typer.Argument(help="Zoo name, e.g. sst-l+, or a weights file (what was detected in it).")],
-    scale: Annotated[int | None, typer.Option("--scale", "-s", help="Only this scale.")] = None,
+    scale: Annotated[int | None, typer.Option("--scale", "-s", metavar="N", help="Only this scale.")] = None,
     hub_repo: HubRepoOption = None,
     model: Annotated[
         str | None,
         typer.Option(
             "--model",
             "-m",
+            metavar="NAME",
             help="With a weights file: the architecture to load it into (SST files "
             "need it: their window sizes are in no tensor).",
         ),
@@ -146,7 +147,7 @@ def info(
 @handle_errors
 def pull(
     name: Annotated[str, typer.Argument(help="Zoo name, e.g. sst-l+.")],
-    scale: Annotated[int, typer.Option("--scale", "-s", help="Upscaling factor: 2, 3 or 4.")] = 4,
+    scale: Annotated[int, typer.Option("--scale", "-s", metavar="N", help="Upscaling factor: 2, 3 or 4.")] = 4,
     hub_repo: HubRepoOption = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress; print only the file's path.")] = False,
 ) -> None:

@@ -44,6 +44,11 @@ def count_progress(*, disable: bool = False, **options: Any) -> Progress:
     return Progress(*columns, console=err_console, transient=True, disable=disable, **options)
 
 
+def json_event(event: str, **fields: Any) -> None:
+    """One ``--json-log`` line on stdout: a JSON object whose ``event`` names what happened."""
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print ``error: message`` to stderr and return the exit to raise."""
     err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True, markup=True, highlight=False)
@@ -63,7 +68,7 @@ def handle_errors(command: F) -> F:
             if debug_enabled():
                 raise
             if kwargs.get("json_log"):
-                print(json.dumps({"event": "error", "message": str(exc), "exit_code": exc.exit_code}), flush=True)
+                json_event("error", message=str(exc), exit_code=exc.exit_code)
             raise fail(_escape(str(exc)), exc.exit_code) from None
         except KeyboardInterrupt as exc:
             code = getattr(exc, "exit_code", 130)

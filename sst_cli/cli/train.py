@@ -141,9 +141,9 @@ def train(
         Path | None,
         typer.Option("--config", metavar="JSON", help="JSON of SST constructor keywords instead of --model."),
     ] = None,
-    scale: Annotated[int | None, typer.Option("--scale", "-s", help="Upscaling factor: 2, 3 or 4 (default 4).")] = (
-        None
-    ),
+    scale: Annotated[
+        int | None, typer.Option("--scale", "-s", metavar="N", help="Upscaling factor: 2, 3 or 4 (default 4).")
+    ] = (None),
     init: Annotated[
         Path | None,
         typer.Option(
@@ -163,27 +163,38 @@ def train(
         ),
     ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Start over, replacing --out and its state.")] = False,
-    patch: Annotated[int, typer.Option("--patch", help="LR patch side in pixels (HR = patch x scale).")] = PATCH,
-    batch: Annotated[int | None, typer.Option("--batch", help="Patches per step (default 16 on GPU, 4 on CPU).")] = (
-        None
-    ),
+    patch: Annotated[
+        int, typer.Option("--patch", metavar="PX", help="LR patch side in pixels (HR = patch x scale).")
+    ] = PATCH,
+    batch: Annotated[
+        int | None, typer.Option("--batch", metavar="N", help="Patches per step (default 16 on GPU, 4 on CPU).")
+    ] = (None),
     lr: Annotated[
-        float | None, typer.Option("--lr", help="Peak learning rate (default 5e-4; 2.5e-4 with --init).")
+        float | None,
+        typer.Option("--lr", metavar="RATE", help="Peak learning rate (default 5e-4; 2.5e-4 with --init)."),
     ] = None,
     warmup: Annotated[
-        int | None, typer.Option("--warmup", help="Linear warm-up iterations (default 4% of --iters).")
+        int | None, typer.Option("--warmup", metavar="N", help="Linear warm-up iterations (default 4% of --iters).")
     ] = None,
-    ema_decay: Annotated[float, typer.Option("--ema-decay", help="EMA decay of the saved weights.")] = EMA_DECAY,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the initialisation and of the patches.")] = 0,
+    ema_decay: Annotated[
+        float, typer.Option("--ema-decay", metavar="D", help="EMA decay of the saved weights.")
+    ] = EMA_DECAY,
+    seed: Annotated[
+        int, typer.Option("--seed", metavar="N", help="Seed of the initialisation and of the patches.")
+    ] = 0,
     device: DeviceOption = "auto",
     checkpoint_every: Annotated[
-        float, typer.Option("--checkpoint-every", help="Seconds between saves of the training state.")
+        float,
+        typer.Option("--checkpoint-every", metavar="SECONDS", help="Seconds between saves of the training state."),
     ] = 300.0,
     checkpoint_iters: Annotated[
         int, typer.Option("--checkpoint-iters", metavar="N", help="Also save the state every N steps (0: off).")
     ] = 0,
     precision: Annotated[
-        str, typer.Option("--precision", help="auto (bf16 on a GPU that has it), bf16 (autocast) or fp32.")
+        str,
+        typer.Option(
+            "--precision", metavar="auto|fp32|bf16", help="auto (bf16 on a GPU that has it), bf16 (autocast) or fp32."
+        ),
     ] = "auto",
     compile_: Annotated[
         bool, typer.Option("--compile", help="Run the network through torch.compile (pays off on long GPU runs).")
@@ -199,7 +210,9 @@ def train(
         ),
     ] = None,
     half: Annotated[bool, typer.Option("--half", help="Save the final weights as float16.")] = False,
-    log_every: Annotated[float, typer.Option("--log-every", help="Seconds between log lines.")] = 30.0,
+    log_every: Annotated[
+        float, typer.Option("--log-every", metavar="SECONDS", help="Seconds between log lines.")
+    ] = 30.0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only errors and the final summary.")] = False,
 ) -> None:
     """Train an SST network on your images (L1, AdamW, EMA; the authors' schedule scaled to --iters).

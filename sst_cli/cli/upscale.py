@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -32,7 +31,7 @@ from ._options import (
     check_upscale_options,
     upscale_options,
 )
-from .output import console, count_progress, debug_enabled, err_console, fail, handle_errors
+from .output import console, count_progress, debug_enabled, err_console, fail, handle_errors, json_event
 from .video_options import CodecOption, CrfOption, FramesPerPassOption, LosslessOption, PixFmtOption
 
 if TYPE_CHECKING:
@@ -67,7 +66,7 @@ class Reporter:
         self.upscaler: Upscaler | None = None
 
     def emit(self, event: str, **fields: Any) -> None:
-        print(json.dumps({"event": event, **fields}), flush=True)
+        json_event(event, **fields)
 
     def note(self, text: str) -> None:
         """A one-line remark for the user (stderr), or a message event."""
@@ -215,6 +214,7 @@ def upscale(
         typer.Option(
             "--output",
             "-o",
+            metavar="PATH",
             help="Output file (one input file, image extension) or folder. Default: beside each input file; "
             "for a folder input, a sibling folder named <folder>_sst.",
         ),
@@ -222,9 +222,9 @@ def upscale(
     model: ModelOption = None,
     weights: WeightsOption = None,
     config: ConfigOption = None,
-    scale: Annotated[int | None, typer.Option("--scale", "-s", help=f"Upscaling factor (default {DEFAULT_SCALE}).")] = (
-        None
-    ),
+    scale: Annotated[
+        int | None, typer.Option("--scale", "-s", metavar="N", help=f"Upscaling factor (default {DEFAULT_SCALE}).")
+    ] = (None),
     hub_repo: HubRepoOption = None,
     recursive: Annotated[bool, typer.Option("--recursive", "-r", help="Search folder inputs' sub-folders too.")] = (
         False
@@ -237,14 +237,18 @@ def upscale(
         str | None,
         typer.Option(
             "--name",
+            metavar="TEMPLATE",
             help="Output name template; fields {stem} {suffix} (input extension) {model} {scale} {outscale} {ext}. "
             "Default {stem}_{model}_x{scale}.{ext} ({outscale} instead of {scale} with --outscale).",
         ),
     ] = None,
     format: Annotated[
-        str | None, typer.Option("--format", "-f", help="png, jpg, webp or tiff (default: as the input when it fits).")
+        str | None,
+        typer.Option(
+            "--format", "-f", metavar="EXT", help="png, jpg, webp or tiff (default: as the input when it fits)."
+        ),
     ] = None,
-    quality: Annotated[int, typer.Option("--quality", help="JPEG/WebP quality, 1-100.")] = 95,
+    quality: Annotated[int, typer.Option("--quality", metavar="1-100", help="JPEG/WebP quality, 1-100.")] = 95,
     overwrite: OverwriteOption = False,
     skip_existing: Annotated[
         bool, typer.Option("--skip-existing", help="Leave existing outputs alone (resume a batch).")
@@ -253,13 +257,16 @@ def upscale(
         str,
         typer.Option(
             "--device",
+            metavar="DEVICE",
             help="auto, cpu, cuda, cuda:N or mps; a GPU list (cuda:0,cuda:1 or cuda:all): one worker process per GPU.",
         ),
     ] = "auto",
     workers: Annotated[
         int,
         typer.Option(
-            "--workers", help="Worker processes on the device, each loading the model (CPU: sharing the cores)."
+            "--workers",
+            metavar="N",
+            help="Worker processes on the device, each loading the model (CPU: sharing the cores).",
         ),
     ] = 1,
     ray: Annotated[
@@ -273,16 +280,22 @@ def upscale(
     ] = None,
     precision: PrecisionOption = "auto",
     attention: AttentionOption = "auto",
-    tile: Annotated[str, typer.Option("--tile", help="auto, 0 (whole image) or tile side in pixels.")] = "auto",
+    tile: Annotated[
+        str, typer.Option("--tile", metavar="auto|0|PX", help="auto, 0 (whole image) or tile side in pixels.")
+    ] = "auto",
     tile_overlap: TileOverlapOption = None,
     exact: ExactOption = False,
     batch: BatchOption = 1,
     max_memory: MaxMemoryOption = None,
     alpha: Annotated[
-        str, typer.Option("--alpha", help="Transparency: model (through the network) or resize (bicubic).")
+        str,
+        typer.Option(
+            "--alpha", metavar="model|resize", help="Transparency: model (through the network) or resize (bicubic)."
+        ),
     ] = "model",
     outscale: Annotated[
-        float | None, typer.Option("--outscale", help="Final scale: native model output resized with antialiasing.")
+        float | None,
+        typer.Option("--outscale", metavar="X", help="Final scale: native model output resized with antialiasing."),
     ] = None,
     ig_lambda: IgLambdaOption = None,
     seed: SeedOption = None,
@@ -290,12 +303,13 @@ def upscale(
         str,
         typer.Option(
             "--compile",
+            metavar="MODE",
             help="torch.compile the network (cached on disk; eager if it fails): on, off, or auto (on CUDA for "
             "batches of 50+ megapixels).",
         ),
     ] = "auto",
     max_pixels: Annotated[
-        int, typer.Option("--max-pixels", help="Refuse larger inputs (decompression bombs); 0 = no limit.")
+        int, typer.Option("--max-pixels", metavar="N", help="Refuse larger inputs (decompression bombs); 0 = no limit.")
     ] = _DEFAULT_MAX_PIXELS,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no per-file lines.")] = False,
     verbose: Annotated[
