@@ -183,7 +183,7 @@ class _BatchRun:
                     plan.target,
                     upscaled,
                     format=plan.format,
-                    quality=self.writing.quality,
+                    quality=self.writing.lossy_quality,
                     overwrite=self.writing.overwrite,
                 )
             record.status = "done"

@@ -30,6 +30,8 @@ from sst_cli.files import atomic_write
 #: Largest input accepted by default, in pixels: Pillow's own decompression-bomb error threshold
 #: (2 * ``PIL.Image.MAX_IMAGE_PIXELS``), about 13400 x 13400. A float32 RGBA copy of it is ~2.9 GB.
 DEFAULT_MAX_PIXELS: int = 178_956_970
+#: JPEG/WebP quality when none is given (from 90 up, JPEG also keeps colour at full resolution).
+DEFAULT_QUALITY = 95
 
 #: Extension used when naming an output file of each format.
 EXTENSIONS: dict[str, str] = {"png": "png", "jpeg": "jpg", "webp": "webp", "tiff": "tif", "bmp": "bmp"}
@@ -425,7 +427,7 @@ def write_image(
     picture: Picture,
     *,
     format: str | None = None,
-    quality: int = 95,
+    quality: int = DEFAULT_QUALITY,
     overwrite: bool = False,
 ) -> None:
     """Encode ``picture`` atomically to ``path`` (format from ``format`` or else the file extension).

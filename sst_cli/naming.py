@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from .choices import DEFAULT_MODEL
 from .errors import ConfigError
-from .image_io import DEFAULT_MAX_PIXELS, EXTENSIONS, is_image_file, normalise_format
+from .image_io import DEFAULT_MAX_PIXELS, DEFAULT_QUALITY, EXTENSIONS, is_image_file, normalise_format
 from .inputs import Job
 from .video_io import is_video_file
 
@@ -39,16 +39,20 @@ class WriteOptions:
     """
 
     format: str | None = None
-    quality: int = 95
+    quality: int | None = None  # JPEG/WebP quality; None: DEFAULT_QUALITY (a value given is said to be unused by PNG)
     overwrite: bool = False
     skip_existing: bool = False
     name: str | None = None
     max_pixels: int = DEFAULT_MAX_PIXELS
 
+    @property
+    def lossy_quality(self) -> int:
+        return DEFAULT_QUALITY if self.quality is None else self.quality
+
     def __post_init__(self) -> None:
         if self.overwrite and self.skip_existing:
             raise ConfigError("overwrite and skip-existing exclude each other: replace existing outputs, or keep them")
-        if not 1 <= self.quality <= 100:
+        if self.quality is not None and not 1 <= self.quality <= 100:
             raise ConfigError(f"quality must be between 1 and 100, got {self.quality}")
         if self.format is not None:
             normalise_format(self.format)

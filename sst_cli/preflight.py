@@ -67,6 +67,10 @@ class Preflight:
                 "the first of each keeps it, the others fail before any computation; keep them apart with "
                 '--name "{stem}.{suffix}_{model}_x{scale}.{ext}"'
             )
+        lossless = {p.format for p in plans if p.format is not None} - {"jpeg", "webp"}
+        if self.writing.quality is not None and lossless and not {p.format for p in plans} & {"jpeg", "webp"}:
+            self.note(f"--quality applies to JPEG and WebP; the outputs here are {'/'.join(sorted(lossless)).upper()}, "
+                      "which are lossless, so it changes nothing (--format jpg or webp uses it)")  # fmt: skip
         for folder in self.folders.keys() | self.kept_in:
             clean_stale_temporaries(folder, self.note)
         return plans

@@ -19,7 +19,7 @@ from .archs.attention import AttentionReport, describe_attention
 from .choices import DEFAULT_MODEL, DEFAULT_SCALE
 from .compiling import CompiledNetwork, wants_compile
 from .errors import ConfigError, ImageError, NonFiniteOutput, OutputExists
-from .image_io import ImageInfo, Picture, choose_format, cmyk_to_rgb, read_image, write_image
+from .image_io import DEFAULT_QUALITY, ImageInfo, Picture, choose_format, cmyk_to_rgb, read_image, write_image
 from .loader import ConfigSource, ModelSpec
 from .options import UpscaleOptions
 from .phases import Phases
@@ -366,7 +366,7 @@ class Upscaler:
         target: str | os.PathLike[str],
         *,
         format: str | None = None,
-        quality: int = 95,
+        quality: int = DEFAULT_QUALITY,
         overwrite: bool = False,
         on_tile: TileCallback | None = None,
     ) -> None:

@@ -277,6 +277,18 @@ def test_a_file_whose_name_lies_about_its_format_gets_a_notice() -> None:
     assert not any("whatever its name says" in n for n in notes)
 
 
+def test_a_quality_no_output_uses_gets_a_notice() -> None:
+    Image.new("RGB", (6, 5), "red").save("a.png")
+    Image.new("RGB", (6, 5), "red").save("b.jpg")
+    notes: list[str] = []
+    batch(["a.png"], output="png", notes=notes, quality=80)
+    assert any("--quality applies to JPEG and WebP; the outputs here are PNG" in n for n in notes), notes
+    notes.clear()
+    batch(["a.png", "b.jpg"], output="mixed", notes=notes, quality=80)  # the JPEG output uses it
+    batch(["a.png"], output="default", notes=notes)  # not given: nothing to say
+    assert not any("--quality" in n for n in notes), notes
+
+
 def test_files_in_folders_are_never_silently_ignored() -> None:
     save("in/a.png")
     save("in/a_nn_x2.png")  # an earlier result of this tool

@@ -248,7 +248,9 @@ def upscale(
             "--format", "-f", metavar="EXT", help="png, jpg, webp or tiff (default: as the input when it fits)."
         ),
     ] = None,
-    quality: Annotated[int, typer.Option("--quality", metavar="1-100", help="JPEG/WebP quality, 1-100.")] = 95,
+    quality: Annotated[
+        int | None, typer.Option("--quality", metavar="1-100", help="JPEG/WebP quality, 1-100 (default 95).")
+    ] = None,
     overwrite: OverwriteOption = False,
     skip_existing: Annotated[
         bool, typer.Option("--skip-existing", help="Leave existing outputs alone (resume a batch).")
