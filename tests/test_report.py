@@ -141,6 +141,19 @@ def test_report_files_numbers_and_crops(tmp_path: Path) -> None:
     assert html.count('data-src="images/') == 4 and 'loading="lazy"' in html
 
 
+@pytest.mark.parametrize(("crop", "moved"), [((4, 4, 8, 8), False), ((10_000, 2, 8, 8), True)])
+def test_a_crop_that_does_not_fit_is_moved_and_the_report_says_so(tmp_path: Path, crop: tuple, moved: bool) -> None:
+    with open_report(tmp_path / "r", title="t", models=["good"], ground_truth=True, crop=crop) as report:
+        lr, bic, model, hr = _frames(0)
+        report.add_image("k0", "pic0", scale=2, lr=lr, bicubic=bic, hr=hr)
+        report.add_output("k0", "good", model)
+    image = json.loads((tmp_path / "r" / "report.json").read_text())["images"][0]
+    html = (tmp_path / "r" / "index.html").read_text()
+    x, y, w, h = image["crop_output_px"]
+    assert (w, h) == (8, 8) and x + w <= hr.shape[1]
+    assert (f"pic0: the crop asked for does not fit its picture; shown at {x},{y},8,8" in html) is moved
+
+
 def test_a_failed_report_leaves_the_old_one_and_no_debris(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = tmp_path / "r"
     _build(folder)

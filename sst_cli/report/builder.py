@@ -193,7 +193,12 @@ class ReportBuilder:
         width, height = entry.lr_size
         if self.crop is not None:
             box = box_from_output_pixels(self.crop, entry.scale) if self.ground_truth else self.crop
-            return fit_box(box, height, width)
+            fitted = fit_box(box, height, width)
+            if fitted != box:  # say so: the crop shown is not the one asked for
+                x, y, w, h = fitted.scaled(entry.scale) if self.ground_truth else fitted
+                where = f"{x},{y},{w},{h}"
+                self.notes.append(f"{entry.name}: the crop asked for does not fit its picture; shown at {where}")
+            return fitted
         outputs = [frames[m.id] for m in self.models if m.id in frames]
         by = self.crop_by if outputs else ("error" if self.ground_truth else "difference")
         return choose_crop(outputs, frames[BICUBIC], entry.scale, hr=frames.get(HR), by=by)
