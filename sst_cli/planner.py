@@ -45,6 +45,7 @@ class TilePlan:
     align: int
     blend: bool
     batch: int = 1
+    needs: int = 0  # when even the smallest tile is over the memory budget: the bytes its pass needs, else 0
 
     def cost(self, height: int, width: int) -> float:
         """Pixels computed per image pixel: tiles compute their context too, so small tiles cost a lot."""
@@ -133,10 +134,11 @@ class Planner:
             overlap = self._learned_overlap(height, width, overlap, fits)
 
         # When nothing fits, the smallest aligned tile runs and out-of-memory halving has the last word.
-        rows, cols = cheapest_tile(height, width, overlap, align, fits) or (align, align)
+        found = cheapest_tile(height, width, overlap, align, fits)
+        rows, cols = found or (align, align)
         largest = self.pass_bytes((rows, cols), overlap, 1, height, width)
         batch = max(1, min(o.batch, budget // max(1, largest)))
-        return TilePlan(rows if rows == cols else (rows, cols), overlap, align, blend, batch)
+        return TilePlan(rows if rows == cols else (rows, cols), overlap, align, blend, batch, largest * (not found))
 
     @property
     def seams(self) -> SeamGuide:

@@ -100,6 +100,7 @@ class Upscaler:
                 )
         self.on_message = on_message
         self._said_plans: set[tuple[TileSize, int, int]] = set()  # (tile, overlap, batch) already described
+        self._said_budget = False  # that the memory budget is below the smallest pass: said once
         self.planner = Planner(self.model, self.descriptor, self.options, self.device, self.dtype, self._forward)
         self._say_rounding()
         self.compiled: CompiledNetwork | None = None
@@ -290,6 +291,16 @@ class Upscaler:
         """Say, once per plan, when tiles make the run expensive or the batch had to shrink to fit memory."""
         key = (plan.tile, plan.overlap, plan.batch)
         rows, cols = tile_sides(plan.tile)
+        if plan.needs and not self._said_budget:
+            self._said_budget = True
+            budget = self.planner.budget()
+            said = f"{budget >> 20} MiB"
+            if budget < 2**20:
+                said = f"{budget} byte{'s' * (budget != 1)} (--max-memory takes a unit: 4G, 512M)"
+            self._say(
+                f"the memory budget of {said} is less than the smallest pass needs ({-(-plan.needs >> 20)} MiB): it "
+                f"runs anyway, in {tile_label(plan.tile)} tiles"
+            )
         if not plan.tile or (rows >= height and cols >= width) or key in self._said_plans:
             return
         if plan.blend:

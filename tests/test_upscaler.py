@@ -119,6 +119,20 @@ def test_auto_tile_shrinks_the_batch_before_the_tile(precision: str) -> None:
     assert any(s.startswith(f"batch 8 becomes {plan.batch}:") for s in said)
 
 
+@pytest.mark.parametrize(("budget", "said"), [(1, "1 byte (--max-memory takes a unit: 4G, 512M)"), (1 << 20, "1 MiB")])
+def test_a_budget_below_the_smallest_pass_says_so_once_and_runs(budget: int, said: str) -> None:
+    messages: list[str] = []
+    up = Upscaler(tiny_sst(), tile="auto", max_memory=budget, on_message=messages.append)
+    plan = up.plan(40, 36)
+    assert plan.needs > budget and plan.tile
+    up.run(torch.rand(3, 40, 36))
+    up.run(torch.rand(3, 24, 24))
+    warned = [m for m in messages if m.startswith("the memory budget")]
+    assert warned == [f"the memory budget of {said} is less than the smallest pass needs ({-(-plan.needs >> 20)} "
+                      f"MiB): it runs anyway, in {plan.tile} px tiles"]  # fmt: skip
+    assert Upscaler(tiny_sst(), tile="auto", max_memory=2**30).plan(70, 90).needs == 0
+
+
 def test_out_of_memory_halves_the_tile_and_reports_it(monkeypatch: pytest.MonkeyPatch) -> None:
     messages: list[str] = []
     up = Upscaler(tiny_sst(), tile=64, tile_overlap=16, on_message=messages.append)
