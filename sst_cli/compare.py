@@ -16,7 +16,7 @@ import numpy as np
 
 from .choices import DEFAULT_SCALE
 from .errors import ConfigError, ImageError
-from .evaluate import BICUBIC, model_label
+from .evaluate import BICUBIC, model_labels
 from .files import check_output_file, check_spared
 from .image_io import Picture, is_image_file, read_image
 from .loader import ModelSpec
@@ -54,9 +54,7 @@ class CompareSettings:
         for model in self.models:
             if isinstance(model, str) and model != BICUBIC:
                 raise ConfigError(f"a model is a ModelSpec or {BICUBIC!r}, not {model!r}")
-        labels = [model_label(m) for m in self.networks]
-        if len(set(labels)) != len(labels):
-            raise ConfigError(f"two models share a name ({', '.join(labels)}): compare different ones")
+        model_labels(self.networks)  # two models that cannot be told apart are refused here
         if self.scale is not None and (isinstance(self.scale, bool) or self.scale < 2):
             raise ConfigError(f"scale must be 2 or more, got {self.scale}")
         if self.crop is not None and (len(self.crop) != 4 or min(self.crop[2:]) < 1 or min(self.crop[:2]) < 0):
@@ -136,7 +134,7 @@ def run_compare(
     if settings.png is not None:
         check_output_file(settings.png, overwrite=settings.overwrite, inputs=inputs, option="--png")
     networks = settings.networks
-    labels = [model_label(m) for m in networks]
+    labels = model_labels(networks)
     upscalers: dict[int, Upscaler] = {}
     scale = settings.scale
     if scale is None:

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .choices import DEFAULT_MODEL, DEFAULT_SCALE
+from .choices import DEFAULT_SCALE
 from .errors import ConfigError, ImageError, OutputExists
 from .image_io import Picture, is_image_file, probe_image, read_image, write_image
 from .loader import ModelSpec
 from .metrics import SSIM_WINDOW, psnr, psnr_ssim_y, ssim
+from .naming import model_label as spec_label
 from .resize import imresize
 from .upscaler import UpscaleOptions, Upscaler
 from .zoo import get_variant
@@ -355,9 +356,7 @@ class EvalSettings:
         for model in self.models:
             if isinstance(model, str) and model != BICUBIC:
                 raise ConfigError(f"a model is a ModelSpec or {BICUBIC!r}, not {model!r}")
-        labels = [model_label(m) for m in self.models]
-        if len(set(labels)) != len(labels):
-            raise ConfigError(f"two models share a name ({', '.join(labels)}): evaluate different ones")
+        model_labels(self.models)  # two models that cannot be told apart are refused here
         networks = [m for m in self.models if isinstance(m, ModelSpec)]
         if self.self_ensemble and not networks:
             raise ConfigError("self-ensemble needs a network, not bicubic alone")
@@ -371,11 +370,36 @@ class EvalSettings:
 
 def model_label(model: ModelSpec | str) -> str:
     """How a model is named in tables and reports: the zoo name, the weights file's stem, or bicubic."""
-    if isinstance(model, str):
-        return model
-    if model.weights is not None:
-        return Path(str(model.weights).split("@", 1)[0]).stem
-    return (model.model or DEFAULT_MODEL).strip().lower()
+    return model if isinstance(model, str) else spec_label(model)
+
+
+def model_labels(models: Sequence[ModelSpec | str]) -> list[str]:
+    """Each model's ``model_label``; weights files that share a stem (``run1/net_g.pth``, ``run2/net_g.pth``,
+    as training runs name them) are told apart by their folders (``run1/net_g``, ``run2/net_g``)."""
+    labels = [model_label(m) for m in models]
+    for label in set(labels):
+        group = [i for i, other in enumerate(labels) if other == label]
+        paths = [_weights_path(models[i]) for i in group]
+        if len(group) == 1 or None in paths:
+            continue
+        for depth in range(2, max(len(path.parts) for path in paths if path is not None) + 1):
+            longer = [_tail(path, depth) for path in paths if path is not None]
+            if len(set(longer)) == len(longer):
+                for i, name in zip(group, longer, strict=True):
+                    labels[i] = name
+                break
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"two models share a name ({', '.join(labels)}): name different ones")
+    return labels
+
+
+def _weights_path(model: ModelSpec | str) -> Path | None:
+    return None if isinstance(model, str) or model.weights is None else Path(str(model.weights).split("@", 1)[0])
+
+
+def _tail(path: Path, depth: int) -> str:
+    """The last ``depth`` parts of a weights path, the file's stem last: ``run1/net_g``."""
+    return "/".join([*path.parts[-depth:-1], path.stem])
 
 
 def run_evaluation(
@@ -421,8 +445,7 @@ def run_evaluation(
         on_start(sum(len(ds.hr_files) for ds in datasets) * len(scales) * len(settings.models))
     order = {ds.name: i for i, ds in enumerate(datasets)}
     results: list[DatasetResult] = []
-    for index, model in enumerate(settings.models):
-        label = model_label(model)
+    for index, (model, label) in enumerate(zip(settings.models, model_labels(settings.models), strict=True)):
         found: list[DatasetResult] = []
         for s in scales:
             try:
@@ -465,8 +488,8 @@ def _check_saved(settings: EvalSettings, datasets: list[Dataset], scales: list[i
     """Images an earlier run saved are replaced only with ``overwrite``: said before any forward pass."""
     if settings.save_images is None or settings.overwrite:
         return
-    for model in settings.models:
-        folder = _save_dir(settings, model_label(model))
+    for label in model_labels(settings.models):
+        folder = _save_dir(settings, label)
         assert folder is not None
         for ds in datasets:
             for s in scales:

@@ -66,6 +66,27 @@ def test_network_eval_self_ensemble_saved_images_and_scale_from_weights(tmp_path
     assert np.asarray(Image.open(Path("sr") / "tiny" / "x3" / "baby.png")).shape == (30, 30, 3)
 
 
+@needs_golden
+@needs_datasets
+def test_two_checkpoints_with_one_name_are_told_apart_by_their_folders(tmp_path: Path) -> None:
+    import shutil
+
+    data = _crop_dataset(tmp_path / "tiny", size=18)
+    for run in ("run1", "run2"):  # training runs name their checkpoints alike
+        Path(run).mkdir()
+        shutil.copy(GOLDEN / "mini_x3.pth", Path(run) / "net_g.pth")
+    model = ["--weights", "run1/net_g.pth", "--weights", "run2/net_g.pth", "--config", str(GOLDEN / "mini_x3.json")]
+    args = ["eval", "-d", str(data), *model, "--device", "cpu", "--save-images", "sr", "--json", "r.json", "-q"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    results = json.loads(Path("r.json").read_text())["results"]
+    assert [r["model"] for r in results] == ["run1/net_g", "run2/net_g"]
+    assert results[0]["psnr_y"] == results[1]["psnr_y"]  # the same weights twice: the same scores
+    assert (Path("sr") / "run1" / "net_g" / "tiny" / "x3" / "baby.png").is_file()
+    same = runner.invoke(app, ["eval", "-d", str(data), "--weights", "run1/net_g.pth", "--weights", "run1/net_g.pth"])
+    assert same.exit_code == 2 and "two models share a name (net_g, net_g)" in same.output
+
+
 def test_bad_datasets_and_options_fail_cleanly(tmp_path: Path) -> None:
     def run(*args: str) -> tuple[int, str]:
         result = runner.invoke(app, ["eval", *args, "--json", "r.json"])

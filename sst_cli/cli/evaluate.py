@@ -193,7 +193,7 @@ def eval_command(
         exact=exact, batch=batch, max_memory=max_memory,
     )  # fmt: skip
     from .. import hub
-    from ..evaluate import BICUBIC, PROTOCOL, EvalSettings, find_dataset, model_label, run_evaluation
+    from ..evaluate import BICUBIC, PROTOCOL, EvalSettings, find_dataset, model_labels, run_evaluation
     from ..files import atomic_write_text, check_output_file, check_spared
     from .downloads import download_display
 
@@ -224,7 +224,7 @@ def eval_command(
     if report is not None:
         kept = [p for p in (json_path, csv_path, save_images) if p is not None]
         check_spared(report, [*roots, *kept], "the --report folder")
-    labels = [model_label(m) for m in models]
+    labels = model_labels(models)
     with contextlib.ExitStack() as stack:
         recorder = None
         if report is not None:
