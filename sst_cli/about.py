@@ -4,16 +4,15 @@ which library runs it, and what the engine learnt from the model's descriptor.""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from .archs import describe
-from .loader import load_model
+from .loader import load_model, weights_source
 
 
 def about_file(path: str | os.PathLike[str], variant: str | None = None) -> dict[str, object]:
     """Facts about the model in ``path`` (loaded on the CPU, into ``variant``'s architecture when given; nothing
     is downloaded)."""
-    model = load_model(Path(path), variant=variant)
+    model = load_model(weights_source(path), variant=variant)
     d = describe(model)
     facts: dict[str, object] = {
         "architecture": d.architecture,

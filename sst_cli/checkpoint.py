@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import stat
 import warnings
 import zipfile
 from collections.abc import Mapping
@@ -22,7 +23,6 @@ from torch import nn
 from .errors import CheckpointError, WeightsNotFound
 
 WRAPPER_KEYS = ("params_ema", "params", "state_dict")
-SUFFIXES = (".pth", ".pt", ".safetensors")
 
 StateDict = dict[str, torch.Tensor]
 
@@ -31,15 +31,20 @@ _KINDS = ((b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"RIF
           (b"GIF8", "a GIF image"), (b"\x1f\x8b", "a gzip archive"), (b"<", "an HTML or XML page"))  # fmt: skip
 
 
-def _not_a_pickle(path: Path) -> str | None:
-    """What the file is instead, when its first bytes are neither a zip (PyTorch's format since 1.6) nor a pickle
-    (the legacy format, which starts with the protocol opcode 0x80): the unpickler would misread anything else."""
-    with path.open("rb") as f:
-        head = f.read(16)
-    if head.startswith(b"PK") or head.startswith(b"\x80"):
-        return None
+def _kind(path: Path) -> str:
+    """What the file is by its first bytes: "zip" (PyTorch's format since 1.6), "pickle" (the legacy format,
+    which starts with the protocol opcode 0x80), "safetensors", or words for anything else (a PNG image, text)."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(16)
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read it: {_reason(exc)}") from exc
+    if head.startswith(b"PK"):
+        return "zip"
+    if head.startswith(b"\x80"):
+        return "pickle"
     if len(head) >= 9 and int.from_bytes(head[:8], "little") < 100_000_000 and head[8:9] == b"{":
-        return "a safetensors file (name it .safetensors)"
+        return "safetensors"
     kind = next((what for magic, what in _KINDS if head.startswith(magic)), None)
     if kind is None:
         text = head.isascii() and all(c.isprintable() or c in "\t\r\n" for c in head.decode("ascii"))
@@ -47,10 +52,19 @@ def _not_a_pickle(path: Path) -> str | None:
     return kind
 
 
-def _read_pickle(path: Path) -> Any:
-    instead = _not_a_pickle(path)
-    if instead is not None:
-        raise CheckpointError(f"{path}: not a PyTorch checkpoint: the file is {instead}")
+def _reason(exc: OSError) -> str:
+    return (exc.strerror or str(exc)).lower()
+
+
+def _read_pickle(path: Path, kind: str) -> Any:
+    if kind == "safetensors":
+        raise CheckpointError(
+            f"{path}: not a PyTorch checkpoint: the file is a safetensors file (name it .safetensors)"
+        )
+    if kind not in ("zip", "pickle"):  # the unpickler would misread anything else
+        raise CheckpointError(f"{path}: not a PyTorch checkpoint: the file is {kind}")
+    if kind == "zip" and not _torch_zip(path):
+        raise CheckpointError(f"{path}: not a PyTorch checkpoint: the file is a zip archive of other files")
     try:
         with warnings.catch_warnings():  # torch's own advice about weights_only; the refusal below says it all
             warnings.simplefilter("ignore", UserWarning)
@@ -64,8 +78,22 @@ def _read_pickle(path: Path) -> Any:
         raise CheckpointError(f"{path}: not a readable PyTorch checkpoint (truncated or corrupt?): {exc}") from exc
 
 
-def _read_safetensors(path: Path) -> tuple[StateDict, dict[str, str]]:
+def _torch_zip(path: Path) -> bool:
+    """Whether a zip archive is laid out as torch.save writes one (``<name>/data.pkl``)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return any(name.count("/") == 1 and name.endswith("/data.pkl") for name in archive.namelist())
+    except (zipfile.BadZipFile, OSError):
+        return True  # damaged: torch.load says how
+
+
+def _read_safetensors(path: Path, kind: str) -> tuple[StateDict, dict[str, str]]:
     from safetensors import SafetensorError, safe_open
+
+    if kind in ("zip", "pickle"):
+        raise CheckpointError(f"{path}: not a safetensors file: the file is a PyTorch checkpoint (name it .pth)")
+    if kind != "safetensors":
+        raise CheckpointError(f"{path}: not a safetensors file: the file is {kind}")
 
     try:
         with safe_open(str(path), framework="pt", device="cpu") as f:
@@ -92,18 +120,35 @@ def unwrap(obj: Any, source: str = "checkpoint") -> StateDict:
 def read_weights(path: str | os.PathLike[str]) -> tuple[StateDict, dict[str, str]]:
     """State dict of a ``.pth``/``.pt``/``.safetensors`` file, and its safetensors metadata (empty for pickles)."""
     path = Path(path)
-    if path.is_dir():
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise WeightsNotFound(f"weights file not found: {path}") from None
+    except OSError as exc:  # a name too long, a loop of links, a folder that may not be entered
+        raise CheckpointError(f"{path}: cannot read it: {_reason(exc)}") from None
+    if stat.S_ISDIR(info.st_mode):
         raise CheckpointError(f"{path}: a folder, not a weights file")
-    if not path.is_file():
-        raise WeightsNotFound(f"weights file not found: {path}")
-    if path.stat().st_size == 0:
+    if not stat.S_ISREG(info.st_mode):
+        raise CheckpointError(f"{path}: not a regular file")
+    if info.st_size == 0:
         raise CheckpointError(f"{path}: the file is empty")
+    kind = _kind(path)
     metadata: dict[str, str] = {}
     if path.suffix.lower() == ".safetensors":
-        state, metadata = _read_safetensors(path)
+        state, metadata = _read_safetensors(path, kind)
     else:
-        state = _read_pickle(path)
-    return unwrap(state, str(path)), metadata
+        state = _read_pickle(path, kind)
+    state = unwrap(state, str(path))
+    _check_finite(state, path)
+    return state, metadata
+
+
+def _check_finite(state: Mapping[str, torch.Tensor], path: Path) -> None:
+    """NaN or Inf in the weights (a diverged training run) would only show as a failed output per file."""
+    broken = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if broken:
+        more = f" and {len(broken) - 1} more" if len(broken) > 1 else ""
+        raise CheckpointError(f"{path}: the weights hold NaN or Inf values ({broken[0]}{more}): they cannot be used")
 
 
 def load_state(model: nn.Module, state: Mapping[str, torch.Tensor], source: str) -> None:

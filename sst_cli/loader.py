@@ -54,7 +54,14 @@ def read_config_kwargs(config: ConfigSource) -> dict[str, Any]:
 
 
 def is_zoo_name(source: str | os.PathLike[str]) -> bool:
-    return isinstance(source, str) and source.strip().lower() in VARIANTS and not Path(source).exists()
+    """A zoo name always means the zoo, whatever files the working folder holds (``./sst-l`` or a ``Path`` is a
+    file of that name)."""
+    return isinstance(source, str) and source.strip().lower() in VARIANTS
+
+
+def weights_source(weights: str | os.PathLike[str]) -> str | Path:
+    """``--weights`` as ``load_model`` takes it: an ``hf://`` reference stays text, anything else is a path."""
+    return weights if isinstance(weights, str) and hub.is_hf_reference(weights) else Path(weights)
 
 
 @dataclass(frozen=True)
@@ -82,7 +89,8 @@ class ModelSpec:
         """The network, on ``device`` in ``dtype``; a zoo model falls back to the given defaults."""
         if self.weights is not None:
             variant = None if self.config is not None else self.model
-            return load_model(self.weights, self.scale, config=self.config, variant=variant, device=device, dtype=dtype)
+            source = weights_source(self.weights)
+            return load_model(source, self.scale, config=self.config, variant=variant, device=device, dtype=dtype)
         name = self.model or default_model
         scale = self.scale or default_scale
         return load_model(name, scale, hub_repo=self.hub_repo, device=device, dtype=dtype)

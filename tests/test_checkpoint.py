@@ -144,6 +144,40 @@ def test_files_that_are_not_checkpoints_say_what_they_are(tmp_path: Path) -> Non
     assert torch.equal(read_weights(legacy)[0]["a"], torch.ones(2))
 
 
+def test_misnamed_foreign_unreadable_and_broken_files_are_one_sentence(
+    tmp_path: Path, light_state: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import zipfile
+
+    (tmp_path / "renamed.safetensors").write_bytes((GOLDEN / "light_x2.pth").read_bytes())
+    (tmp_path / "photo.safetensors").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(32))
+    with zipfile.ZipFile(tmp_path / "archive.pth", "w") as archive:
+        archive.writestr("hello.txt", "hi")
+    (tmp_path / "loop.pth").symlink_to(tmp_path / "loop.pth")
+    nan = {k: v * float("nan") if v.is_floating_point() else v for k, v in light_state.items()}
+    for name, message in [
+        ("renamed.safetensors", r"not a safetensors file: the file is a PyTorch checkpoint \(name it \.pth\)"),
+        ("photo.safetensors", "not a safetensors file: the file is a PNG image"),
+        ("archive.pth", "not a PyTorch checkpoint: the file is a zip archive of other files"),
+        ("loop.pth", "loop.pth: cannot read it: too many levels of symbolic links"),
+        ("x" * 300 + ".pth", "cannot read it: file name too long"),
+        (_save(tmp_path / "nan.pth", nan).name, r"nan.pth: the weights hold NaN or Inf values \(\S+ and \d+ more\)"),
+    ]:
+        with pytest.raises(CheckpointError, match=message):
+            read_weights(tmp_path / name)
+    locked = _save(tmp_path / "locked.pth", light_state)
+    real_open = Path.open
+
+    def refuse(self: Path, *args: object, **kwargs: object) -> object:  # chmod 000 does not bind root
+        if self.name == "locked.pth":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(Path, "open", refuse)
+    with pytest.raises(CheckpointError, match=r"locked\.pth: cannot read it: permission denied"):
+        read_weights(locked)
+
+
 def test_without_a_model_the_file_is_told_which_variants_fit_every_tensor(tmp_path: Path, light_state: dict) -> None:
     with pytest.raises(ConfigError, match=r"window sizes cannot be read .* \(it fits sst-light or sst-light\+\)"):
         load_model(_save(tmp_path / "light.pth", light_state))

@@ -77,6 +77,29 @@ def test_models_info_of_a_file_takes_model_and_refuses_scale(tmp_path: Path) -> 
     assert missing.exit_code == 1 and "weights file not found" in missing.output
 
 
+def test_a_zoo_name_means_the_zoo_whatever_the_working_folder_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offline_cache: Path
+) -> None:
+    from sst_cli.loader import ModelSpec
+
+    monkeypatch.chdir(tmp_path)
+    Path("sst-light-291").mkdir()  # e.g. an output folder named after the model
+    Path("sst-light").write_bytes(b"not weights")
+    result = runner.invoke(app, ["models", "info", "sst-light-291"], env={"COLUMNS": "300"})
+    assert result.exit_code == 0 and "sst-light-291_x4.safetensors (bundled)" in result.output, result.output
+    assert ModelSpec().load("sst-light-291", 4, device=torch.device("cpu"), dtype=torch.float32).scale == 4
+    local = runner.invoke(app, ["models", "info", "./sst-light"])  # the file of that name, written as a path
+    assert local.exit_code == 1 and "sst-light: not a PyTorch checkpoint: the file is text" in local.output
+    from PIL import Image
+
+    Image.new("RGB", (8, 8)).save("x.png")
+    as_weights = runner.invoke(app, ["upscale", "x.png", "--weights", "sst-light", "--model", "sst-light"])
+    assert "sst-light: not a PyTorch checkpoint: the file is text" in as_weights.output  # --weights: a file
+    for name, message in [("x" * 300 + ".pth", "file name too long"), ("hf://", "hf://")]:
+        odd = runner.invoke(app, ["models", "info", name])
+        assert odd.exit_code in (1, 2) and message in odd.output and "Traceback" not in odd.output, odd.output
+
+
 def test_unknown_model_is_one_clear_line() -> None:
     result = runner.invoke(app, ["models", "info", "sst-huge"])
     assert result.exit_code == 2

@@ -10,7 +10,8 @@ import typer
 from rich.table import Table
 
 from .. import hub
-from ..errors import ConfigError, WeightsNotFound
+from ..errors import ConfigError
+from ..hub.discover import CHECKPOINT_SUFFIXES as SUFFIXES
 from ..zoo import VARIANTS, get_variant
 from ._options import HubRepoOption
 from .output import console, handle_errors
@@ -115,8 +116,7 @@ def info(
 ) -> None:
     """Hyper-parameters, parameter counts and, per scale, the weight file: where it comes from, where it is
     cached and its sha256 (no network: `sst models pull` resolves and downloads)."""
-    path = Path(name)
-    if path.is_file():  # a weights file: what was detected in it
+    if _names_a_file(name):  # a weights file: what was detected in it
         from ..about import about_file
 
         if scale is not None:
@@ -124,8 +124,6 @@ def info(
         for key, value in about_file(name, variant=model).items():
             console.print(f"  {key:<18} {value}", markup=False, soft_wrap=True)
         return
-    if path.suffix.lower() in (".pth", ".pt", ".safetensors") or os.sep in name or "/" in name:
-        raise WeightsNotFound(f"weights file not found: {name}")
     if model is not None:
         raise ConfigError("--model applies to a weights file; for a zoo model, name it: sst models info NAME")
     v = get_variant(name)
@@ -141,6 +139,15 @@ def info(
         console.print(f"  x{s}: {v.params[s]:,} parameters; {first}", markup=False, soft_wrap=True)
         for line in rest:
             console.print(f"      {line}", markup=False, soft_wrap=True)
+
+
+def _names_a_file(name: str) -> bool:
+    """NAME is a weights file unless it is a zoo name (a file of that name is ``./NAME``): an ``hf://`` reference,
+    something that exists, a path, or a checkpoint's extension."""
+    if name.strip().lower() in VARIANTS:
+        return False
+    suffix = Path(name).suffix.lower()
+    return hub.is_hf_reference(name) or os.path.lexists(name) or "/" in name or os.sep in name or suffix in SUFFIXES
 
 
 @app.command("pull")
