@@ -42,7 +42,7 @@ from .naming import (
 )
 from .parallel import WorkerPlan, run_batch_parallel
 from .preflight import OutputNameClash
-from .upscaler import UpscaleOptions, Upscaler
+from .upscaler import ScaleOnly, UpscaleOptions, Upscaler
 
 if TYPE_CHECKING:
     from .loader import ModelSpec
@@ -101,9 +101,15 @@ def upscale_files(
     """
     events = events or BatchEvents()
     parallel = workers is not None and workers.parallel
+    jobs, naming = name_batch(inputs, output, model, options, writing, recursive, include_outputs)
+    known = None if model.weights is not None and model.scale is None else ScaleOnly(naming.scale, options.outscale)
+    if known is not None and _computes_nothing(jobs, naming, writing, known):
+        # Every output exists (kept or refused): answer without loading the model, which may need the network.
+        return run_batch(jobs, known, naming=naming, writing=writing, on_file_start=events.file_start,
+                         on_file_done=events.file_done, on_note=events.note)  # fmt: skip
     jobs, naming, upscaler = plan_batch(
         inputs, output, model=model, options=options, writing=writing, recursive=recursive,
-        include_outputs=include_outputs, events=events, on_cpu=parallel,
+        include_outputs=include_outputs, events=events, on_cpu=parallel, named=(jobs, naming),
     )  # fmt: skip
     if workers is not None and parallel:
         return run_batch_parallel(
@@ -132,22 +138,12 @@ def plan_batch(
     include_outputs: bool,
     events: BatchEvents,
     on_cpu: bool,
+    named: tuple[list[Job], Naming] | None = None,
 ) -> tuple[list[Job], Naming, Upscaler]:
-    """Find the inputs and name their outputs (refusals come before the model loads), then load the model
-    that plans the batch (on the CPU with ``on_cpu``: workers or actors do the computing) and say it is
-    ready; shared by ``upscale_files`` and the Ray path."""
-    exclude = [Path(output)] if output is not None and not is_image_file(output) else []
-    skips = Skips() if include_outputs else Skips(own_output_labels() | {model_label(model).lower()})
-    jobs = discover_inputs(inputs, recursive, exclude=exclude, skips=skips)
-    naming = plan_output(
-        jobs,
-        output,
-        model=model_label(model),
-        scale=model.scale or DEFAULT_SCALE,
-        outscale=options.outscale,
-        template=writing.name,
-        format=writing.format,
-    )
+    """Find the inputs and name their outputs (refusals come before the model loads; ``named``: already done by
+    ``name_batch``), then load the model that plans the batch (on the CPU with ``on_cpu``: workers or actors do
+    the computing) and say it is ready; shared by ``upscale_files`` and the Ray path."""
+    jobs, naming = named or name_batch(inputs, output, model, options, writing, recursive, include_outputs)
     planning = replace(options, device="cpu") if on_cpu else options
     upscaler = Upscaler(model, options=planning, on_message=events.warning)
     naming = replace(naming, scale=upscaler.scale)
@@ -161,9 +157,42 @@ def plan_batch(
     return jobs, naming, upscaler
 
 
+def name_batch(
+    inputs: Sequence[str],
+    output: str | os.PathLike[str] | None,
+    model: ModelSpec,
+    options: UpscaleOptions,
+    writing: WriteOptions,
+    recursive: bool,
+    include_outputs: bool,
+) -> tuple[list[Job], Naming]:
+    """The inputs, and how their outputs are named (the scale asked for, or the default until the model says)."""
+    exclude = [Path(output)] if output is not None and not is_image_file(output) else []
+    skips = Skips() if include_outputs else Skips(own_output_labels() | {model_label(model).lower()})
+    jobs = discover_inputs(inputs, recursive, exclude=exclude, skips=skips)
+    naming = plan_output(
+        jobs,
+        output,
+        model=model_label(model),
+        scale=model.scale or DEFAULT_SCALE,
+        outscale=options.outscale,
+        template=writing.name,
+        format=writing.format,
+    )
+    return jobs, naming
+
+
+def _computes_nothing(jobs: Sequence[Job], naming: Naming, writing: WriteOptions, known: ScaleOnly) -> bool:
+    """Whether planning, from the headers alone, leaves no file to compute (a resumed batch that is done)."""
+    if naming.file is not None and writing.format is None:
+        writing = replace(writing, format=naming.file.suffix.lstrip("."))
+    plans = _BatchRun(known, naming, writing, None, lambda text: None).preflight(jobs)
+    return all(plan.skip is not None or plan.failure is not None for plan in plans)
+
+
 def run_batch(
     jobs: Sequence[Job],
-    upscaler: Upscaler,
+    upscaler: Upscaler | ScaleOnly,
     *,
     naming: Naming,
     writing: WriteOptions | None = None,
@@ -186,7 +215,8 @@ def run_batch(
     started = time.perf_counter()
     run = _BatchRun(upscaler, naming, writing, on_tile, on_note or (lambda text: None))
     plans = run.preflight(jobs)
-    upscaler.expect(sum(p.megapixels for p in plans if p.skip is None and p.failure is None))
+    if isinstance(upscaler, Upscaler):
+        upscaler.expect(sum(p.megapixels for p in plans if p.skip is None and p.failure is None))
     result = BatchResult()
     total = len(jobs)
     for index, plan in enumerate(plans):

@@ -20,10 +20,11 @@ from .image_io import output_format, read_image, write_image
 from .inputs import Job
 from .naming import Naming, WriteOptions
 from .preflight import Preflight, _Plan
+from .upscaler import ScaleOnly, Upscaler
 
 if TYPE_CHECKING:
     from .tiling import TileSize
-    from .upscaler import TileCallback, Upscaler
+    from .upscaler import TileCallback
 
 Status = Literal["done", "skipped", "failed"]
 
@@ -152,7 +153,7 @@ class BatchEvents:
 class _BatchRun:
     """Settings of one batch: its outputs are planned by a ``Preflight``, then each file runs with ``one``."""
 
-    upscaler: Upscaler
+    upscaler: Upscaler | ScaleOnly  # ScaleOnly: no model is loaded, for a batch that computes nothing
     naming: Naming
     writing: WriteOptions
     on_tile: TileCallback | None
@@ -172,7 +173,7 @@ class _BatchRun:
         try:
             if plan.failure is not None:
                 raise plan.failure
-            assert plan.target is not None and plan.format is not None
+            assert plan.target is not None and plan.format is not None and isinstance(self.upscaler, Upscaler)
             with self.upscaler.phases.timed("read"):
                 picture = read_image(job.source, max_pixels=self.writing.max_pixels or None)
             if output_format(picture, self.writing.format) != plan.format and plan.format != "png":

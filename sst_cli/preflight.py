@@ -24,7 +24,7 @@ from .inputs import Job
 from .naming import Naming, WriteOptions
 
 if TYPE_CHECKING:
-    from .upscaler import Upscaler
+    from .upscaler import ScaleOnly, Upscaler
 
 
 @dataclass
@@ -47,7 +47,7 @@ class _Skip(Exception):
 class Preflight:
     """Settings of one batch plus the outputs claimed so far (so two inputs never share an output)."""
 
-    upscaler: Upscaler
+    sizes: Upscaler | ScaleOnly  # the result's size for an input's (``output_size``)
     naming: Naming
     writing: WriteOptions
     note: Callable[[str], None]
@@ -85,7 +85,7 @@ class Preflight:
                 raise ImageError(job.error)
             info = probe_image(job.source, max_pixels=self.writing.max_pixels or None)
             plan.megapixels = info.width * info.height / 1e6
-            out_size = self.upscaler.output_size(info.width, info.height)
+            out_size = self.sizes.output_size(info.width, info.height)
             fmt, why = choose_format(info, self.writing.format, out_size)
             if why and self.naming.file is not None and fmt != self.writing.format:
                 raise ImageError(f"cannot write '{self.naming.file}': {why}; name the output .png")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -51,6 +51,31 @@ class Upscaled(NamedTuple):
 
     image: torch.Tensor
     tile: TileSize
+
+
+def result_size(width: int, height: int, scale: int, outscale: float | None) -> tuple[int, int]:
+    """(width, height) of the result for an input of that size, ``outscale`` included; refused (when planning,
+    before any work) where the result alone, 4 float32 channels, would not fit this machine's memory."""
+    factor = outscale or scale
+    size = max(1, round(width * factor)), max(1, round(height * factor))
+    if size[0] * size[1] * 16 > total_ram():
+        fix = "lower --outscale" if outscale else "use a smaller input or scale"
+        raise ConfigError(
+            f"the result would be {size[0]}x{size[1]} px, more than this machine's memory "
+            f"({total_ram() / 2**30:.0f} GiB) can hold; {fix}"
+        )
+    return size
+
+
+@dataclass(frozen=True)
+class ScaleOnly:
+    """What planning outputs needs of an Upscaler, known before its model is loaded (a zoo name and scale)."""
+
+    scale: int
+    outscale: float | None = None
+
+    def output_size(self, width: int, height: int) -> tuple[int, int]:
+        return result_size(width, height, self.scale, self.outscale)
 
 
 class Upscaler:
@@ -321,17 +346,8 @@ class Upscaler:
 
     # ----------------------------------------------------------------- images
     def output_size(self, width: int, height: int) -> tuple[int, int]:
-        """(width, height) of the result for an input of that size, ``outscale`` included; refused (when planning,
-        before any work) where the result alone, 4 float32 channels, would not fit this machine's memory."""
-        factor = self.options.outscale or self.scale
-        size = max(1, round(width * factor)), max(1, round(height * factor))
-        if size[0] * size[1] * 16 > total_ram():
-            fix = "lower --outscale" if self.options.outscale else "use a smaller input or scale"
-            raise ConfigError(
-                f"the result would be {size[0]}x{size[1]} px, more than this machine's memory "
-                f"({total_ram() / 2**30:.0f} GiB) can hold; {fix}"
-            )
-        return size
+        """(width, height) of the result for an input of that size (``result_size``)."""
+        return result_size(width, height, self.scale, self.options.outscale)
 
     def _resize_to_outscale(self, t: torch.Tensor, height: int, width: int) -> torch.Tensor:
         outscale = self.options.outscale

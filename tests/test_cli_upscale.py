@@ -125,6 +125,26 @@ def test_existing_outputs_are_refused_and_skip_existing_resumes(count_upscales: 
     assert Image.open("out/a_mini_x3_x3.png").size == (48, 36)
 
 
+def test_a_batch_with_nothing_to_compute_never_loads_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resumed batch that is done answers without the weights (a zoo model may need the network for them)."""
+    image("in/a.png")
+    assert sst("in", "-o", "out", "-q").exit_code == 0
+
+    def unavailable(*args: object, **kwargs: object) -> None:
+        raise WeightsNotFound("the weights are not reachable")
+
+    monkeypatch.setattr(Upscaler, "__init__", unavailable)
+    resumed = sst("in", "-o", "out", "--scale", "3", "--skip-existing", "--json-log")
+    assert resumed.exit_code == 0, resumed.output
+    summary = json.loads(resumed.stdout.splitlines()[-1])
+    assert (summary["done"], summary["skipped"], summary["failed"]) == (0, 1, 0)
+    refused = sst("in", "-o", "out", "--scale", "3")
+    assert refused.exit_code == 1 and "already exists" in refused.stderr and "not reachable" not in refused.stderr
+    image("in/b.png")  # now there is work: the model is needed, and its error is said
+    needed = sst("in", "-o", "out", "--scale", "3", "--skip-existing")
+    assert needed.exit_code == 1 and "the weights are not reachable" in needed.stderr
+
+
 def test_a_trailing_slash_makes_an_image_name_a_folder() -> None:
     image("a.png")
     assert sst("a.png", "-o", "up.png/", "-q").exit_code == 0
