@@ -58,7 +58,9 @@ class Preflight:
 
     def preflight(self, jobs: Sequence[Job]) -> list[_Plan]:
         """Plan every output from the image headers alone and say up front what will not work."""
-        self.inputs = {os.path.realpath(j.source): j.source for j in jobs if j.error is None}
+        # What is read must not be written over; a file skipped as an earlier output is not read (a rerun over
+        # a folder holding its own results lists them: they are the targets, kept or replaced as asked).
+        self.inputs = {os.path.realpath(j.source): j.source for j in jobs if j.error is None and j.skip is None}
         plans = [self._plan(job) for job in jobs]
         clashes = [p for p in plans if isinstance(p.failure, OutputNameClash)]
         if clashes:

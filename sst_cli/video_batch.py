@@ -122,7 +122,7 @@ def upscale_video_files(
     naming = Naming(label, scale, options.outscale, writing.name, folder=folder, file=single)
     plans = [_VideoPlan(job, skip=job.skip) for job in jobs]
     claimed: dict[str, Path] = {}
-    inputs = {os.path.realpath(j.source) for j in jobs}
+    inputs = {os.path.realpath(j.source) for j in jobs if j.skip is None}  # earlier outputs are targets
     for plan in plans:  # probe and name everything before the model is loaded
         if plan.skip is not None:
             continue

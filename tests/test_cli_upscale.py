@@ -151,6 +151,18 @@ def test_a_trailing_slash_makes_an_image_name_a_folder() -> None:
     assert files_under("up.png") == ["a_mini_x3_x3.png"]
 
 
+def test_a_rerun_over_a_folder_holding_its_outputs_resumes() -> None:
+    image("in/a.png")
+    assert sst("in", "-o", "in", "-q").exit_code == 0  # the results beside the inputs
+    again = sst("in/*.png", "-o", "in", "--skip-existing", "--json-log")  # the glob lists the result too
+    assert again.exit_code == 0, again.output
+    summary = json.loads(again.stdout.splitlines()[-1])
+    assert (summary["done"], summary["skipped"], summary["failed"]) == (0, 2, 0)
+    assert files_under("in") == ["a.png", "a_mini_x3_x3.png"]
+    refused = sst("in", "-o", "in", "-q")
+    assert refused.exit_code == 1 and "already exists" in refused.stderr and "is an input" not in refused.stderr
+
+
 def test_never_writes_over_an_input() -> None:
     image("in/a.png")
     before = Path("in/a.png").read_bytes()
