@@ -136,8 +136,8 @@ def probe_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAUL
             rawmode = _tile_rawmode(im) or ""
             wide = re.fullmatch(r"(RGBA?|RGBX|LA);16[BLN]?", rawmode)
             mode = im.mode
-            if mode == "F" and im.format == "TIFF":
-                return ImageInfo.of(_read_tiff(name, max_pixels))  # floats: decoded to count what is clipped
+            if _tifffile_reads(im):
+                return ImageInfo.of(_read_tiff(name, max_pixels))  # decoded: floats count what is clipped
             alpha = mode in ("RGBA", "LA", "PA", "La", "RGBa") or "transparency" in im.info
             alpha = alpha or bool(wide and wide[1] in ("RGBA", "LA"))
             deep = bool(wide) or mode.startswith("I;16") or mode in ("I", "F")
@@ -176,8 +176,8 @@ def read_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAULT
     try:
         with _no_pillow_bomb_limit(), Image.open(name, formats=_OPEN_FORMATS) as im:
             _check_pixels(name, im, max_pixels)
-            if im.mode == "F" and im.format == "TIFF":
-                return _read_tiff(name, max_pixels)  # one reader for float TIFFs, gray or colour
+            if _tifffile_reads(im):
+                return _read_tiff(name, max_pixels)
             values, maxval, gray, icc = _decode(name, im)
             fmt = _PIL_FORMATS.get(im.format or "", "png")
             exif_bytes = im.info.get("exif") if isinstance(im.info.get("exif"), bytes) else None
@@ -218,12 +218,22 @@ def _is_tiff(name: str) -> bool:
         return fh.read(4) in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
 
 
+def _tifffile_reads(im: Image.Image) -> bool:
+    """TIFFs read through tifffile: Pillow decodes planar layouts of more than 8 bits with wrong colours, 32-bit
+    integers clipped to 16 bits, alpha beside 16-bit colour as 8 bits, and float colour not at all."""
+    if im.format != "TIFF":
+        return False
+    tags = getattr(im, "tag_v2", {})
+    bits = tags.get(258, 8)
+    return tags.get(284, 1) == 2 or max(bits if isinstance(bits, tuple) else (bits,)) > 8 or im.mode == "F"
+
+
 def _read_tiff(name: str, max_pixels: int | None) -> Picture:
-    """TIFFs Pillow does not decode (float or half RGB, planar layouts) through tifffile.
+    """TIFFs Pillow does not decode well (``_tifffile_reads``), upright, through tifffile.
 
     Floats are taken as values in [0, 1], as the network takes them: what lies outside is clipped (its share
     is ``Picture.clipped``, which the batch reports), NaN or infinity is refused, and the result is written with
-    16 bits; integers are scaled by their type's range.
+    16 bits; integers are scaled by their type's range (negative samples are clipped, and counted).
     """
     import tifffile
 
@@ -240,6 +250,8 @@ def _read_tiff(name: str, max_pixels: int | None) -> Picture:
             axes = page.axes
             icc = page.tags.get("InterColorProfile")
             icc_bytes = bytes(icc.value) if icc is not None else None
+            turn = page.tags.get("Orientation")
+            orientation = int(turn.value) if turn is not None else 1
     except SstError:
         raise
     except Exception as exc:  # tifffile raises its own TiffFileError, ValueError ... on bad data
@@ -257,13 +269,16 @@ def _read_tiff(name: str, max_pixels: int | None) -> Picture:
         clipped = float(np.count_nonzero((floats < 0) | (floats > 1))) / floats.size
         scaled = np.clip(floats, 0.0, 1.0)
     elif values.dtype.kind in "ui":
+        clipped = float(np.count_nonzero(values < 0)) / values.size if values.dtype.kind == "i" else 0.0
         scaled = np.clip(values.astype(np.float32) / np.float32(np.iinfo(values.dtype).max), 0.0, 1.0)
     else:
         raise ImageError(f"cannot read '{name}': TIFF samples of type {values.dtype} are not supported")
+    scaled = _orient(scaled, orientation)
     gray = scaled.shape[2] in (1, 2)
     color = np.repeat(scaled[..., :1], 3, axis=2) if gray else np.ascontiguousarray(scaled[..., :3])
     alpha = np.ascontiguousarray(scaled[..., -1]) if scaled.shape[2] in (2, 4) else None
-    return Picture(color, alpha, gray, 16, icc_bytes, None, "tiff", clipped)
+    depth = 8 if values.dtype == np.uint8 else 16
+    return Picture(color, alpha, gray, depth, icc_bytes, None, "tiff", clipped)
 
 
 def _check_readable(name: str) -> None:

@@ -100,8 +100,8 @@ class Preflight:
                 self.note(f"{job.source}: {info.frames} frames (an animation, or pages); only the first is upscaled")
             if info.clipped:
                 self.note(
-                    f"{job.source}: {100 * info.clipped:.3g}% of its samples lie outside 0..1 (HDR or unnormalised "
-                    "floats), which the network cannot take: they are clipped to 0..1"
+                    f"{job.source}: {100 * info.clipped:.3g}% of its samples lie outside the range the network takes "
+                    "(HDR or unnormalised floats, negative integers): they are clipped to it"
                 )
             plan.format, plan.target = fmt, self.naming.target(job, fmt)
             self.claim(plan.target, job)

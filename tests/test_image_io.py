@@ -247,6 +247,40 @@ def test_float_tiff_is_clipped_and_16bit_and_says_how_much(tmp_path: Path) -> No
         read_image(tmp_path / "nan.tif")
 
 
+@pytest.mark.parametrize("compression", [None, "zlib"])
+def test_planar_deep_and_signed_tiffs_read_exactly_through_tifffile(tmp_path: Path, compression: str | None) -> None:
+    """Pillow decoded 16-bit planar TIFFs with wrong colours, their alpha as 0, and int32 clipped to 16 bits."""
+    tifffile = pytest.importorskip("tifffile")
+    y, x = np.mgrid[0:6, 0:8]
+    rgba = np.stack([x * 8000, y * 9000, (x + y) * 4000 + 7, np.full_like(x, 65535)]).astype(np.uint16)
+    tifffile.imwrite(tmp_path / "planar.tif", rgba, planarconfig="separate", photometric="rgb",
+                     extrasamples=["unassalpha"], compression=compression)  # fmt: skip
+    picture = read_image(tmp_path / "planar.tif")
+    assert picture.bit_depth == 16 and picture.alpha is not None and np.all(picture.alpha == 1)
+    np.testing.assert_array_equal(np.round(picture.color * 65535), np.moveaxis(rgba[:3], 0, -1))
+    info = probe_image(tmp_path / "planar.tif")
+    assert (info.bit_depth, info.alpha, info.width, info.height) == (16, True, 8, 6)
+    tifffile.imwrite(tmp_path / "planar8.tif", (rgba[:3] >> 8).astype(np.uint8), planarconfig="separate",
+                     photometric="rgb", compression=compression)  # fmt: skip
+    assert read_image(tmp_path / "planar8.tif").bit_depth == 8
+    tifffile.imwrite(tmp_path / "int32.tif", (x * 100_000_000).astype(np.int32), compression=compression)
+    wide = read_image(tmp_path / "int32.tif")
+    np.testing.assert_allclose(wide.color[0, :, 0], x[0] * 100_000_000 / (2**31 - 1), rtol=1e-6)
+    tifffile.imwrite(tmp_path / "signed.tif", (x - 4).astype(np.int16) * 1000, compression=compression)
+    signed = read_image(tmp_path / "signed.tif")
+    assert signed.clipped == 0.5 and probe_image(tmp_path / "signed.tif").clipped == 0.5  # said before work
+    assert signed.color.min() == 0
+
+
+def test_a_deep_tiff_is_turned_upright(tmp_path: Path) -> None:
+    tifffile = pytest.importorskip("tifffile")
+    gray = np.arange(12, dtype=np.uint16).reshape(3, 4) * 5000
+    tifffile.imwrite(tmp_path / "turned.tif", gray, extratags=[(274, "H", 1, 6, False)])  # rotated 90° clockwise
+    picture = read_image(tmp_path / "turned.tif")
+    np.testing.assert_array_equal(np.round(picture.color[..., 0] * 65535), np.rot90(gray, -1))
+    assert (probe_image(tmp_path / "turned.tif").width, probe_image(tmp_path / "turned.tif").height) == (3, 4)
+
+
 def test_cmyk_jpeg_becomes_rgb(tmp_path: Path) -> None:
     Image.new("CMYK", (8, 8), (0, 255, 255, 0)).save(tmp_path / "in.jpg")
     picture = read_image(tmp_path / "in.jpg")
