@@ -36,11 +36,11 @@ DEFAULT_QUALITY = 95
 #: Extension used when naming an output file of each format.
 EXTENSIONS: dict[str, str] = {"png": "png", "jpeg": "jpg", "webp": "webp", "tiff": "tif", "bmp": "bmp"}
 
-_IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff", ".bmp", ".gif"})
+_IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".jfif", ".jpe", ".webp", ".tif", ".tiff", ".bmp", ".gif"})
 _PIL_FORMATS = {"PNG": "png", "JPEG": "jpeg", "MPO": "jpeg", "WEBP": "webp", "TIFF": "tiff", "BMP": "bmp", "GIF": "gif"}
 _OPEN_FORMATS = ["PNG", "JPEG", "WEBP", "TIFF", "BMP", "GIF"]  # MPO (multi-picture JPEG) comes via JPEG
 _WRITE_FORMATS = ("png", "jpeg", "webp", "tiff")
-_ALIASES = {"jpg": "jpeg", "tif": "tiff"}
+_ALIASES = {"jpg": "jpeg", "jfif": "jpeg", "jpe": "jpeg", "tif": "tiff"}
 _EXIF_HEADER = b"Exif\x00\x00"
 _ORIENTATION = 0x0112
 _CODECS = ("zip", "raw", "libtiff", "packbits", "tiff_lzw")  # PNG/TIFF decoders whose raw mode we swap
@@ -291,6 +291,8 @@ def _check_readable(name: str) -> None:
         raise ImageError(f"cannot read '{name}': {exc.strerror or exc}") from None
     if stat.S_ISDIR(info.st_mode):
         raise ImageError(f"cannot read '{name}': it is a folder, not an image file")
+    if not stat.S_ISREG(info.st_mode):
+        raise ImageError(f"cannot read '{name}': not a regular file (a pipe, socket or device)")
     if info.st_size == 0:
         raise ImageError(f"cannot read '{name}': the file is empty")
 

@@ -49,7 +49,8 @@ def _hidden(name: str) -> bool:
 
 
 #: Image kinds users have that sst-cli does not read: counted as skipped in folders rather than ignored.
-UNSUPPORTED_SUFFIXES = frozenset({".heic", ".heif", ".avif", ".jxl", ".exr", ".hdr", ".psd", ".dng", ".cr2", ".nef"})
+UNSUPPORTED_SUFFIXES = frozenset({".heic", ".heif", ".avif", ".jxl", ".exr", ".hdr", ".psd", ".dng", ".cr2", ".nef",
+                                  ".ico", ".ppm", ".pgm", ".pbm", ".pnm", ".tga", ".jp2", ".svg"})  # fmt: skip
 _SCALE_SUFFIX = re.compile(r"_x\d+(?:\.\d+)?$", re.IGNORECASE)
 
 

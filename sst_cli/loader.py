@@ -78,6 +78,12 @@ class ModelSpec:
     def __post_init__(self) -> None:
         if self.config is not None and self.weights is None:
             raise ConfigError("--config describes an architecture; give the weights to load into it with --weights")
+        if self.config is not None and self.model is not None:
+            raise ConfigError("--config and --model both say which architecture to build: give one of them")
+        if self.hub_repo is not None and self.weights is not None:
+            raise ConfigError("--hub-repo says where zoo weights come from; --weights names the file itself: drop one")
+        if self.config is not None and not isinstance(self.config, Mapping):
+            read_config_kwargs(self.config)  # a missing or broken file is said before the weights are read
         if self.scale is not None and (isinstance(self.scale, bool) or self.scale < 1):
             raise ConfigError(f"scale must be a positive integer, got {self.scale}")
         if self.model is not None and self.config is None:
@@ -163,10 +169,12 @@ def _choose_config(
 ) -> ArchConfig:
     """Precedence: an explicit config, a zoo variant, the config stored in the file, then the tensors alone."""
     if config is not None:
+        kwargs = read_config_kwargs(config)
         try:
-            cfg = arch.make_config(read_config_kwargs(config))
-        except TypeError as exc:
-            raise ConfigError(f"config {config}: {exc}") from exc
+            cfg = arch.make_config(kwargs)
+        except (TypeError, ValueError, ConfigError) as exc:
+            where = "" if isinstance(config, Mapping) else f"config {config}: "
+            raise ConfigError(f"{where}{exc}") from exc
     elif variant is not None:
         chosen = get_variant(variant)
         if chosen.arch != arch.name:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from .choices import DEFAULT_MODEL
 from .errors import ConfigError
 from .image_io import DEFAULT_MAX_PIXELS, DEFAULT_QUALITY, EXTENSIONS, is_image_file, normalise_format
-from .inputs import Job
+from .inputs import UNSUPPORTED_SUFFIXES, Job
 from .video_io import is_video_file
 
 if TYPE_CHECKING:
@@ -83,12 +83,17 @@ def check_template(template: str) -> None:
     if not template:
         raise ConfigError(f"the name template is empty; e.g. {DEFAULT_TEMPLATE!r}")
     try:
-        fields = [field for _, field, _, _ in string.Formatter().parse(template) if field is not None]
+        parsed = string.Formatter().parse(template)
+        parts = [(field, spec, conv) for _, field, spec, conv in parsed if field is not None]
     except ValueError as exc:
         raise ConfigError(f"the name template {template!r} is not valid: {exc}") from None
-    for field in fields:
+    for field, spec, conversion in parts:
         if field not in TEMPLATE_FIELDS:
             raise ConfigError(f"unknown field {{{field}}} in the name template {template!r}; use {known}")
+        if spec or conversion:  # {stem:>8} pads with spaces, {scale!r} quotes: plain fields only
+            raise ConfigError(f"the name template {template!r} formats {{{field}}}: use the plain field {{{field}}}")
+    if template.startswith("."):
+        raise ConfigError(f"the name template {template!r} gives hidden files (a leading dot), which folders skip")
     try:
         name = _fill(template, "x", "png", "model", 4, 4.0, "png")
     except (ValueError, TypeError) as exc:
@@ -151,6 +156,8 @@ def plan_output(
         raise ConfigError("-o is empty: give an output file or folder")
     out = Path(output)
     folder = out.is_dir() or os.fspath(output).endswith(("/", os.sep))  # "-o up.png/" means a folder
+    if not folder and out.suffix.lower() in UNSUPPORTED_SUFFIXES:
+        raise ConfigError(f"cannot write '{out}': name it .png, .jpg, .webp or .tif, or end -o with / for a folder")
     if not folder and is_video_file(out):
         raise ConfigError(f"'{out}' names a video file, but the input is an image: name it .png, .jpg ... or a folder")
     if folder or not is_image_file(out):

@@ -189,7 +189,11 @@ def get_variant(name: str) -> Variant:
     """Look a variant up by name, case-insensitively."""
     variant = VARIANTS.get(name.strip().lower())
     if variant is None:
-        raise ConfigError(f"unknown model {name!r}; choose one of {', '.join(VARIANTS)}")
+        import difflib
+
+        close = difflib.get_close_matches(name.strip().lower().replace("_", "-"), VARIANTS, n=1, cutoff=0.6)
+        guess = f"did you mean {close[0]}? " if close else ""
+        raise ConfigError(f"unknown model {name!r}; {guess}choose one of {', '.join(VARIANTS)}")
     return variant
 
 

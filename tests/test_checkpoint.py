@@ -204,3 +204,21 @@ def test_loads_on_requested_dtype(light_state: dict) -> None:
     model = load_model(GOLDEN / "light_x2.safetensors", variant="sst-light", dtype=torch.bfloat16)
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     assert isinstance(model, SST) and not model.training
+
+
+def test_contradicting_model_options_are_refused_before_any_file_is_read(tmp_path: Path, light_state: dict) -> None:
+    from sst_cli.loader import ModelSpec
+    from sst_cli.zoo import get_variant
+
+    weights = _save(tmp_path / "w.pth", light_state)
+    with pytest.raises(ConfigError, match="--config and --model both say which architecture"):
+        ModelSpec("sst-light", weights=weights, config={"dim": 48})
+    with pytest.raises(ConfigError, match="--hub-repo says where zoo weights come from"):
+        ModelSpec(weights=weights, hub_repo="someone/mirror")
+    with pytest.raises(ConfigError, match="cannot read config"):
+        ModelSpec(weights=tmp_path / "absent.pth", config=tmp_path / "absent.json")  # the config is said first
+    (tmp_path / "odd.json").write_text(json.dumps({"dim": 48, "bogus": 1}))
+    with pytest.raises(ConfigError, match=r"config .*odd\.json: unknown SST config key\(s\): bogus"):
+        load_model(weights, config=tmp_path / "odd.json")
+    with pytest.raises(ConfigError, match=r"unknown model 'sst-lite'; did you mean sst-light\?"):
+        get_variant("sst-lite")

@@ -163,6 +163,27 @@ def test_a_rerun_over_a_folder_holding_its_outputs_resumes() -> None:
     assert refused.exit_code == 1 and "already exists" in refused.stderr and "is an input" not in refused.stderr
 
 
+def test_odd_image_names_for_o_and_in_folders(tmp_path: Path) -> None:
+    import os
+
+    image("a.png")
+    heic = sst("a.png", "-o", "out.heic")
+    assert heic.exit_code == 2 and "cannot write 'out.heic': name it .png, .jpg, .webp or .tif" in heic.stderr
+    assert not Path("out.heic").exists()
+    image("in/b.png")
+    Path("in/b.png").rename("in/b.jfif")  # a JPEG's other name: read, not passed over
+    Image.open("a.png").save("in/c.jfif", format="JPEG")
+    Path("in/d.ico").write_bytes(b"\0\0\1\0")  # not read by sst-cli: said, not passed over silently
+    os.mkfifo("in/pipe.png")
+    result = sst("in", "-o", "out", "--json-log")
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    summary = events[-1]
+    assert (summary["done"], summary["skipped"], summary["failed"]) == (2, 1, 1), result.output
+    assert files_under("out") == ["b_mini_x3_x3.png", "c_mini_x3_x3.jpg"]  # b is a PNG, whatever its name says
+    reasons = {Path(f["input"]).name: f["reason"] for f in summary["failures"] + summary["skipped_files"]}
+    assert "not a regular file" in reasons["pipe.png"] and "d.ico" in reasons
+
+
 def test_never_writes_over_an_input() -> None:
     image("in/a.png")
     before = Path("in/a.png").read_bytes()

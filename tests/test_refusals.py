@@ -53,6 +53,8 @@ NO_TORCH_NEEDED = [
     (["--name", "{nope}.png"], "unknown field {nope}"),
     (["--name", "{stem.upper}.{ext}"], "unknown field {stem.upper}"),
     (["--name", "{stem}.gif"], "must end with .{ext}"),
+    (["--name", "{stem:>8}.{ext}"], "formats {stem}: use the plain field {stem}"),
+    (["--name", ".{ext}"], "gives hidden files (a leading dot)"),
     (["--overwrite", "--skip-existing"], "overwrite and skip-existing exclude each other"),
     (["--workers", "0"], "--workers must be 1 or more"),
     (["--device", "cuda:0,"], "has an empty entry"),

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import typer
 
 from ..checks import check_device_name, check_running_values
-from ..choices import BACKENDS, DEFAULT_MODEL, DEVICE_HELP, PRECISIONS
+from ..choices import BACKENDS, DEFAULT_MODEL, DEFAULT_SCALE, DEVICE_HELP, PRECISIONS
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from ..upscaler import UpscaleOptions
 
+SCALE_HELP = f"Upscaling factor (default: what --weights holds, else {DEFAULT_SCALE})."
 WeightsOption = Annotated[
     str | None,
     typer.Option("--weights", metavar="FILE", help="Weights file or hf://OWNER/REPO/PATH[@REV] instead of the zoo's."),

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from ..choices import DEFAULT_MODEL, DEFAULT_SCALE
+from ..choices import DEFAULT_MODEL
 from ._options import (
+    SCALE_HELP,
     AttentionOption,
     BatchOption,
     ConfigOption,
@@ -117,7 +118,7 @@ def eval_command(
     ] = None,
     scale: Annotated[
         list[int] | None,
-        typer.Option("--scale", "-s", metavar="N", help=f"Scale, repeatable (default {DEFAULT_SCALE})."),
+        typer.Option("--scale", "-s", metavar="N", help=f"Scale, repeatable. {SCALE_HELP}"),
     ] = None,
     weights: Annotated[
         list[str] | None,

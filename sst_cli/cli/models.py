@@ -16,7 +16,10 @@ from ..zoo import VARIANTS, get_variant
 from ._options import HubRepoOption
 from .output import console, handle_errors
 
-app = typer.Typer(help="List, inspect and download pretrained weights (SST, DAT).", no_args_is_help=False)
+app = typer.Typer(
+    help="List (`sst models` alone, or `sst models list`), inspect and download pretrained weights (SST, DAT).",
+    no_args_is_help=False,
+)
 
 LEGEND = (
     "weights: cached = downloaded (under $HF_HOME), not cached = downloaded on first use or with "
@@ -42,8 +45,18 @@ def status(location: hub.Location) -> str:
 @handle_errors
 def list_models(ctx: typer.Context) -> None:
     """Table of zoo models: per scale, parameters, whether the weights are here and where they come from."""
-    if ctx.invoked_subcommand is not None:
-        return
+    if ctx.invoked_subcommand is None:
+        _print_table()
+
+
+@app.command("list")
+@handle_errors
+def list_command() -> None:
+    """The table of zoo models, as `sst models` alone prints it."""
+    _print_table()
+
+
+def _print_table() -> None:
     table = Table(title="sst-cli model zoo")
     for column in ("model", "arch", "scale", "params", "weights", "from"):
         table.add_column(column, no_wrap=column != "from", overflow="fold")  # URLs fold, never cut

@@ -11,10 +11,10 @@ from rich.console import Console
 from rich.progress import Progress, TaskID
 from rich.table import Table
 
-from ..choices import DEFAULT_SCALE
 from ..errors import ConfigError
 from ..phases import Phases, process_seconds
 from ._options import (
+    SCALE_HELP,
     AttentionOption,
     BatchOption,
     ConfigOption,
@@ -222,9 +222,7 @@ def upscale(
     model: ModelOption = None,
     weights: WeightsOption = None,
     config: ConfigOption = None,
-    scale: Annotated[
-        int | None, typer.Option("--scale", "-s", metavar="N", help=f"Upscaling factor (default {DEFAULT_SCALE}).")
-    ] = (None),
+    scale: Annotated[int | None, typer.Option("--scale", "-s", metavar="N", help=SCALE_HELP)] = (None),
     hub_repo: HubRepoOption = None,
     recursive: Annotated[bool, typer.Option("--recursive", "-r", help="Search folder inputs' sub-folders too.")] = (
         False
