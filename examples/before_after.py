@@ -18,6 +18,7 @@ from pathlib import Path
 from PIL import Image, ImageDraw
 
 from sst_cli import UpscaleOptions, Upscaler
+from sst_cli.errors import SstError
 
 CONTEXT = 16
 
@@ -33,9 +34,20 @@ def main() -> None:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N (as sst upscale --device)")
     parser.add_argument("--out", type=Path, default=Path("before_after.png"))
     args = parser.parse_args()
+    try:
+        draw_before_after(args)
+    except (SstError, OSError) as exc:  # one line, as the sst command says it
+        raise SystemExit(f"error: {exc}") from None
 
+
+def draw_before_after(args: argparse.Namespace) -> None:
     photo = Image.open(args.image).convert("RGB")
-    x, y, w, h = (int(v) for v in args.box.split(","))
+    try:
+        x, y, w, h = (int(v) for v in args.box.split(","))
+    except ValueError:
+        raise SystemExit(f"error: --box is X,Y,W,H in pixels, got {args.box!r}") from None
+    if min(x, y) < 0 or min(w, h) < 1 or x + w > photo.width or y + h > photo.height:
+        raise SystemExit(f"error: --box {args.box} does not lie inside {args.image} ({photo.width}x{photo.height})")
     left, top = max(0, x - CONTEXT), max(0, y - CONTEXT)
     region = photo.crop((left, top, min(photo.width, x + w + CONTEXT), min(photo.height, y + h + CONTEXT)))
     options = UpscaleOptions(device=args.device, ig_lambda=args.ig_lambda, seed=args.seed)
