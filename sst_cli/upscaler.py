@@ -477,7 +477,33 @@ def _refuse_settings_early(
 
 
 def _colour_tensor(picture: Picture) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(picture.color.transpose(2, 0, 1), dtype=np.float32))
+    colour = torch.from_numpy(np.ascontiguousarray(picture.color.transpose(2, 0, 1), dtype=np.float32))
+    if picture.alpha is None:
+        return colour
+    return fill_hidden_colour(colour, torch.from_numpy(np.ascontiguousarray(picture.alpha, dtype=np.float32)))
+
+
+def fill_hidden_colour(colour: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """(C, H, W) colour whose fully transparent pixels take the colour of the visible pixels nearest them.
+
+    That colour is never seen, but the network sees it beside the edge: left as files store it (mostly black),
+    it bleeds into the upscaled edge as a dark halo. The fill is a pull-push pyramid: visible colours averaged
+    down to one pixel, then each level's gaps filled from the coarser one. Visible pixels are unchanged.
+    """
+    hidden = alpha <= 0
+    if not bool(hidden.any()) or bool(hidden.all()):
+        return colour
+    weight = (~hidden).to(colour.dtype)[None]
+    levels = [(colour * weight, weight)]
+    while levels[-1][1].shape[-2:] != (1, 1):
+        c, w = levels[-1]
+        levels.append((F.avg_pool2d(c[None], 2, ceil_mode=True)[0], F.avg_pool2d(w[None], 2, ceil_mode=True)[0]))
+    c, w = levels[-1]
+    filled = c / w
+    for c, w in reversed(levels[:-1]):
+        coarse = F.interpolate(filled[None], size=c.shape[-2:], mode="nearest")[0]
+        filled = torch.where(w > 0, c / w.clamp_min(1e-12), coarse)
+    return torch.where(hidden[None], filled, colour)
 
 
 def _picture_from_array(array: np.ndarray) -> Picture:

@@ -52,7 +52,7 @@ def test_exact_tiling_matches_whole_image_tiny_model() -> None:
 
 @needs_golden
 def test_exact_tiling_is_identical_to_whole_image_golden_model() -> None:
-    model = Upscaler("sst-light", weights=GOLDEN / "mini_x3.pth", config=golden_config("mini_x3"), tile=0).model
+    model = Upscaler(weights=GOLDEN / "mini_x3.pth", config=golden_config("mini_x3"), tile=0).model
     x = _chw(_photo(48, 256))  # the first tile's context ends at 224 < 256: a real cut
     whole = Upscaler(model, tile=0).run(x).image
     up = Upscaler(model, tile=64, exact=True)
@@ -62,7 +62,7 @@ def test_exact_tiling_is_identical_to_whole_image_golden_model() -> None:
 
 @needs_golden
 def test_default_overlap_is_seamless_on_a_real_photo() -> None:
-    model = Upscaler("sst-light", weights=GOLDEN / "mini_x3.pth", config=golden_config("mini_x3"), tile=0).model
+    model = Upscaler(weights=GOLDEN / "mini_x3.pth", config=golden_config("mini_x3"), tile=0).model
     x = _chw(_photo(64, 128))
     whole = Upscaler(model, tile=0).run(x).image
     tiled = Upscaler(model, tile=32)
@@ -336,3 +336,39 @@ def test_upscale_batch_out_of_memory_runs_one_by_one(monkeypatch: pytest.MonkeyP
     assert up.images_per_pass(12, 20) == 1 and up.plan(12, 20).tile == 0  # still whole images
     for a, image in zip(out, images, strict=True):
         np.testing.assert_array_equal(a, up.upscale(image))
+
+
+class _Bicubic(torch.nn.Module):
+    """x2 bicubic 'network': it mixes neighbours as any SR network does near an edge."""
+
+    scale = 2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.interpolate(x, scale_factor=2, mode="bicubic", align_corners=False)
+
+
+@pytest.mark.parametrize("alpha_mode", ["model", "resize"])
+def test_transparent_colour_does_not_bleed_into_the_edge(alpha_mode: str) -> None:
+    """A white disc on transparent black: composited over white, its upscaled edge stays white (no dark halo)."""
+    y, x = np.mgrid[0:24, 0:24]
+    rgba = np.zeros((24, 24, 4), np.uint8)
+    rgba[(x - 12) ** 2 + (y - 12) ** 2 < 49] = 255
+    out = Upscaler(_Bicubic(), device="cpu", tile=0, alpha=alpha_mode).upscale(rgba)
+    result = np.asarray(out, dtype=np.float64) / 255
+    visible = result[..., 3:]
+    assert (result[..., :3] * visible + 1 - visible).min() > 0.99
+    colour_only = Upscaler(_Bicubic(), device="cpu", tile=0).upscale(rgba[..., :3])
+    assert np.asarray(colour_only).min() == 0  # the same pixels without their alpha: black around the disc
+
+
+def test_the_fill_keeps_visible_pixels_and_reaches_far_gaps() -> None:
+    from sst_cli.upscaler import fill_hidden_colour
+
+    colour, alpha = torch.rand(3, 37, 50), torch.zeros(37, 50)
+    alpha[3, 5], alpha[30:33, 40:44] = 0.2, 1.0  # faint pixels count as visible: their colour is kept
+    filled = fill_hidden_colour(colour, alpha)
+    assert torch.equal(filled[:, alpha > 0], colour[:, alpha > 0])
+    assert torch.isfinite(filled).all() and filled.min() >= 0 and filled.max() <= 1
+    assert torch.allclose(filled[:, 31, 39], colour[:, 30:33, 40:44].mean((1, 2)), atol=0.35)
+    assert torch.equal(fill_hidden_colour(colour, torch.ones(37, 50)), colour)  # nothing hidden: untouched
+    assert torch.equal(fill_hidden_colour(colour, torch.zeros(37, 50)), colour)  # nothing visible: untouched
