@@ -182,7 +182,15 @@ def _choose_config(
                 f"{source} holds {arch.title} weights, but {chosen.name} is a {get_architecture(chosen.arch).title} "
                 f"model: drop --model, or name a {arch.title} model"
             )
-        return chosen.config(scale if scale is not None else int(inferred[arch.scale_key]))
+        cfg = chosen.config(scale if scale is not None else int(inferred[arch.scale_key]))
+        stored = _stored_config(arch, metadata, source)
+        if stored is not None and stored != cfg:  # the file says how it was built: another build gives other pixels
+            key, mine, theirs = _first_difference(stored, cfg)
+            raise ConfigError(
+                f"{source} records the architecture it was trained with, and {chosen.name} differs ({key}: "
+                f"{mine} in the file, {theirs} in {chosen.name}): drop --model"
+            )
+        return cfg
     else:
         stored = _stored_config(arch, metadata, source)
         if stored is not None:
@@ -199,6 +207,13 @@ def _choose_config(
     if scale is not None and scale != cfg.scale:
         raise ConfigError(f"{source}: the weights are for x{cfg.scale} but x{scale} was requested")
     return cfg
+
+
+def _first_difference(stored: ArchConfig, chosen: ArchConfig) -> tuple[str, Any, Any]:
+    """The first keyword where two configs of one architecture differ, with both values."""
+    have, want = stored.to_kwargs(), chosen.to_kwargs()
+    key = next((k for k in [*have, *want] if have.get(k) != want.get(k)), "?")
+    return key, have.get(key), want.get(key)
 
 
 def any_architecture(state: Mapping[str, torch.Tensor]) -> bool:

@@ -58,6 +58,9 @@ def test_safetensors_with_stored_config_needs_no_variant(tmp_path: Path, light_s
     _, metadata = read_weights(path)
     assert SSTConfig.from_kwargs(json.loads(metadata["sst_config"])) == SSTConfig.from_kwargs(golden_config("light_x2"))
     assert _same(load_model(path), light_state)
+    assert _same(load_model(path, variant="sst-light"), light_state)  # --model that agrees with the file
+    with pytest.raises(ConfigError, match=r"records the architecture .* sst-light\+ differs \(window_sizes: "):
+        load_model(path, variant="sst-light+")  # same tensors, other windows: other pixels, never silently
 
 
 def test_window_sizes_are_never_guessed(light_state: dict, tmp_path: Path) -> None:
