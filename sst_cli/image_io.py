@@ -58,6 +58,7 @@ class Picture:
     exif: bytes | None  # EXIF ("Exif\0\0" + TIFF data) with orientation reset to 1 (pixels already upright)
     format: str  # source format, lower-case: "png", "jpeg", "webp", "tiff", "bmp"
     clipped: float = 0.0  # share of float samples outside [0, 1], clipped on reading (float TIFFs)
+    lossless: bool = False  # a lossless WebP source, written back lossless (a lossy copy would lose detail)
 
 
 def is_image_file(path: str | os.PathLike[str]) -> bool:
@@ -210,7 +211,23 @@ def read_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAULT
     channels = scaled.shape[2]
     color = np.repeat(scaled[..., :1], 3, axis=2) if gray else np.ascontiguousarray(scaled[..., :3])
     alpha = np.ascontiguousarray(scaled[..., -1]) if channels in (2, 4) else None
-    return Picture(color, alpha, gray, 8 if maxval == 255 else 16, icc or None, exif_bytes or None, fmt)
+    lossless = fmt == "webp" and _lossless_webp(name)
+    return Picture(color, alpha, gray, 8 if maxval == 255 else 16, icc or None, exif_bytes or None, fmt, 0.0, lossless)
+
+
+def _lossless_webp(name: str) -> bool:
+    """Whether a WebP file's image is stored lossless (its first image chunk is VP8L, not VP8)."""
+    with open(name, "rb") as fh:
+        fh.seek(12)  # past "RIFF", the size and "WEBP"
+        while len(header := fh.read(8)) == 8:
+            kind, size = header[:4], int.from_bytes(header[4:], "little")
+            if kind in (b"VP8L", b"VP8 "):
+                return kind == b"VP8L"
+            if kind == b"ANMF":  # an animation frame: its image chunk follows the 16-byte frame header
+                fh.seek(16, os.SEEK_CUR)
+                continue
+            fh.seek(size + (size & 1), os.SEEK_CUR)
+    return False
 
 
 def _is_tiff(name: str) -> bool:
@@ -481,6 +498,8 @@ def write_image(
             params: dict[str, object] = {k: v for k, v in (("icc_profile", icc), ("exif", exif)) if v}
             if fmt in ("jpeg", "webp"):
                 params["quality"] = quality
+            if fmt == "webp" and picture.lossless:
+                params["lossless"] = True  # quality is then the effort spent compressing
             if fmt == "jpeg" and quality >= 90:
                 params["subsampling"] = 0  # 4:4:4, or high quality settings still blur colour edges
             if fmt == "tiff":

@@ -542,3 +542,16 @@ def test_extensions_and_is_image_file() -> None:
     assert all(is_image_file(f"a.{ext}") for ext in EXTENSIONS.values())
     assert is_image_file("PHOTO.JPEG") and is_image_file(Path("x/scan.TIFF"))
     assert not is_image_file("notes.txt") and not is_image_file(".out.png.1234abcd.sst-tmp")
+
+
+def test_a_lossless_webp_is_written_back_lossless(tmp_path: Path) -> None:
+    pixels = np.random.default_rng(3).integers(0, 256, (12, 10, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "ll.webp", lossless=True)
+    Image.fromarray(pixels).save(tmp_path / "lossy.webp", quality=80)
+    lossless, lossy = read_image(tmp_path / "ll.webp"), read_image(tmp_path / "lossy.webp")
+    assert lossless.lossless and not lossy.lossless
+    write_image(tmp_path / "out.webp", lossless)
+    assert (tmp_path / "out.webp").read_bytes()[12:16] == b"VP8L"
+    assert np.array_equal(np.asarray(Image.open(tmp_path / "out.webp")), pixels)  # bit for bit
+    write_image(tmp_path / "lossy_out.webp", lossy)
+    assert (tmp_path / "lossy_out.webp").read_bytes()[12:16] != b"VP8L"
