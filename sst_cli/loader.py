@@ -282,21 +282,45 @@ def load_model(
     none of sst-cli's architectures claims is loaded by spandrel when it is installed (``sst_cli.spandrel``).
     """
     path, zoo_variant = _weights_file(source, scale, hub_repo)
+    if zoo_variant is None:
+        return _load_file(path, str(source), scale, config, variant, device, dtype)
+    label = f"{zoo_variant.name} x{scale} weights ({path})"
+    try:
+        return _load_file(path, label, scale, None, zoo_variant.name, device, dtype)
+    except (CheckpointError, ConfigError) as exc:
+        if hub.manifest_entry(zoo_variant.name, int(scale or 0)).bundled and hub_repo is None:
+            raise
+        hub.forget(zoo_variant.name, int(scale or 0), repo_id=hub_repo)  # the next run looks for them again
+        raise CheckpointError(
+            f"{exc} (the file found for {zoo_variant.name} x{scale} does not hold them; it is no longer pinned: "
+            "delete it, or pass --weights with the right file)"
+        ) from None
+
+
+def _load_file(
+    path: Path,
+    label: str,
+    scale: int | None,
+    config: ConfigSource | None,
+    variant: str | None,
+    device: str | torch.device,
+    dtype: torch.dtype,
+) -> SRNetwork:
+    """The network in ``path`` (``label`` names it in messages); see ``load_model``."""
     state, metadata = read_weights(path)
-    if config is None and variant is None and zoo_variant is None and not any_architecture(state):
-        foreign = _load_foreign(state, str(source))
+    if config is None and variant is None and not any_architecture(state):
+        foreign = _load_foreign(state, label)
         if scale is not None and scale != foreign.scale:
-            raise ConfigError(f"{source}: the weights are for x{foreign.scale} but x{scale} was requested")
+            raise ConfigError(f"{label}: the weights are for x{foreign.scale} but x{scale} was requested")
         return foreign.to(device=device, dtype=dtype).eval()
     try:
-        arch = detect_architecture(state, str(source))
+        arch = detect_architecture(state, label)
     except CheckpointError as exc:  # only --model / --config bring another architecture's file here
         raise CheckpointError(f"{exc}; {_foreign_hint()}") from None
     inferred, complete = arch.infer(state)
-    wanted = variant or (zoo_variant.name if zoo_variant is not None else None)
-    cfg = _choose_config(arch, state, inferred, complete, metadata, str(source), scale, config, wanted)
-    arch.compare(inferred, cfg, str(source))
+    cfg = _choose_config(arch, state, inferred, complete, metadata, label, scale, config, variant)
+    arch.compare(inferred, cfg, label)
     with torch.device("meta"):
         model = arch.build(cfg)
-    load_state(model, state, str(source))  # meta parameters are replaced by the file's tensors
+    load_state(model, state, label)  # meta parameters are replaced by the file's tensors
     return model.to(device=device, dtype=dtype).eval()

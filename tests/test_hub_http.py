@@ -469,22 +469,47 @@ def test_downloads_report_to_the_display(fake: FakeHub, tmp_path: Path, monkeypa
     assert all(type(display) is hub.Display for display in silent)  # --quiet, --json-log: nothing shown
 
 
+def _checkpoint(name: str, scale: int) -> bytes:
+    """A real (random-weight) checkpoint of a zoo model, as the authors' files hold it."""
+    import torch
+
+    from sst_cli.zoo import create_model
+
+    buffer = io.BytesIO()
+    torch.save({"params_ema": create_model(name, scale).state_dict()}, buffer)
+    return buffer.getvalue()
+
+
 def test_models_pull_info_and_table(fake: FakeHub) -> None:
-    repo = fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
+    weights = _checkpoint("sst-light", 2)
+    repo = fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: weights})
     result = runner.invoke(app, ["models", "pull", "sst-light", "--scale", "2"], env={"COLUMNS": "300"})
     assert result.exit_code == 0, result.output
     assert f"from the Hugging Face repository {OWNER}/SSTlight_DFLIP_X2" in result.output
-    assert f"downloading {LIGHT2} (7 B)" in result.output
+    assert f"downloading {LIGHT2} (" in result.output
     assert f"from    hub {OWNER}/SSTlight_DFLIP_X2@{repo.commit[:7]}" in result.output
-    assert f"sha256  {hashlib.sha256(b'weights').hexdigest()}" in result.output
+    assert f"sha256  {hashlib.sha256(weights).hexdigest()}" in result.output
     quiet = runner.invoke(app, ["models", "pull", "sst-light", "--scale", "2", "--quiet"])
     assert quiet.exit_code == 0 and quiet.output.strip() == str(hub.resolve_pretrained("sst-light", 2))
     info = runner.invoke(app, ["models", "info", "sst-light", "--scale", "2"], env={"COLUMNS": "300"})
     assert info.exit_code == 0 and f"path    {hub.resolve_pretrained('sst-light', 2)}" in info.output
-    assert hashlib.sha256(b"weights").hexdigest() in info.output
+    assert hashlib.sha256(weights).hexdigest() in info.output
     table = runner.invoke(app, ["models"], env={"COLUMNS": "300"})
     weights, origin = _table_row(table.output, "sst-light", (4, 5))
     assert weights == "cached" and f"hub{OWNER}/SSTlight_DFLIP_X2@{repo.commit[:7]}" in origin.replace(" ", "")
+
+
+def test_a_hub_file_that_is_not_the_model_is_named_unpinned_and_pull_refuses_it(fake: FakeHub) -> None:
+    """A captive portal's page, or another scale's file, under the expected name: said, never pinned as good."""
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: _checkpoint("sst-light", 4)})
+    result = runner.invoke(app, ["models", "pull", "sst-light", "--scale", "2"], env={"COLUMNS": "300"})
+    assert result.exit_code == 1
+    text = " ".join(result.output.split())
+    assert "sst-light x2 weights (" in text and f"{LIGHT2}) holds x4 weights but x2 was requested" in text
+    assert "it is no longer pinned" in text and LIGHT2 not in hub.read_pins()
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X3", {"SSTlight_DFLIP_X3.pth": b"<html>sign in</html>"})
+    page = runner.invoke(app, ["models", "pull", "sst-light", "--scale", "3"], env={"COLUMNS": "300"})
+    assert page.exit_code == 1 and "not a PyTorch checkpoint: the file is an HTML or XML page" in page.output
 
 
 def _table_row(output: str, name: str, columns: tuple[int, ...]) -> tuple[str, ...]:

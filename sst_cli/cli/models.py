@@ -179,6 +179,9 @@ def pull(
     with hub.show_downloads(download_display(quiet=quiet)):
         location = hub.resolve(v.name, scale, repo_id=hub_repo)
     assert location.path is not None
+    from ..loader import load_model
+
+    load_model(v.name, scale, hub_repo=hub_repo)  # the file must hold the model (a web page is no checkpoint)
     if quiet:
         console.print(str(location.path), markup=False, soft_wrap=True)
         return

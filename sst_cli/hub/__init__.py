@@ -39,7 +39,7 @@ from .refs import (
     sha256_of,
     verify_sha256,
 )
-from .resolve import Location, cached_path, download, locate, resolve, resolve_pretrained
+from .resolve import Location, cached_path, download, forget, locate, resolve, resolve_pretrained
 
 __all__ = [
     "HF_REFERENCE_FORM",
@@ -53,6 +53,7 @@ __all__ = [
     "bundled_models",
     "cached_path",
     "download",
+    "forget",
     "hub_owner",
     "is_hf_reference",
     "load_manifest",

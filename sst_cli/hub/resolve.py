@@ -350,6 +350,15 @@ def resolve(name: str, scale: int, *, repo_id: str | None = None) -> Location:
     return _find_and_fetch(entry, key, pin, release=not explicit)
 
 
+def forget(name: str, scale: int, *, repo_id: str | None = None) -> None:
+    """Drop the pin of ``name`` x``scale``: its file proved unusable, so the next run looks for it again."""
+    entry = manifest_entry(name, scale)
+    explicit = _explicit_repo(repo_id)
+    if explicit and not entry.filename:
+        entry = replace(entry, repo_id=explicit, revision=None)
+    drop_pin(pin_key(entry))
+
+
 def _bundled(entry: Entry) -> Location:
     path = entry.bundled_path
     assert path is not None
