@@ -512,6 +512,14 @@ def test_a_hub_file_that_is_not_the_model_is_named_unpinned_and_pull_refuses_it(
     assert page.exit_code == 1 and "not a PyTorch checkpoint: the file is an HTML or XML page" in page.output
 
 
+def test_a_pin_that_cannot_be_written_is_said(fake: FakeHub) -> None:
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: _checkpoint("sst-light", 2)})
+    hub.pins_path().mkdir(parents=True)  # a folder where the pins file goes: it cannot be written
+    result = runner.invoke(app, ["models", "pull", "sst-light", "--scale", "2"], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert "where it came from could not be recorded" in " ".join(result.output.split())
+
+
 def _table_row(output: str, name: str, columns: tuple[int, ...]) -> tuple[str, ...]:
     """The text of ``columns`` in the first row of ``name`` in a rich table, its cells joined across the lines
     they wrapped onto: COLUMNS is not always what the console measures (rich reads it when the console is made,

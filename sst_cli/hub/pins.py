@@ -16,6 +16,7 @@ from pathlib import Path
 from ..errors import WriteError
 from ..files import atomic_write_text
 from .manifest import Entry
+from .progress import note
 from .refs import COMMIT_RE, SHA256_RE
 
 PINS_FORMAT = 1
@@ -113,8 +114,11 @@ def save_pin(key: str, pin: Pin) -> None:
     """Record ``pin`` (read-modify-write of the small JSON; a failure to write only costs a later lookup)."""
     pins = read_pins()
     pins[key] = pin
-    with contextlib.suppress(WriteError):
+    try:
         _write(pins)
+    except WriteError as exc:  # the download is fine; only an offline run later cannot find it without the pin
+        note(f"{key} is downloaded, but where it came from could not be recorded ({exc}): an offline run will "
+             "not find it; make that file writable, or pass --weights with the downloaded path")  # fmt: skip
 
 
 def drop_pin(key: str) -> None:
