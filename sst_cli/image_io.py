@@ -159,11 +159,14 @@ def probe_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAUL
 
 
 def _check_pixels(name: str, im: Image.Image, max_pixels: int | None) -> None:
-    width, height = im.size
+    _check_size(name, *im.size, max_pixels)
+
+
+def _check_size(name: str, width: int, height: int, max_pixels: int | None) -> None:
     if max_pixels is not None and width * height > max_pixels:
         raise ImageError(
-            f"cannot read '{name}': {width}x{height} is {width * height:,} pixels, more than the "
-            f"limit of {max_pixels:,} (refused as a possible decompression bomb)"
+            f"cannot read '{name}': {width}x{height} is {width * height:,} pixels, more than the limit of "
+            f"{max_pixels:,} (refused as a possible decompression bomb; --max-pixels raises it, 0 lifts it)"
         )
 
 
@@ -258,11 +261,7 @@ def _read_tiff(name: str, max_pixels: int | None) -> Picture:
         with tifffile.TiffFile(name) as tif:
             page = tif.pages[0]
             height, width = int(page.imagelength), int(page.imagewidth)
-            if max_pixels is not None and width * height > max_pixels:
-                raise ImageError(
-                    f"cannot read '{name}': {width}x{height} is {width * height:,} pixels, more than the "
-                    f"limit of {max_pixels:,} (refused as a possible decompression bomb)"
-                )
+            _check_size(name, width, height, max_pixels)
             values = page.asarray()
             axes = page.axes
             icc = page.tags.get("InterColorProfile")

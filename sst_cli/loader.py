@@ -205,7 +205,10 @@ def _choose_config(
                 f"name the architecture with --model ({hint}) or pass --config with the constructor keywords"
             )
     if scale is not None and scale != cfg.scale:
-        raise ConfigError(f"{source}: the weights are for x{cfg.scale} but x{scale} was requested")
+        raise ConfigError(
+            f"{source}: the weights are for x{cfg.scale} but x{scale} was requested (drop --scale, or use --scale "
+            f"{cfg.scale})"
+        )
     return cfg
 
 
@@ -311,7 +314,10 @@ def _load_file(
     if config is None and variant is None and not any_architecture(state):
         foreign = _load_foreign(state, label)
         if scale is not None and scale != foreign.scale:
-            raise ConfigError(f"{label}: the weights are for x{foreign.scale} but x{scale} was requested")
+            raise ConfigError(
+                f"{label}: the weights are for x{foreign.scale} but x{scale} was requested (drop --scale, or use "
+                f"--scale {foreign.scale})"
+            )
         return foreign.to(device=device, dtype=dtype).eval()
     try:
         arch = detect_architecture(state, label)

@@ -184,6 +184,15 @@ def test_odd_image_names_for_o_and_in_folders(tmp_path: Path) -> None:
     assert "not a regular file" in reasons["pipe.png"] and "d.ico" in reasons
 
 
+def test_video_options_without_a_video_are_said_not_ignored() -> None:
+    image("a.png")
+    result = sst("a.png", "--crf", "18", "-o", "out")
+    assert result.exit_code == 0
+    assert "--crf, --pix-fmt, --lossless and --frames-per-pass apply to videos" in result.stderr
+    quiet = sst("a.png", "-o", "out2")
+    assert "apply to videos" not in quiet.stderr
+
+
 def test_never_writes_over_an_input() -> None:
     image("in/a.png")
     before = Path("in/a.png").read_bytes()

@@ -381,6 +381,8 @@ def upscale(
     )
     if ray is not None and worker_plan.parallel:
         raise ConfigError("--ray runs its own workers: leave out --workers and device lists")
+    if not videos and video_options != VideoOptions():
+        reporter.note("--codec, --crf, --pix-fmt, --lossless and --frames-per-pass apply to videos; no input is one")
     try:
         with hub.show_downloads(download_display(quiet=quiet, json_log=json_log)):
             if videos:
