@@ -193,6 +193,19 @@ def test_video_options_without_a_video_are_said_not_ignored() -> None:
     assert "apply to videos" not in quiet.stderr
 
 
+def test_library_remarks_about_skipped_metadata_stay_off_the_terminal() -> None:
+    import subprocess
+    import sys
+
+    Image.new("RGB", (8, 8)).save("j.png", exif=b"Exif\0\0MM\0*\0\0\0\x08\xff\xff" + b"\x01" * 40)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "PYTHONWARNINGS": "default"}
+    for flags, shown in (([], False), (["--debug"], True)):  # a real process: pytest would catch warnings itself
+        command = [sys.executable, "-m", "sst_cli", *flags, "upscale", "j.png", "-o", f"out{len(flags)}", *MODEL]
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        assert ("Corrupt EXIF" in done.stderr) is shown, done.stderr
+
+
 def test_never_writes_over_an_input() -> None:
     image("in/a.png")
     before = Path("in/a.png").read_bytes()

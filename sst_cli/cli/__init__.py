@@ -63,6 +63,19 @@ def root(
 ) -> None:
     """Upscale images with SST."""
     set_debug(debug)
+    if not debug:
+        quiet_decoders()
+
+
+def quiet_decoders() -> None:
+    """Keep the image libraries' remarks about metadata they skipped (Pillow's "Corrupt EXIF data", tifffile's
+    logged tag errors) off the terminal: they name no file, and the image is read all the same (--debug shows
+    them)."""
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"PIL\.")
+    logging.getLogger("tifffile").setLevel(logging.CRITICAL)
 
 
 def main() -> None:
