@@ -59,6 +59,8 @@ class Picture:
     format: str  # source format, lower-case: "png", "jpeg", "webp", "tiff", "bmp"
     clipped: float = 0.0  # share of float samples outside [0, 1], clipped on reading (float TIFFs)
     lossless: bool = False  # a lossless WebP source, written back lossless (a lossy copy would lose detail)
+    dpi: tuple[float, float] | None = None  # resolution, kept as it is (PNG, JPEG and 8-bit TIFF outputs)
+    png_chunks: tuple[tuple[bytes, bytes], ...] = ()  # a PNG's gamma, chromaticities and text, for PNG outputs
 
 
 def is_image_file(path: str | os.PathLike[str]) -> bool:
@@ -189,6 +191,8 @@ def read_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAULT
                 orientation = int(im.getexif().get(_ORIENTATION, 1))
             except Exception:  # broken EXIF must not make an otherwise fine image unreadable
                 orientation = 1
+            dpi = _dpi(im.info.get("dpi"), turned=orientation in (5, 6, 7, 8))
+            chunks = _kept_png_chunks(name) if fmt == "png" else ()
     except SstError:
         raise
     except UnidentifiedImageError:
@@ -215,7 +219,41 @@ def read_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAULT
     color = np.repeat(scaled[..., :1], 3, axis=2) if gray else np.ascontiguousarray(scaled[..., :3])
     alpha = np.ascontiguousarray(scaled[..., -1]) if channels in (2, 4) else None
     lossless = fmt == "webp" and _lossless_webp(name)
-    return Picture(color, alpha, gray, 8 if maxval == 255 else 16, icc or None, exif_bytes or None, fmt, 0.0, lossless)
+    depth = 8 if maxval == 255 else 16
+    return Picture(color, alpha, gray, depth, icc or None, exif_bytes or None, fmt, 0.0, lossless, dpi, chunks)
+
+
+def _dpi(value: object, *, turned: bool) -> tuple[float, float] | None:
+    """A resolution Pillow read, as (x, y) of the upright picture; None when absent or meaningless."""
+    if not isinstance(value, tuple) or len(value) != 2:
+        return None
+    try:
+        x, y = float(value[0]), float(value[1])
+    except (TypeError, ValueError):
+        return None
+    if not (0 < x < 1e6 and 0 < y < 1e6):
+        return None
+    return (y, x) if turned else (x, y)
+
+
+_KEPT_PNG = (b"gAMA", b"cHRM", b"sRGB", b"tEXt", b"zTXt", b"iTXt")  # how to show it, and what it says
+
+
+def _kept_png_chunks(name: str) -> tuple[tuple[bytes, bytes], ...]:
+    """A PNG's ancillary chunks a result keeps, verbatim, in file order (pixel data skipped, not read)."""
+    kept = []
+    with open(name, "rb") as fh:
+        fh.seek(8)
+        while len(header := fh.read(8)) == 8:
+            size, kind = int.from_bytes(header[:4], "big"), header[4:]
+            if kind == b"IEND" or size > 1 << 24:
+                break
+            if kind in _KEPT_PNG:
+                kept.append((kind, fh.read(size)))
+                fh.seek(4, os.SEEK_CUR)
+            else:
+                fh.seek(size + 4, os.SEEK_CUR)
+    return tuple(kept)
 
 
 def _lossless_webp(name: str) -> bool:
@@ -487,14 +525,21 @@ def write_image(
     icc = picture.icc_profile
     icc = icc if icc and (icc[16:20] == b"GRAY") == gray else None  # mismatched profiles confuse viewers
 
+    chunks = [(kind, data) for kind, data in picture.png_chunks if not (icc and kind == b"sRGB")]  # one or other
+
     def encode(fh: IO[bytes]) -> None:
         if depth == 16 and fmt == "png":
-            _write_png16(fh, samples, icc, picture.exif)
+            resolution = [] if picture.dpi is None else [(b"pHYs", _phys(picture.dpi))]
+            _write_png16(fh, samples, icc, picture.exif, resolution + chunks)
         elif depth == 16:
             _write_tiff16(fh, samples, icc)
         else:
             exif = picture.exif if fmt != "jpeg" or len(picture.exif or b"") <= 65533 else None
             params: dict[str, object] = {k: v for k, v in (("icc_profile", icc), ("exif", exif)) if v}
+            if fmt == "png" and chunks:
+                params["pnginfo"] = _png_info(chunks)
+            if picture.dpi is not None and fmt in ("png", "jpeg", "tiff"):
+                params["dpi"] = picture.dpi
             if fmt in ("jpeg", "webp"):
                 params["quality"] = quality
             if fmt == "webp" and picture.lossless:
@@ -558,7 +603,28 @@ def _png_chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
 
-def _write_png16(fh: IO[bytes], samples: np.ndarray, icc: bytes | None, exif: bytes | None) -> None:
+def _phys(dpi: tuple[float, float]) -> bytes:
+    """A PNG pHYs chunk's data: pixels per metre, x then y."""
+    return struct.pack(">IIB", round(dpi[0] / 0.0254), round(dpi[1] / 0.0254), 1)
+
+
+def _png_info(chunks: list[tuple[bytes, bytes]]) -> Any:
+    """Pillow's carrier of extra PNG chunks, written before the pixel data as they came."""
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    for kind, data in chunks:
+        info.add(kind, data)
+    return info
+
+
+def _write_png16(
+    fh: IO[bytes],
+    samples: np.ndarray,
+    icc: bytes | None,
+    exif: bytes | None,
+    chunks: list[tuple[bytes, bytes]] | None = None,
+) -> None:
     """Minimal 16-bit PNG encoder (gray, gray+alpha, RGB, RGBA) with the 'Sub' filter on every row."""
     height, width, channels = samples.shape
     color_type = {1: 0, 2: 4, 3: 2, 4: 6}[channels]
@@ -569,6 +635,8 @@ def _write_png16(fh: IO[bytes], samples: np.ndarray, icc: bytes | None, exif: by
         fh.write(_png_chunk(b"iCCP", b"ICC profile\x00\x00" + zlib.compress(icc)))
     if exif:
         fh.write(_png_chunk(b"eXIf", exif.removeprefix(_EXIF_HEADER)))
+    for kind, data in chunks or ():
+        fh.write(_png_chunk(kind, data))
     step = 2 * channels
     rows = max(1, (1 << 22) // (width * step))
     packer = zlib.compressobj(6)

@@ -206,8 +206,7 @@ def _choose_config(
             )
     if scale is not None and scale != cfg.scale:
         raise ConfigError(
-            f"{source}: the weights are for x{cfg.scale} but x{scale} was requested (drop --scale, or use --scale "
-            f"{cfg.scale})"
+            f"{source}: the weights are for x{cfg.scale} but x{scale} was requested; they need --scale {cfg.scale}"
         )
     return cfg
 
@@ -315,8 +314,8 @@ def _load_file(
         foreign = _load_foreign(state, label)
         if scale is not None and scale != foreign.scale:
             raise ConfigError(
-                f"{label}: the weights are for x{foreign.scale} but x{scale} was requested (drop --scale, or use "
-                f"--scale {foreign.scale})"
+                f"{label}: the weights are for x{foreign.scale} but x{scale} was requested; they need --scale "
+                f"{foreign.scale}"
             )
         return foreign.to(device=device, dtype=dtype).eval()
     try:

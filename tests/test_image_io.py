@@ -7,6 +7,7 @@ import os
 import struct
 import warnings
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -555,3 +556,43 @@ def test_a_lossless_webp_is_written_back_lossless(tmp_path: Path) -> None:
     assert np.array_equal(np.asarray(Image.open(tmp_path / "out.webp")), pixels)  # bit for bit
     write_image(tmp_path / "lossy_out.webp", lossy)
     assert (tmp_path / "lossy_out.webp").read_bytes()[12:16] != b"VP8L"
+
+
+@pytest.mark.parametrize("depth", [8, 16])
+def test_resolution_gamma_and_text_are_kept(tmp_path: Path, depth: int) -> None:
+    from PIL import PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    info.add_text("Title", "cat")
+    info.add_itxt("Comment", "ünïcode", lang="en")
+    info.add(b"gAMA", (45455).to_bytes(4, "big"))
+    pixels = np.full((6, 5), 40000, np.uint16) if depth == 16 else np.full((6, 5, 3), 90, np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "in.png", pnginfo=info, dpi=(300, 150))
+    picture = read_image(tmp_path / "in.png")
+    assert picture.dpi is not None and picture.dpi == pytest.approx((300, 150), abs=0.02)  # PNG: pixels per metre
+    write_image(tmp_path / "out.png", picture)
+    with Image.open(tmp_path / "out.png") as out:
+        out.load()
+        assert (out.info["Title"], out.info["Comment"], out.info["gamma"]) == ("cat", "ünïcode", 0.45455)
+        assert out.info["dpi"] == pytest.approx((300, 150), abs=0.02)
+    write_image(tmp_path / "out.jpg", replace(picture, bit_depth=8))  # another format: the resolution only
+    with Image.open(tmp_path / "out.jpg") as out:
+        assert out.info["dpi"] == pytest.approx((300, 150), abs=0.5) and "Title" not in out.info
+
+
+def test_a_turned_photo_turns_its_resolution_and_an_icc_profile_replaces_srgb(tmp_path: Path) -> None:
+    from PIL import PngImagePlugin
+
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotated 90°: the upright picture's x is the stored y
+    Image.new("RGB", (6, 4), "red").save(tmp_path / "turned.jpg", exif=exif.tobytes(), dpi=(300, 100))
+    assert read_image(tmp_path / "turned.jpg").dpi == (100, 300)
+    info = PngImagePlugin.PngInfo()
+    info.add(b"sRGB", b"\x00")
+    Image.new("RGB", (4, 4)).save(tmp_path / "srgb.png", pnginfo=info)
+    picture = read_image(tmp_path / "srgb.png")
+    assert picture.png_chunks == ((b"sRGB", b"\x00"),)
+    profile = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+    write_image(tmp_path / "both.png", replace(picture, icc_profile=profile))  # PNG allows one of the two
+    with Image.open(tmp_path / "both.png") as out:
+        assert "icc_profile" in out.info and "srgb" not in out.info

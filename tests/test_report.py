@@ -359,8 +359,8 @@ def test_eval_of_weights_at_two_scales_says_which_scale_ran(tmp_path: Path) -> N
     assert result.exit_code == 2
     text = " ".join(result.output.split())
     assert (
-        "the weights are for x3 but x2 was requested (without --scale every model runs at the first weights' x2)"
-        in text
+        "the weights are for x3 but x2 was requested; they need --scale 3 (without --scale every model runs at the "
+        "first weights' x2)" in text
     )
 
 
