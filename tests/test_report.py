@@ -154,6 +154,22 @@ def test_a_crop_that_does_not_fit_is_moved_and_the_report_says_so(tmp_path: Path
     assert (f"pic0: the crop asked for does not fit its picture; shown at {x},{y},8,8" in html) is moved
 
 
+@pytest.mark.parametrize("ground_truth", [True, False])
+def test_the_report_says_the_crop_option_that_shows_its_crop_again(tmp_path: Path, ground_truth: bool) -> None:
+    def build(folder: Path, crop: tuple | None) -> dict:
+        with open_report(folder, title="t", models=["good"], ground_truth=ground_truth, crop=crop) as report:
+            lr, bic, model, hr = _frames(1)
+            report.add_image("k", "pic", scale=2, lr=lr, bicubic=bic, hr=hr if ground_truth else None)
+            report.add_output("k", "good", model)
+        return json.loads((folder / "report.json").read_text())["images"][0]
+
+    first = build(tmp_path / "a", None)  # placed where the model differs most
+    said = re.search(r"(--crop \d+,\d+,\d+,\d+) shows it again", (tmp_path / "a" / "index.html").read_text())
+    assert said is not None
+    again = build(tmp_path / "b", tuple(int(v) for v in said[1].split()[1].split(",")))
+    assert again["crop_input_px"] == first["crop_input_px"]
+
+
 def test_a_failed_report_leaves_the_old_one_and_no_debris(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = tmp_path / "r"
     _build(folder)

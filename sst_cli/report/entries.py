@@ -55,6 +55,12 @@ class ImageEntry:
     crop: CropBox | None = None  # in input pixels
     thumb: str = ""
 
+    def crop_option(self, ground_truth: bool) -> str:
+        """The ``--crop`` that shows this crop again: HR (output) pixels for eval, input pixels for compare."""
+        assert self.crop is not None
+        box = self.crop.scaled(self.scale) if ground_truth else self.crop
+        return f"--crop {box.x},{box.y},{box.width},{box.height}"
+
 
 class ReportView(Protocol):
     """What ``page.render_page`` reads from a report (``builder.ReportBuilder`` is one)."""

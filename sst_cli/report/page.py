@@ -142,6 +142,7 @@ def _crops(report: ReportView, entry: ImageEntry) -> str:
             f"<figcaption>{caption}</figcaption></figure>"
         )
     where = f"crop x {box.x}–{box.x + box.width}, y {box.y}–{box.y + box.height} (output pixels), shown ×{zoom}"
+    where += f" ({entry.crop_option(report.ground_truth)} shows it again)"
     if report.ground_truth:
         where += "; dB: PSNR-Y of the crop"
     return f'<div class="crops">{"".join(figures)}</div><p class="where">{where}</p>'

@@ -78,7 +78,7 @@ def render_sheet(report: ReportBuilder) -> Image.Image:
                 value = entry.crop_psnr.get(method.id)
                 detail = "ground truth" if method.id == HR else ("" if value is None else f"{value:.2f} dB")
             tiles.append((tile, label, detail))
-        where = f"x{entry.scale}, crop {box.width}x{box.height} at ({box.x}, {box.y})"
+        where = f"x{entry.scale}, {entry.crop_option(report.ground_truth)}"
         title = f"{entry.dataset} / {entry.name}" if entry.dataset else entry.name
         rows.append((f"{title}   {where}", tiles))
     width = max(sum(t.width for t, _, _ in tiles) + GAP * (len(tiles) - 1) for _, tiles in rows) + 2 * MARGIN
