@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .choices import DEFAULT_SCALE
-from .errors import ConfigError, ImageError
+from .errors import ConfigError
 from .evaluate import BICUBIC, model_labels
 from .files import check_output_file, check_spared
 from .image_io import Picture, is_image_file, read_image
@@ -86,7 +86,7 @@ def find_inputs(paths: tuple[Path, ...]) -> list[Path]:
         elif path.is_file():
             found.append(path)
         else:
-            raise ImageError(f"cannot read '{path}': no such file or folder")
+            raise ConfigError(f"cannot read '{path}': no such file or folder")  # a command-line mistake: exit 2
     return list(dict.fromkeys(found))
 
 

@@ -93,6 +93,8 @@ class Preflight:
                 raise ImageError(f"cannot write '{self.naming.file}': {why}; name the output .png")
             if why and fmt != info.format:
                 self.note(f"{job.source}: writing PNG because {why}")
+            if info.bit_depth == 16 and fmt in ("jpeg", "webp"):  # asked for with --format or -o
+                self.note(f"{job.source}: 16 bits per channel become 8 in {fmt.upper()} (PNG and TIFF keep 16)")
             if self.writing.format is None and named_format(job.source) not in (None, info.format):
                 self.note(f"{job.source}: the file is a {info.format.upper()} image, whatever its name says; the "
                           f"result is {fmt.upper()} (--format chooses another)")  # fmt: skip

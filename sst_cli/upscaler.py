@@ -333,10 +333,13 @@ class Upscaler:
         self._said_plans.add(key)
         cost = plan.cost(height, width)
         if cost >= 2.0:
+            cheaper = (
+                "" if self.options.exact else ", and --tile-overlap 0 costs nothing extra but can leave faint seams"
+            )
             self._say(
                 f"{tile_label(plan.tile)} tiles with {plan.overlap} px of context compute each pixel {cost:.1f} "
                 "times (expect about that many times the whole image's time); larger tiles are faster if memory "
-                "allows (--max-memory), and --tile-overlap 0 costs nothing extra but can leave faint seams"
+                f"allows (--max-memory){cheaper}"
             )
         if plan.batch < self.options.batch:
             self._say(

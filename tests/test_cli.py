@@ -129,3 +129,9 @@ def test_zoo_weights_load_from_the_cache_offline(offline_cache: Path, monkeypatc
     assert result.exit_code == 0 and COMMIT in result.output
     table = runner.invoke(app, ["models"], env={"COLUMNS": "200"})
     assert f"dslisleedh/SST@{COMMIT[:7]}" in table.output and "│ cached" in table.output
+
+
+def test_compare_of_a_missing_picture_is_a_command_line_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["compare", "missing.png", "--png", "side.png"])
+    assert result.exit_code == 2 and "cannot read 'missing.png': no such file or folder" in result.output

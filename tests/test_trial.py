@@ -289,6 +289,16 @@ def test_a_quality_no_output_uses_gets_a_notice() -> None:
     assert not any("--quality" in n for n in notes), notes
 
 
+def test_sixteen_bits_written_as_jpeg_are_said() -> None:
+    Image.fromarray(np.full((5, 6), 40000, np.uint16)).save("deep.png")
+    notes: list[str] = []
+    batch(["deep.png"], output="jpg", notes=notes, format="jpg")
+    assert any("deep.png: 16 bits per channel become 8 in JPEG" in n for n in notes), notes
+    notes.clear()
+    batch(["deep.png"], output="png", notes=notes)
+    assert not any("become 8" in n for n in notes)
+
+
 def test_files_in_folders_are_never_silently_ignored() -> None:
     save("in/a.png")
     save("in/a_nn_x2.png")  # an earlier result of this tool

@@ -66,7 +66,12 @@ ExactOption = Annotated[
 BatchOption = Annotated[int, typer.Option("--batch", metavar="N", help="Tiles per forward pass.")]
 MaxMemoryOption = Annotated[
     str | None,
-    typer.Option("--max-memory", metavar="SIZE", help="Memory budget for a tile's activations, e.g. 4G or 512M."),
+    typer.Option(
+        "--max-memory",
+        metavar="SIZE",
+        help="Memory one forward pass may use, e.g. 4G or 512M (--tile auto: whether the whole image fits, and "
+        "else the tile size); default: a share of what is free.",
+    ),
 ]
 IgLambdaOption = Annotated[
     float | None,

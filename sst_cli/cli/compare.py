@@ -74,7 +74,7 @@ def compare(
     precision: PrecisionOption = "auto",
     attention: AttentionOption = "auto",
     tile: Annotated[
-        str, typer.Option("--tile", metavar="auto|0|PX", help="auto, 0 (whole image) or tile side in pixels.")
+        str, typer.Option("--tile", metavar="auto|0|PX", help="auto, 0 (whole image) or tile side in input pixels.")
     ] = "auto",
     tile_overlap: TileOverlapOption = None,
     exact: ExactOption = False,
