@@ -135,3 +135,20 @@ def test_compare_of_a_missing_picture_is_a_command_line_error(tmp_path: Path, mo
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["compare", "missing.png", "--png", "side.png"])
     assert result.exit_code == 2 and "cannot read 'missing.png': no such file or folder" in result.output
+
+
+def test_a_damaged_bundled_file_is_shown_as_such(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offline_cache: Path
+) -> None:
+    import shutil
+
+    weights = tmp_path / "weights"
+    shutil.copytree(Path(__file__).parents[1] / "weights", weights)
+    data = bytearray((weights / "sst-light-291_x4.safetensors").read_bytes())
+    data[-1] ^= 1
+    (weights / "sst-light-291_x4.safetensors").write_bytes(bytes(data))
+    monkeypatch.setenv("SST_WEIGHTS_DIR", str(weights))
+    table = runner.invoke(app, ["models"], env={"COLUMNS": "300"})
+    assert table.exit_code == 0 and "│ damaged" in table.output
+    info = runner.invoke(app, ["models", "info", "sst-light-291", "-s", "4"], env={"COLUMNS": "300"})
+    assert "no longer has this sha256 (changed or damaged): reinstall sst-cli" in info.output

@@ -23,7 +23,8 @@ app = typer.Typer(
 
 LEGEND = (
     "weights: cached = downloaded (under $HF_HOME), not cached = downloaded on first use or with "
-    "`sst models pull NAME --scale S`, bundled = shipped with sst-cli, manual = download it yourself "
+    "`sst models pull NAME --scale S`, bundled = shipped with sst-cli (damaged: changed since, reinstall), "
+    "- = not trained yet, manual = download it yourself "
     "(`sst models info NAME` says where) and pass --weights. from: hub OWNER/REPO@COMMIT (pinned), release URL "
     "(the authors' GitHub release), not found yet = looked for on first use (the authors' Hub collection and "
     "models by file name, then their release)."
@@ -37,7 +38,9 @@ def status(location: hub.Location) -> str:
     if location.source == "off-hub":
         return "manual"
     if location.source == "bundled":
-        return "bundled" if location.cached else "missing"
+        if not location.cached:
+            return "missing"
+        return "bundled" if _intact(location) else "damaged"
     return "cached" if location.cached else "not cached"
 
 
@@ -77,6 +80,12 @@ def _print_table() -> None:
     console.print(LEGEND, markup=False)
 
 
+def _intact(location: hub.Location) -> bool:
+    """Whether a bundled file still has the sha256 its manifest records (upscale refuses it otherwise)."""
+    assert location.path is not None
+    return location.sha256 is None or hub.sha256_of(location.path) == location.sha256
+
+
 def _check_scale(name: str, scale: int) -> int:
     """The scale, if the model exists at it (checked without importing the networks)."""
     scales = get_variant(name).scales
@@ -103,6 +112,8 @@ def _describe(v_name: str, scale: int, hub_repo: str | None) -> list[str]:
         assert location.path is not None
         lines.append(f"path    {location.path}")
         lines.append(f"sha256  {location.sha256 or hub.sha256_of(location.path)}")
+        if location.source == "bundled" and not _intact(location):
+            lines.append("        the file no longer has this sha256 (changed or damaged): reinstall sst-cli")
     else:
         again = f" --hub-repo {hub_repo}" if hub_repo else ""
         lines.append(f"path    not downloaded: `sst models pull {v_name} --scale {scale}{again}`")
