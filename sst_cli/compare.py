@@ -96,7 +96,27 @@ def frame(picture: Picture) -> np.ndarray:
     if picture.alpha is not None:
         rgb = np.repeat(color[..., None], 3, axis=2) if color.ndim == 2 else color
         color = np.concatenate([rgb, picture.alpha[..., None]], axis=2)
-    return np.round(np.clip(color, 0.0, 1.0) * 255.0).astype(np.uint8)
+    shown = np.round(np.clip(color, 0.0, 1.0) * 255.0).astype(np.uint8)
+    if picture.icc_profile and not picture.grayscale:  # previews carry no profile: show the colours meant
+        shown[..., :3] = _in_srgb(shown[..., :3], picture.icc_profile)
+    return shown
+
+
+def _in_srgb(rgb: np.ndarray, icc: bytes) -> np.ndarray:
+    """RGB pixels in a picture's own colour space (its ICC profile), converted to sRGB; unchanged if it fails."""
+    import io
+
+    from PIL import Image, ImageCms
+
+    try:
+        source = ImageCms.ImageCmsProfile(io.BytesIO(icc))
+        target = ImageCms.createProfile("sRGB")
+        converted = ImageCms.profileToProfile(
+            Image.fromarray(np.ascontiguousarray(rgb)), source, target, outputMode="RGB"
+        )
+    except (ImageCms.PyCMSError, OSError, ValueError):
+        return rgb
+    return np.asarray(converted) if converted is not None else rgb
 
 
 def bicubic_picture(picture: Picture, scale: int) -> Picture:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import struct
 from dataclasses import replace
 from pathlib import Path
 
@@ -168,6 +169,51 @@ def test_the_report_says_the_crop_option_that_shows_its_crop_again(tmp_path: Pat
     assert said is not None
     again = build(tmp_path / "b", tuple(int(v) for v in said[1].split()[1].split(",")))
     assert again["crop_input_px"] == first["crop_input_px"]
+
+
+def _s15(v: float) -> bytes:
+    return struct.pack(">i", round(v * 65536))
+
+
+def _xyz(x: float, y: float, z: float) -> bytes:
+    return b"XYZ " + bytes(4) + _s15(x) + _s15(y) + _s15(z)
+
+
+def _linear_rgb_profile() -> bytes:
+    """A minimal ICC v2 RGB profile: sRGB's primaries (D50-adapted) with linear curves."""
+    curve = b"curv" + bytes(4) + struct.pack(">I", 1) + struct.pack(">H", 256) + bytes(2)  # gamma 1.0, padded
+    tags = [
+        (b"wtpt", _xyz(0.9642, 1.0, 0.8249)),
+        (b"rXYZ", _xyz(0.4361, 0.2225, 0.0139)),
+        (b"gXYZ", _xyz(0.3851, 0.7169, 0.0971)),
+        (b"bXYZ", _xyz(0.1431, 0.0606, 0.7141)),
+        (b"rTRC", curve),
+        (b"gTRC", curve),
+        (b"bTRC", curve),
+    ]
+    table_size = 4 + 12 * len(tags)
+    offset = 128 + table_size
+    table, data = struct.pack(">I", len(tags)), b""
+    for sig, body in tags:
+        table += sig + struct.pack(">II", offset + len(data), len(body))
+        data += body + bytes(-len(body) % 4)
+    size = 128 + table_size + len(data)
+    header = struct.pack(">I", size) + b"lcms" + bytes([2, 0x10, 0, 0]) + b"mntrRGB XYZ " + bytes(12) + b"acsp"
+    header += bytes(4) + bytes(4) + bytes(8) + bytes(8) + bytes(4) + _s15(0.9642) + _s15(1.0) + _s15(0.8249)
+    header += bytes(128 - len(header))
+    return header + table + data
+
+
+def test_previews_of_a_picture_with_its_own_colour_space_are_shown_in_srgb() -> None:
+    """Report images carry no profile: a photo in another colour space is converted, or its colours shift."""
+    from sst_cli.compare import frame
+    from sst_cli.image_io import Picture
+
+    grey = np.full((2, 2, 3), 0.5, np.float32)
+    linear = Picture(grey, None, False, 8, _linear_rgb_profile(), None, "png")
+    assert frame(linear)[0, 0].tolist() == [188, 188, 188]  # linear 0.5 is sRGB 0.735
+    assert frame(Picture(grey, None, False, 8, None, None, "png"))[0, 0].tolist() == [128, 128, 128]
+    assert frame(Picture(grey, None, False, 8, b"not a profile", None, "png"))[0, 0].tolist() == [128, 128, 128]
 
 
 def test_a_failed_report_leaves_the_old_one_and_no_debris(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
