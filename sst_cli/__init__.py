@@ -41,6 +41,11 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def __dir__() -> list[str]:
+    """The lazy exports too, so that completion in a REPL or an editor offers them."""
+    return sorted({*globals(), *_EXPORTS})
+
+
 __all__ = [
     "DAT",
     "SST",

@@ -80,7 +80,7 @@ __all__ = [
 
 
 def upscale_files(
-    inputs: Sequence[str],
+    inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     output: str | os.PathLike[str] | None,
     *,
     model: ModelSpec,
@@ -100,15 +100,16 @@ def upscale_files(
     Raises BatchInterrupted on Ctrl-C with what was finished.
     """
     events = events or BatchEvents()
+    paths = [os.fspath(i) for i in ([inputs] if isinstance(inputs, str | os.PathLike) else inputs)]  # one is one
     parallel = workers is not None and workers.parallel
-    jobs, naming = name_batch(inputs, output, model, options, writing, recursive, include_outputs)
+    jobs, naming = name_batch(paths, output, model, options, writing, recursive, include_outputs)
     known = None if model.weights is not None and model.scale is None else ScaleOnly(naming.scale, options.outscale)
     if known is not None and _computes_nothing(jobs, naming, writing, known):
         # Every output exists (kept or refused): answer without loading the model, which may need the network.
         return run_batch(jobs, known, naming=naming, writing=writing, on_file_start=events.file_start,
                          on_file_done=events.file_done, on_note=events.note)  # fmt: skip
     jobs, naming, upscaler = plan_batch(
-        inputs, output, model=model, options=options, writing=writing, recursive=recursive,
+        paths, output, model=model, options=options, writing=writing, recursive=recursive,
         include_outputs=include_outputs, events=events, on_cpu=parallel, named=(jobs, naming),
     )  # fmt: skip
     if workers is not None and parallel:

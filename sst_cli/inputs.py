@@ -162,6 +162,8 @@ def discover_inputs(
     Raises ConfigError when nothing at all is found, since there is nothing to report on.
     """
     items = list(inputs)
+    if not items:
+        raise ConfigError("no inputs given: name image files, folders or globs")
     check_inputs_exist(items)
     jobs: list[Job] = []
     seen: set[str] = set()

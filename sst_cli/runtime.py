@@ -7,6 +7,7 @@ platform differences (CUDA, Apple's MPS, CPU memory on Linux, macOS and Windows)
 from __future__ import annotations
 
 import platform
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
@@ -72,19 +73,32 @@ def resolve_precision(precision: str, device: torch.device) -> torch.dtype:
     return torch.bfloat16 if precision == "bf16" else torch.float32
 
 
+_tf32_lock = threading.Lock()
+_tf32_users = 0
+_tf32_saved = (False, False)
+
+
 @contextmanager
 def fp32_mode(device: torch.device, dtype: torch.dtype, *, allow_tf32: bool = False) -> Iterator[None]:
     """On CUDA, fp32 means fp32: TF32 convolutions and matmuls (errors ~1e-3) are off while the block runs,
-    unless ``allow_tf32``. The previous setting is restored afterwards."""
+    unless ``allow_tf32``. The flags are process-wide: blocks running at once in several threads share one
+    setting (the first one's), and the caller's is restored when the last of them ends."""
+    global _tf32_users, _tf32_saved
     if device.type != "cuda" or dtype != torch.float32:
         yield
         return
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+    with _tf32_lock:
+        if _tf32_users == 0:
+            _tf32_saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+            torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+        _tf32_users += 1
     try:
         yield
     finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+        with _tf32_lock:
+            _tf32_users -= 1
+            if _tf32_users == 0:
+                torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = _tf32_saved
 
 
 def available_ram() -> int:

@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 import torch
@@ -18,7 +18,7 @@ from .archs import ModelDescriptor, SRNetwork, describe, network_of
 from .archs.attention import AttentionReport, describe_attention
 from .choices import DEFAULT_MODEL, DEFAULT_SCALE
 from .compiling import CompiledNetwork, wants_compile
-from .errors import ConfigError, ImageError, NonFiniteOutput, OutputExists
+from .errors import ConfigError, ImageError, NonFiniteOutput, OutputExists, OutputIsInput
 from .image_io import DEFAULT_QUALITY, ImageInfo, Picture, choose_format, cmyk_to_rgb, read_image, write_image
 from .loader import ConfigSource, ModelSpec
 from .options import UpscaleOptions
@@ -81,8 +81,10 @@ class ScaleOnly:
 class Upscaler:
     """Upscale pictures, PIL images or arrays with a network that describes itself (``archs.SRNetwork``).
 
-    ``model`` is a zoo name (default ``sst-light-291``, the bundled weights), a ``ModelSpec`` or a loaded
-    module. ``weights`` loads a local file or ``hf://`` reference into the architecture of ``model`` or
+    ``model`` is a zoo name (default ``sst-light-291``, the bundled weights), a ``ModelSpec``, a weights path
+    (``pathlib.Path``), or a loaded module, which is used in place: moved to the device and precision and put
+    in eval mode (two Upscalers may share one only with the same device and precision). ``weights`` loads a
+    local file or ``hf://`` reference into the architecture of ``model`` or
     ``config``; with neither, the file itself says (sst-cli's own safetensors, DAT checkpoints, ...).
     The remaining keywords are ``UpscaleOptions``. ``on_message`` receives warnings such as out-of-memory
     retries; ``attention`` (an ``AttentionReport``) says which kernel runs and whether a request fell back.
@@ -90,7 +92,7 @@ class Upscaler:
 
     def __init__(
         self,
-        model: str | ModelSpec | nn.Module | None = None,
+        model: str | os.PathLike[str] | ModelSpec | nn.Module | None = None,
         scale: int | None = None,
         *,
         weights: str | os.PathLike[str] | None = None,
@@ -194,12 +196,18 @@ class Upscaler:
 
     def _load(
         self,
-        model: str | ModelSpec | nn.Module | None,
+        model: str | os.PathLike[str] | ModelSpec | nn.Module | None,
         scale: int | None,
         weights: str | os.PathLike[str] | None,
         config: ConfigSource | None,
         hub_repo: str | None,
     ) -> nn.Module:
+        if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int)):
+            raise ConfigError(f"scale must be an integer such as 4, got {scale!r}")
+        if isinstance(model, os.PathLike):  # a weights file given where a name goes
+            if weights is not None:
+                raise ConfigError("pass the weights file once: as the model or as weights=, not both")
+            model, weights = None, model
         if isinstance(model, nn.Module):
             if weights is not None or config is not None:
                 raise ConfigError("pass weights/config only with a model name, not with a loaded module")
@@ -237,6 +245,12 @@ class Upscaler:
         descriptor says their output depends on position."""
         x = batch.to(self.device, self.dtype, non_blocking=True)
         network = network_of(self.model)
+        weight = next(network.parameters(), None)
+        if weight is not None and (weight.dtype != self.dtype or weight.device.type != self.device.type):
+            raise ConfigError(
+                f"this Upscaler's module is now {weight.dtype} on {weight.device}, not {self.dtype} on {self.device}: "
+                "another Upscaler sharing it moved it; give each Upscaler its own module"
+            )
         located: AbstractContextManager[None] = nullcontext()
         if origins is not None and isinstance(network, SRNetwork):
             located = network.at_tile_origins(origins)
@@ -403,6 +417,15 @@ class Upscaler:
         """Upscale one image file into ``target``, exactly as ``sst upscale`` does: EXIF orientation applied,
         ICC profile, EXIF, 16 bits and transparency kept, the file written atomically. The format comes from
         ``format`` or the target's extension."""
+        if not 1 <= quality <= 100:
+            raise ConfigError(f"quality must be between 1 and 100, not {quality}")
+        if os.path.lexists(target) and os.path.realpath(target) == os.path.realpath(source):
+            raise OutputIsInput(f"'{os.fspath(target)}' is the input itself: write the result elsewhere")
+        folder = os.path.dirname(os.fspath(target)) or "."
+        if not os.path.isdir(folder):
+            raise ImageError(f"cannot write '{os.fspath(target)}': the folder '{folder}' does not exist")
+        if os.path.isdir(target):
+            raise ImageError(f"cannot write '{os.fspath(target)}': it is a folder")
         picture = read_image(source)
         fmt = format or os.path.splitext(os.fspath(target))[1] or picture.format
         width, height = picture.color.shape[1], picture.color.shape[0]
@@ -414,13 +437,31 @@ class Upscaler:
         upscaled, _ = self.upscale_picture(picture, on_tile)
         write_image(target, upscaled, format=chosen, quality=quality, overwrite=overwrite)
 
-    def upscale(self, image: Image.Image | np.ndarray, on_tile: TileCallback | None = None) -> Any:
+    @overload
+    def upscale(self, image: Image.Image, on_tile: TileCallback | None = None) -> Image.Image: ...
+
+    @overload
+    def upscale(self, image: np.ndarray, on_tile: TileCallback | None = None) -> np.ndarray: ...
+
+    def upscale(self, image: Image.Image | np.ndarray, on_tile: TileCallback | None = None) -> Image.Image | np.ndarray:
         """Upscale a PIL image (returns PIL, with its ICC profile and EXIF in ``.info``) or an array (returns
         an array of the same dtype and layout)."""
+        if isinstance(image, str | os.PathLike):
+            raise ConfigError(
+                f"upscale takes an image (PIL or array), not the path {os.fspath(image)!r}: use "
+                "upscale_file(source, target), or Image.open(path)"
+            )
         if isinstance(image, Image.Image):
+            try:
+                image.load()
+            except OSError as exc:
+                raise ImageError(f"cannot read the image: {exc}") from exc
             return _to_pil(self.upscale_picture(_picture_from_pil(image), on_tile)[0], image.mode)
         array = np.asarray(image)
-        return _to_array(self.upscale_picture(_picture_from_array(array), on_tile)[0], array)
+        picture = _picture_from_array(array)
+        if picture.clipped:
+            self._say(f"{100 * picture.clipped:.3g}% of the float samples lie outside 0..1: they are clipped to it")
+        return _to_array(self.upscale_picture(picture, on_tile)[0], array)
 
     def upscale_batch(self, images: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Upscale same-size arrays (as ``upscale`` takes them), several whole images per forward pass where
@@ -456,7 +497,7 @@ def _check_settings(asked: dict[str, Any], known: tuple[str, ...], title: str) -
 
 
 def _refuse_settings_early(
-    model: str | ModelSpec | nn.Module | None,
+    model: str | os.PathLike[str] | ModelSpec | nn.Module | None,
     weights: str | os.PathLike[str] | None,
     config: ConfigSource | None,
     asked: dict[str, Any],
@@ -466,6 +507,8 @@ def _refuse_settings_early(
         return
     if isinstance(model, ModelSpec):
         name, weights, config = model.model, model.weights, model.config
+    elif isinstance(model, os.PathLike):
+        return  # a weights file: the architecture is only known once it is read
     elif model is None or isinstance(model, str):
         name = model
     else:
@@ -514,19 +557,24 @@ def _picture_from_array(array: np.ndarray) -> Picture:
         array = array[..., None]
     if array.ndim != 3 or array.shape[2] not in (1, 2, 3, 4):
         raise ConfigError(f"expected an (H, W), (H, W, 1-4) image array, got shape {array.shape}")
+    clipped = 0.0
     if array.dtype == np.uint8:
         values, depth = array.astype(np.float32) / 255.0, 8
     elif array.dtype == np.uint16:
         values, depth = array.astype(np.float32) / 65535.0, 16
     elif np.issubdtype(array.dtype, np.floating):
-        values, depth = np.clip(array.astype(np.float32), 0.0, 1.0), 16
+        floats = array.astype(np.float32)
+        if not np.isfinite(floats).all():
+            raise ConfigError("the image array holds NaN or infinite values")
+        clipped = float(np.count_nonzero((floats < 0) | (floats > 1))) / max(1, floats.size)
+        values, depth = np.clip(floats, 0.0, 1.0), 16
     else:
         raise ConfigError(f"unsupported image array dtype {array.dtype}; use uint8, uint16 or float in [0, 1]")
     channels = values.shape[2]
     gray = channels in (1, 2)
     color = np.repeat(values[..., :1], 3, axis=2) if gray else values[..., :3]
     alpha = values[..., -1] if channels in (2, 4) else None
-    return Picture(color, alpha, gray, depth, None, None, "png")
+    return Picture(color, alpha, gray, depth, None, None, "png", clipped)
 
 
 def _to_array(picture: Picture, like: np.ndarray) -> np.ndarray:
@@ -548,20 +596,30 @@ def _picture_from_pil(image: Image.Image) -> Picture:
     icc = image.info.get("icc_profile") or None
     image = ImageOps.exif_transpose(image)  # also resets the orientation tag in .info["exif"]
     mode = image.mode
+    exif = image.info.get("exif")
     if mode == "P" or mode == "PA":
         image = image.convert("RGBA" if mode == "PA" or "transparency" in image.info else "RGB")
     elif mode == "CMYK":
         image, icc = cmyk_to_rgb(image, icc), None
-    elif mode not in ("L", "LA", "RGB", "RGBA", "I;16"):
-        image = image.convert("RGBA" if "A" in mode else "RGB")
-    exif = image.info.get("exif")
-    picture = _picture_from_array(np.asarray(image))
+    elif mode in ("1", "RGBa"):
+        image = image.convert({"1": "L", "RGBa": "RGBA"}[mode])
+    elif mode == "La":  # premultiplied gray + alpha, which Pillow cannot convert: divided out here
+        la = np.asarray(image).astype(np.float32)
+        gray = np.where(la[..., 1] > 0, la[..., 0] * 255 / np.maximum(la[..., 1], 1), 0)
+        image = Image.fromarray(np.dstack([np.clip(np.round(gray), 0, 255), la[..., 1]]).astype(np.uint8), "LA")
+    elif mode not in ("L", "LA", "RGB", "RGBA", "F", "I") and not mode.startswith("I;16"):
+        image = image.convert("RGB")  # YCbCr, LAB, HSV: colour without alpha
+    values = np.asarray(image)
+    if mode == "I" or mode.startswith("I;16"):  # 16-bit gray, as the file reader takes it
+        values = np.clip(values, 0, 65535).astype(np.uint16)
+    picture = _picture_from_array(values)
     exif_bytes = exif if isinstance(exif, bytes) and exif else None
     return replace(picture, icc_profile=icc if isinstance(icc, bytes) else None, exif=exif_bytes)
 
 
 def _to_pil(picture: Picture, mode: str) -> Image.Image:
-    like = np.zeros((1, 1, 1), dtype=np.uint16 if mode == "I;16" else np.uint8)
+    wide = mode == "I" or mode.startswith("I;16")
+    like = np.zeros((1, 1, 1), dtype=np.float32 if mode == "F" else np.uint16 if wide else np.uint8)
     array = _to_array(picture, like)
     image = Image.fromarray(array[..., 0] if array.shape[2] == 1 else array)
     for key, value in (("icc_profile", picture.icc_profile), ("exif", picture.exif)):

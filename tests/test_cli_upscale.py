@@ -435,3 +435,18 @@ def test_verbose_and_the_json_log_say_where_the_time_went() -> None:
     assert {"start-up", "model", "network (first pass)", "write"} <= set(seconds) and "network" not in seconds
     assert all(value >= 0 for value in seconds.values())
     assert seconds["network (first pass)"] > 0 and sum(seconds.values()) <= timings["total"]
+
+
+def test_the_library_batch_takes_one_path_as_one_input() -> None:
+    """A str is a Sequence[str]: it was walked letter by letter ('.' upscaled the whole folder)."""
+    from sst_cli.batch import upscale_files
+    from sst_cli.loader import ModelSpec
+    from sst_cli.naming import WriteOptions
+    from sst_cli.upscaler import UpscaleOptions
+
+    image("holiday.png")
+    image("other.png")
+    spec = ModelSpec(weights=str(GOLDEN / "mini_x3.pth"), config=str(GOLDEN / "mini_x3.json"))
+    result = upscale_files("holiday.png", "out", model=spec, options=UpscaleOptions(device="cpu"),
+                           writing=WriteOptions())  # fmt: skip
+    assert [r.source.name for r in result.files] == ["holiday.png"] and files_under("out") == ["holiday_mini_x3_x3.png"]

@@ -372,3 +372,113 @@ def test_the_fill_keeps_visible_pixels_and_reaches_far_gaps() -> None:
     assert torch.allclose(filled[:, 31, 39], colour[:, 30:33, 40:44].mean((1, 2)), atol=0.35)
     assert torch.equal(fill_hidden_colour(colour, torch.ones(37, 50)), colour)  # nothing hidden: untouched
     assert torch.equal(fill_hidden_colour(colour, torch.zeros(37, 50)), colour)  # nothing visible: untouched
+
+
+def test_upscale_file_never_replaces_its_source_and_checks_before_computing(tmp_path: Path) -> None:
+    from sst_cli.errors import ImageError, OutputIsInput
+
+    source = tmp_path / "p.png"
+    Image.fromarray((_photo(10, 12) * 255).astype(np.uint8)).save(source)
+    before = source.read_bytes()
+    tiles: list[int] = []
+    up = Upscaler(_Bicubic(), device="cpu", tile=0)
+    with pytest.raises(OutputIsInput, match="is the input itself"):
+        up.upscale_file(source, source, overwrite=True)
+    assert source.read_bytes() == before
+    with pytest.raises(ConfigError, match="quality must be between 1 and 100"):
+        up.upscale_file(source, tmp_path / "q.jpg", quality=500, on_tile=lambda d, t: tiles.append(d))
+    with pytest.raises(ImageError, match=r"the folder .* does not exist"):
+        up.upscale_file(source, tmp_path / "nodir" / "o.png", on_tile=lambda d, t: tiles.append(d))
+    assert tiles == []  # refused before the network ran
+
+
+@pytest.mark.parametrize(
+    ("mode", "make", "out_mode"),
+    [
+        ("F", lambda g: Image.fromarray(g, "F"), "F"),
+        ("I", lambda g: Image.fromarray((g * 65535).astype(np.int32), "I"), "I;16"),
+        ("I;16B", lambda g: Image.frombytes("I;16B", (16, 16), (g * 65535).astype(">u2").tobytes()), "I;16"),
+        ("1", lambda g: Image.fromarray(g > 0.5).convert("1"), "L"),
+        (
+            "RGBa",
+            lambda g: Image.fromarray((np.dstack([g] * 4) * 255).astype(np.uint8), "RGBA").convert("RGBa"),
+            "RGBA",
+        ),
+        ("La", lambda g: Image.fromarray((np.dstack([g] * 2) * 255).astype(np.uint8), "LA").convert("La"), "LA"),
+        ("LAB", lambda g: Image.fromarray((np.dstack([g] * 3) * 255).astype(np.uint8)).convert("LAB"), "RGB"),
+    ],
+)
+def test_pil_images_of_every_mode_keep_their_values(mode: str, make: object, out_mode: str) -> None:
+    """F, I and I;16B were converted to 8-bit RGB (F came out nearly black); LAB came back with an alpha."""
+    gradient = np.tile(np.linspace(0, 1, 16, dtype=np.float32), (16, 1))
+    image = make(gradient)  # type: ignore[operator]
+    assert image.mode == mode
+    out = Upscaler(_Bicubic(), device="cpu", tile=0).upscale(image)
+    assert out.mode == out_mode and out.size == (32, 32)
+    if mode in ("F", "I", "I;16B"):
+        full = 1.0 if mode == "F" else 65535.0
+        assert abs(np.asarray(out, dtype=np.float64).mean() / full - gradient.mean()) < 0.01
+
+
+def test_float_arrays_out_of_range_are_said_and_nan_refused() -> None:
+    said: list[str] = []
+    up = Upscaler(_Bicubic(), device="cpu", tile=0, on_message=said.append)
+    values = np.random.default_rng(0).random((8, 8, 3)).astype(np.float32)
+    up.upscale(values * 255)
+    assert said and "of the float samples lie outside 0..1: they are clipped" in said[0]
+    values[3, 3, 0] = np.nan
+    with pytest.raises(ConfigError, match="NaN or infinite"):
+        up.upscale(values)
+    with pytest.raises(ConfigError, match=r"upscale takes an image \(PIL or array\), not the path 'photo.png'"):
+        up.upscale("photo.png")  # type: ignore[call-overload]
+
+
+def test_a_shared_module_moved_by_another_upscaler_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = tiny_sst()
+    first = Upscaler(model, device="cpu", tile=0)
+    Upscaler(model, device="cpu", tile=0, precision="bf16")  # casts the shared module in place
+    with pytest.raises(ConfigError, match="another Upscaler sharing it moved it"):
+        first.upscale(np.zeros((8, 8, 3), np.uint8))
+
+
+def test_model_arguments_of_the_wrong_kind_are_refused_or_understood() -> None:
+    with pytest.raises(ConfigError, match="scale must be an integer such as 4, got '4'"):
+        Upscaler(scale="4")  # type: ignore[arg-type]
+    bundled = Path(__file__).parents[1] / "weights" / "sst-light-291_x4.safetensors"
+    assert Upscaler(bundled, device="cpu").scale == 4  # a Path is a weights file
+
+
+def test_tf32_flags_survive_overlapping_fp32_blocks_in_threads() -> None:
+    import threading
+
+    cuda = torch.device("cuda")  # only the process-wide flags are touched: no GPU needed
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    inside, leave = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with fp32_mode(cuda, torch.float32):
+            inside.set()
+            leave.wait(10)
+
+    def second() -> None:
+        inside.wait(10)
+        with fp32_mode(cuda, torch.float32):
+            assert not torch.backends.cuda.matmul.allow_tf32
+        leave.set()
+
+    try:
+        threads = [threading.Thread(target=first), threading.Thread(target=second)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def test_the_package_lists_its_lazy_exports() -> None:
+    import sst_cli
+
+    assert {"Upscaler", "load_model", "create_model"} <= set(dir(sst_cli))
