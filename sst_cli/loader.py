@@ -28,8 +28,9 @@ from .archs import (
     recognise,
 )
 from .checkpoint import check_fit, load_state, read_weights
+from .checks import check_model_choice
 from .errors import CheckpointError, ConfigError
-from .zoo import VARIANTS, Variant, check_scale, get_variant
+from .zoo import VARIANTS, Variant, get_variant
 
 if TYPE_CHECKING:
     from .spandrel.foreign import NotRecognised
@@ -76,20 +77,9 @@ class ModelSpec:
     hub_repo: str | None = None
 
     def __post_init__(self) -> None:
-        if self.config is not None and self.weights is None:
-            raise ConfigError("--config describes an architecture; give the weights to load into it with --weights")
-        if self.config is not None and self.model is not None:
-            raise ConfigError("--config and --model both say which architecture to build: give one of them")
-        if self.hub_repo is not None and self.weights is not None:
-            raise ConfigError("--hub-repo says where zoo weights come from; --weights names the file itself: drop one")
+        check_model_choice(self.model, self.scale, self.weights, self.config, self.hub_repo)
         if self.config is not None and not isinstance(self.config, Mapping):
             read_config_kwargs(self.config)  # a missing or broken file is said before the weights are read
-        if self.scale is not None and (isinstance(self.scale, bool) or self.scale < 1):
-            raise ConfigError(f"scale must be a positive integer, got {self.scale}")
-        if self.model is not None and self.config is None:
-            variant = get_variant(self.model)  # unknown names fail here, naming the zoo
-            if self.scale is not None:
-                variant.config(check_scale(self.scale))
 
     def load(self, default_model: str, default_scale: int, *, device: torch.device, dtype: torch.dtype) -> SRNetwork:
         """The network, on ``device`` in ``dtype``; a zoo model falls back to the given defaults."""

@@ -58,6 +58,9 @@ NO_TORCH_NEEDED = [
     (["--overwrite", "--skip-existing"], "overwrite and skip-existing exclude each other"),
     (["--workers", "0"], "--workers must be 1 or more"),
     (["--device", "cuda:0,"], "has an empty entry"),
+    (["--model", "sst-lite"], "unknown model 'sst-lite'; did you mean sst-light?"),
+    (["--model", "sst", "--scale", "5"], "scale must be one of 2, 3, 4, got 5"),
+    (["--weights", "w.pth", "--hub-repo", "a/b"], "--hub-repo says where zoo weights come from"),
 ]
 if sys.platform != "darwin":  # Apple's GPU exists on macOS only: anywhere else the answer needs no torch
     NO_TORCH_NEEDED.append((["--device", "mps"], "device 'mps' (Apple GPU) is not available here"))

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import Progress, TaskID
 from rich.table import Table
 
+from ..checks import check_model_choice
 from ..errors import ConfigError
 from ..phases import Phases, process_seconds
 from ._options import (
@@ -354,6 +355,7 @@ def upscale(
         max_pixels=max_pixels,
     )
     video_options = VideoOptions(codec, crf, pix_fmt, lossless, frames_per_pass)
+    check_model_choice(model, scale, weights, config, hub_repo)
     check_inputs_exist(inputs)
     reporter = Reporter(quiet=quiet, json_log=json_log)
     reporter.phases.add("start-up", process_seconds())  # Python and sst-cli's light imports
