@@ -41,7 +41,7 @@ from .naming import (
     plan_output,
 )
 from .parallel import WorkerPlan, run_batch_parallel
-from .preflight import OutputNameClash
+from .preflight import OutputNameClash, Preflight
 from .upscaler import ScaleOnly, UpscaleOptions, Upscaler
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ def upscale_files(
     parallel = workers is not None and workers.parallel
     jobs, naming = name_batch(paths, output, model, options, writing, recursive, include_outputs)
     known = None if model.weights is not None and model.scale is None else ScaleOnly(naming.scale, options.outscale)
-    if known is not None and _computes_nothing(jobs, naming, writing, known):
+    if known is not None and not writing.overwrite and _computes_nothing(jobs, naming, writing, known):
         # Every output exists (kept or refused): answer without loading the model, which may need the network.
         return run_batch(jobs, known, naming=naming, writing=writing, on_file_start=events.file_start,
                          on_file_done=events.file_done, on_note=events.note)  # fmt: skip
@@ -187,7 +187,7 @@ def _computes_nothing(jobs: Sequence[Job], naming: Naming, writing: WriteOptions
     """Whether planning, from the headers alone, leaves no file to compute (a resumed batch that is done)."""
     if naming.file is not None and writing.format is None:
         writing = replace(writing, format=naming.file.suffix.lstrip("."))
-    plans = _BatchRun(known, naming, writing, None, lambda text: None).preflight(jobs)
+    plans = Preflight(known, naming, writing, lambda text: None, tidy=False).preflight(jobs)  # said by the real one
     return all(plan.skip is not None or plan.failure is not None for plan in plans)
 
 

@@ -18,7 +18,7 @@ import threading
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import IO, Any
 
 import numpy as np
@@ -140,7 +140,7 @@ def probe_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAUL
             wide = re.fullmatch(r"(RGBA?|RGBX|LA);16[BLN]?", rawmode)
             mode = im.mode
             if _tifffile_reads(im):
-                return ImageInfo.of(_read_tiff(name, max_pixels))  # decoded: floats count what is clipped
+                return _probe_tiff(name, max_pixels)
             alpha = mode in ("RGBA", "LA", "PA", "La", "RGBa") or "transparency" in im.info
             alpha = alpha or bool(wide and wide[1] in ("RGBA", "LA"))
             deep = bool(wide) or mode.startswith("I;16") or mode in ("I", "F")
@@ -284,6 +284,26 @@ def _tifffile_reads(im: Image.Image) -> bool:
     tags = getattr(im, "tag_v2", {})
     bits = tags.get(258, 8)
     return tags.get(284, 1) == 2 or max(bits if isinstance(bits, tuple) else (bits,)) > 8 or im.mode == "F"
+
+
+def _probe_tiff(name: str, max_pixels: int | None) -> ImageInfo:
+    """``probe_image`` for the TIFFs tifffile reads: their tags, or the pixels of float and signed ones (decoded
+    to count what would be clipped)."""
+    import tifffile
+
+    try:
+        with tifffile.TiffFile(name) as tif:
+            page = tif.pages[0]
+            width, height = int(page.imagewidth), int(page.imagelength)
+            _check_size(name, width, height, max_pixels)
+            dtype, samples, frames = page.dtype, int(page.samplesperpixel), len(tif.pages)
+    except SstError:
+        raise
+    except Exception as exc:  # tifffile raises its own TiffFileError, ValueError ... on bad data
+        raise ImageError(f"cannot read '{name}': the TIFF is damaged or unsupported ({exc})") from exc
+    if dtype is None or dtype.kind in "fi":
+        return replace(ImageInfo.of(_read_tiff(name, max_pixels)), frames=frames)
+    return ImageInfo(width, height, "tiff", samples in (2, 4), 8 if dtype == np.uint8 else 16, frames)
 
 
 def _read_tiff(name: str, max_pixels: int | None) -> Picture:

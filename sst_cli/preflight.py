@@ -55,6 +55,7 @@ class Preflight:
     claimed: dict[str, Path] = field(default_factory=dict)
     folders: dict[Path, str | None] = field(default_factory=dict)  # checked output folder -> why unusable
     kept_in: set[Path] = field(default_factory=set)  # folders of outputs kept by skip_existing (cleaned too)
+    tidy: bool = True  # remove the temporaries a killed run left in the output folders
 
     def preflight(self, jobs: Sequence[Job]) -> list[_Plan]:
         """Plan every output from the image headers alone and say up front what will not work."""
@@ -73,7 +74,7 @@ class Preflight:
         if self.writing.quality is not None and lossless and not {p.format for p in plans} & {"jpeg", "webp"}:
             self.note(f"--quality applies to JPEG and WebP; the outputs here are {'/'.join(sorted(lossless)).upper()}, "
                       "which are lossless, so it changes nothing (--format jpg or webp uses it)")  # fmt: skip
-        for folder in self.folders.keys() | self.kept_in:
+        for folder in (self.folders.keys() | self.kept_in) if self.tidy else ():
             clean_stale_temporaries(folder, self.note)
         return plans
 
