@@ -159,3 +159,49 @@ def test_compare_page_with_alpha_shows_a_checkerboard(browser: Browser, tmp_path
     shot = np.asarray(Image.open(browser.screenshot(tmp_path / "compare.png")).convert("L")).astype(int)
     strip = shot[int(top) + 2 : int(top + height) - 2, int(left) + 2 : int(left + width * 0.3)]
     assert set(np.unique(strip)) >= {207, 255} or (strip.max() - strip.min() > 30 and strip.min() > 180)
+
+
+def test_a_phone_wide_page_never_scrolls_sideways_and_sliders_keep_whole_pixels(
+    browser: Browser, eval_report: Path
+) -> None:
+    """At 400 px the tables overflowed the page and an opened slider widened it; the slider's border took two
+    pixels from the image, so no view was ever 1:1."""
+    metrics = {"width": 400, "height": 800, "deviceScaleFactor": 1, "mobile": False}
+    browser.call("Emulation.setDeviceMetricsOverride", metrics)
+    try:
+        browser.open((eval_report / "index.html").as_uri())
+        browser.wait_for("document.body.getAttribute('data-ready') === '1'")
+        browser.evaluate(LOAD_EVERYTHING)
+        browser.wait_for(ALL_IMAGES_SETTLED)
+        assert browser.evaluate("document.documentElement.scrollWidth") <= 400
+        drawn = browser.evaluate(
+            "Array.from(document.querySelectorAll('.stage img')).map(i => [i.getBoundingClientRect().width,"
+            " i.naturalWidth, i.closest('.stage').getAttribute('data-enlarged')])"
+        )
+        for width, natural, enlarged in drawn:  # 48 px pictures, shown 7x: 336 px, whole pixels
+            assert enlarged == "1" and width == 7 * natural
+        first = "document.querySelector('#images tbody details.slider input.position')"
+        browser.evaluate(f"{first}.focus()")
+        for key in ("ArrowRight", "PageUp"):
+            browser.call("Input.dispatchKeyEvent", {"type": "keyDown", "key": key, "code": key})
+            browser.call("Input.dispatchKeyEvent", {"type": "keyUp", "key": key, "code": key})
+        assert float(browser.evaluate(f"{first}.value")) == pytest.approx(62)  # 50 + 2 + 10
+    finally:
+        browser.call("Emulation.clearDeviceMetricsOverride")
+
+
+def test_at_a_laptop_width_the_crops_stay_in_one_row_and_the_header_sticks(browser: Browser, eval_report: Path) -> None:
+    browser.call("Emulation.setDeviceMetricsOverride", {"width": 1024, "height": 700, "deviceScaleFactor": 1,
+                                                        "mobile": False})  # fmt: skip
+    try:
+        browser.open((eval_report / "index.html").as_uri())
+        browser.wait_for("document.body.getAttribute('data-ready') === '1'")
+        assert browser.evaluate("document.documentElement.scrollWidth") <= 1024
+        tops = browser.evaluate(
+            "Array.from(document.querySelector('#images tbody .crops').children).map(f => f.offsetTop)"
+        )
+        assert len(set(tops)) == 1  # LR, bicubic, the models and HR side by side
+        browser.evaluate("window.scrollTo(0, document.body.scrollHeight / 2)")
+        assert browser.evaluate("document.querySelector('#images thead th').getBoundingClientRect().top") == 0
+    finally:
+        browser.call("Emulation.clearDeviceMetricsOverride")

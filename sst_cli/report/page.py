@@ -16,6 +16,8 @@ from string import Template
 from .._version import __version__
 from .entries import BICUBIC, CROP_DISPLAY, HR, LR, ImageEntry, Method, ReportView
 
+SMALL_SLIDER = 320  # a slider of a smaller picture shows it enlarged by a whole factor, nearest neighbour
+
 
 def template() -> Template:
     return Template(resources.files("sst_cli.report").joinpath("template.html").read_text(encoding="utf-8"))
@@ -61,7 +63,8 @@ def _summary(report: ReportView) -> str:
         body = "".join(f"<td>{c}</td>" for c in cells)
         rows.append(f"<tr>{body}<td{title}>{published}</td><td>{delta}</td></tr>")
     header = "".join(f"<th>{h}</th>" for h in head)
-    return f'<table class="summary"><thead><tr>{header}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    table = f'<table class="summary"><thead><tr>{header}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    return f'<div class="wide">{table}</div>'
 
 
 def _sort_button(key: str, label: str, first: str = "descending", title: str = "") -> str:
@@ -163,14 +166,18 @@ def _slider(report: ReportView, entry: ImageEntry) -> str:
 
     links = " · ".join(f'<a href="{_image_url(entry, m.id)}">{escape(m.label)}</a>' for m in shown)
     width, height = entry.out_size
+    enlarge = max(1, -(-SMALL_SLIDER // max(width, height)))  # small pictures: whole pixels, enlarged
+    width, height = width * enlarge, height * enlarge
+    pixelated = " pixelated" if enlarge > 1 else ""
     return (
         '<details class="slider"><summary>before / after: the whole image</summary>'
         f'<div class="controls">left <select class="left" aria-label="left image">{options(left)}</select> '
         f'right <select class="right" aria-label="right image">{options(right)}</select> '
         f'<span class="links">full size: {links}</span></div>'
-        f'<div class="frame" style="width:{width}px"><div class="stage checker" style="aspect-ratio:{width}/{height}">'
-        f'<img class="under" data-src="{_image_url(entry, left.id)}" alt="left image">'
-        f'<img class="over" data-src="{_image_url(entry, right.id)}" alt="right image" '
+        f'<div class="frame" style="width:{width}px"><div class="stage checker" data-enlarged="{int(enlarge > 1)}" '
+        f'style="aspect-ratio:{width}/{height}">'
+        f'<img class="under{pixelated}" data-src="{_image_url(entry, left.id)}" alt="{escape(entry.name)}: left">'
+        f'<img class="over{pixelated}" data-src="{_image_url(entry, right.id)}" alt="{escape(entry.name)}: right" '
         'style="clip-path:inset(0 0 0 50%)">'
         '<span class="divider" style="left:50%"></span>'
         f'<span class="label l">{escape(left.label)}</span><span class="label r">{escape(right.label)}</span></div>'
@@ -192,7 +199,7 @@ def _row(report: ReportView, entry: ImageEntry) -> str:
             data[f"psnr-{m.id}"] = _attr(score.psnr if score else None)
             data[f"gain-{m.id}"] = _attr(gain)
             cells.append(_score_cell(score))
-            sign = "" if gain is None else (" up" if gain > 0 else " down")
+            sign = "" if gain is None or round(gain, 2) == 0 else (" up" if gain > 0 else " down")
             cells.append(f'<td class="gain{sign}">{"—" if gain is None else f"{gain:+.2f}"}</td>')
     else:
         for m in report.models:

@@ -7,6 +7,7 @@ checkerboard.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -81,7 +82,9 @@ def render_sheet(report: ReportBuilder) -> Image.Image:
         where = f"x{entry.scale}, {entry.crop_option(report.ground_truth)}"
         title = f"{entry.dataset} / {entry.name}" if entry.dataset else entry.name
         rows.append((f"{title}   {where}", tiles))
-    width = max(sum(t.width for t, _, _ in tiles) + GAP * (len(tiles) - 1) for _, tiles in rows) + 2 * MARGIN
+    widest = max(max(sum(t.width for t, _, _ in tiles) + GAP * (len(tiles) - 1), math.ceil(title_font.getlength(title)))
+                 for title, tiles in rows)  # fmt: skip
+    width = widest + 2 * MARGIN  # a long file name widens the sheet rather than being cut
     heights = [TITLE_SIZE + 8 + max(t.height for t, _, _ in tiles) + 2 * line + GAP for _, tiles in rows]
     sheet = Image.new("RGB", (width, sum(heights) + 2 * MARGIN - GAP), BACKGROUND)
     draw = ImageDraw.Draw(sheet)
