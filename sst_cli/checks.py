@@ -102,24 +102,3 @@ def check_running_values(
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
     check_choice(compile, COMPILE_CHOICES, "compile choice")
-
-
-def check_model_choice(
-    model: str | None, scale: int | None, weights: object | None, config: object | None, hub_repo: str | None
-) -> None:
-    """What ``--model``, ``--scale``, ``--weights``, ``--config`` and ``--hub-repo`` say together, before any file
-    is read: contradictions, an unknown zoo name (with a suggestion), a scale the model does not have."""
-    from .zoo import check_scale, get_variant
-
-    if config is not None and weights is None:
-        raise ConfigError("--config describes an architecture; give the weights to load into it with --weights")
-    if config is not None and model is not None:
-        raise ConfigError("--config and --model both say which architecture to build: give one of them")
-    if hub_repo is not None and weights is not None:
-        raise ConfigError("--hub-repo says where zoo weights come from; --weights names the file itself: drop one")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int) or scale < 1):
-        raise ConfigError(f"scale must be a positive integer, got {scale!r}")
-    if model is not None and config is None:
-        variant = get_variant(model)  # unknown names fail here, naming the zoo
-        if scale is not None:
-            variant.config(check_scale(scale))

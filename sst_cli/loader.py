@@ -28,9 +28,8 @@ from .archs import (
     recognise,
 )
 from .checkpoint import check_fit, load_state, read_weights
-from .checks import check_model_choice
 from .errors import CheckpointError, ConfigError
-from .zoo import VARIANTS, Variant, get_variant
+from .zoo import VARIANTS, Variant, check_model_choice, get_variant
 
 if TYPE_CHECKING:
     from .spandrel.foreign import NotRecognised

@@ -203,3 +203,22 @@ def create_model(name: str, scale: int) -> SRNetwork:
 
     variant = get_variant(name)
     return get_architecture(variant.arch).build(variant.config(scale))
+
+
+def check_model_choice(
+    model: str | None, scale: int | None, weights: object | None, config: object | None, hub_repo: str | None
+) -> None:
+    """What ``--model``, ``--scale``, ``--weights``, ``--config`` and ``--hub-repo`` say together, before any file
+    is read: contradictions, an unknown zoo name (with a suggestion), a scale the model does not have."""
+    if config is not None and weights is None:
+        raise ConfigError("--config describes an architecture; give the weights to load into it with --weights")
+    if config is not None and model is not None:
+        raise ConfigError("--config and --model both say which architecture to build: give one of them")
+    if hub_repo is not None and weights is not None:
+        raise ConfigError("--hub-repo says where zoo weights come from; --weights names the file itself: drop one")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int) or scale < 1):
+        raise ConfigError(f"scale must be a positive integer, got {scale!r}")
+    if model is not None and config is None:
+        variant = get_variant(model)  # unknown names fail here, naming the zoo
+        if scale is not None:
+            variant.config(check_scale(scale))

@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.progress import Progress, TaskID
 from rich.table import Table
 
-from ..checks import check_model_choice
 from ..errors import ConfigError
 from ..phases import Phases, process_seconds
+from ..zoo import check_model_choice
 from ._options import (
     SCALE_HELP,
     AttentionOption,
