@@ -232,6 +232,8 @@ def eval_command(
             from ..report import eval_recorder, open_report
 
             title = f"{', '.join(labels)} on {', '.join(dataset)}"
+            if scale:
+                title += f" at {', '.join(f'x{s}' for s in dict.fromkeys(scale))}"
             builder = stack.enter_context(
                 open_report(
                     report, title=title, models=[label for label in labels if label != BICUBIC],
