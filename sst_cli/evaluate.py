@@ -17,11 +17,12 @@ import numpy as np
 import torch
 
 from .choices import DEFAULT_SCALE
-from .errors import ConfigError, ImageError, OutputExists
+from .errors import ConfigError, ImageError, OutputExists, WriteError
 from .image_io import Picture, is_image_file, probe_image, read_image, write_image
 from .loader import ModelSpec
 from .metrics import SSIM_WINDOW, psnr, psnr_ssim_y, ssim
 from .naming import model_label as spec_label
+from .preflight import unwritable
 from .resize import imresize
 from .upscaler import UpscaleOptions, Upscaler
 from .zoo import get_variant
@@ -441,6 +442,10 @@ def run_evaluation(
         for hr in ds.hr_files:
             for path in dict.fromkeys([hr, *(lr for s in scales if (lr := ds.lr_file(hr, s)) is not None)]):
                 read_image(path)
+    for folder in _save_folders(settings, datasets, scales):  # made only now that the inputs are known good
+        why = unwritable(folder)
+        if why is not None:
+            raise WriteError(f"--save-images: cannot write into '{folder}': {why}")
     if on_start is not None:
         on_start(sum(len(ds.hr_files) for ds in datasets) * len(scales) * len(settings.models))
     order = {ds.name: i for i, ds in enumerate(datasets)}
@@ -482,6 +487,14 @@ def _check_names(datasets: list[Dataset]) -> None:
         for hr in ds.hr_files:
             if stems.setdefault(hr.stem, hr) != hr:
                 raise ConfigError(f"{ds.name}: {stems[hr.stem].name} and {hr.name} share the name {hr.stem!r}")
+
+
+def _save_folders(settings: EvalSettings, datasets: list[Dataset], scales: list[int]) -> list[Path]:
+    """Where ``save_images`` puts each model's images of each dataset and scale."""
+    if settings.save_images is None:
+        return []
+    roots = [_save_dir(settings, label) for label in model_labels(settings.models)]
+    return [root / ds.name / f"x{s}" for root in roots if root is not None for ds in datasets for s in scales]
 
 
 def _check_saved(settings: EvalSettings, datasets: list[Dataset], scales: list[int]) -> None:

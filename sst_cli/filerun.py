@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from .errors import ImageError, SstError
+from .errors import ImageError, OutputExists, OutputIsInput, SstError
 from .image_io import output_format, read_image, write_image
 from .inputs import Job
 from .naming import Naming, WriteOptions
@@ -188,6 +188,12 @@ class _BatchRun:
                     overwrite=self.writing.overwrite,
                 )
             record.status = "done"
+        except OutputExists as exc:
+            if self.writing.skip_existing and plan.failure is None and not isinstance(exc, OutputIsInput):
+                # another run wrote it meanwhile: what --skip-existing keeps
+                record.status, record.reason = "skipped", f"'{plan.target}' appeared while this run computed it"
+            else:
+                record.failed_with(exc)
         except (SstError, OSError, RuntimeError, MemoryError) as exc:  # torch kernel failures are RuntimeErrors
             record.failed_with(exc)
         record.seconds = time.perf_counter() - started

@@ -11,6 +11,7 @@ same way (``atomic_folder``), so a half-written report never replaces a good one
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -60,7 +61,21 @@ def _fail(error: type[SstError], target: Path, exc: BaseException) -> SstError:
     reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
     if isinstance(exc, OSError) and exc.errno == 28:  # ENOSPC, whatever the library's own wording
         reason = "no space left on device"
+    elif not isinstance(exc, OSError):  # torch.save's C++ writer: "[enforce fail at ...] ... strerror: <reason>"
+        said = re.search(r"strerror: (.+)", reason)
+        if said:
+            reason = said[1].strip()
+        elif "unexpected pos" in reason and _nearly_full(target.parent):
+            reason = "no space left on device"
     return error(f"cannot write '{target}': {reason}")
+
+
+def _nearly_full(folder: Path) -> bool:
+    """Whether the file system of ``folder`` has (almost) no room left: what a short write means there."""
+    try:
+        return shutil.disk_usage(folder if str(folder) else ".").free < 1 << 20
+    except OSError:
+        return False
 
 
 def atomic_save(

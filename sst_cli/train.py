@@ -38,8 +38,9 @@ import torch.nn.functional as F
 
 from .archs.sst import SST, SSTConfig
 from .archs.tracing import prepare_tracing
-from .errors import ConfigError, OutputExists
+from .errors import ConfigError, OutputExists, WriteError
 from .files import atomic_save
+from .preflight import unwritable
 from .recipe import (
     BATCH_CPU,
     BATCH_CUDA,
@@ -419,10 +420,9 @@ def train(
     state_file = config.state_file
     saved = _prepare(config, settings, say)
     for path, option in ((config.out, "--out"), (state_file, "--state")):
-        try:  # before the data is read: a folder that cannot be made is known now, not at the first save
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"{option} {path}: cannot create its folder ({exc.strerror or exc})") from None
+        why = unwritable(path.parent)  # before the data is read: made if missing, proved with a real file
+        if why is not None:
+            raise WriteError(f"{option} {path}: cannot write into '{path.parent}': {why}")
     images = load_images(find_images(config.data), config.patch * settings["scale"], say)
     run = _TrainingRun(config, SSTConfig.from_kwargs(settings["sst_config"]), settings, device, images, saved, say)
     if on_start is not None:
@@ -469,7 +469,13 @@ def train(
     if pending:
         losses += torch.stack(pending).tolist()
         _check_finite(losses[-len(pending) :], run.iteration, run.lr(), state_file)
-    run.save_state()
+    kept_state: WriteError | None = None
+    try:
+        run.save_state()
+    except WriteError as exc:
+        if stopped_by == "interrupted":
+            raise
+        kept_state = WriteError(f"{exc}; the weights were written to {config.out}, the state for --resume was not")
     result = TrainResult(
         out=None,
         state=state_file,
@@ -485,4 +491,6 @@ def train(
     if stopped_by == "interrupted":
         raise TrainingInterrupted(result)
     run.save_weights(len(images))
+    if kept_state is not None:  # the weights are written; only the state for a later --resume is missing
+        raise kept_state
     return replace(result, out=config.out)

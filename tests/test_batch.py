@@ -334,6 +334,29 @@ def test_a_worker_signalled_just_after_the_rename_finishes_its_file(
     assert files_under(Path("out")) == ["b_nn_x2.png"]
 
 
+@pytest.mark.parametrize("skip_existing", [False, True])
+def test_an_output_another_run_writes_meanwhile(
+    upscaler: Upscaler, monkeypatch: pytest.MonkeyPatch, skip_existing: bool
+) -> None:
+    """Two runs over one folder: a target that appears while this run computes it is skipped under
+    --skip-existing (both runs exited 1, calling valid outputs failed), and kept but failed without it."""
+    import sst_cli.filerun as filerun
+
+    png(Path("in", "a.png"))
+    real_write = filerun.write_image
+
+    def the_other_run_was_quicker(path: Path, *args: object, **kwargs: object) -> None:
+        Path(path).write_bytes(b"theirs")
+        real_write(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(filerun, "write_image", the_other_run_was_quicker)
+    result = run_batch(discover_inputs(["in"]), upscaler, naming=naming(folder=Path("out")),
+                       writing=WriteOptions(skip_existing=skip_existing))  # fmt: skip
+    record = result.files[0]
+    assert record.status == ("skipped" if skip_existing else "failed"), record
+    assert Path("out/a_nn_x2.png").read_bytes() == b"theirs"
+
+
 def test_callbacks_report_every_file_and_tiles(upscaler: Upscaler) -> None:
     png(Path("a.png"))
     png(Path("b.png"))

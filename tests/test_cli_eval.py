@@ -167,3 +167,17 @@ def test_a_truncated_image_fails_before_the_first_image_is_scored(tmp_path: Path
     result = runner.invoke(app, ["eval", "-m", "bicubic", "-d", "cut", "-s", "2", "--save-images", "sr", "-q"])
     assert result.exit_code == 1 and "b.png" in result.output and "Traceback" not in result.output
     assert not Path("sr").exists()  # nothing scored, nothing saved
+
+
+def test_save_images_into_a_folder_that_cannot_be_made_is_refused_first(tmp_path: Path) -> None:
+    data = tmp_path / "mine"
+    (data / "HR").mkdir(parents=True)
+    Image.fromarray(np.random.default_rng(1).integers(0, 256, (24, 24, 3), dtype=np.uint8)).save(data / "HR" / "a.png")
+    Path("sfile").write_text("a file where the folder goes")
+    result = runner.invoke(
+        app, ["eval", "-d", str(data), "--model", "bicubic", "-s", "2", "--save-images", "sfile/sub"]
+    )
+    assert result.exit_code == 1, result.output
+    assert "--save-images: cannot write into 'sfile/sub/mine/x2': a file is in the way" in " ".join(
+        result.output.split()
+    )

@@ -405,3 +405,41 @@ def test_compile_runs_the_same_step(data: Path, tmp_path: Path, monkeypatch: pyt
     assert set(a["params"]) == set(b["params"])  # no _orig_mod. prefixes: the plain module is saved
     assert all(torch.allclose(a["params"][k], b["params"][k], atol=1e-6) for k in a["params"])
     assert b["settings"]["compile"] is True
+
+
+def test_folders_that_cannot_be_written_are_refused_first_and_a_lost_state_keeps_the_weights(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-only or full --state folder failed only at the end, in torch's words, and lost the weights too."""
+    import sst_cli.train as training
+    from sst_cli.errors import WriteError
+
+    (tmp_path / "file").write_text("in the way")
+    read: list[object] = []
+    monkeypatch.setattr(training, "load_images", lambda *args: read.append(args) or [])
+    with pytest.raises(WriteError, match=r"--state .*: cannot write into '.*file': a file of that name is in the way"):
+        train(_config(data, tmp_path / "w.safetensors", state=tmp_path / "file" / "w.state.pth"))
+    assert read == []  # refused before any image was read
+    monkeypatch.undo()
+
+    def full(self: object) -> None:
+        raise WriteError("cannot write 'w.state.pth': no space left on device")
+
+    monkeypatch.setattr(training._TrainingRun, "save_state", full)
+    config = _config(data, tmp_path / "kept.safetensors", iters=2)
+    with pytest.raises(WriteError, match=r"no space left on device; the weights were written to .*kept\.safetensors"):
+        train(config)
+    assert config.out.is_file()
+
+
+def test_torch_save_failures_are_said_in_plain_words(tmp_path: Path) -> None:
+    from sst_cli.errors import WriteError
+    from sst_cli.files import atomic_save
+
+    def refused(temp: Path) -> None:
+        raise RuntimeError(
+            "[enforce fail at inline_container.cc:747] . open file failed with strerror: Read-only file system"
+        )
+
+    with pytest.raises(WriteError, match=r"cannot write '.*w\.pth': Read-only file system$"):
+        atomic_save(tmp_path / "w.pth", refused)
