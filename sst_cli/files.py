@@ -150,6 +150,7 @@ def atomic_folder(
     parent = target.parent if str(target.parent) else Path(".")
     try:
         parent.mkdir(parents=True, exist_ok=True)
+        clean_stale_temporaries(parent)  # a staging folder a killed run left there
         temp = temp_name(target)
         temp.mkdir()
     except OSError as exc:
@@ -220,3 +221,30 @@ def _swap_in(temp: Path, target: Path) -> None:
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+_TEMP_NAME = re.compile(r"\..+\.[0-9a-f]{8}" + re.escape(TEMP_SUFFIX))
+
+
+def clean_stale_temporaries(folder: Path, note: Callable[[str], None] = lambda text: None) -> None:
+    """Remove temporaries that an earlier, killed run left in ``folder`` (ours by name); ones touched in the last
+    minute may belong to another sst-cli process still writing there, so they are only reported."""
+    now = time.time()
+    removed = recent = 0
+    with suppress(OSError):
+        for entry in os.scandir(folder):
+            if not _TEMP_NAME.fullmatch(entry.name):
+                continue
+            if entry.stat(follow_symlinks=False).st_mtime > now - 60:
+                recent += 1
+                continue
+            with suppress(OSError):
+                if entry.is_dir(follow_symlinks=False):  # a report's staging folder
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
+                removed += 1
+    if removed:
+        note(f"removed {removed} unfinished file(s) that an interrupted run left in '{folder}'")
+    if recent:
+        note(f"'{folder}' holds {recent} unfinished file(s) of another run that may still be writing; left alone")

@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import tempfile
-import time
 from collections.abc import Callable, Collection, Sequence
-from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import ImageError, OutputExists, OutputIsInput, SstError, WriteError
-from .files import TEMP_SUFFIX
+from .files import TEMP_SUFFIX, clean_stale_temporaries
 from .image_io import choose_format, named_format, probe_image
 from .inputs import Job
 from .naming import Naming, WriteOptions
@@ -178,27 +175,3 @@ def _os_reason(exc: OSError) -> str:
         errno.ENOTDIR: "a file is in the way of that folder",
     }
     return reasons.get(exc.errno or 0, exc.strerror or str(exc))
-
-
-_TEMP_NAME = re.compile(r"\..+\.[0-9a-f]{8}" + re.escape(TEMP_SUFFIX))
-
-
-def clean_stale_temporaries(folder: Path, note: Callable[[str], None]) -> None:
-    """Remove temporaries that an earlier, killed run left in ``folder`` (ours by name); ones touched in the last
-    minute may belong to another sst-cli process still writing there, so they are only reported."""
-    now = time.time()
-    removed = recent = 0
-    with suppress(OSError):
-        for entry in os.scandir(folder):
-            if not (_TEMP_NAME.fullmatch(entry.name) and entry.is_file()):
-                continue
-            if entry.stat().st_mtime > now - 60:
-                recent += 1
-                continue
-            with suppress(OSError):
-                os.unlink(entry.path)
-                removed += 1
-    if removed:
-        note(f"removed {removed} unfinished file(s) that an interrupted run left in '{folder}'")
-    if recent:
-        note(f"'{folder}' holds {recent} unfinished file(s) of another run that may still be writing; left alone")

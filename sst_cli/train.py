@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import random
 import signal
 import threading
@@ -39,7 +40,7 @@ import torch.nn.functional as F
 from .archs.sst import SST, SSTConfig
 from .archs.tracing import prepare_tracing
 from .errors import ConfigError, OutputExists, WriteError
-from .files import atomic_save
+from .files import atomic_save, clean_stale_temporaries
 from .preflight import unwritable
 from .recipe import (
     BATCH_CPU,
@@ -407,6 +408,49 @@ def train(
     on_message: Message | None = None,
     on_start: Callable[[dict[str, Any]], None] | None = None,
 ) -> TrainResult:
+    """Train (or, with ``resume``, continue) one network and save its EMA weights to ``config.out`` (``_train``),
+    holding ``--out`` and ``--state`` for the whole run: a second run naming either is refused at once (two runs
+    writing one file both ended 'saved', and one of them was lost)."""
+    config.check()  # the two files differ, and other settings, before either is claimed
+    with _claimed([("--out", config.out), ("--state", config.state_file)]):
+        return _train(config, on_progress=on_progress, on_message=on_message, on_start=on_start)
+
+
+@contextlib.contextmanager
+def _claimed(paths: list[tuple[str, Path]]) -> Iterator[None]:
+    """Hold a lock beside each file this run writes (released by the system if the process dies)."""
+    from filelock import FileLock, Timeout
+
+    with contextlib.ExitStack() as held:
+        for option, path in paths:
+            why = unwritable(path.parent)  # made if missing, proved with a real file
+            if why is not None:
+                raise WriteError(f"{option} {path}: cannot write into '{path.parent}': {why}")
+            lock = FileLock(str(path.with_name(f".{path.name}.lock")))
+            try:
+                lock.acquire(timeout=0)
+            except Timeout:
+                raise ConfigError(
+                    f"{option} {path}: another sst train is writing it now; wait for it, or give this run its own "
+                    "--out / --state"
+                ) from None
+            held.callback(_release, lock)
+        yield
+
+
+def _release(lock: Any) -> None:
+    lock.release()
+    with contextlib.suppress(OSError):
+        os.unlink(lock.lock_file)
+
+
+def _train(
+    config: TrainConfig,
+    *,
+    on_progress: Callable[[TrainProgress], None] | None = None,
+    on_message: Message | None = None,
+    on_start: Callable[[dict[str, Any]], None] | None = None,
+) -> TrainResult:
     """Train (or, with ``resume``, continue) one network and save its EMA weights to ``config.out``.
 
     ``on_start`` gets the resolved settings (see ``planned_settings``, plus ``images`` and ``iteration``)
@@ -419,10 +463,8 @@ def train(
     device = torch.device(settings["device"])
     state_file = config.state_file
     saved = _prepare(config, settings, say)
-    for path, option in ((config.out, "--out"), (state_file, "--state")):
-        why = unwritable(path.parent)  # before the data is read: made if missing, proved with a real file
-        if why is not None:
-            raise WriteError(f"{option} {path}: cannot write into '{path.parent}': {why}")
+    for folder in dict.fromkeys((config.out.parent, state_file.parent)):
+        clean_stale_temporaries(folder, say)  # what a killed run left half-written there
     images = load_images(find_images(config.data), config.patch * settings["scale"], say)
     run = _TrainingRun(config, SSTConfig.from_kwargs(settings["sst_config"]), settings, device, images, saved, say)
     if on_start is not None:

@@ -462,3 +462,16 @@ def test_sheet_of_a_report_without_models(tmp_path: Path) -> None:
     tiles = 3  # LR | bicubic | HR
     side = json.loads((tmp_path / "report.json").read_text())["images"][0]["crop_output_px"][2]
     assert width == 2 * 12 + tiles * side * round(256 / side) + (tiles - 1) * 8
+
+
+def test_a_staging_folder_a_killed_run_left_is_removed_by_the_next_report(tmp_path: Path) -> None:
+    import os
+    import time
+
+    stale = tmp_path / ".r.0123abcd.sst-tmp"
+    (stale / "images").mkdir(parents=True)
+    (stale / "images" / "big.png").write_bytes(b"x" * 1000)
+    old = time.time() - 600
+    os.utime(stale, (old, old))
+    _build(tmp_path / "r")
+    assert not stale.exists() and (tmp_path / "r" / "index.html").is_file()

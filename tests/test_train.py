@@ -443,3 +443,15 @@ def test_torch_save_failures_are_said_in_plain_words(tmp_path: Path) -> None:
 
     with pytest.raises(WriteError, match=r"cannot write '.*w\.pth': Read-only file system$"):
         atomic_save(tmp_path / "w.pth", refused)
+
+
+def test_a_second_run_writing_the_same_files_is_refused_while_the_first_runs(data: Path, tmp_path: Path) -> None:
+    from sst_cli.train import _claimed
+
+    out = tmp_path / "w.safetensors"
+    refused = pytest.raises(ConfigError, match=r"--out .*w\.safetensors: another sst train is writing it now")
+    with _claimed([("--out", out)]), refused:  # as a first run holds them
+        train(_config(data, out, iters=1))
+    assert not out.exists() and not list(tmp_path.glob(".*.lock"))  # nothing written, and no lock left behind
+    train(_config(data, out, iters=1))  # once the first is done, the file is free
+    assert out.is_file() and not list(tmp_path.glob(".*.lock"))
