@@ -20,8 +20,9 @@ import os
 import queue
 import signal
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
@@ -92,6 +93,8 @@ def usable_cores() -> int:
 
 
 # ------------------------------------------------------------------------------------------ the worker side
+
+STOP_WAIT = 30.0  # seconds stopping workers may take (a busy one finishes its current tile) before they are killed
 
 _state: dict[str, Any] = {}  # per worker process: its _BatchRun, event queue, stop flag, busy/stopping flags
 
@@ -264,7 +267,8 @@ def run_batch_parallel(
                 events.warning(event[1])
 
     try:
-        futures = {pool.submit(_work, index, plans[index]): index for index in todo}
+        with _children_ignore_ctrl_c():
+            futures = {pool.submit(_work, index, plans[index]): index for index in todo}
         pending = set(futures)
         while pending:
             done, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
@@ -299,6 +303,21 @@ def run_batch_parallel(
     return result()
 
 
+@contextlib.contextmanager
+def _children_ignore_ctrl_c() -> Iterator[None]:
+    """Start the worker processes with Ctrl-C ignored until their own handler is in place: a Ctrl-C while one
+    is still importing printed its KeyboardInterrupt traceback. (An ignored signal stays ignored across exec, and
+    Python then leaves it so; the parent's own handler is back as soon as the workers are started.)"""
+    if sys.platform == "win32" or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _lost(plan: _Plan) -> FileResult:
     """A file whose worker process died (killed, or out of memory at the operating-system level)."""
     reason = "its worker process stopped unexpectedly (killed, or out of memory); rerun with --skip-existing"
@@ -313,6 +332,14 @@ def _stop_workers(pool: ProcessPoolExecutor, stop: Event) -> None:
     if sys.platform != "win32":
         for process in processes:
             with contextlib.suppress(OSError, TypeError):
-                os.kill(process.pid, signal.SIGINT)  # busy: abandons its file; idle: ignores it
+                os.kill(process.pid, signal.SIGINT)  # busy: abandons its file; idle or starting: ignores it
+    # shutdown(wait=True) after shutdown(wait=False) returns at once: join the processes themselves, so that
+    # none is still starting when this process exits (it then found the queues gone: a traceback each).
+    deadline = time.monotonic() + STOP_WAIT
     with contextlib.suppress(BaseException):
-        pool.shutdown(wait=True)
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+        for process in processes:
+            if process.is_alive():  # stuck past the wait: nothing of it is kept (its temporaries go next run)
+                process.kill()
+                process.join(5)

@@ -154,3 +154,25 @@ def test_sigterm_stops_every_worker_and_leaves_nothing_partial(tmp_path: Path) -
         with Image.open(out / name) as picture:
             assert picture.size == (288, 288)
             picture.load()
+
+
+def _sigint_disposition(answers: object) -> None:
+    answers.put(signal.getsignal(signal.SIGINT) == signal.SIG_IGN)  # type: ignore[attr-defined]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signal dispositions")
+def test_workers_start_with_ctrl_c_ignored_until_their_handler_is_set() -> None:
+    """A Ctrl-C while a worker was still importing printed its KeyboardInterrupt traceback."""
+    import multiprocessing
+
+    from sst_cli.parallel import _children_ignore_ctrl_c
+
+    context = multiprocessing.get_context("spawn")
+    answers = context.Queue()
+    before = signal.getsignal(signal.SIGINT)
+    with _children_ignore_ctrl_c():
+        child = context.Process(target=_sigint_disposition, args=(answers,))
+        child.start()
+    assert signal.getsignal(signal.SIGINT) is before  # the parent's own handler is back at once
+    assert answers.get(timeout=60) is True
+    child.join(60)
