@@ -18,11 +18,11 @@ import torch
 
 from .choices import DEFAULT_SCALE
 from .errors import ConfigError, ImageError, OutputExists, WriteError
+from .files import unwritable
 from .image_io import Picture, is_image_file, probe_image, read_image, write_image
 from .loader import ModelSpec
 from .metrics import SSIM_WINDOW, psnr, psnr_ssim_y, ssim
 from .naming import model_label as spec_label
-from .preflight import unwritable
 from .resize import imresize
 from .upscaler import UpscaleOptions, Upscaler
 from .zoo import get_variant

@@ -10,12 +10,14 @@ same way (``atomic_folder``), so a half-written report never replaces a good one
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import secrets
 import shutil
 import stat
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
@@ -204,6 +206,9 @@ def check_output_file(target: Path, *, overwrite: bool, inputs: Iterable[Path] =
         raise WriteError(f"cannot write {named}: the folder '{target.parent}' does not exist")
     if os.path.lexists(target) and not overwrite:
         raise OutputExists(f"{named} already exists; add --overwrite to replace it")
+    why = unwritable(target.parent)  # read-only, full or not ours: said now, not after the work
+    if why is not None:
+        raise WriteError(f"cannot write {named}: {why}")
 
 
 def _swap_in(temp: Path, target: Path) -> None:
@@ -248,3 +253,28 @@ def clean_stale_temporaries(folder: Path, note: Callable[[str], None] = lambda t
         note(f"removed {removed} unfinished file(s) that an interrupted run left in '{folder}'")
     if recent:
         note(f"'{folder}' holds {recent} unfinished file(s) of another run that may still be writing; left alone")
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why files cannot be written in ``folder`` (made if missing), or None; tried with a real file."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-test.", suffix=TEMP_SUFFIX, dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except FileExistsError:
+        return "a file of that name is in the way"
+    except OSError as exc:
+        return _os_reason(exc)
+    return None
+
+
+def _os_reason(exc: OSError) -> str:
+    reasons = {
+        errno.EROFS: "the file system is read-only",
+        errno.EACCES: "permission denied",
+        errno.EPERM: "permission denied",
+        errno.ENOSPC: "no space left on device",
+        errno.ENOTDIR: "a file is in the way of that folder",
+    }
+    return reasons.get(exc.errno or 0, exc.strerror or str(exc))

@@ -6,16 +6,14 @@ formats too small for the result are known here, so no result is computed in vai
 
 from __future__ import annotations
 
-import errno
 import os
-import tempfile
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import ImageError, OutputExists, OutputIsInput, SstError, WriteError
-from .files import TEMP_SUFFIX, clean_stale_temporaries
+from .files import clean_stale_temporaries, unwritable
 from .image_io import choose_format, named_format, probe_image
 from .inputs import Job
 from .naming import Naming, WriteOptions
@@ -150,28 +148,3 @@ def claim_output(
         if not writing.overwrite:
             raise OutputExists(f"'{target}' already exists")
     return False
-
-
-def unwritable(folder: Path) -> str | None:
-    """Why files cannot be written in ``folder`` (made if missing), or None; tried with a real file."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".write-test.", suffix=TEMP_SUFFIX, dir=folder)
-        os.close(fd)
-        os.unlink(probe)
-    except FileExistsError:
-        return "a file of that name is in the way"
-    except OSError as exc:
-        return _os_reason(exc)
-    return None
-
-
-def _os_reason(exc: OSError) -> str:
-    reasons = {
-        errno.EROFS: "the file system is read-only",
-        errno.EACCES: "permission denied",
-        errno.EPERM: "permission denied",
-        errno.ENOSPC: "no space left on device",
-        errno.ENOTDIR: "a file is in the way of that folder",
-    }
-    return reasons.get(exc.errno or 0, exc.strerror or str(exc))

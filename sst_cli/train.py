@@ -40,8 +40,7 @@ import torch.nn.functional as F
 from .archs.sst import SST, SSTConfig
 from .archs.tracing import prepare_tracing
 from .errors import ConfigError, OutputExists, WriteError
-from .files import atomic_save, clean_stale_temporaries
-from .preflight import unwritable
+from .files import atomic_save, clean_stale_temporaries, unwritable
 from .recipe import (
     BATCH_CPU,
     BATCH_CUDA,

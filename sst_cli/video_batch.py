@@ -19,12 +19,12 @@ from pathlib import Path
 from .choices import DEFAULT_SCALE
 from .errors import ConfigError, SstError, VideoError
 from .filerun import BatchEvents, BatchInterrupted, BatchResult, FileResult, OutputWatch
-from .files import TEMP_SUFFIX, clean_stale_temporaries
+from .files import TEMP_SUFFIX, clean_stale_temporaries, unwritable
 from .image_io import is_image_file
 from .inputs import Job, is_glob, is_own_output
 from .loader import ModelSpec
 from .naming import Naming, WriteOptions, model_label
-from .preflight import claim_output, unwritable
+from .preflight import claim_output
 from .upscaler import UpscaleOptions, Upscaler
 from .video import VideoResult, describe_plan, expected_megapixels, plan_video, upscale_video
 from .video_io import (
