@@ -278,12 +278,19 @@ def _is_tiff(name: str) -> bool:
 
 def _tifffile_reads(im: Image.Image) -> bool:
     """TIFFs read through tifffile: Pillow decodes planar layouts of more than 8 bits with wrong colours, 32-bit
-    integers clipped to 16 bits, alpha beside 16-bit colour as 8 bits, and float colour not at all."""
+    integers clipped to 16 bits, 16-bit colour with associated alpha as 8 bits, and float colour not at all.
+    The 16-bit layouts Pillow reads right stay with it (tifffile needs imagecodecs for LZW, which Pillow has)."""
     if im.format != "TIFF":
         return False
     tags = getattr(im, "tag_v2", {})
     bits = tags.get(258, 8)
-    return tags.get(284, 1) == 2 or max(bits if isinstance(bits, tuple) else (bits,)) > 8 or im.mode == "F"
+    deep = max(bits if isinstance(bits, tuple) else (bits,)) > 8
+    rawmode = _tile_rawmode(im) or ""
+    pillow_reads = (
+        bool(re.fullmatch(r"(RGBA?|RGBX);16[BLN]", rawmode)) or rawmode == "LA;16B" or im.mode.startswith("I;16")
+    )
+    turned = tags.get(274, 1) != 1  # Pillow's 16-bit gray comes out of its orientation scrambled
+    return im.mode in ("F", "I") or (deep and (tags.get(284, 1) == 2 or turned or not pillow_reads))
 
 
 def _probe_tiff(name: str, max_pixels: int | None) -> ImageInfo:
@@ -329,7 +336,7 @@ def _read_tiff(name: str, max_pixels: int | None) -> Picture:
     except SstError:
         raise
     except Exception as exc:  # tifffile raises its own TiffFileError, ValueError ... on bad data
-        raise ImageError(f"cannot read '{name}': the TIFF is damaged or unsupported ({exc})") from exc
+        raise _tiff_error(name, exc) from exc
     if axes.startswith("S"):
         values = np.moveaxis(values, 0, -1)  # planar: channels first in the file
     values = values if values.ndim == 3 else values[..., None]
@@ -353,6 +360,13 @@ def _read_tiff(name: str, max_pixels: int | None) -> Picture:
     alpha = np.ascontiguousarray(scaled[..., -1]) if scaled.shape[2] in (2, 4) else None
     depth = 8 if values.dtype == np.uint8 else 16
     return Picture(color, alpha, gray, depth, icc_bytes, None, "tiff", clipped)
+
+
+def _tiff_error(name: str, exc: Exception) -> ImageError:
+    if "imagecodecs" in str(exc):  # a compression (LZW, JPEG, ...) tifffile decodes only with that package
+        return ImageError(f"cannot read '{name}': its compression needs the imagecodecs package (pip install "
+                          "imagecodecs)")  # fmt: skip
+    return ImageError(f"cannot read '{name}': the TIFF is damaged or unsupported ({exc})")
 
 
 def _check_readable(name: str) -> None:

@@ -597,3 +597,11 @@ def test_a_turned_photo_turns_its_resolution_and_an_icc_profile_replaces_srgb(tm
     write_image(tmp_path / "both.png", replace(picture, icc_profile=profile))  # PNG allows one of the two
     with Image.open(tmp_path / "both.png") as out:
         assert "icc_profile" in out.info and "srgb" not in out.info
+
+
+def test_a_16_bit_lzw_tiff_stays_with_pillow_which_reads_it(tmp_path: Path) -> None:
+    """tifffile decodes LZW only with imagecodecs: the 16-bit layouts Pillow reads right are left to it."""
+    gray = (np.arange(48 * 64).reshape(48, 64) * 20).astype(np.uint16)
+    Image.fromarray(gray).save(tmp_path / "lzw.tif", compression="tiff_lzw")
+    picture = read_image(tmp_path / "lzw.tif")
+    assert picture.bit_depth == 16 and np.array_equal(np.round(picture.color[..., 0] * 65535), gray)
