@@ -537,10 +537,7 @@ def _sdpa_bias(
     for start in range(0, n, rows):
         sl = slice(start, min(n, start + rows))
         bias = buffer[: h * (sl.stop - start) * m].view(h, sl.stop - start, m)
-        if bias_q.requires_grad and torch.is_grad_enabled():  # training: autograd refuses out=
-            bias = torch.matmul(bias_q[:, sl], bias_k)
-        else:
-            torch.matmul(bias_q[:, sl], bias_k, out=bias)
+        torch.matmul(bias_q[:, sl], bias_k, out=bias)  # never under autograd: run_plan trains without a mask
         out[:, :, sl] = F.scaled_dot_product_attention(q[:, :, sl], k, v, attn_mask=bias.unsqueeze(0), scale=1.0)
     return out
 
@@ -577,6 +574,10 @@ def _padded_sdpa(
     return _sdpa(q, k, v)[..., : plan.v_width]
 
 
+def _needs_grad(*tensors: torch.Tensor) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
 def run_plan(
     plan: AttentionPlan,
     q: torch.Tensor,
@@ -594,11 +595,10 @@ def run_plan(
     """
     if plan.rank and bias is None:
         raise ConfigError(f"the {plan.kernel} plan needs its rank-{plan.rank} bias factors")
+    training = _needs_grad(q, k, v, *(bias or ()))
     if plan.kernel == "native":
-        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *(bias or ()))):
-            # Training: the C kernel has no backward pass; run what auto runs where it cannot be built.
-            instead = "sdpa-bias" if bias is not None and _bias_pays(plan.qk, plan.v, plan.rank) else "sdpa"
-            other = plan_attention(instead, q.device, plan.dtype, plan.qk, plan.v, plan.rank)
+        if training:  # the C kernel has no backward pass
+            other = plan_attention("sdpa", q.device, plan.dtype, plan.qk, plan.v)
             return _pad_channels(run_plan(other, q, k, v, bias)[..., : plan.v_width], plan.v_width)
         return cpu_attention(q, k, _pad_channels(v, plan.v_width), bias)
     if bias is not None and not plan.rank:
@@ -607,7 +607,9 @@ def run_plan(
     v = _pad_channels(v, plan.v_width).to(plan.dtype)
     if plan.kernel == "sdpa-bias":
         assert bias is not None
-        if q.shape[0] < _BIAS_MIN_BATCH or k.shape[-2] > _BIAS_MAX_TOKENS:  # where the bias does not pay
+        # Where the bias does not pay; in training too: a mask that needs gradients sends SDPA to its unfused
+        # math path (the softmax materialised: a CPU training step ran 5x slower than with the factors appended).
+        if training or q.shape[0] < _BIAS_MIN_BATCH or k.shape[-2] > _BIAS_MAX_TOKENS:
             return _padded_sdpa(plan, q, k, v, bias)
         return _sdpa_bias(q, k, v, *bias)
     if plan.kernel == "math":
@@ -635,8 +637,7 @@ def run_plan_rows(
     Each group's items attend over all their keys as usual; rows outside every group are left unwritten. The
     native kernel reads the rows in place; other kernels get copies of each group's q, k and v.
     """
-    training = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *(bias or ())))
-    if plan.kernel == "native" and not training:
+    if plan.kernel == "native" and not _needs_grad(q, k, v, *(bias or ())):
         return cpu_attention(q, k, _pad_channels(v, plan.v_width), bias, groups=groups)
     out = q.new_empty((*q.shape[:-1], plan.v_width), dtype=plan.dtype)
     for items, rows in groups:
