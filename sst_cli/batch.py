@@ -9,9 +9,9 @@ re-exported here.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,9 +23,10 @@ from .filerun import (
     FileDone,
     FileResult,
     FileStart,
-    OutputWatch,
+    FileStep,
     Status,
     _BatchRun,
+    run_in_turn,
 )
 from .image_io import is_image_file
 from .inputs import UNSUPPORTED_SUFFIXES, Job, Skips, discover_inputs, is_own_output, own_output_labels
@@ -213,32 +214,9 @@ def run_batch(
     writing = writing or WriteOptions()
     if naming.file is not None and writing.format is None:
         writing = replace(writing, format=naming.file.suffix.lstrip("."))
-    started = time.perf_counter()
     run = _BatchRun(upscaler, naming, writing, on_tile, on_note or (lambda text: None))
     plans = run.preflight(jobs)
     if isinstance(upscaler, Upscaler):
         upscaler.expect(sum(p.megapixels for p in plans if p.skip is None and p.failure is None))
-    result = BatchResult()
-    total = len(jobs)
-    for index, plan in enumerate(plans):
-        current: Job | None = plan.job
-        watch = OutputWatch(plan.job, plan.target if plan.skip is None else None, plan.megapixels)
-        # The whole step, reporting included: a signal between two files still gets the summary and the hint.
-        try:
-            if on_file_start:
-                on_file_start(plan.job, index, total)
-            result.files.append(run.one(plan))
-            current = None
-            if on_file_done:
-                on_file_done(result.files[-1], index, total)
-        except KeyboardInterrupt as stop:
-            written = watch.finished() if current is not None else None
-            if written is not None:  # the signal landed just after the rename: the file is whole
-                result.files.append(written)
-                current = None
-                if on_file_done:
-                    on_file_done(written, index, total)
-            result.seconds = time.perf_counter() - started
-            raise BatchInterrupted(result, current, total, getattr(stop, "exit_code", 130)) from None
-    result.seconds = time.perf_counter() - started
-    return result
+    steps = [FileStep(p.job, p.target if p.skip is None else None, p.megapixels, partial(run.one, p)) for p in plans]
+    return run_in_turn(steps, on_file_start, on_file_done)

@@ -133,6 +133,50 @@ FileDone = Callable[[FileResult, int, int], None]
 
 
 @dataclass(frozen=True)
+class FileStep:
+    """One file of a batch run in turn: ``run`` computes and records it; ``target`` is None when it is skipped."""
+
+    job: Job
+    target: Path | None
+    megapixels: float
+    run: Callable[[], FileResult]
+
+
+def run_in_turn(
+    steps: Sequence[FileStep], file_start: FileStart | None = None, file_done: FileDone | None = None
+) -> BatchResult:
+    """Run the files one after another; Ctrl-C (or a signal turned into one) raises BatchInterrupted.
+
+    The whole step is covered, reporting included, so a signal between two files still gets the summary. A
+    file whose output was renamed into place just before the signal counts as done (``OutputWatch``).
+    """
+    started = time.perf_counter()
+    result = BatchResult()
+    total = len(steps)
+    for index, step in enumerate(steps):
+        current: Job | None = step.job
+        watch = OutputWatch(step.job, step.target, step.megapixels)
+        try:
+            if file_start:
+                file_start(step.job, index, total)
+            result.files.append(step.run())
+            current = None
+            if file_done:
+                file_done(result.files[-1], index, total)
+        except KeyboardInterrupt as stop:
+            written = watch.finished() if current is not None else None
+            if written is not None:  # the signal landed just after the rename: the file is whole
+                result.files.append(written)
+                current = None
+                if file_done:
+                    file_done(written, index, total)
+            result.seconds = time.perf_counter() - started
+            raise BatchInterrupted(result, current, total, getattr(stop, "exit_code", 130)) from None
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+@dataclass(frozen=True)
 class BatchEvents:
     """What a front end may want to hear about while a batch runs; every callback is optional.
 

@@ -14,11 +14,12 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from .choices import DEFAULT_SCALE
 from .errors import ConfigError, SstError, VideoError
-from .filerun import BatchEvents, BatchInterrupted, BatchResult, FileResult, OutputWatch
+from .filerun import BatchEvents, BatchResult, FileResult, FileStep, run_in_turn
 from .files import TEMP_SUFFIX, clean_stale_temporaries, unwritable
 from .image_io import is_image_file
 from .inputs import Job, is_glob, is_own_output
@@ -189,30 +190,11 @@ def _run(
     writing: WriteOptions,
     events: BatchEvents,
 ) -> BatchResult:
-    started = time.perf_counter()
-    result = BatchResult()
-    total = len(plans)
-    for index, plan in enumerate(plans):
-        current: Job | None = plan.job
-        watch = OutputWatch(plan.job, plan.target if plan.skip is None else None, 0.0)
-        try:
-            if events.file_start:
-                events.file_start(plan.job, index, total)
-            result.files.append(_one(plan, upscaler, video, writing, events))
-            current = None
-            if events.file_done:
-                events.file_done(result.files[-1], index, total)
-        except KeyboardInterrupt as stop:
-            written = watch.finished() if current is not None else None
-            if written is not None:  # the signal landed just after the rename: the clip is whole
-                result.files.append(written)
-                current = None
-                if events.file_done:
-                    events.file_done(written, index, total)
-            result.seconds = time.perf_counter() - started
-            raise BatchInterrupted(result, current, total, getattr(stop, "exit_code", 130)) from None
-    result.seconds = time.perf_counter() - started
-    return result
+    steps = [
+        FileStep(p.job, p.target if p.skip is None else None, 0.0, partial(_one, p, upscaler, video, writing, events))
+        for p in plans
+    ]
+    return run_in_turn(steps, events.file_start, events.file_done)
 
 
 def _one(plan: _VideoPlan, upscaler: Upscaler | None, video: VideoOptions, writing: WriteOptions,
