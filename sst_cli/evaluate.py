@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -369,6 +370,14 @@ class EvalSettings:
                     get_variant(spec.model).config(s)
 
 
+class _Saved(NamedTuple):
+    """One folder ``save_images`` fills: a model's images of one dataset at one scale."""
+
+    folder: Path
+    dataset: Dataset
+    scale: int
+
+
 def model_label(model: ModelSpec | str) -> str:
     """How a model is named in tables and reports: the zoo name, the weights file's stem, or bicubic."""
     return model if isinstance(model, str) else spec_label(model)
@@ -433,7 +442,9 @@ def run_evaluation(
         else:
             scales = [DEFAULT_SCALE]
     _check_names(datasets)
-    _check_saved(settings, datasets, scales)
+    saved = _save_folders(settings, datasets, scales)
+    if not settings.overwrite:
+        _check_saved(saved)
     for s in scales:
         for ds in datasets:
             check_pairs(ds, s)
@@ -442,7 +453,7 @@ def run_evaluation(
         for hr in ds.hr_files:
             for path in dict.fromkeys([hr, *(lr for s in scales if (lr := ds.lr_file(hr, s)) is not None)]):
                 read_image(path)
-    for folder in _save_folders(settings, datasets, scales):  # made only now that the inputs are known good
+    for folder, _, _ in saved:  # made only now that the inputs are known good
         why = unwritable(folder)
         if why is not None:
             raise WriteError(f"--save-images: cannot write into '{folder}': {why}")
@@ -489,29 +500,23 @@ def _check_names(datasets: list[Dataset]) -> None:
                 raise ConfigError(f"{ds.name}: {stems[hr.stem].name} and {hr.name} share the name {hr.stem!r}")
 
 
-def _save_folders(settings: EvalSettings, datasets: list[Dataset], scales: list[int]) -> list[Path]:
+def _save_folders(settings: EvalSettings, datasets: list[Dataset], scales: list[int]) -> list[_Saved]:
     """Where ``save_images`` puts each model's images of each dataset and scale."""
     if settings.save_images is None:
         return []
-    roots = [_save_dir(settings, label) for label in model_labels(settings.models)]
-    return [root / ds.name / f"x{s}" for root in roots if root is not None for ds in datasets for s in scales]
+    roots = [root for label in model_labels(settings.models) if (root := _save_dir(settings, label)) is not None]
+    return [_Saved(root / ds.name / f"x{s}", ds, s) for root in roots for ds in datasets for s in scales]
 
 
-def _check_saved(settings: EvalSettings, datasets: list[Dataset], scales: list[int]) -> None:
+def _check_saved(saved: list[_Saved]) -> None:
     """Images an earlier run saved are replaced only with ``overwrite``: said before any forward pass."""
-    if settings.save_images is None or settings.overwrite:
-        return
-    for label in model_labels(settings.models):
-        folder = _save_dir(settings, label)
-        assert folder is not None
-        for ds in datasets:
-            for s in scales:
-                found = [p for hr in ds.hr_files if (p := folder / ds.name / f"x{s}" / f"{hr.stem}.png").exists()]
-                if found:
-                    raise OutputExists(
-                        f"--save-images: '{found[0]}' already exists ({len(found)} of {ds.name} x{s}); "
-                        "add --overwrite to replace them"
-                    )
+    for folder, ds, s in saved:
+        found = [p for hr in ds.hr_files if (p := folder / f"{hr.stem}.png").exists()]
+        if found:
+            raise OutputExists(
+                f"--save-images: '{found[0]}' already exists ({len(found)} of {ds.name} x{s}); "
+                "add --overwrite to replace them"
+            )
 
 
 def _save_dir(settings: EvalSettings, label: str) -> Path | None:
