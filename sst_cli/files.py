@@ -60,16 +60,21 @@ def _default_mode() -> int:
 
 
 def _fail(error: type[SstError], target: Path, exc: BaseException) -> SstError:
-    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-    if isinstance(exc, OSError) and exc.errno == 28:  # ENOSPC, whatever the library's own wording
-        reason = "no space left on device"
-    elif not isinstance(exc, OSError):  # torch.save's C++ writer: "[enforce fail at ...] ... strerror: <reason>"
-        said = re.search(r"strerror: (.+)", reason)
-        if said:
-            reason = said[1].strip()
-        elif "unexpected pos" in reason and _nearly_full(target.parent):
-            reason = "no space left on device"
-    return error(f"cannot write '{target}': {reason}")
+    return error(f"cannot write '{target}': {_write_reason(target, exc)}")
+
+
+def _write_reason(target: Path, exc: BaseException) -> str:
+    if isinstance(exc, OSError):  # the errno, whatever the library's own wording
+        return _os_reason(exc)
+    # torch.save's C++ writer: "[enforce fail at ...] ... strerror: <the C library's text>"
+    said = re.search(r"strerror: (.+)", str(exc))
+    if said:
+        text = said[1].strip()
+        code = next((code for code in errno.errorcode if os.strerror(code) == text), None)
+        return text if code is None else _os_reason(OSError(code, text))
+    if "unexpected pos" in str(exc) and _nearly_full(target.parent):
+        return "no space left on device"
+    return str(exc)
 
 
 def _nearly_full(folder: Path) -> bool:

@@ -441,7 +441,7 @@ def test_torch_save_failures_are_said_in_plain_words(tmp_path: Path) -> None:
             "[enforce fail at inline_container.cc:747] . open file failed with strerror: Read-only file system"
         )
 
-    with pytest.raises(WriteError, match=r"cannot write '.*w\.pth': Read-only file system$"):
+    with pytest.raises(WriteError, match=r"cannot write '.*w\.pth': the file system is read-only$"):
         atomic_save(tmp_path / "w.pth", refused)
 
 
