@@ -188,8 +188,7 @@ def _computes_nothing(jobs: Sequence[Job], naming: Naming, writing: WriteOptions
     """Whether planning, from the headers alone, leaves no file to compute (a resumed batch that is done)."""
     if naming.file is not None and writing.format is None:
         writing = replace(writing, format=naming.file.suffix.lstrip("."))
-    plans = Preflight(known, naming, writing, lambda text: None, tidy=False).preflight(jobs)  # said by the real one
-    return all(plan.skip is not None or plan.failure is not None for plan in plans)
+    return not Preflight(known, naming, writing, lambda text: None, tidy=False).has_work(jobs)  # said by the real one
 
 
 def run_batch(

@@ -56,7 +56,7 @@ class Preflight:
         """Plan every output from the image headers alone and say up front what will not work."""
         # What is read must not be written over; a file skipped as an earlier output is not read (a rerun over
         # a folder holding its own results lists them: they are the targets, kept or replaced as asked).
-        self.inputs = {os.path.realpath(j.source): j.source for j in jobs if j.error is None and j.skip is None}
+        self._note_inputs(jobs)
         plans = [self._plan(job) for job in jobs]
         clashes = [p for p in plans if isinstance(p.failure, OutputNameClash)]
         if clashes:
@@ -72,6 +72,14 @@ class Preflight:
         for folder in (self.folders.keys() | self.kept_in) if self.tidy else ():
             clean_stale_temporaries(folder, self.note)
         return plans
+
+    def has_work(self, jobs: Sequence[Job]) -> bool:
+        """Whether any job is left to compute; headers are read only up to the first one that is."""
+        self._note_inputs(jobs)
+        return any(plan.skip is None and plan.failure is None for plan in map(self._plan, jobs))
+
+    def _note_inputs(self, jobs: Sequence[Job]) -> None:
+        self.inputs = {os.path.realpath(j.source): j.source for j in jobs if j.error is None and j.skip is None}
 
     def _plan(self, job: Job) -> _Plan:
         plan = _Plan(job)

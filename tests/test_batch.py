@@ -371,3 +371,26 @@ def test_callbacks_report_every_file_and_tiles(upscaler: Upscaler) -> None:
     )
     assert events[0] == ("start", ("a.png", 0, 2)) and events[-1] == ("done", ("done", 1, 2))
     assert ("tile", (1, 1)) in events
+
+
+def test_the_nothing_to_do_check_reads_headers_only_up_to_the_first_file_with_work(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A first run (nothing written yet) pays one header for the check, not one per input."""
+    from sst_cli import preflight
+    from sst_cli.upscaler import ScaleOnly
+
+    jobs = [Job(png(Path(f"in/{name}.png")), Path("in")) for name in "abcd"]
+    Path("out").mkdir()
+    png(Path("out/a_nn_x2.png"))  # an earlier run wrote the first output
+    probed: list[Path] = []
+    real = preflight.probe_image
+    monkeypatch.setattr(preflight, "probe_image", lambda path, **kw: probed.append(path) or real(path, **kw))
+    check = preflight.Preflight(ScaleOnly(2), naming(folder=Path("out")), WriteOptions(skip_existing=True),
+                                lambda text: None, tidy=False)  # fmt: skip
+    assert check.has_work(jobs)
+    assert probed == [jobs[0].source, jobs[1].source]  # a is done; b needs computing: c and d are not read
+    for job in jobs[1:]:
+        png(Path(f"out/{job.source.stem}_nn_x2.png"))
+    probed.clear()
+    assert not check.has_work(jobs) and len(probed) == 4
