@@ -103,7 +103,7 @@ def check_template(template: str) -> None:
     if not template.endswith(".{ext}"):
         raise ConfigError(
             f"the name template {template!r} must end with .{{ext}}, the extension of the format written "
-            "(choose the format with --format)"
+            "(the format's: --format for images, the container for videos)"
         )
 
 

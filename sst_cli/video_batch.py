@@ -29,8 +29,10 @@ from .preflight import claim_output
 from .upscaler import UpscaleOptions, Upscaler
 from .video import VideoResult, describe_plan, expected_megapixels, plan_video, upscale_video
 from .video_io import (
+    UNCOUNTED_CONTAINERS,
     VideoInfo,
     VideoOptions,
+    check_video_options,
     choose_codec,
     is_video_file,
     output_extension,
@@ -116,6 +118,7 @@ def upscale_video_files(
     Ctrl-C or SIGTERM with what was finished; the clip in progress leaves no file behind.
     """
     require_av()
+    check_video_options(video)
     events = events or BatchEvents()
     label, scale = model_label(model), model.scale or DEFAULT_SCALE
     single = _single_target(output, jobs, writing)
@@ -129,11 +132,16 @@ def upscale_video_files(
             continue
         try:
             plan.info = probe_video(plan.job.source)
+            _check_pixels(plan.info, writing.max_pixels)
             codec = choose_codec(plan.info, video)
             if single is not None:
                 target_container(single, video, codec)
             plan.target = single or _target(naming, plan.job, output_extension(plan.job.source, video, codec))
             _claim(plan, claimed, inputs, writing)
+        except ConfigError as exc:
+            if single is not None:  # one clip to one named file: the options are what is wrong (exit 2)
+                raise
+            plan.failure = exc
         except SstError as exc:
             plan.failure = exc
     for folder in sorted({p.target.parent for p in plans if p.target is not None and p.failure is None}):
@@ -157,13 +165,23 @@ def upscale_video_files(
     return _run(plans, upscaler, video, writing, events)
 
 
+def _check_pixels(info: VideoInfo, max_pixels: int) -> None:
+    pixels = info.width * info.height
+    if max_pixels and pixels > max_pixels:
+        raise VideoError(
+            f"cannot upscale '{info.path}': its {info.width}x{info.height} frames are {pixels:,} pixels, more than "
+            f"the limit of {max_pixels:,} (--max-pixels raises it, 0 lifts it)"
+        )
+
+
 def _single_target(output: str | os.PathLike[str] | None, jobs: Sequence[Job], writing: WriteOptions) -> Path | None:
     if output is not None and is_image_file(output) and not Path(output).is_dir():
         raise ConfigError(f"'{output}' names an image file, but the input is video: name it .mp4, .mkv ... or a folder")
     if output is None or not is_video_file(output) or Path(output).is_dir():
         return None
     if len(jobs) != 1 or jobs[0].from_folder:
-        raise ConfigError(f"'{output}' names one video file, but there are {len(jobs)} inputs; give a folder with -o")
+        inputs = f"{len(jobs)} clips" if len(jobs) != 1 else f"'{jobs[0].source}' was found in a folder"
+        raise ConfigError(f"'{output}' names one video file, but {inputs}: give a folder with -o")
     if writing.name is not None:
         raise ConfigError("--name does not apply when -o names the output file itself")
     return Path(output)
@@ -235,6 +253,7 @@ def _damage(source: Path, done: VideoResult, info: VideoInfo) -> list[str]:
     decoded = done.frames + done.lost
     # A listed count is exact; an estimate (duration x rate) is trusted to within a tenth and two frames.
     short = decoded < info.frames if info.frames_listed else decoded < 0.9 * info.frames - 2
+    short = short and info.container not in UNCOUNTED_CONTAINERS
     if short:
         how = "its container lists" if info.frames_listed else "its duration suggests about"
         lines.append(

@@ -8,6 +8,8 @@ of the result from the input and the user's choices, before any frame is upscale
 
 from __future__ import annotations
 
+import functools
+import io
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
 VIDEO_EXTENSIONS = frozenset(
     {".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".ts", ".mts", ".m2ts", ".mpg", ".mpeg", ".wmv", ".flv", ".ogv"}
 )
-#: Containers written as themselves; anything else becomes Matroska, which holds every codec.
+#: Containers written as themselves; anything else becomes Matroska (or MOV for the codecs it lacks: PNG, QTRLE).
 _MUXERS = {"mp4": "mp4", "m4v": "mp4", "mov": "mov", "mkv": "matroska", "webm": "webm", "ts": "mpegts"}
 #: Encoders of each decoder family, in order of preference, used when the wheel's FFmpeg has them.
 _FAMILY = {
@@ -41,8 +43,13 @@ _FAMILY = {
     "qtrle": ("qtrle",),
 }
 _FALLBACK = ("libx264", "mpeg4")  # families without an encoder here (e.g. mpeg2, wmv) are written as H.264
-_WEBM_VIDEO = frozenset({"libvpx-vp9", "libvpx", "libsvtav1", "libaom-av1"})
 _TS_VIDEO = frozenset({"libx264", "libx265", "mpeg4"})  # MPEG-TS keeps KLV and other data streams; MKV cannot
+#: MOV's muxer lists these, then refuses them as experimental.
+_MOV_REFUSES = frozenset({"libvpx", "libvpx-vp9", "libsvtav1", "libaom-av1"})
+#: Demuxers whose frame counts are upper bounds: a variable-rate AVI stores an empty packet per skipped tick.
+UNCOUNTED_CONTAINERS = frozenset({"avi"})
+#: FFmpeg's demuxers of single images: a picture named .mp4 opens through them as a one-frame "video".
+_IMAGE_DEMUXERS = ("_pipe", "image2", "gif", "apng")
 _CRF_MAX = {"libx264": 51, "libx265": 51, "libvpx-vp9": 63, "libvpx": 63, "libsvtav1": 63, "libaom-av1": 63}
 LOSSLESS_CODEC = "ffv1"
 #: Encoders that keep transparency, each checked here to write alpha that FFmpeg reads back (this wheel's libx265
@@ -129,8 +136,11 @@ def probe_video(path: str | os.PathLike[str]) -> VideoInfo:
     except FileNotFoundError:
         raise VideoError(f"cannot read '{name}': no such file") from None
     except (av.error.FFmpegError, OSError) as exc:
-        raise VideoError(f"cannot read '{name}': not a video file FFmpeg can open ({_reason(exc)})") from None
+        raise VideoError(f"cannot read '{name}': {_unopened(name, exc)}") from None
     with container:
+        if container.format.name.endswith(_IMAGE_DEMUXERS):
+            kind = container.format.name.removesuffix("_pipe").upper()
+            raise VideoError(f"cannot upscale '{name}': it is a {kind} image, not a video; give it its image extension")
         if not container.streams.video:
             raise VideoError(f"cannot upscale '{name}': it has no video stream")
         stream = container.streams.video[0]
@@ -153,6 +163,29 @@ def probe_video(path: str | os.PathLike[str]) -> VideoInfo:
             Fraction(stream.time_base), Fraction(rate) if rate else None, rotation, container.format.name, others,
             alpha, listed,
         )  # fmt: skip
+
+
+def _unopened(name: str, exc: BaseException) -> str:
+    """Why FFmpeg could not open a clip, in the words a user needs."""
+    try:
+        if os.path.getsize(name) == 0:
+            return "the file is empty (0 bytes)"
+    except OSError:
+        pass
+    reason = _reason(exc)
+    if "invalid data" in reason and _starts_like_mp4(name):
+        return f"a damaged or cut-short MP4 / MOV (its index is written last; {reason})"
+    return f"not a video file FFmpeg can open ({reason})"
+
+
+def _starts_like_mp4(name: str) -> bool:
+    """Whether the file opens with an ISO media box (``ftyp``, ``mdat`` ...), as MP4 and MOV files do."""
+    try:
+        with open(name, "rb") as file:
+            head = file.read(8)
+    except OSError:
+        return False
+    return head[4:8] in (b"ftyp", b"mdat", b"moov", b"free", b"wide", b"skip")
 
 
 def _seconds(stream: Any, container: Any) -> float:
@@ -254,22 +287,35 @@ class EncodePlan:
 
 
 def output_extension(source: Path, options: VideoOptions, codec: str | None = None) -> str:
-    """The container extension of the result: the input's when sst-cli writes it, else mkv."""
+    """The container extension of the result: the input's when sst-cli writes it and it holds ``codec``, else
+    Matroska, else the first container that does (MOV for PNG and QuickTime RLE)."""
     if options.lossless:
         return "mkv"
     ext = source.suffix.lower().lstrip(".")
-    if ext not in _MUXERS:
-        return "mkv"
-    if ext == "webm" and codec is not None and codec not in _WEBM_VIDEO:
-        return "mkv"  # WebM holds only VP8/VP9/AV1
-    if ext == "ts" and codec is not None and codec not in _TS_VIDEO:
-        return "mkv"
-    return ext
+    ext = ext if ext in _MUXERS else "mkv"
+    if codec is None or _holds(ext, codec):
+        return ext
+    return next((other for other in ("mkv", "mov", "mp4") if _holds(other, codec)), "mkv")
+
+
+def _holds(ext: str, codec: str) -> bool:
+    """Whether sst-cli's container for ``ext`` takes video of this encoder (a .webm of H.264 would play nowhere)."""
+    if ext == "ts":
+        return codec in _TS_VIDEO  # MPEG-TS's muxer lists only its default codecs
+    if ext == "mov" and codec in _MOV_REFUSES:
+        return False
+    return codec in _muxer_codecs(_MUXERS[ext])
+
+
+@functools.cache
+def _muxer_codecs(muxer: str) -> frozenset[str]:
+    with require_av().open(io.BytesIO(), "w", format=muxer) as probe:
+        return frozenset(probe.supported_codecs)
 
 
 def target_container(target: Path, options: VideoOptions, codec: str) -> str:
     """The container a named output file asks for by its extension, refused in one sentence where sst-cli does
-    not write that container or it cannot hold ``codec`` (a .webm of H.264 would play nowhere)."""
+    not write that container or it cannot hold ``codec``, saying which extension would."""
     ext = target.suffix.lower().lstrip(".")
     if ext not in _MUXERS:
         names = ", ".join(f".{e}" for e in _MUXERS)
@@ -291,6 +337,17 @@ def has_encoder(name: str) -> bool:
     return True
 
 
+def check_video_options(options: VideoOptions) -> None:
+    """Refuse, before any clip is probed or image upscaled, what the options alone make impossible: an encoder
+    this FFmpeg lacks, ``--crf`` or ``--pix-fmt`` that ``--codec`` does not take, an unknown pixel format."""
+    if options.lossless:
+        return
+    if options.codec is not None:
+        _check_codec(options.codec, options)
+    elif options.pix_fmt is not None:
+        _known_format(options.pix_fmt)
+
+
 def choose_codec(info: VideoInfo, options: VideoOptions) -> str:
     """``--codec``, else an encoder of the input's family, else H.264 (MPEG-4 Part 2 without libx264); with
     ``--crf`` and ``--pix-fmt`` checked against it, before any frame is computed."""
@@ -299,6 +356,11 @@ def choose_codec(info: VideoInfo, options: VideoOptions) -> str:
     codec = options.codec or next((n for n in _FAMILY.get(info.codec, ()) + _FALLBACK if has_encoder(n)), None)
     if codec is None:
         raise ConfigError("this FFmpeg has no video encoder sst-cli knows; pass --codec")
+    _check_codec(codec, options)
+    return codec
+
+
+def _check_codec(codec: str, options: VideoOptions) -> None:
     if options.codec is not None:
         if not has_encoder(codec):
             raise ConfigError(f"this FFmpeg has no encoder '{codec}' (try libx264, libx265, libvpx-vp9, ffv1)")
@@ -310,14 +372,17 @@ def choose_codec(info: VideoInfo, options: VideoOptions) -> str:
         if options.crf > _CRF_MAX[codec]:
             raise ConfigError(f"{codec} takes --crf 0 to {_CRF_MAX[codec]}, not {options.crf}")
     if options.pix_fmt is not None:
+        _known_format(options.pix_fmt)
         formats = [f.name for f in (require_av().Codec(codec, "w").video_formats or ())]
         if formats and options.pix_fmt not in formats:
             raise ConfigError(f"{codec} cannot write pixel format {options.pix_fmt}; it takes {', '.join(formats)}")
-        try:
-            require_av().VideoFormat(options.pix_fmt)
-        except ValueError:
-            raise ConfigError(f"--pix-fmt {options.pix_fmt} is not a pixel format FFmpeg knows") from None
-    return codec
+
+
+def _known_format(pix_fmt: str) -> None:
+    try:
+        require_av().VideoFormat(pix_fmt)
+    except ValueError:
+        raise ConfigError(f"--pix-fmt {pix_fmt} is not a pixel format FFmpeg knows") from None
 
 
 def plan_encoding(
@@ -350,7 +415,7 @@ def plan_encoding(
             "libvpx-vp9, png or qtrle, or --lossless, keep it)"
         )
     notes: list[str] = []
-    if deep and _depth(pix_fmt) <= 8:
+    if deep and _depth(pix_fmt) <= 8 and options.pix_fmt is None:  # a --pix-fmt chose 8 bits: nothing to say
         notes.append(f"{codec} cannot store {info.bit_depth}-bit samples: writing 8-bit {pix_fmt}")
     fmt = av.VideoFormat(pix_fmt)
     width, height = out_width, out_height

@@ -87,6 +87,42 @@ def test_lossless_writes_mkv_and_option_errors_come_first(tmp_path: Path) -> Non
     assert result.exit_code == 2 and "--lossless" in result.stderr
 
 
+def test_bad_video_options_are_one_error_before_anything_runs(tmp_path: Path) -> None:
+    """They failed every clip in turn (exit 1), after the images of the same command had been upscaled."""
+    clip("in/a.mp4", audio=False)
+    clip("in/b.mp4", audio=False)
+    Image.fromarray(np.zeros((12, 16, 3), np.uint8)).save("in/c.png")
+    for args, message in [
+        (["--codec", "nope"], "this FFmpeg has no encoder 'nope'"),
+        (["--codec", "libx264", "--crf", "60"], "libx264 takes --crf 0 to 51, not 60"),
+        (["--codec", "ffv1", "--crf", "20"], "--crf applies to x264, x265, VP8/VP9 and AV1 encoders, not ffv1"),
+        (["--pix-fmt", "foo"], "--pix-fmt foo is not a pixel format FFmpeg knows"),
+    ]:
+        result = sst("in", "-o", "out", *args)
+        assert result.exit_code == 2 and message in result.stderr and result.stderr.count(message) == 1, args
+        assert not Path("out").exists(), args  # not even the image
+
+
+def test_what_is_no_video_is_said_as_such(tmp_path: Path) -> None:
+    Image.fromarray(np.zeros((12, 16, 3), np.uint8)).save("photo.mp4", format="PNG")
+    Path("empty.mp4").write_bytes(b"")
+    whole = clip("whole.mp4", audio=False).read_bytes()
+    Path("cut.mp4").write_bytes(whole[: len(whole) // 2])  # MP4's index (moov) is written last
+    result = sst("photo.mp4", "empty.mp4", "cut.mp4")
+    assert result.exit_code == 1
+    assert "'photo.mp4': it is a PNG image, not a video; give it its image extension" in result.stderr
+    assert "'empty.mp4': the file is empty (0 bytes)" in result.stderr
+    assert "'cut.mp4': a damaged or cut-short MP4 / MOV (its index is written last" in result.stderr
+
+
+def test_max_pixels_applies_to_video_frames(tmp_path: Path) -> None:
+    clip("a.mp4", audio=False)  # 16x12 = 192 pixels
+    result = sst("a.mp4", "--max-pixels", "100")
+    assert result.exit_code == 1
+    assert "'a.mp4': its 16x12 frames are 192 pixels, more than the limit of 100" in result.stderr
+    assert sst("a.mp4", "--max-pixels", "192", "-q").exit_code == 0
+
+
 def test_a_named_output_file_gets_the_container_its_extension_names(tmp_path: Path) -> None:
     """``-o x.mkv`` wrote an MP4 under that name; names the codec cannot go in, or that are no video, are refused."""
     import av
@@ -100,9 +136,10 @@ def test_a_named_output_file_gets_the_container_its_extension_names(tmp_path: Pa
         (["-o", "x.webm"], "cannot write 'x.webm': libx264 does not go in .webm; name it .mkv or pass a WebM codec"),
         (["-o", "x.avi"], "cannot write 'x.avi': sst-cli writes video as .mp4, .m4v, .mov, .mkv, .webm, .ts"),
         (["--lossless", "-o", "x.mp4"], "--lossless (FFV1) does not go in .mp4; name it .mkv"),
+        (["--codec", "png", "-o", "x.mkv"], "cannot write 'x.mkv': png does not go in .mkv; name it .mov"),
     ]:
-        result = sst("a.mp4", *args, "-q")
-        assert result.exit_code == 1 and message in result.stderr, result.output
+        result = sst("a.mp4", *args, "-q")  # refused as options (exit 2), before the model loads
+        assert result.exit_code == 2 and message in result.stderr, result.output
     image_name = sst("a.mp4", "-o", "x.png")
     assert image_name.exit_code == 2 and "'x.png' names an image file, but the input is video" in image_name.stderr
     Image.fromarray(np.zeros((12, 16, 3), np.uint8)).save("b.png")
@@ -224,3 +261,20 @@ def test_damaged_frames_are_counted_in_one_line_and_the_clip_is_written(tmp_path
         " ".join(result.stderr.split())
     )
     assert seconds(tmp_path / "hurt_mini_x3_x3.mkv") == seconds(source)  # both without the damaged frame's time
+
+
+def test_image_options_for_videos_only_are_said_and_the_resume_hint_fits_overwrite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clip("a.mp4", audio=False)
+    result = sst("a.mp4", "-f", "jpg", "--quality", "50")
+    assert result.exit_code == 0 and "--format and --quality apply to images; every input is a video" in result.stderr
+    from sst_cli import video
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(video, "_transcode", interrupted)
+    stopped = sst("a.mp4", "--overwrite")
+    assert stopped.exit_code == 130
+    assert "rerun it with --skip-existing instead of --overwrite to resume" in stopped.stderr

@@ -452,3 +452,26 @@ def test_encrypted_video_is_refused_as_drm(tmp_path: Path) -> None:
     with pytest.raises(VideoError) as caught:
         probe_video(clip)
     assert str(caught.value) == f"cannot upscale '{clip}': its video is encrypted (DRM), which sst-cli cannot decrypt"
+
+
+def test_an_avi_frame_count_is_no_proof_of_truncation() -> None:
+    """A variable-rate AVI lists an empty packet per skipped tick: 300 'frames' for 6 pictures is a whole file."""
+    from sst_cli.video import VideoResult
+    from sst_cli.video_batch import _damage
+    from sst_cli.video_io import VideoInfo
+
+    def info(container: str) -> VideoInfo:
+        return VideoInfo(Path("x"), 32, 24, "mpeg4", "yuv420p", 8, 300, Fraction(1, 1000), Fraction(25), 0,
+                         container, (), frames_listed=True)  # fmt: skip
+
+    assert _damage(Path("x.avi"), VideoResult(frames=6), info("avi")) == []
+    assert "ends early: 6 frame(s)" in _damage(Path("x.mp4"), VideoResult(frames=6), info("mov,mp4,m4a,3gp,3g2,mj2"))[0]
+
+
+def test_a_chosen_8_bit_format_is_not_called_a_loss(tmp_path: Path) -> None:
+    clip = make_clip(tmp_path / "ten.mkv", size=(16, 12), pix_fmt="yuv420p10le", pts_ms=(0, 40), audio=False)
+    info = probe_video(clip)
+    asked = plan_encoding(info, 32, 24, VideoOptions(codec="libx264", pix_fmt="yuv420p"))
+    assert asked.pix_fmt == "yuv420p" and asked.notes == ()
+    forced = plan_encoding(info, 32, 24, VideoOptions(codec="mpeg4"))  # MPEG-4 Part 2 has no 10-bit format
+    assert forced.notes == ("mpeg4 cannot store 10-bit samples: writing 8-bit yuv420p",)

@@ -216,8 +216,8 @@ def upscale(
             "--output",
             "-o",
             metavar="PATH",
-            help="Output file (one input file, image extension) or folder. Default: beside each input file; "
-            "for a folder input, a sibling folder named <folder>_sst.",
+            help="Output file (one input file: an image or video extension) or folder. Default: beside each input "
+            "file; for a folder input, a sibling folder named <folder>_sst.",
         ),
     ] = None,
     model: ModelOption = None,
@@ -385,6 +385,8 @@ def upscale(
         raise ConfigError("--ray runs its own workers: leave out --workers and device lists")
     if not videos and video_options != VideoOptions():
         reporter.note("--codec, --crf, --pix-fmt, --lossless and --frames-per-pass apply to videos; no input is one")
+    if videos and not images and (format is not None or quality is not None):
+        reporter.note("--format and --quality apply to images; every input is a video (--codec and --crf encode it)")
     try:
         with hub.show_downloads(download_display(quiet=quiet, json_log=json_log)):
             if videos:
@@ -425,7 +427,8 @@ def upscale(
         where = f" while upscaling {show(stop.current.source)}" if stop.current else ""
         done = len(stop.result.files)
         how = "interrupted" if stop.exit_code == 130 else f"stopped by signal {stop.exit_code - 128}"
-        raise fail(f"{how}{where} after {done} of {stop.total} files; {_RESUME_HINT}", stop.exit_code) from None
+        hint = "rerun it with --skip-existing instead of --overwrite to resume" if overwrite else _RESUME_HINT
+        raise fail(f"{how}{where} after {done} of {stop.total} files; {hint}", stop.exit_code) from None
     finally:
         reporter.stop()
     code = 1 if result.failed else 0
