@@ -42,6 +42,7 @@ from .video_tags import keep_container_labels, keep_labels
 
 FrameCallback = Callable[[int, int], None]  # (frames done, frames expected; 0 when unknown)
 _COPIED = ("audio", "subtitle", "data")
+_TS_SUBTITLES = ("dvb_subtitle", "dvb_teletext")  # the subtitles MPEG-TS carries as such
 
 
 @dataclass
@@ -246,6 +247,8 @@ def _muxer_takes(muxer: str, stream: Any) -> bool:
     av = require_av()
     if stream_codec(stream) == "unknown":
         return False
+    if muxer == "mpegts" and stream.type == "subtitle" and stream_codec(stream) not in _TS_SUBTITLES:
+        return False  # written as an unlabelled private data stream that no player shows
     try:
         with av.open(io.BytesIO(), "w", format=muxer) as probe:
             probe.add_stream_from_template(stream)

@@ -186,6 +186,10 @@ def test_tags_flags_and_chapters_of_the_container_and_streams_are_kept(tmp_path:
     upscale_video(up, clip, tmp_path / "film_x2.mp4")  # MP4: the audio keeps its language, subtitles are dropped
     with av.open(str(tmp_path / "film_x2.mp4")) as c:
         assert c.streams.audio[0].metadata["language"] == "jpn" and c.metadata["title"] == "A film"
+    ts = upscale_video(up, clip, tmp_path / "film_x2.ts")  # MPEG-TS wrote SubRip as an unlabelled data stream
+    assert ts.dropped == ["subtitle subrip"]
+    with av.open(str(tmp_path / "film_x2.ts")) as c:
+        assert [s.type for s in c.streams] == ["video", "audio"]
 
 
 def test_statistics_of_the_old_bytes_and_tags_the_muxer_writes_are_not_copied() -> None:
