@@ -437,6 +437,8 @@ def plan_encoding(
             opts["b"] = "0"  # constant quality, not a bitrate cap
     if codec == LOSSLESS_CODEC:
         opts.update(level="3", slicecrc="1")
+    if codec == "mjpeg" and not pix_fmt.startswith("yuvj"):
+        opts["strict"] = "unofficial"  # FFmpeg's MJPEG encoder takes limited-range YUV only when told to
     if codec == "libx265":
         opts["x265-params"] = "log-level=error"  # x265 otherwise prints its own summary on stderr
     if codec == "libsvtav1":

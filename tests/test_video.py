@@ -479,3 +479,13 @@ def test_a_chosen_8_bit_format_is_not_called_a_loss(tmp_path: Path) -> None:
     assert asked.pix_fmt == "yuv420p" and asked.notes == ()
     forced = plan_encoding(info, 32, 24, VideoOptions(codec="mpeg4"))  # MPEG-4 Part 2 has no 10-bit format
     assert forced.notes == ("mpeg4 cannot store 10-bit samples: writing 8-bit yuv420p",)
+
+
+def test_mjpeg_takes_the_inputs_limited_range_format(tmp_path: Path) -> None:
+    """``--codec mjpeg`` on an ordinary (yuv420p) clip failed to start its encoder."""
+    clip = make_clip(tmp_path / "a.mp4", size=(16, 12), pts_ms=(0, 40), audio=False)
+    up = Upscaler(_Nearest(), device="cpu", tile=0)
+    result = upscale_video(up, clip, tmp_path / "a_x2.mkv", options=VideoOptions(codec="mjpeg"))
+    assert result.frames == 2
+    with av.open(str(tmp_path / "a_x2.mkv")) as c:
+        assert (c.streams.video[0].codec_context.name, c.streams.video[0].format.name) == ("mjpeg", "yuv420p")
