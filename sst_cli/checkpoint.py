@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import CheckpointError, WeightsNotFound
+from .errors import CheckpointError, SstError, WeightsNotFound
 
 WRAPPER_KEYS = ("params_ema", "params", "state_dict")
 
@@ -138,9 +138,32 @@ def read_weights(path: str | os.PathLike[str]) -> tuple[StateDict, dict[str, str
         state, metadata = _read_safetensors(path, kind)
     else:
         state = _read_pickle(path, kind)
+        metadata = _own_metadata(state)
     state = unwrap(state, str(path))
     _check_finite(state, path)
     return state, metadata
+
+
+def _own_metadata(checkpoint: Any) -> dict[str, str]:
+    """The metadata ``sst train`` puts beside the tensors of a ``.pth`` (``meta``), as a safetensors file keeps it."""
+    meta = checkpoint.get("meta") if isinstance(checkpoint, Mapping) else None
+    if not isinstance(meta, Mapping) or meta.get("trained_by") != "sst-cli":  # other tools' "meta" mean other things
+        return {}
+    return {str(k): str(v) for k, v in meta.items()}
+
+
+def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The metadata of a weights file (safetensors: from its header alone); empty when it has none or is unreadable."""
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(path)
+    try:
+        if path.suffix.lower() == ".safetensors":
+            with safe_open(str(path), framework="pt", device="cpu") as f:
+                return dict(f.metadata() or {})
+        return read_weights(path)[1]
+    except (SstError, SafetensorError, OSError, ValueError):  # an unreadable file has no metadata to show
+        return {}
 
 
 def _check_finite(state: Mapping[str, torch.Tensor], path: Path) -> None:

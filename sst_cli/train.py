@@ -25,6 +25,7 @@ import json
 import math
 import os
 import random
+import secrets
 import signal
 import threading
 import time
@@ -39,6 +40,7 @@ import torch.nn.functional as F
 
 from .archs.sst import SST, SSTConfig
 from .archs.tracing import prepare_tracing
+from .checkpoint import read_metadata
 from .errors import ConfigError, OutputExists, WriteError
 from .files import atomic_save, clean_stale_temporaries, unwritable
 from .recipe import (
@@ -335,6 +337,7 @@ class _TrainingRun:
             "device": device,
             "init": Path(settings["init"]).name if settings["init"] else "",
             "training_settings": json.dumps({k: v for k, v in settings.items() if k != "sst_config"}),
+            "run": settings.get("run") or "",
         }
         if settings["model"] != "custom":  # a zoo name: say whose architecture, and that the weights are ours
             variant = get_variant(settings["model"])
@@ -388,8 +391,16 @@ def _prepare(config: TrainConfig, settings: dict[str, Any], say: Message) -> dic
                     raise OutputExists(
                         f"{path} exists: pass --resume to continue that run, or --overwrite to start over"
                     )
+        settings["run"] = secrets.token_hex(8)  # names the run in its state and weights
         return None
     saved = read_state(state_file)
+    settings["run"] = saved["settings"].get("run")
+    run = settings["run"]  # None: a state of an older sst-cli, which named no run
+    if run is not None and config.out.exists() and read_metadata(config.out).get("run") != run:
+        raise OutputExists(
+            f"{config.out} exists and was not written by the run in {state_file}: give that run's --out, or move "
+            "the file away"
+        )
     for key in ("batch", "lr", "warmup"):  # defaults follow the saved run, not this command's --init
         if getattr(config, key) is None:
             settings[key] = saved["settings"][key]

@@ -176,6 +176,22 @@ def test_existing_run_needs_resume_or_overwrite_and_resume_needs_the_same_networ
     with pytest.raises(ConfigError, match="no training state"):
         train(replace(config, out=tmp_path / "other.pth", resume=True))
     assert train(replace(config, overwrite=True)).iteration == 1
+    model = load_model(result.out)  # a .pth keeps the architecture too: it loads without --model
+    assert model.config == TINY
+
+
+def test_resume_never_replaces_weights_another_run_wrote(data: Path, tmp_path: Path) -> None:
+    """``--out precious --resume STATE`` replaced a file that the run in STATE had never written."""
+    first = train(_config(data, tmp_path / "first.safetensors", iters=2))
+    precious = tmp_path / "precious.safetensors"
+    precious.write_bytes(train(_config(data, tmp_path / "other.safetensors", iters=1, seed=3)).out.read_bytes())
+    before = precious.read_bytes()
+    resumed = _config(data, precious, iters=3, resume=True, state=state_path(first.out))
+    refused = r"precious\.safetensors exists and was not written by the run in .*first.*give that run's --out"
+    with pytest.raises(OutputExists, match=refused):
+        train(resumed)
+    assert precious.read_bytes() == before
+    assert train(replace(resumed, out=first.out)).iteration == 3  # its own weights are replaced as it goes on
 
 
 def test_time_limit_stops_cleanly_and_saves(data: Path, tmp_path: Path) -> None:
