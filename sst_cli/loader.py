@@ -159,6 +159,9 @@ def _choose_config(
     """Precedence: an explicit config, a zoo variant, the config stored in the file, then the tensors alone."""
     if config is not None:
         kwargs = read_config_kwargs(config)
+        if arch.scale_key not in kwargs:  # a config that leaves the scale open: --scale, else the weights' own
+            found = scale if scale is not None else inferred.get(arch.scale_key)
+            kwargs = kwargs if found is None else {**kwargs, arch.scale_key: int(found)}
         try:
             cfg = arch.make_config(kwargs)
         except (TypeError, ValueError, ConfigError) as exc:

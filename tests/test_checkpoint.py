@@ -63,6 +63,16 @@ def test_safetensors_with_stored_config_needs_no_variant(tmp_path: Path, light_s
         load_model(path, variant="sst-light+")  # same tensors, other windows: other pixels, never silently
 
 
+def test_a_config_without_a_scale_takes_the_weights_own(tmp_path: Path, light_state: dict) -> None:
+    """Such a config (``sst train --config`` accepts it) asked for x4 of x2 weights, and --scale 2 was refused."""
+    config = {k: v for k, v in golden_config("light_x2").items() if k != "upscaling_factor"}
+    weights = _save(tmp_path / "w.pth", {"params_ema": light_state})
+    assert load_model(weights, config=config).scale == 2
+    assert load_model(weights, config=config, scale=2).scale == 2
+    with pytest.raises(CheckpointError, match=r"holds x2 weights but x3 was requested; use --scale 2"):
+        load_model(weights, config=config, scale=3)
+
+
 def test_window_sizes_are_never_guessed(light_state: dict, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"window sizes cannot be read.*sst-light or sst-light\+"):
         load_model(GOLDEN / "light_x2.pth")
