@@ -69,20 +69,23 @@ class TrainConfig:
     def check(self) -> None:
         """Refuse invalid settings before torch is imported or any image is read."""
         checks = [
-            (self.iters >= 1, f"iters must be at least 1, got {self.iters}"),
-            (self.patch >= 1, f"patch must be at least 1 LR pixel, got {self.patch}"),
-            (self.batch is None or self.batch >= 1, f"batch must be at least 1, got {self.batch}"),
-            (self.lr is None or (math.isfinite(self.lr) and self.lr > 0), f"lr must be positive, got {self.lr}"),
-            (self.warmup is None or self.warmup >= 0, f"warmup must be >= 0 iterations, got {self.warmup}"),
-            (0.0 <= self.ema_decay < 1.0, f"ema decay must be in [0, 1), got {self.ema_decay}"),
-            (self.checkpoint_every >= 0, f"checkpoint interval must be >= 0 seconds, got {self.checkpoint_every}"),
-            (self.checkpoint_iters >= 0, f"checkpoint interval must be >= 0 steps, got {self.checkpoint_iters}"),
+            (self.iters >= 1, f"--iters must be at least 1, got {self.iters}"),
+            (self.patch >= 1, f"--patch must be at least 1 LR pixel, got {self.patch}"),
+            (self.batch is None or self.batch >= 1, f"--batch must be at least 1, got {self.batch}"),
+            (self.lr is None or (math.isfinite(self.lr) and self.lr > 0), f"--lr must be positive, got {self.lr}"),
+            (self.warmup is None or self.warmup >= 0, f"--warmup must be >= 0 iterations, got {self.warmup}"),
+            (0.0 <= self.ema_decay < 1.0, f"--ema-decay must be in [0, 1), got {self.ema_decay}"),
+            (self.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 seconds, got {self.checkpoint_every}"),
+            (self.checkpoint_iters >= 0, f"--checkpoint-iters must be >= 0 steps, got {self.checkpoint_iters}"),
             (
                 self.report_every is None or self.report_every >= 1,
-                f"report_every must be at least 1 step, got {self.report_every}",
+                f"--report-every must be at least 1 step, got {self.report_every}",
             ),
-            (self.precision in PRECISIONS, f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}"),
-            (self.time_limit is None or self.time_limit > 0, f"time limit must be positive, got {self.time_limit}"),
+            (
+                self.precision in PRECISIONS,
+                f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}",
+            ),
+            (self.time_limit is None or self.time_limit > 0, f"--time-limit must be positive, got {self.time_limit}"),
             (not (self.resume and self.init), "--resume continues the saved run, which began already: drop --init"),
             (not (self.resume and self.overwrite), "--resume and --overwrite exclude each other: continue or restart"),
             (bool(self.data), "give at least one --data folder"),
@@ -104,6 +107,9 @@ class TrainConfig:
             if path.is_dir():
                 raise ConfigError(f"{option} {path}: a folder; name the file to write")
         if state.suffix.lower() not in (".pth", ".pt"):
+            if self.resume:
+                raise ConfigError(f"--resume {state}: a training state is a .pth that sst train wrote beside --out "
+                                  "(weights to start from go to --init)")  # fmt: skip
             raise ConfigError(f"--state {state}: name it .pth (a training state is a PyTorch checkpoint)")
         named = [("--out", self.out), ("--state", state)] + ([("--init", self.init)] if self.init else [])
         for i, (option, path) in enumerate(named):

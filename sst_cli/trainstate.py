@@ -94,7 +94,9 @@ def read_state(path: Path) -> dict[str, Any]:
             f"--resume: {path} is not a readable training state (corrupt, truncated or not one: {detail})"
         ) from None
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-        raise CheckpointError(f"--resume: {path} is not an sst-cli training state (format {STATE_FORMAT})")
+        weights = isinstance(state, dict) and any(k in state for k in ("params", "params_ema", "meta"))
+        hint = "; weights to start a run from go to --init" if weights else ""
+        raise CheckpointError(f"--resume: {path} is not an sst-cli training state (format {STATE_FORMAT}){hint}")
     missing = [key for key in REQUIRED if key not in state]
     if missing:
         raise CheckpointError(f"--resume: {path} is an incomplete training state (no {', '.join(missing)})")

@@ -471,3 +471,11 @@ def test_a_second_run_writing_the_same_files_is_refused_while_the_first_runs(dat
     assert not out.exists() and not list(tmp_path.glob(".*.lock"))  # nothing written, and no lock left behind
     train(_config(data, out, iters=1))  # once the first is done, the file is free
     assert out.is_file() and not list(tmp_path.glob(".*.lock"))
+
+
+def test_resume_given_weights_points_at_init(data: Path, tmp_path: Path) -> None:
+    weights = train(_config(data, tmp_path / "w.pth", iters=1)).out
+    with pytest.raises(CheckpointError, match=r"not an sst-cli training state .*; weights to start a run from go to"):
+        train(_config(data, tmp_path / "next.safetensors", resume=True, state=weights))
+    with pytest.raises(ConfigError, match=r"--resume .*w\.safetensors: a training state is a \.pth .*--init"):
+        _config(data, tmp_path / "x.safetensors", resume=True, state=tmp_path / "w.safetensors").check()
