@@ -42,17 +42,36 @@ def find_images(folders: Sequence[str | os.PathLike[str]]) -> list[Path]:
             raise ConfigError(f"--data {folder}: '{named}' is a benchmark test set, and test sets are never trained on")
         if not folder.is_dir():
             raise ConfigError(f"--data {folder} is not a folder")
-        files = sorted(p for p in folder.rglob("*") if is_image_file(p) and p.is_file() and not _hidden(p, folder))
+        files = _walk(folder)
         inside = sorted({n for p in files if (n := benchmark_in_path(p.relative_to(folder).parent))})
         if inside:
             raise ConfigError(
                 f"--data {folder} contains the benchmark test set(s) {', '.join(inside)}, which are never trained "
                 "on: point --data at the training images only"
             )
+        linked = next(((p, n) for p in files if (n := benchmark_in_path(p.resolve().parent))), None)
+        if linked:
+            raise ConfigError(f"--data {folder}: {linked[0]} is a link into the benchmark test set '{linked[1]}'")
         if not files:
             raise ConfigError(f"--data {folder}: no images (png, jpg, webp, tif, bmp) found in it or below it")
         found += files
-    return found
+    unique = {p.resolve(): p for p in reversed(found)}  # a folder given twice, or linked twice, counts once
+    return [p for p in found if unique[p.resolve()] is p]
+
+
+def _walk(folder: Path) -> list[Path]:
+    """Image files under ``folder``, sorted, following linked folders (each real folder once: no loops)."""
+    files: list[Path] = []
+    seen: set[str] = set()
+    for root, dirs, names in os.walk(folder, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        files += [p for n in names if is_image_file(p := Path(root, n)) and p.is_file() and not _hidden(p, folder)]
+    return sorted(files)
 
 
 def _hidden(path: Path, folder: Path) -> bool:

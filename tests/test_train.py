@@ -230,6 +230,21 @@ def test_benchmark_test_sets_are_refused(tmp_path: Path, name: str) -> None:
         find_images([tmp_path / "datasets"])  # a parent folder would pull the test set in
 
 
+def test_linked_folders_are_followed_once_and_links_into_test_sets_refused(tmp_path: Path) -> None:
+    """A linked folder was skipped without a word, a folder given twice trained twice, and a link to a Set5
+    image trained on it."""
+    real = _write_images(tmp_path / "photos", count=2, size=20)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "photos").symlink_to(real, target_is_directory=True)
+    (tmp_path / "mine" / "photos" / "loop").symlink_to(tmp_path / "mine", target_is_directory=True)
+    files = find_images([tmp_path / "mine", tmp_path / "mine", real])
+    assert len(files) == 2 and all(f.is_file() for f in files)
+    test_set = _write_images(tmp_path / "datasets" / "Set5" / "HR", count=1)
+    (tmp_path / "mine" / "baby.png").symlink_to(next(test_set.iterdir()))
+    with pytest.raises(ConfigError, match=r"baby\.png is a link into the benchmark test set 'Set5'"):
+        find_images([tmp_path / "mine"])
+
+
 def test_training_folders_images_and_their_sizes(tmp_path: Path) -> None:
     assert benchmark_in_path("/data/datasets/train291/t91") is None and benchmark_in_path("x/SET5/HR") == "SET5"
     good = _write_images(tmp_path / "train291" / "t91", count=2, size=20)
