@@ -328,7 +328,7 @@ def run_bench(settings: BenchSettings, on_progress: Say | None = None) -> BenchR
         torch=torch.__version__,
         date=datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
         threads=torch.get_num_threads(),
-        protocol=_protocol(settings),
+        protocol=_protocol(settings, device),
         memory_kind=memory_kind(device),
     )
     for name, scale, base in _networks(settings):
@@ -456,7 +456,7 @@ def _measure_tiled(
     )
 
 
-def _protocol(settings: BenchSettings) -> str:
+def _protocol(settings: BenchSettings, device: torch.device) -> str:
     parts = []
     if settings.size is not None:
         w, h = settings.size
@@ -465,9 +465,11 @@ def _protocol(settings: BenchSettings) -> str:
             f"{settings.runs} timed runs, batch 1"
         )
     if settings.tiled is not None:
-        parts.append(f"tiled {settings.tiled[0]}x{settings.tiled[1]} output, tile {settings.tile}")
+        asked = "the whole image" if settings.tile == 0 else f"tile {settings.tile}"
+        parts.append(f"tiled {settings.tiled[0]}x{settings.tiled[1]} output, {asked} asked (the table: what ran)")
     parts.append(f"weights {settings.weights}" if settings.weights is not None else "random weights (seeded)")
-    parts.append("fp32 with TF32 allowed" if settings.tf32 else "fp32 with TF32 off")
+    if device.type == "cuda" and "fp32" in settings.precisions:  # TF32 exists on NVIDIA GPUs only
+        parts.append("fp32 with TF32 allowed" if settings.tf32 else "fp32 with TF32 off")
     if settings.compile != "none":
         parts.append(f"torch.compile mode {settings.compile}")
     if settings.channels_last is not None:

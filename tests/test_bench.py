@@ -90,6 +90,7 @@ def test_run_bench_measures_ours_and_the_reference() -> None:
     report = run_bench(settings, progress.append)
     assert report.device_type == "cpu" and report.torch == torch.__version__ and report.threads >= 1
     assert "median of 1 timed runs" in report.protocol and "LR = ceil(64/s) x ceil(48/s)" in report.protocol
+    assert "TF32" not in report.protocol  # an NVIDIA setting: said on CUDA only
     native = attention.kernel_problem() is None
     expected = "sst-cli CPU kernel (C, built by " if native else "PyTorch SDPA (CPU flash kernel, fp32"
     assert report.kernels["sst-light fp32"].startswith("attention kernel: " + expected)
@@ -109,7 +110,9 @@ def test_run_bench_measures_ours_and_the_reference() -> None:
 
 def test_run_bench_tiled_throughput() -> None:
     settings = BenchSettings(**(TINY | {"size": None, "runs": 1}), precisions=("fp32",), tiled=(256, 192), tile=64)
-    (tiled,) = run_bench(settings).tiled
+    report = run_bench(settings)
+    (tiled,) = report.tiled
+    assert "tiled 256x192 output, tile 64 asked (the table: what ran)" in report.protocol
     assert tiled.lr == (64, 48) and tiled.output == (256, 192)
     assert tiled.tile == 64 and tiled.overlap == 64 and tiled.tiles == 1
     assert tiled.megapixels_per_s == pytest.approx(256 * 192 / 1e6 / tiled.median_s)

@@ -138,7 +138,7 @@ def _tiled_table(report: BenchReport) -> Table:
             f"x{t.scale}",
             t.precision,
             f"{t.output[0]}x{t.output[1]}",
-            f"{tile_label(t.tile)} +{t.overlap}",
+            tile_label(t.tile) + (f" +{t.overlap}" if t.tiles > 1 else ""),
             str(t.tiles),
             f"{t.median_s:.2f}",
             f"{t.megapixels_per_s:.3f}",
