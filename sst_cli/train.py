@@ -407,6 +407,9 @@ def _prepare(config: TrainConfig, settings: dict[str, Any], say: Message) -> dic
     changed = check_resume(saved, settings, state_file)
     if changed:
         say(f"resuming with changed {', '.join(changed)}: the run continues, but not exactly as planned")
+    if int(saved["iteration"]) >= config.iters:
+        say(f"{state_file} already reached iteration {saved['iteration']} of --iters {config.iters}: nothing is "
+            "left to train (a larger --iters goes on); the weights are written again")  # fmt: skip
     settings["init"] = saved["settings"].get("init")
     return saved
 
@@ -473,6 +476,8 @@ def _train(
     device = torch.device(settings["device"])
     state_file = config.state_file
     saved = _prepare(config, settings, say)
+    if settings["warmup"] >= config.iters:
+        say(f"--warmup {settings['warmup']} is not shorter than --iters {config.iters}: the peak lr is never reached")
     for folder in dict.fromkeys((config.out.parent, state_file.parent)):
         clean_stale_temporaries(folder, say)  # what a killed run left half-written there
     images = load_images(find_images(config.data), config.patch * settings["scale"], say)

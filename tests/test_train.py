@@ -494,3 +494,12 @@ def test_resume_given_weights_points_at_init(data: Path, tmp_path: Path) -> None
         train(_config(data, tmp_path / "next.safetensors", resume=True, state=weights))
     with pytest.raises(ConfigError, match=r"--resume .*w\.safetensors: a training state is a \.pth .*--init"):
         _config(data, tmp_path / "x.safetensors", resume=True, state=tmp_path / "w.safetensors").check()
+
+
+def test_a_warm_up_longer_than_the_run_and_a_finished_run_resumed_are_said(data: Path, tmp_path: Path) -> None:
+    notes: list[str] = []
+    first = train(_config(data, tmp_path / "w.safetensors", iters=2, warmup=5), on_message=notes.append)
+    assert "--warmup 5 is not shorter than --iters 2: the peak lr is never reached" in notes
+    notes.clear()
+    again = train(_config(data, first.out, iters=2, warmup=1, resume=True), on_message=notes.append)
+    assert again.iteration == 2 and any("already reached iteration 2 of --iters 2" in n for n in notes)
