@@ -63,6 +63,8 @@ def test_paper_protocol_is_the_default_and_cpu_gets_a_quick_one() -> None:
     assert tiled_only.size is None and tiled_only.tiled == (640, 360)
     quick_tiled, is_quick = _settings(**(options | {"tiled": "640x360"}))
     assert is_quick and quick_tiled.size is None and quick_tiled.models == ("sst-light",)
+    real, _ = _settings(**(options | {"models": ["sst-real"], "size": "64x64"}))  # it exists at x4 only
+    assert real.scales == (4,) and chosen.scales == (2, 3, 4)
 
 
 def test_reference_path_is_swapped_in_and_out() -> None:

@@ -80,6 +80,12 @@ def _settings(
         given["models"] = tuple(m.strip().lower() for m in models)
     if scales:
         given["scales"] = tuple(scales)
+    elif models:  # the default scales that every model named has (sst-real exists at x4 only)
+        from ..bench import PAPER_SCALES
+        from ..zoo import get_variant
+
+        have = [set(get_variant(m).scales) for m in given["models"]]
+        given["scales"] = tuple(s for s in PAPER_SCALES if all(s in h for h in have)) or PAPER_SCALES
     if precisions:
         given["precisions"] = tuple(precisions)
     if runs is not None:
