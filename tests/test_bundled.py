@@ -48,7 +48,7 @@ def test_official_name_never_resolves_to_the_bundled_weights(offline_cache: Path
     assert "HF_HUB_OFFLINE is set" in str(info.value) and "sst-light-291 x4" in str(info.value)
 
 
-@pytest.mark.parametrize("scale", [2, 3])
+@pytest.mark.parametrize("scale", [3])
 def test_untrained_scales_say_how_to_make_them(offline_cache: Path, scale: int) -> None:
     with pytest.raises(WeightsNotFound, match=f"sst-light-291 x{scale} weights are not trained yet.*sst train"):
         load_model("sst-light-291", scale)
@@ -109,3 +109,16 @@ def test_bundled_weights_beat_nearest_neighbour_on_set5() -> None:
     ours = up.upscale(lr)
     assert ours.shape == hr.shape
     assert _psnr_y(ours, hr, 4) > _psnr_y(nearest, hr, 4) + 1.0
+
+
+@needs_datasets
+def test_bundled_x2_weights_beat_bicubic_on_set5() -> None:
+    """The x2 demo weights gain about 2 dB over bicubic on bird (Set5 mean: 35.95 vs 33.67 dB)."""
+    torch.set_num_threads(2)
+    up = Upscaler(scale=2, tile=0)
+    lr_image = Image.open(DATASETS / "Set5" / "LR_bicubic" / "X2" / "birdx2.png").convert("RGB")
+    lr = np.asarray(lr_image)
+    hr = np.asarray(Image.open(DATASETS / "Set5" / "HR" / "bird.png").convert("RGB"))
+    hr = hr[: lr.shape[0] * 2, : lr.shape[1] * 2]
+    bicubic = np.asarray(lr_image.resize((lr.shape[1] * 2, lr.shape[0] * 2), Image.BICUBIC))
+    assert _psnr_y(up.upscale(lr), hr, 2) > _psnr_y(bicubic, hr, 2) + 1.0

@@ -36,8 +36,9 @@ def test_models_table_lists_every_variant(offline_cache: Path) -> None:
     lines = result.output.splitlines()
     assert any("21.31M" in line and "x4" in line for line in lines)  # sst-l x4
     ours = next(i for i, line in enumerate(lines) if "│ sst-light-291 " in line)
-    assert "x2" in lines[ours] and "not trained yet" in lines[ours]
-    assert "bundled: trained by sst-cli on 291 images" in lines[ours + 2] and "not the paper's" in lines[ours + 2]
+    assert "x3" in lines[ours + 1] and "not trained yet" in lines[ours + 1]
+    for row in (lines[ours], lines[ours + 2]):  # x2 and x4
+        assert "bundled: trained by sst-cli on 291 images" in row and "not the paper's" in row
     official = next(line for line in lines if "│ sst-light " in line)
     assert "not cached" in official and "not found yet" in official
     assert "the authors' Hub collection and models by file name, then their release" in " ".join(result.output.split())
@@ -47,7 +48,8 @@ def test_models_info_of_our_weights(offline_cache: Path) -> None:
     result = runner.invoke(app, ["models", "info", "sst-light-291"], env={"COLUMNS": "300"})
     assert result.exit_code == 0, result.output
     assert "not the paper's weights" in result.output and "sst-light (identical)" in result.output
-    assert "x2: 893,340 parameters; weights not trained yet (sst train --model sst-light --scale 2" in result.output
+    assert "x3: 899,835 parameters; weights not trained yet (sst train --model sst-light --scale 3" in result.output
+    assert "sst-light-291_x2.safetensors (bundled)" in result.output
     assert "sst-light-291_x4.safetensors (bundled)" in result.output
     assert "e54575e82acad8c4660bc6e4d5118c45aee5ac306d3905dc71e1e2f1fccfd55b" in result.output
 

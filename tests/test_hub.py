@@ -224,10 +224,10 @@ def test_sst_cli_trained_entries_are_bundled_only() -> None:
     assert hub.sha256_of(bundled) == entries["4"]["sha256"] and entry.ours
     with pytest.raises(ConfigError, match="bundled with it, not on the Hugging Face Hub"):
         hub.resolve("sst-light-291", 4, repo_id="dslisleedh/SST")
-    for scale in (2, 3):
-        with pytest.raises(WeightsNotFound, match=r"not trained yet \(only x4 ships so far\): make them with `sst"):
-            hub.resolve_pretrained("sst-light-291", scale)
-    assert ("sst-light-291", 4) in hub.bundled_models()
+    with pytest.raises(WeightsNotFound, match=r"not trained yet \(only x2, x4 ship so far\): make them with `sst"):
+        hub.resolve_pretrained("sst-light-291", 3)
+    assert {("sst-light-291", 2), ("sst-light-291", 4)} <= set(hub.bundled_models())
+    assert hub.sha256_of(hub.resolve_pretrained("sst-light-291", 2)) == entries["2"]["sha256"]
 
 
 def test_offline_official_weights_point_at_the_bundled_default(cache: Path) -> None:

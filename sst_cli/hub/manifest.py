@@ -158,7 +158,7 @@ def not_trained_message(entry: Entry) -> str:
     arch = variant.base if variant is not None and variant.base else key
     scales = load_manifest()["models"][key]
     shipped = [f"x{s}" for s, e in sorted(scales.items()) if isinstance(e, dict) and e.get("bundled")]
-    have = f" (only {', '.join(shipped)} ships so far)" if shipped else ""
+    have = f" (only {', '.join(shipped)} {'ships' if len(shipped) == 1 else 'ship'} so far)" if shipped else ""
     return (
         f"{key} x{scale} weights are not trained yet{have}: make them with `sst train --model {arch} "
         f"--scale {scale} --data DIR --iters N --out {key}_x{scale}.safetensors` and load that file with "

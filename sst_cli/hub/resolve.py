@@ -379,7 +379,8 @@ def resolve_pretrained(name: str, scale: int, *, repo_id: str | None = None) -> 
         location = resolve(name, scale, repo_id=repo_id)
     except WeightsNotFound as exc:
         entry = manifest_entry(name, scale)
-        offline = [f"{n} x{s}" for n, s in bundled_models()]
+        bundled = bundled_models()
+        offline = [f"{n} x{s}" for n, s in bundled if s == scale] or [f"{n} x{s}" for n, s in bundled]
         if entry.ours or entry.bundled or not offline:
             raise
         hint = f" (without a download, the bundled {' / '.join(offline)} works: trained by sst-cli, not the paper's)"
