@@ -139,9 +139,13 @@ def test_sigterm_stops_every_worker_and_leaves_nothing_partial(tmp_path: Path) -
     process.send_signal(signal.SIGTERM)
     try:
         stdout, stderr = process.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired:  # seen once in CI: say which process was still there, and what it said
+        alive = process.poll() is None
+        tree = subprocess.run(["ps", "-eo", "pid,ppid,stat,etime,args"], capture_output=True, text=True).stdout
+        ours = [line for line in tree.splitlines() if str(process.pid) in line.split()[:2] or "multiprocessing" in line]
         process.kill()
-        raise
+        _, stderr = process.communicate()
+        pytest.fail(f"no exit 120 s after SIGTERM (parent alive: {alive}); processes: {ours}; stderr: {stderr[-3000:]}")
     assert process.returncode == 143, stderr
     assert "--skip-existing to resume" in stderr
     summary = [json.loads(line) for line in stdout.splitlines() if '"summary"' in line]
