@@ -55,8 +55,10 @@ def find_images(folders: Sequence[str | os.PathLike[str]]) -> list[Path]:
         if not files:
             raise ConfigError(f"--data {folder}: no images (png, jpg, webp, tif, bmp) found in it or below it")
         found += files
-    unique = {p.resolve(): p for p in reversed(found)}  # a folder given twice, or linked twice, counts once
-    return [p for p in found if unique[p.resolve()] is p]
+    unique: dict[Path, Path] = {}  # a folder given twice, or linked twice, counts once
+    for path in found:
+        unique.setdefault(path.resolve(), path)
+    return list(unique.values())
 
 
 def _walk(folder: Path) -> list[Path]:
