@@ -56,7 +56,8 @@ def _reason(exc: OSError) -> str:
     return (exc.strerror or str(exc)).lower()
 
 
-def _read_pickle(path: Path, kind: str) -> Any:
+def _read_pickle(path: Path, kind: str, *, lazy: bool = False) -> Any:
+    """``lazy``: map the tensors of a zip checkpoint instead of reading them (for its metadata alone)."""
     if kind == "safetensors":
         raise CheckpointError(
             f"{path}: not a PyTorch checkpoint: the file is a safetensors file (name it .safetensors)"
@@ -68,7 +69,7 @@ def _read_pickle(path: Path, kind: str) -> Any:
     try:
         with warnings.catch_warnings():  # torch's own advice about weights_only; the refusal below says it all
             warnings.simplefilter("ignore", UserWarning)
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=lazy and kind == "zip")
     except pickle.UnpicklingError as exc:
         raise CheckpointError(
             f"{path}: refused to load: the file contains Python objects other than tensors, and loading it "
@@ -153,7 +154,8 @@ def _own_metadata(checkpoint: Any) -> dict[str, str]:
 
 
 def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
-    """The metadata of a weights file (safetensors: from its header alone); empty when it has none or is unreadable."""
+    """The metadata of a weights file, read without its tensors (safetensors: the header; a zip .pth: the pickle,
+    its tensors mapped, not read); empty when it has none or is unreadable."""
     from safetensors import SafetensorError, safe_open
 
     path = Path(path)
@@ -161,7 +163,7 @@ def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
         if path.suffix.lower() == ".safetensors":
             with safe_open(str(path), framework="pt", device="cpu") as f:
                 return dict(f.metadata() or {})
-        return read_weights(path)[1]
+        return _own_metadata(_read_pickle(path, _kind(path), lazy=True))
     except (SstError, SafetensorError, OSError, ValueError):  # an unreadable file has no metadata to show
         return {}
 

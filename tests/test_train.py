@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from sst_cli import create_model, load_model
 from sst_cli.archs.sst import SST, SSTConfig
-from sst_cli.checkpoint import read_weights
+from sst_cli.checkpoint import read_metadata, read_weights
 from sst_cli.cli import app
 from sst_cli.errors import CheckpointError, ConfigError, OutputExists
 from sst_cli.train import (
@@ -169,6 +169,7 @@ def test_existing_run_needs_resume_or_overwrite_and_resume_needs_the_same_networ
     result = train(config)
     saved = torch.load(result.out, weights_only=True)
     assert set(saved) == {"params_ema", "params", "meta"}  # .pth: the authors' layout
+    assert read_metadata(result.out)["run"] == saved["meta"]["run"]  # read with the tensors mapped, not loaded
     with pytest.raises(OutputExists, match=r"--resume.*--overwrite"):
         train(config)
     with pytest.raises(ConfigError, match=r"is a x2 run and this one is x3; start the new scale with --init"):
