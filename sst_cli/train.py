@@ -205,7 +205,7 @@ def _architecture(config: TrainConfig) -> tuple[str, SSTConfig]:
         if config.scale is not None:
             arch = replace(arch, upscaling_factor=check_scale(config.scale))
         return "custom", arch
-    variant = get_variant(config.model)
+    variant = get_variant(config.model, arch="sst")
     if variant.arch != "sst":
         raise ConfigError(f"sst train trains SST networks; {variant.name} is another architecture")
     built = variant.config(config.scale if config.scale is not None else 4)

@@ -185,15 +185,17 @@ def check_scale(scale: int) -> int:
     return scale
 
 
-def get_variant(name: str) -> Variant:
-    """Look a variant up by name, case-insensitively."""
+def get_variant(name: str, *, arch: str | None = None) -> Variant:
+    """Look a variant up by name, case-insensitively; an unknown name's message lists the variants of ``arch``
+    only, when given (``sst train`` offers the SST ones)."""
     variant = VARIANTS.get(name.strip().lower())
     if variant is None:
         import difflib
 
-        close = difflib.get_close_matches(name.strip().lower().replace("_", "-"), VARIANTS, n=1, cutoff=0.6)
+        names = [key for key, known in VARIANTS.items() if arch is None or known.arch == arch]
+        close = difflib.get_close_matches(name.strip().lower().replace("_", "-"), names, n=1, cutoff=0.6)
         guess = f"did you mean {close[0]}? " if close else ""
-        raise ConfigError(f"unknown model {name!r}; {guess}choose one of {', '.join(VARIANTS)}")
+        raise ConfigError(f"unknown model {name!r}; {guess}choose one of {', '.join(names)}")
     return variant
 
 

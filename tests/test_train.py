@@ -504,3 +504,11 @@ def test_a_warm_up_longer_than_the_run_and_a_finished_run_resumed_are_said(data:
     notes.clear()
     again = train(_config(data, first.out, iters=2, warmup=1, resume=True), on_message=notes.append)
     assert again.iteration == 2 and any("already reached iteration 2 of --iters 2" in n for n in notes)
+
+
+def test_an_unknown_model_name_offers_only_networks_sst_train_can_train(data: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"did you mean sst-light\?") as unknown:
+        train(_config(data, tmp_path / "w.safetensors", model="sst-lite"))
+    assert "sst-l+" in str(unknown.value) and "dat" not in str(unknown.value) and "sst-real" not in str(unknown.value)
+    with pytest.raises(ConfigError, match="sst train trains SST networks; dat is another architecture"):
+        train(_config(data, tmp_path / "w.safetensors", model="dat"))
