@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import os
 
+from . import hub
 from .archs import describe
 from .loader import load_model, weights_source
 
 
 def about_file(path: str | os.PathLike[str], variant: str | None = None) -> dict[str, object]:
-    """Facts about the model in ``path`` (loaded on the CPU, into ``variant``'s architecture when given; nothing
-    is downloaded)."""
-    model = load_model(weights_source(path), variant=variant)
+    """Facts about the model in ``path`` (loaded on the CPU, into ``variant``'s architecture when given). An
+    ``hf://`` reference is downloaded into the Hugging Face cache first, unless it is there already."""
+    source = weights_source(path)
+    local = hub.download(hub.parse_hf_reference(source)) if isinstance(source, str) else source
+    model = load_model(local, variant=variant)
     d = describe(model)
     facts: dict[str, object] = {
+        "file": local,
+        "sha256": hub.sha256_of(local),
         "architecture": d.architecture,
         "scale": f"x{d.scale}",
         "parameters": f"{d.parameters:,}",

@@ -28,7 +28,7 @@ from typer.testing import CliRunner
 
 from sst_cli import hub
 from sst_cli.cli import app
-from sst_cli.errors import CheckpointError, WeightsNotFound
+from sst_cli.errors import CheckpointError, WeightsNotFound, WriteError
 from sst_cli.hub import library
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -178,6 +178,27 @@ def test_second_run_and_offline_run_use_the_pin_without_requests(
     assert fake.requests == []
     located = hub.locate("sst-light", 2)
     assert located.cached and located.pinned and located.origin.startswith(f"hub {OWNER}/SSTlight_DFLIP_X2@")
+
+
+def test_a_cached_copy_without_a_pin_is_found_offline_verified_and_pinned(
+    fake: FakeHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pins.json deleted (its comment says it is safe to), or the file fetched by another HF tool: offline runs
+    said "not in the cache" while it was there."""
+    repo = fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
+    first = hub.resolve_pretrained("sst-light", 2)
+    hub.pins_path().unlink()
+    fake.requests.clear()
+    _offline(monkeypatch)
+    located = hub.locate("sst-light", 2)  # sst models: cached, not pinned, no hashing
+    assert located.cached and not located.pinned
+    assert located.origin == f"hub {OWNER}/SSTlight_DFLIP_X2@{repo.commit[:7]}"
+    assert hub.resolve_pretrained("sst-light", 2) == first and fake.requests == []
+    assert hub.read_pins()[LIGHT2].commit == repo.commit  # verified against its LFS sha256, and pinned again
+    hub.pins_path().unlink()
+    first.resolve().write_bytes(b"damaged")  # a copy that fails its own sha256 is not taken
+    with pytest.raises(WeightsNotFound, match="are not in the cache and HF_HUB_OFFLINE is set"):
+        hub.resolve_pretrained("sst-light", 2)
 
 
 def test_pinned_file_deleted_from_the_cache_is_fetched_at_the_pinned_commit(fake: FakeHub) -> None:
@@ -452,8 +473,11 @@ def test_downloads_report_to_the_display(fake: FakeHub, tmp_path: Path, monkeypa
     assert sum(e[1] for e in recorder.events if e[0] == "advance") == 4000
     assert [e[0] for e in recorder.events].count("stop") == 2
     notes = [e[1] for e in recorder.events if e[0] == "note"]
-    assert notes[0].startswith(f"sst-light x2: {LIGHT2} from the Hugging Face repository {OWNER}/SSTlight_DFLIP_X2")
-    assert notes[1] == f"sst x4: {SST4} from the authors' release {fake.url}/release/{SST4}"
+    host = fake.url.split("://", 1)[1]
+    assert notes[0] == f"sst-light x2: looking for {LIGHT2} in the repositories of {OWNER} on {host}"
+    assert notes[1].startswith(f"sst-light x2: {LIGHT2} from the Hugging Face repository {OWNER}/SSTlight_DFLIP_X2")
+    assert notes[2] == f"sst x4: looking for {SST4} in the repositories of {OWNER} on {host}"
+    assert notes[3] == f"sst x4: {SST4} from the authors' release {fake.url}/release/{SST4}"
 
     from rich.console import Console
 
@@ -499,6 +523,19 @@ def test_models_pull_info_and_table(fake: FakeHub) -> None:
     assert weights == "cached" and f"hub{OWNER}/SSTlight_DFLIP_X2@{repo.commit[:7]}" in origin.replace(" ", "")
 
 
+def test_models_info_of_an_hf_file_shows_its_download_path_and_sha256(fake: FakeHub) -> None:
+    """It downloaded the file with no word, and did not say where the file went or its sha256."""
+    weights = _checkpoint("sst-light", 2)
+    fake.add_repo("someone/light", {"light_x2.pth": weights})
+    ref = "hf://someone/light/light_x2.pth"
+    result = runner.invoke(app, ["models", "info", ref, "--model", "sst-light"], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert "downloading light_x2.pth (" in result.output
+    path = hub.download(hub.parse_hf_reference(ref))
+    assert f"file               {path}" in result.output
+    assert f"sha256             {hashlib.sha256(weights).hexdigest()}" in result.output
+
+
 def test_a_hub_file_that_is_not_the_model_is_named_unpinned_and_pull_refuses_it(fake: FakeHub) -> None:
     """A captive portal's page, or another scale's file, under the expected name: said, never pinned as good."""
     fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: _checkpoint("sst-light", 4)})
@@ -512,12 +549,94 @@ def test_a_hub_file_that_is_not_the_model_is_named_unpinned_and_pull_refuses_it(
     assert page.exit_code == 1 and "not a PyTorch checkpoint: the file is an HTML or XML page" in page.output
 
 
-def test_a_pin_that_cannot_be_written_is_said(fake: FakeHub) -> None:
+def test_a_pin_that_cannot_be_written(fake: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``pull`` is for offline use. A Hub file is found offline without its pin (its LFS sha256 verifies it);
+    a release file is not, so pull fails then (it exited 0, silently with --quiet)."""
     fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: _checkpoint("sst-light", 2)})
+    fake.release[SST4] = _checkpoint("sst", 4)
     hub.pins_path().mkdir(parents=True)  # a folder where the pins file goes: it cannot be written
-    result = runner.invoke(app, ["models", "pull", "sst-light", "--scale", "2"], env={"COLUMNS": "300"})
-    assert result.exit_code == 0, result.output
-    assert "where it came from could not be recorded" in " ".join(result.output.split())
+    pulled = runner.invoke(app, ["models", "pull", "sst-light", "--scale", "2"], env={"COLUMNS": "300"})
+    assert pulled.exit_code == 0, pulled.output
+    assert "where it came from could not be recorded" in " ".join(pulled.output.split())
+    for quiet in ([], ["--quiet"]):
+        result = runner.invoke(app, ["models", "pull", "sst", "--scale", "4", *quiet], env={"COLUMNS": "300"})
+        assert result.exit_code == 1, result.output
+        text = " ".join(result.output.split())
+        assert "is downloaded, but where it came from could not be recorded in" in text
+        assert "an offline run will not find it" in text
+    _offline(monkeypatch)
+    assert hub.resolve_pretrained("sst-light", 2).is_file()
+
+
+def test_a_hub_that_takes_the_connection_and_never_answers_is_given_up(
+    net: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The quick probe only opens a connection: the API listing then waited forever, printing nothing."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # connections are taken (the kernel's backlog) and never answered
+        _point_at(monkeypatch, f"http://127.0.0.1:{silent.getsockname()[1]}", "off")
+        monkeypatch.setenv("SST_HUB_TIMEOUT", "1")
+        start = time.monotonic()
+        with pytest.raises(WeightsNotFound) as info:
+            hub.resolve("sst-light", 2)
+        assert time.monotonic() - start < 15  # one wait of SST_HUB_TIMEOUT, not retried
+    message = str(info.value)
+    _one_sentence(message)
+    assert "the Hub at 127.0.0.1:" in message and "did not answer within 1 s (SST_HUB_TIMEOUT)" in message
+
+
+def test_an_http_error_on_the_file_is_named_not_called_unreachable(fake: FakeHub) -> None:
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
+    fake.fail(1000, 500, match="/resolve/")  # HEAD and GET of the file
+    with pytest.raises(WeightsNotFound) as info:
+        hub.resolve("sst-light", 2)
+    assert "the server answered HTTP 500" in str(info.value) and "could not be reached" not in str(info.value)
+
+
+def test_repositories_that_refuse_access_are_said(fake: FakeHub) -> None:
+    """A bad HF_TOKEN made every repository answer 401; the message said none held the file."""
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
+    fake.add_repo(f"{OWNER}/Other", {"x.pth": b"other"})
+    fake.fail(1000, 401, match="/api/models/")
+    with pytest.raises(WeightsNotFound) as info:
+        hub.resolve("sst-light", 2)
+    message = str(info.value)
+    _one_sentence(message)
+    assert f"access was refused (HTTP 401) to 2 of the 2 repositories of {OWNER} searched" in message
+    assert "HF_TOKEN" in message and "try again later" not in message
+
+
+def test_a_cache_that_cannot_be_written_is_said_not_blamed_on_the_hub(
+    fake: FakeHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(library, "hub_download", full)
+    with pytest.raises(WriteError) as info:
+        hub.resolve("sst-light", 2)
+    message = str(info.value)
+    assert f"cannot write the download to {library.cache_dir()}: no space left on device" in message
+    assert "HF_HUB_CACHE" in message and "the Hub failed" not in message and "try again later" not in message
+
+
+def test_partial_downloads_a_killed_process_left_are_removed(fake: FakeHub) -> None:
+    import os
+
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
+    blobs = Path(library.cache_dir()) / f"models--{OWNER}--SSTlight_DFLIP_X2" / "blobs"
+    blobs.mkdir(parents=True)
+    old, recent = blobs / "aaaa.1234.incomplete", blobs / "bbbb.5678.incomplete"
+    old.write_bytes(b"x" * 10)
+    recent.write_bytes(b"y" * 10)  # perhaps another process's transfer in progress: kept
+    os.utime(old, (time.time() - 2 * library.STALE_PARTIAL_S,) * 2)
+    assert hub.resolve_pretrained("sst-light", 2).read_bytes() == b"weights"
+    assert not old.exists() and recent.exists()
 
 
 def _table_row(output: str, name: str, columns: tuple[int, ...]) -> tuple[str, ...]:

@@ -68,14 +68,16 @@ def root(
 
 
 def quiet_decoders() -> None:
-    """Keep the image libraries' remarks about metadata they skipped (Pillow's "Corrupt EXIF data", tifffile's
-    logged tag errors) off the terminal: they name no file, and the image is read all the same (--debug shows
-    them)."""
+    """Keep the libraries' own remarks off the terminal (--debug shows them): the image libraries' about metadata
+    they skipped (Pillow's "Corrupt EXIF data", tifffile's logged tag errors), which name no file while the image
+    is read all the same; huggingface_hub's log of each retry and resumed transfer ("Retrying in 8s [Retry
+    4/5]"), since sst-cli says in one sentence what failed in the end."""
     import logging
     import warnings
 
     warnings.filterwarnings("ignore", category=UserWarning, module=r"PIL\.")
     logging.getLogger("tifffile").setLevel(logging.CRITICAL)
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
 
 
 def main() -> None:

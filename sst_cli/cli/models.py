@@ -139,13 +139,17 @@ def info(
     ] = None,
 ) -> None:
     """Hyper-parameters, parameter counts and, per scale, the weight file: where it comes from, where it is
-    cached and its sha256 (no network: `sst models pull` resolves and downloads)."""
+    cached and its sha256 (no network: `sst models pull` resolves and downloads). A weights file: what was
+    detected in it (an hf:// file is downloaded first if it is not cached)."""
     if _names_a_file(name):  # a weights file: what was detected in it
         from ..about import about_file
+        from .downloads import download_display
 
         if scale is not None:
             raise ConfigError(f"--scale applies to zoo names; '{name}' says its own scale")
-        for key, value in about_file(name, variant=model).items():
+        with hub.show_downloads(download_display()):
+            facts = about_file(name, variant=model)
+        for key, value in facts.items():
             console.print(f"  {key:<18} {value}", markup=False, soft_wrap=True)
         return
     if model is not None:
@@ -188,7 +192,7 @@ def pull(
     v = get_variant(name)
     _check_scale(v.name, scale)
     with hub.show_downloads(download_display(quiet=quiet)):
-        location = hub.resolve(v.name, scale, repo_id=hub_repo)
+        location = hub.pull(v.name, scale, repo_id=hub_repo)
     assert location.path is not None
     from ..loader import load_model
 

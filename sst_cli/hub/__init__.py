@@ -39,7 +39,7 @@ from .refs import (
     sha256_of,
     verify_sha256,
 )
-from .resolve import Location, cached_path, download, forget, locate, resolve, resolve_pretrained
+from .resolve import Location, cached_path, download, forget, locate, pull, resolve, resolve_pretrained
 
 __all__ = [
     "HF_REFERENCE_FORM",
@@ -62,6 +62,7 @@ __all__ = [
     "off_hub_message",
     "parse_hf_reference",
     "pins_path",
+    "pull",
     "reachable",
     "read_pins",
     "release_base",

@@ -110,17 +110,30 @@ def find_file(filename: str, owner: str, collection: str | None = None, client: 
     client = client or api()
     repos = candidate_repos(owner, collection, client)
     ranked = sorted(enumerate(repos), key=lambda pair: (name_rank(pair[1], filename), pair[0]))
+    refused: list[int] = []
     for _, repo_id in ranked[:MAX_REPOS]:
         try:
             commit, siblings = repo_files(repo_id, client=client)
         except Exception as exc:
             if _skippable(exc):
+                status = getattr(getattr(exc, "response", None), "status_code", None)
+                if status in (401, 403):
+                    refused.append(status)
                 continue
             raise
         sibling = file_in(siblings, filename)
         if sibling is not None and commit:
             return found_file(repo_id, commit, sibling)
+    if refused:
+        raise Refused(
+            f"access was refused (HTTP {refused[0]}) to {len(refused)} of the {min(len(ranked), MAX_REPOS)} "
+            f"repositories of {owner} searched (an invalid or missing HF_TOKEN?)"
+        )
     return None
+
+
+class Refused(Exception):
+    """No repository searched held the file, and some refused access: the file may be in one of those."""
 
 
 def _skippable(exc: BaseException) -> bool:

@@ -10,13 +10,18 @@
   before, ``http_get`` makes its bar from ``file_download.tqdm``, which is swapped for the time of the call,
   and a transfer it resumes continues the same bar.
 * A download that fails leaves no ``.incomplete`` file in the cache (0.x keeps them to resume later).
+* API calls (listings, model info) have no time limit in the library: a server that accepts the connection and
+  never answers held sst-cli forever. ``answered`` bounds them (SST_HUB_TIMEOUT seconds, default 60).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,6 +35,44 @@ RETRY_WAITS: tuple[float, ...] = (1.0, 3.0)  # seconds before the second and the
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 NETWORK_MODULES = ("httpx", "httpx2", "httpcore", "h11", "requests", "urllib3", "ssl")
 _SWAP_LOCK = threading.Lock()
+DEFAULT_API_TIMEOUT = 60.0
+
+
+class NoAnswer(Exception):
+    """The server took the connection but did not answer in time (not transient: asking again waits as long)."""
+
+
+def api_timeout() -> float:
+    try:
+        return max(0.1, float(os.environ.get("SST_HUB_TIMEOUT", DEFAULT_API_TIMEOUT)))
+    except ValueError:
+        return DEFAULT_API_TIMEOUT
+
+
+def answered(call: Callable[[], T], what: str) -> T:
+    """``call()`` (Hub API requests) given at most SST_HUB_TIMEOUT seconds, else NoAnswer naming ``what``.
+
+    The call runs in a daemon thread, so a socket that never answers cannot hold the process (its exit included).
+    """
+    limit = api_timeout()
+    outcome: list[tuple[bool, Any]] = []
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        try:
+            outcome.append((True, context.run(call)))
+        except BaseException as exc:  # handed to the caller's thread
+            outcome.append((False, exc))
+
+    thread = threading.Thread(target=run, name="sst-hub-request", daemon=True)
+    thread.start()
+    thread.join(limit)
+    if not outcome:
+        raise NoAnswer(f"{what} did not answer within {limit:g} s (SST_HUB_TIMEOUT)")
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
 
 
 def endpoint() -> str:
@@ -86,25 +129,45 @@ def progress(function: Any) -> Iterator[dict[str, Any]]:
 
 def hub_download(repo_id: str, filename: str, revision: str | None) -> Path:
     """``hf_hub_download`` into the current cache from the current endpoint, retried, progress to the current
-    display; when it fails for good, the ``.incomplete`` files it wrote in that repository's cache are removed."""
+    display; when it fails for good, the ``.incomplete`` files it wrote in that repository's cache are removed.
+
+    Partial files an earlier process left there (killed mid-transfer) are removed first once an hour old: a
+    transfer in progress writes to its own all the time. The library's warnings (not enough free disk space)
+    become notes on the display."""
     from huggingface_hub import hf_hub_download
+
+    from .progress import note
 
     blobs = Path(cache_dir()) / f"models--{repo_id.replace('/', '--')}" / "blobs"
     started = time.time() - 1.0
+    _remove_partials(blobs, lambda age: age < started - STALE_PARTIAL_S)
     try:
-        with progress(hf_hub_download) as kwargs:
-            return Path(
-                retried(lambda: hf_hub_download(
-                    repo_id, filename, revision=revision, cache_dir=cache_dir(), endpoint=endpoint(),
-                    library_name="sst-cli", library_version=__version__, **kwargs,
-                ))
-            )  # fmt: skip
+        with progress(hf_hub_download) as kwargs, warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always", UserWarning)
+            try:
+                return Path(
+                    retried(lambda: hf_hub_download(
+                        repo_id, filename, revision=revision, cache_dir=cache_dir(), endpoint=endpoint(),
+                        library_name="sst-cli", library_version=__version__, **kwargs,
+                    ))
+                )  # fmt: skip
+            finally:
+                for warning in dict.fromkeys(" ".join(str(w.message).split()) for w in said):
+                    note(warning)
     except BaseException:
-        for partial in blobs.glob("*.incomplete"):
-            with contextlib.suppress(OSError):
-                if partial.stat().st_mtime >= started:
-                    partial.unlink()
+        _remove_partials(blobs, lambda age: age >= started)
         raise
+
+
+STALE_PARTIAL_S = 3600.0
+
+
+def _remove_partials(blobs: Path, chosen: Callable[[float], bool]) -> None:
+    """Remove the ``.incomplete`` files in ``blobs`` whose modification time ``chosen`` accepts."""
+    for partial in blobs.glob("*.incomplete"):
+        with contextlib.suppress(OSError):
+            if chosen(partial.stat().st_mtime):
+                partial.unlink()
 
 
 def cached_file(repo_id: str, filename: str, revision: str | None) -> object:

@@ -3,6 +3,7 @@ per failure, and the release download (huggingface_hub's own HTTP helper: retrie
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import socket
@@ -11,7 +12,7 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..errors import CheckpointError, ConfigError, WeightsNotFound
+from ..errors import CheckpointError, ConfigError, WeightsNotFound, WriteError
 from .library import NETWORK_MODULES, progress
 from .library import endpoint as endpoint
 from .refs import sha256_of
@@ -96,11 +97,17 @@ def reason(exc: BaseException) -> str:
         RevisionNotFoundError,
     )
 
+    from .discover import Refused
+    from .library import NoAnswer
+
+    if isinstance(exc, NoAnswer | Refused):
+        return str(exc)
     status = getattr(getattr(exc, "response", None), "status_code", None)
     if isinstance(exc, OfflineModeIsEnabled):
         return "HF_HUB_OFFLINE is set"
     if isinstance(exc, LocalEntryNotFoundError):  # a subclass of EntryNotFoundError: test it first
-        return "the server could not be reached"
+        answer = _answer_behind(exc)  # the library wraps a failed HEAD of the file in "could not be reached"
+        return reason(answer) if answer is not None else "the server could not be reached"
     if isinstance(exc, GatedRepoError) or (status in (401, 403) and not isinstance(exc, RepositoryNotFoundError)):
         return "access is gated or unauthorised (accept the terms on huggingface.co and set HF_TOKEN)"
     if isinstance(exc, RepositoryNotFoundError):
@@ -119,6 +126,40 @@ def reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {clean(exc, 120)}"
 
 
+def _answer_behind(exc: BaseException) -> BaseException | None:
+    """The HTTP error with a status code that ``exc`` was raised from, if any (its cause chain)."""
+    seen = {id(exc)}
+    current = exc.__cause__ or exc.__context__
+    while current is not None and id(current) not in seen:
+        if getattr(getattr(current, "response", None), "status_code", None) is not None:
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def storage_error(exc: BaseException, folder: str | os.PathLike[str]) -> WriteError | None:
+    """A download that failed because ``folder`` (the cache) cannot be written, as one sentence; None otherwise.
+
+    The Hub is not to blame there, and trying again later will not help."""
+    from ..files import _os_reason
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _STORAGE_ERRNOS:
+            return WriteError(
+                f"cannot write the download to {folder}: {_os_reason(current)}; free space there, or set "
+                "HF_HUB_CACHE (HF_HOME for the authors' release files) to a folder that can be written"
+            )
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def is_missing(exc: BaseException) -> bool:
     """True when the server said the repository, revision or file does not exist (not a transient failure)."""
     from huggingface_hub.utils import (
@@ -129,7 +170,8 @@ def is_missing(exc: BaseException) -> bool:
     )
 
     if isinstance(exc, LocalEntryNotFoundError):  # "not cached and the server could not be reached"
-        return False
+        answer = _answer_behind(exc)
+        return answer is not None and is_missing(answer)
     status = getattr(getattr(exc, "response", None), "status_code", None)
     return isinstance(exc, EntryNotFoundError | RepositoryNotFoundError | RevisionNotFoundError) or status == 404
 

@@ -117,8 +117,8 @@ def save_pin(key: str, pin: Pin) -> None:
     try:
         _write(pins)
     except WriteError as exc:  # the download is fine; only an offline run later cannot find it without the pin
-        note(f"{key} is downloaded, but where it came from could not be recorded ({exc}): an offline run will "
-             "not find it; make that file writable, or pass --weights with the downloaded path")  # fmt: skip
+        note(f"{key} is downloaded, but where it came from could not be recorded ({exc}): make that file "
+             "writable, or later runs may have to look for it again")  # fmt: skip
 
 
 def drop_pin(key: str) -> None:

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..errors import CheckpointError, ConfigError, WeightsNotFound
+from ..errors import CheckpointError, ConfigError, WeightsNotFound, WriteError
 from . import discover, library, net
 from .manifest import (
     Entry,
@@ -31,7 +31,7 @@ from .manifest import (
     off_hub_message,
     release_base,
 )
-from .pins import Pin, drop_pin, get_pin, pin_key, release_dir, save_pin
+from .pins import Pin, drop_pin, get_pin, pin_key, pins_path, release_dir, save_pin
 from .progress import note
 from .refs import COMMIT_RE, SHA256_RE, HubFile, sha256_of
 
@@ -176,11 +176,39 @@ def locate(name: str, scale: int, *, repo_id: str | None = None) -> Location:
     pin = _usable_pin(entry, pin_key(entry))
     if pin is not None:
         return _pinned_location(entry, pin)
-    if entry.repo_id and entry.filename:
-        path = cached_path(HubFile(entry.repo_id, entry.filename, entry.revision))
-        if path is not None:
-            return Location(*where, "hub", path, entry.repo_id, _commit_of(path), entry.filename, sha256=entry.sha256)
+    for path, repo, commit in _cached_copies(entry):
+        return Location(*where, "hub", path, repo, commit, entry.filename, sha256=entry.sha256)
     return Location(*where, "unresolved", repo_id=entry.repo_id, filename=entry.filename, sha256=entry.sha256)
+
+
+def _cached_copies(entry: Entry) -> list[tuple[Path, str, str]]:
+    """(path, repository, commit) of each copy of the entry's file in the Hugging Face cache, in the owner's
+    repositories (the manifest's repository only, when it names one), those named like the file first.
+
+    Copies that no pin records: pins.json deleted, another HF_HOME sharing the cache, or ``hf download``."""
+    owner = entry.repo_id.split("/", 1)[0] if entry.repo_id else hub_owner()
+    if not owner or not entry.filename or "/" in entry.filename:
+        return []
+    repos = f"models--{entry.repo_id.replace('/', '--')}" if entry.repo_id else f"models--{owner}--*"
+    copies = []
+    for path in Path(library.cache_dir()).glob(f"{repos}/snapshots/*/{entry.filename}"):
+        commit, repo = path.parent.name, path.parents[2].name.removeprefix("models--").replace("--", "/", 1)
+        if COMMIT_RE.match(commit) and path.is_file():
+            copies.append((path, repo, commit))
+    return sorted(copies, key=lambda copy: (discover.name_rank(copy[1], entry.filename or ""), copy[1]))
+
+
+def _adopt_cached(entry: Entry, key: str) -> Location | None:
+    """A cached copy no pin records, verified (manifest sha256, else its LFS sha256) and pinned; None if none."""
+    for path, repo, commit in _cached_copies(entry):
+        expected = entry.sha256 or _lfs_sha256(path)
+        actual = sha256_of(path) if expected else None
+        if actual is None or actual != expected:
+            continue  # unverifiable or damaged: the Hub decides
+        save_pin(key, Pin("hub", entry.filename or "", actual, repo_id=repo, commit=commit).with_stat(path))
+        return Location(entry.name, entry.scale, "hub", path, repo, commit, entry.filename, sha256=actual,
+                        pinned=True)  # fmt: skip
+    return None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -245,6 +273,7 @@ def _find_on_hub(entry: Entry, pin: Pin | None) -> discover.Found | None:
     owner = hub_owner()
     if owner is None or entry.filename is None:
         return None
+    note(f"{entry.label}: looking for {entry.filename} in the repositories of {owner} on {net.host_of(net.endpoint())}")
     return discover.find_file(entry.filename, owner, hub_collection())
 
 
@@ -262,23 +291,24 @@ def _find_and_fetch(entry: Entry, key: str, pin: Pin | None, *, release: bool = 
     unreachable: list[str] = []
     transient = False  # a failure that may pass (server error, broken transfer): worth trying again
     hub = net.endpoint()
+    host = net.host_of(hub)
     if net.reachable(hub):
         try:
-            found = library.retried(lambda: _find_on_hub(entry, pin))
+            found = library.retried(lambda: library.answered(lambda: _find_on_hub(entry, pin), f"the Hub at {host}"))
             if found is not None:
                 return _fetch_hub(entry, key, found)
             problems.append(_not_on_hub(entry))
         except (CheckpointError, ConfigError, WeightsNotFound):
             raise
         except Exception as exc:  # huggingface_hub and httpx raise many unrelated types: all become one phrase
-            error = net.as_config_error(exc, entry.repo_id or entry.what)
+            error = net.as_config_error(exc, entry.repo_id or entry.what) or net.storage_error(exc, library.cache_dir())
             if error is not None:
                 raise error from exc
             if pin is not None and net.is_missing(exc):  # the pinned commit is gone: look again
                 drop_pin(key)
                 return _find_and_fetch(entry, key, None, release=release)
             problems.append(f"the Hub failed: {net.reason(exc)}")
-            transient = transient or not net.is_missing(exc)
+            transient = transient or not (net.is_missing(exc) or isinstance(exc, discover.Refused))
     else:
         unreachable.append(net.host_of(hub))
         problems.append(f"cannot reach {net.host_of(hub)}")
@@ -291,6 +321,9 @@ def _find_and_fetch(entry: Entry, key: str, pin: Pin | None, *, release: bool = 
             except CheckpointError:
                 raise
             except Exception as exc:
+                stuck = net.storage_error(exc, release_dir())
+                if stuck is not None:
+                    raise stuck from exc
                 missing = net.is_missing(exc)
                 why = "it is not there (HTTP 404)" if missing else net.reason(exc)
                 problems.append(f"the release download {url} failed: {why}")
@@ -345,9 +378,25 @@ def resolve(name: str, scale: int, *, repo_id: str | None = None) -> Location:
         location = _pinned_location(entry, pin)
         if location.path is not None:
             return _checked_cached(entry, key, pin, location)
+    adopted = _adopt_cached(entry, key) if not explicit else None
+    if adopted is not None:
+        return adopted
     if net.offline():
         raise WeightsNotFound(_offline_message(entry))
     return _find_and_fetch(entry, key, pin, release=not explicit)
+
+
+def pull(name: str, scale: int, *, repo_id: str | None = None) -> Location:
+    """``resolve`` for later offline use: a download whose origin could not be recorded (the pins file cannot
+    be written) is an error here, since an offline run would not find the file."""
+    location = resolve(name, scale, repo_id=repo_id)
+    if location.path is not None and not locate(name, scale, repo_id=repo_id).cached:
+        raise WriteError(
+            f"{location.path} is downloaded, but where it came from could not be recorded in {pins_path()}, so "
+            "an offline run will not find it: make that file writable and pull again, or pass --weights with "
+            "that path"
+        )
+    return location
 
 
 def forget(name: str, scale: int, *, repo_id: str | None = None) -> None:
@@ -394,7 +443,7 @@ def resolve_pretrained(name: str, scale: int, *, repo_id: str | None = None) -> 
 
 
 def _download_error(file: HubFile, exc: Exception) -> Exception:
-    error = net.as_config_error(exc, file.uri)
+    error = net.as_config_error(exc, file.uri) or net.storage_error(exc, library.cache_dir())
     if error is not None:
         return error
     what = f"{file.filename} from {file.repo_id}" + (f"@{file.revision}" if file.revision else "")
