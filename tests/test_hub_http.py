@@ -536,6 +536,19 @@ def test_models_info_of_an_hf_file_shows_its_download_path_and_sha256(fake: Fake
     assert f"sha256             {hashlib.sha256(weights).hexdigest()}" in result.output
 
 
+def test_a_damaged_download_is_not_listed_as_cached(fake: FakeHub) -> None:
+    """``sst models`` said "cached" (and info the recorded sha256) for a truncated file until the next upscale."""
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: _checkpoint("sst-light", 2)})
+    path = hub.resolve_pretrained("sst-light", 2)
+    with open(path.resolve(), "r+b") as blob:
+        blob.truncate(1000)
+    table = runner.invoke(app, ["models"], env={"COLUMNS": "300"})
+    assert _table_row(table.output, "sst-light", (4,))[0] == "changed"
+    info = runner.invoke(app, ["models", "info", "sst-light", "--scale", "2"], env={"COLUMNS": "300"})
+    text = " ".join(info.output.split())
+    assert "the file no longer has this sha256 (changed or damaged): its next use removes it" in text
+
+
 def test_a_hub_file_that_is_not_the_model_is_named_unpinned_and_pull_refuses_it(fake: FakeHub) -> None:
     """A captive portal's page, or another scale's file, under the expected name: said, never pinned as good."""
     fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: _checkpoint("sst-light", 4)})

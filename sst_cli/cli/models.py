@@ -23,7 +23,8 @@ app = typer.Typer(
 
 LEGEND = (
     "weights: cached = downloaded (under $HF_HOME), not cached = downloaded on first use or with "
-    "`sst models pull NAME --scale S`, bundled = shipped with sst-cli (damaged: changed since, reinstall), "
+    "`sst models pull NAME --scale S` (changed = modified since it was verified: checked again on use), "
+    "bundled = shipped with sst-cli (damaged: changed since, reinstall), "
     "- = not trained yet, manual = download it yourself "
     "(`sst models info NAME` says where) and pass --weights. from: hub OWNER/REPO@COMMIT (pinned), release URL "
     "(the authors' GitHub release), not found yet = looked for on first use (the authors' Hub collection and "
@@ -41,6 +42,8 @@ def status(location: hub.Location) -> str:
         if not location.cached:
             return "missing"
         return "bundled" if _intact(location) else "damaged"
+    if location.cached and location.changed:
+        return "changed"
     return "cached" if location.cached else "not cached"
 
 
@@ -81,7 +84,7 @@ def _print_table() -> None:
 
 
 def _intact(location: hub.Location) -> bool:
-    """Whether a bundled file still has the sha256 its manifest records (upscale refuses it otherwise)."""
+    """Whether a file still has the sha256 recorded for it (bundled: the manifest's; downloaded: on download)."""
     assert location.path is not None
     return location.sha256 is None or hub.sha256_of(location.path) == location.sha256
 
@@ -114,6 +117,9 @@ def _describe(v_name: str, scale: int, hub_repo: str | None) -> list[str]:
         lines.append(f"sha256  {location.sha256 or hub.sha256_of(location.path)}")
         if location.source == "bundled" and not _intact(location):
             lines.append("        the file no longer has this sha256 (changed or damaged): reinstall sst-cli")
+        elif location.changed and not _intact(location):
+            lines.append("        the file no longer has this sha256 (changed or damaged): its next use removes it, "
+                         f"then `sst models pull {v_name} --scale {scale}` downloads it again")  # fmt: skip
     else:
         again = f" --hub-repo {hub_repo}" if hub_repo else ""
         lines.append(f"path    not downloaded: `sst models pull {v_name} --scale {scale}{again}`")

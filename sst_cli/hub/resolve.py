@@ -58,6 +58,7 @@ class Location:
     url: str | None = None
     sha256: str | None = None
     pinned: bool = False
+    changed: bool = False  # a pinned file whose size or mtime differ from when it was verified (hashed on use)
 
     @property
     def cached(self) -> bool:
@@ -146,12 +147,14 @@ def _usable_pin(entry: Entry, key: str) -> Pin | None:
 def _pinned_location(entry: Entry, pin: Pin) -> Location:
     if pin.source == "hub":
         path = cached_path(HubFile(pin.repo_id or "", pin.filename, pin.commit))
+        changed = path is not None and not pin.unchanged(path)
         return Location(entry.name, entry.scale, "hub", path, pin.repo_id, pin.commit, pin.filename,
-                        sha256=pin.sha256, pinned=True)  # fmt: skip
+                        sha256=pin.sha256, pinned=True, changed=changed)  # fmt: skip
     local = release_dir() / pin.filename
     path = local if local.is_file() else None
+    changed = path is not None and not pin.unchanged(path)
     return Location(entry.name, entry.scale, "release", path, filename=pin.filename, url=pin.url,
-                    sha256=pin.sha256, pinned=True)  # fmt: skip
+                    sha256=pin.sha256, pinned=True, changed=changed)  # fmt: skip
 
 
 def locate(name: str, scale: int, *, repo_id: str | None = None) -> Location:
