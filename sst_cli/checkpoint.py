@@ -58,10 +58,6 @@ def _reason(exc: OSError) -> str:
 
 def _read_pickle(path: Path, kind: str, *, lazy: bool = False) -> Any:
     """``lazy``: map the tensors of a zip checkpoint instead of reading them (for its metadata alone)."""
-    if kind == "safetensors":
-        raise CheckpointError(
-            f"{path}: not a PyTorch checkpoint: the file is a safetensors file (name it .safetensors)"
-        )
     if kind not in ("zip", "pickle"):  # the unpickler would misread anything else
         raise CheckpointError(f"{path}: not a PyTorch checkpoint: the file is {kind}")
     if kind == "zip" and not _torch_zip(path):
@@ -69,7 +65,10 @@ def _read_pickle(path: Path, kind: str, *, lazy: bool = False) -> Any:
     try:
         with warnings.catch_warnings():  # torch's own advice about weights_only; the refusal below says it all
             warnings.simplefilter("ignore", UserWarning)
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=lazy and kind == "zip")
+            if lazy and kind == "zip" and path.suffix.lower() != ".safetensors":
+                return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            with path.open("rb") as f:  # a file object: torch reads a path named .safetensors as safetensors
+                return torch.load(f, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         raise CheckpointError(
             f"{path}: refused to load: the file contains Python objects other than tensors, and loading it "
@@ -91,8 +90,6 @@ def _torch_zip(path: Path) -> bool:
 def _read_safetensors(path: Path, kind: str) -> tuple[StateDict, dict[str, str]]:
     from safetensors import SafetensorError, safe_open
 
-    if kind in ("zip", "pickle"):
-        raise CheckpointError(f"{path}: not a safetensors file: the file is a PyTorch checkpoint (name it .pth)")
     if kind != "safetensors":
         raise CheckpointError(f"{path}: not a safetensors file: the file is {kind}")
 
@@ -124,6 +121,8 @@ def read_weights(path: str | os.PathLike[str]) -> tuple[StateDict, dict[str, str
     try:
         info = path.stat()
     except FileNotFoundError:
+        if path.is_symlink():
+            raise WeightsNotFound(f"{path}: a link to {os.readlink(path)}, which does not exist") from None
         raise WeightsNotFound(f"weights file not found: {path}") from None
     except OSError as exc:  # a name too long, a loop of links, a folder that may not be entered
         raise CheckpointError(f"{path}: cannot read it: {_reason(exc)}") from None
@@ -135,8 +134,8 @@ def read_weights(path: str | os.PathLike[str]) -> tuple[StateDict, dict[str, str
         raise CheckpointError(f"{path}: the file is empty")
     kind = _kind(path)
     metadata: dict[str, str] = {}
-    if path.suffix.lower() == ".safetensors":
-        state, metadata = _read_safetensors(path, kind)
+    if kind == "safetensors" or (path.suffix.lower() == ".safetensors" and kind not in ("zip", "pickle")):
+        state, metadata = _read_safetensors(path, kind)  # by content: a renamed file loads all the same
     else:
         state = _read_pickle(path, kind)
         metadata = _own_metadata(state)
@@ -160,7 +159,7 @@ def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
 
     path = Path(path)
     try:
-        if path.suffix.lower() == ".safetensors":
+        if _kind(path) == "safetensors":
             with safe_open(str(path), framework="pt", device="cpu") as f:
                 return dict(f.metadata() or {})
         return _own_metadata(_read_pickle(path, _kind(path), lazy=True))

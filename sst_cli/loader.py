@@ -285,8 +285,9 @@ def load_model(
         if hub.manifest_entry(zoo_variant.name, int(scale or 0)).bundled and hub_repo is None:
             raise
         hub.forget(zoo_variant.name, int(scale or 0), repo_id=hub_repo)  # the next run looks for them again
+        problem = str(exc).split("; ", 1)[0]  # its advice (--scale, another file) is for a file the user chose
         raise CheckpointError(
-            f"{exc} (the file found for {zoo_variant.name} x{scale} does not hold them; it is no longer pinned: "
+            f"{problem} (the file found for {zoo_variant.name} x{scale} does not hold them; it is no longer pinned: "
             "delete it, or pass --weights with the right file)"
         ) from None
 

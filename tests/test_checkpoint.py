@@ -144,14 +144,25 @@ def test_files_that_are_not_checkpoints_say_what_they_are(tmp_path: Path) -> Non
     """The unpickler misreads anything but a zip or a pickle (a text file raised KeyError: 105)."""
     (tmp_path / "notes.pth").write_text("hi\nthere\n")
     (tmp_path / "photo.pth").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(32))
-    (tmp_path / "renamed.pth").write_bytes((GOLDEN / "light_x2.safetensors").read_bytes())
     (tmp_path / "folder.pth").mkdir()
     for name, message in [("notes.pth", "not a PyTorch checkpoint: the file is text"),
                           ("photo.pth", "the file is a PNG image"),
-                          ("renamed.pth", r"a safetensors file \(name it \.safetensors\)"),
                           ("folder.pth", "a folder, not a weights file")]:  # fmt: skip
         with pytest.raises(CheckpointError, match=message):
             load_model(tmp_path / name, variant="sst-light")
+    (tmp_path / "dangling.pth").symlink_to(tmp_path / "moved.pth")
+    with pytest.raises(WeightsNotFound, match=r"dangling\.pth: a link to .*moved\.pth, which does not exist"):
+        load_model(tmp_path / "dangling.pth", variant="sst-light")
+
+
+def test_a_checkpoint_loads_by_its_content_whatever_its_extension(tmp_path: Path) -> None:
+    """A safetensors file named .pth (and the reverse) was refused with "name it ...": the content decides."""
+    (tmp_path / "renamed.pth").write_bytes((GOLDEN / "light_x2.safetensors").read_bytes())
+    (tmp_path / "renamed.safetensors").write_bytes((GOLDEN / "light_x2.pth").read_bytes())
+    expected = read_weights(GOLDEN / "light_x2.safetensors")[0]
+    for name in ("renamed.pth", "renamed.safetensors"):
+        state = read_weights(tmp_path / name)[0]
+        assert state.keys() == expected.keys() and all(torch.equal(state[k], expected[k]) for k in expected)
     legacy = tmp_path / "legacy.pth"  # the pre-1.6 format is a bare pickle: still read
     torch.save({"a": torch.ones(2)}, legacy, _use_new_zipfile_serialization=False)
     assert torch.equal(read_weights(legacy)[0]["a"], torch.ones(2))
@@ -162,14 +173,12 @@ def test_misnamed_foreign_unreadable_and_broken_files_are_one_sentence(
 ) -> None:
     import zipfile
 
-    (tmp_path / "renamed.safetensors").write_bytes((GOLDEN / "light_x2.pth").read_bytes())
     (tmp_path / "photo.safetensors").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(32))
     with zipfile.ZipFile(tmp_path / "archive.pth", "w") as archive:
         archive.writestr("hello.txt", "hi")
     (tmp_path / "loop.pth").symlink_to(tmp_path / "loop.pth")
     nan = {k: v * float("nan") if v.is_floating_point() else v for k, v in light_state.items()}
     for name, message in [
-        ("renamed.safetensors", r"not a safetensors file: the file is a PyTorch checkpoint \(name it \.pth\)"),
         ("photo.safetensors", "not a safetensors file: the file is a PNG image"),
         ("archive.pth", "not a PyTorch checkpoint: the file is a zip archive of other files"),
         ("loop.pth", "loop.pth: cannot read it: too many levels of symbolic links"),

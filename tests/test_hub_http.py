@@ -557,6 +557,7 @@ def test_a_hub_file_that_is_not_the_model_is_named_unpinned_and_pull_refuses_it(
     text = " ".join(result.output.split())
     assert "sst-light x2 weights (" in text and f"{LIGHT2}) holds x4 weights but x2 was requested" in text
     assert "it is no longer pinned" in text and LIGHT2 not in hub.read_pins()
+    assert "--scale 4" not in text  # the user asked for sst-light x2: another scale is not the answer
     fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X3", {"SSTlight_DFLIP_X3.pth": b"<html>sign in</html>"})
     page = runner.invoke(app, ["models", "pull", "sst-light", "--scale", "3"], env={"COLUMNS": "300"})
     assert page.exit_code == 1 and "not a PyTorch checkpoint: the file is an HTML or XML page" in page.output
