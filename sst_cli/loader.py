@@ -223,6 +223,13 @@ def _foreign_hint() -> str:
     return f"installing spandrel ({spandrel.INSTALL_HINT}) may help: it runs about 40 more architectures"
 
 
+def _with_foreign_hint(exc: CheckpointError, state: Mapping[str, torch.Tensor], source: str) -> CheckpointError:
+    """``exc`` plus what spandrel would add, unless the file is one of sst-cli's own, damaged (a near miss)."""
+    if near_miss(state, source) is not None:
+        return exc
+    return CheckpointError(f"{exc}; {_foreign_hint()}")
+
+
 def _load_foreign(state: Mapping[str, torch.Tensor], source: str) -> SRNetwork:
     """A checkpoint none of sst-cli's architectures claims: through spandrel when it is installed, else
     sst-cli's own explanation plus what installing spandrel would add."""
@@ -236,7 +243,7 @@ def _load_foreign(state: Mapping[str, torch.Tensor], source: str) -> SRNetwork:
     try:
         detect_architecture(state, source)
     except CheckpointError as exc:
-        raise CheckpointError(f"{exc}; {_foreign_hint()}") from None
+        raise _with_foreign_hint(exc, state, source) from None
     raise AssertionError("detect_architecture accepted keys no architecture claims")  # pragma: no cover
 
 
@@ -314,7 +321,7 @@ def _load_file(
     try:
         arch = detect_architecture(state, label)
     except CheckpointError as exc:  # only --model / --config bring another architecture's file here
-        raise CheckpointError(f"{exc}; {_foreign_hint()}") from None
+        raise _with_foreign_hint(exc, state, label) from None
     inferred, complete = arch.infer(state)
     cfg = _choose_config(arch, state, inferred, complete, metadata, label, scale, config, variant)
     arch.compare(inferred, cfg, label)

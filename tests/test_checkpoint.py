@@ -244,3 +244,12 @@ def test_contradicting_model_options_are_refused_before_any_file_is_read(tmp_pat
         load_model(weights, config=tmp_path / "odd.json")
     with pytest.raises(ConfigError, match=r"unknown model 'sst-lite'; did you mean sst-light\?"):
         get_variant("sst-lite")
+
+
+def test_a_damaged_sst_file_is_not_sent_to_spandrel(tmp_path: Path, light_state: dict) -> None:
+    """An SST file missing a tensor was told that installing spandrel may help: it would not."""
+    near = {k: v for k, v in light_state.items() if k != "proj.weight"}
+    for variant in ("sst-light", None):
+        with pytest.raises(CheckpointError, match=r"looks like a SST checkpoint but lacks proj\.weight") as info:
+            load_model(_save(tmp_path / "near.pth", near), variant=variant)
+        assert "spandrel" not in str(info.value)
