@@ -597,7 +597,7 @@ def test_a_hub_that_takes_the_connection_and_never_answers_is_given_up(
         assert time.monotonic() - start < 15  # one wait of SST_HUB_TIMEOUT, not retried
     message = str(info.value)
     _one_sentence(message)
-    assert "the Hub at 127.0.0.1:" in message and "did not answer within 1 s (SST_HUB_TIMEOUT)" in message
+    assert "the Hub failed: no answer from 127.0.0.1:" in message and "within 1 s (SST_HUB_TIMEOUT)" in message
 
 
 def test_an_http_error_on_the_file_is_named_not_called_unreachable(fake: FakeHub) -> None:

@@ -68,7 +68,7 @@ def answered(call: Callable[[], T], what: str) -> T:
     thread.start()
     thread.join(limit)
     if not outcome:
-        raise NoAnswer(f"{what} did not answer within {limit:g} s (SST_HUB_TIMEOUT)")
+        raise NoAnswer(f"no answer from {what} within {limit:g} s (SST_HUB_TIMEOUT)")
     ok, value = outcome[0]
     if not ok:
         raise value

@@ -297,7 +297,7 @@ def _find_and_fetch(entry: Entry, key: str, pin: Pin | None, *, release: bool = 
     host = net.host_of(hub)
     if net.reachable(hub):
         try:
-            found = library.retried(lambda: library.answered(lambda: _find_on_hub(entry, pin), f"the Hub at {host}"))
+            found = library.retried(lambda: library.answered(lambda: _find_on_hub(entry, pin), host))
             if found is not None:
                 return _fetch_hub(entry, key, found)
             problems.append(_not_on_hub(entry))
