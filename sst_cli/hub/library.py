@@ -36,6 +36,7 @@ _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 NETWORK_MODULES = ("httpx", "httpx2", "httpcore", "h11", "requests", "urllib3", "ssl")
 _SWAP_LOCK = threading.Lock()
 DEFAULT_API_TIMEOUT = 60.0
+STALE_PARTIAL_S = 3600.0  # a partial download untouched this long belongs to no running transfer
 
 
 class NoAnswer(Exception):
@@ -140,7 +141,7 @@ def hub_download(repo_id: str, filename: str, revision: str | None) -> Path:
 
     blobs = Path(cache_dir()) / f"models--{repo_id.replace('/', '--')}" / "blobs"
     started = time.time() - 1.0
-    _remove_partials(blobs, lambda age: age < started - STALE_PARTIAL_S)
+    _remove_partials(blobs, lambda mtime: mtime < started - STALE_PARTIAL_S)
     try:
         with progress(hf_hub_download) as kwargs, warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always", UserWarning)
@@ -155,11 +156,8 @@ def hub_download(repo_id: str, filename: str, revision: str | None) -> Path:
                 for warning in dict.fromkeys(" ".join(str(w.message).split()) for w in said):
                     note(warning)
     except BaseException:
-        _remove_partials(blobs, lambda age: age >= started)
+        _remove_partials(blobs, lambda mtime: mtime >= started)
         raise
-
-
-STALE_PARTIAL_S = 3600.0
 
 
 def _remove_partials(blobs: Path, chosen: Callable[[float], bool]) -> None:

@@ -116,7 +116,7 @@ def save_pin(key: str, pin: Pin) -> None:
     pins[key] = pin
     try:
         _write(pins)
-    except WriteError as exc:  # the download is fine; only an offline run later cannot find it without the pin
+    except WriteError as exc:  # the download is fine; later runs look for it again (pull says when it matters)
         note(f"{key} is downloaded, but where it came from could not be recorded ({exc}): make that file "
              "writable, or later runs may have to look for it again")  # fmt: skip
 

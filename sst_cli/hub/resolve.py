@@ -179,7 +179,9 @@ def locate(name: str, scale: int, *, repo_id: str | None = None) -> Location:
     pin = _usable_pin(entry, pin_key(entry))
     if pin is not None:
         return _pinned_location(entry, pin)
-    for path, repo, commit in _cached_copies(entry):
+    copies = _cached_copies(entry)
+    if copies:
+        path, repo, commit = copies[0]
         return Location(*where, "hub", path, repo, commit, entry.filename, sha256=entry.sha256)
     return Location(*where, "unresolved", repo_id=entry.repo_id, filename=entry.filename, sha256=entry.sha256)
 
