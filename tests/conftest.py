@@ -132,3 +132,19 @@ def tiny_sst(scale: int = 2) -> torch.nn.Module:
         for p in model.parameters():
             p.normal_(0, 0.3)
     return model.eval()
+
+
+@pytest.fixture
+def x3_untrained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A weights folder (SST_WEIGHTS_DIR) like the shipped one, except that sst-light-291 x3 is not trained:
+    what sst-cli says for a scale it has no weights for, whatever ships today."""
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    shipped = Path(__file__).resolve().parents[1] / "weights"
+    manifest = json.loads((shipped / "manifest.json").read_text(encoding="utf-8"))
+    manifest["models"]["sst-light-291"]["3"].update(bundled=None, sha256=None)
+    (folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    for scale in (2, 4):
+        (folder / f"sst-light-291_x{scale}.safetensors").symlink_to(shipped / f"sst-light-291_x{scale}.safetensors")
+    monkeypatch.setenv("SST_WEIGHTS_DIR", str(folder))
+    return folder

@@ -49,7 +49,7 @@ def test_official_name_never_resolves_to_the_bundled_weights(offline_cache: Path
 
 
 @pytest.mark.parametrize("scale", [3])
-def test_untrained_scales_say_how_to_make_them(offline_cache: Path, scale: int) -> None:
+def test_untrained_scales_say_how_to_make_them(offline_cache: Path, x3_untrained: Path, scale: int) -> None:
     with pytest.raises(WeightsNotFound, match=f"sst-light-291 x{scale} weights are not trained yet.*sst train"):
         load_model("sst-light-291", scale)
 

@@ -29,7 +29,7 @@ def test_version() -> None:
     assert __version__ in result.output
 
 
-def test_models_table_lists_every_variant(offline_cache: Path) -> None:
+def test_models_table_lists_every_variant(offline_cache: Path, x3_untrained: Path) -> None:
     result = runner.invoke(app, ["models"], env={"COLUMNS": "300"})
     assert result.exit_code == 0, result.output
     for name in ("sst-light", "sst-light+", "sst-l+", "sst-xl+", "sst-light-291"):
@@ -45,7 +45,7 @@ def test_models_table_lists_every_variant(offline_cache: Path) -> None:
     assert "the authors' Hub collection and models by file name, then their release" in " ".join(result.output.split())
 
 
-def test_models_info_of_our_weights(offline_cache: Path) -> None:
+def test_models_info_of_our_weights(offline_cache: Path, x3_untrained: Path) -> None:
     result = runner.invoke(app, ["models", "info", "sst-light-291"], env={"COLUMNS": "300"})
     assert result.exit_code == 0, result.output
     assert "not the paper's weights" in result.output and "sst-light (identical)" in result.output

@@ -215,7 +215,7 @@ def test_sst_real_is_found_by_listing_its_repository() -> None:
     assert hub.locate("sst-real", 4).origin == "hub dslisleedh/SSTReal_X4, not downloaded yet"
 
 
-def test_sst_cli_trained_entries_are_bundled_only() -> None:
+def test_sst_cli_trained_entries_are_bundled_only(x3_untrained: Path) -> None:
     entries = hub.load_manifest()["models"]["sst-light-291"]
     assert set(entries) == {"2", "3", "4"} and all(e["filename"] is None for e in entries.values())
     bundled = hub.resolve_pretrained("sst-light-291", 4)
