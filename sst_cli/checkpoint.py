@@ -39,12 +39,13 @@ def _kind(path: Path) -> str:
             head = f.read(16)
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot read it: {_reason(exc)}") from exc
+    # safetensors first: its header length (8 bytes, little-endian) may begin with b"PK" or 0x80 itself
+    if len(head) >= 9 and int.from_bytes(head[:8], "little") < 100_000_000 and head[8:9] == b"{":
+        return "safetensors"
     if head.startswith(b"PK"):
         return "zip"
     if head.startswith(b"\x80"):
         return "pickle"
-    if len(head) >= 9 and int.from_bytes(head[:8], "little") < 100_000_000 and head[8:9] == b"{":
-        return "safetensors"
     kind = next((what for magic, what in _KINDS if head.startswith(magic)), None)
     if kind is None:
         text = head.isascii() and all(c.isprintable() or c in "\t\r\n" for c in head.decode("ascii"))

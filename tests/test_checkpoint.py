@@ -253,3 +253,24 @@ def test_a_damaged_sst_file_is_not_sent_to_spandrel(tmp_path: Path, light_state:
         with pytest.raises(CheckpointError, match=r"looks like a SST checkpoint but lacks proj\.weight") as info:
             load_model(_save(tmp_path / "near.pth", near), variant=variant)
         assert "spandrel" not in str(info.value)
+
+
+def test_safetensors_whose_header_length_looks_like_a_pickle_or_a_zip(tmp_path: Path) -> None:
+    """A header of 0x..80 bytes starts the file with 0x80 (a pickle's opcode), one of 0x4b50 with b"PK" (a zip):
+    such files, named .safetensors or not, were read as what their first byte suggested."""
+    from safetensors.torch import save_file
+
+    tensors = {"a": torch.ones(3)}
+    save_file(tensors, str(tmp_path / "plain.safetensors"), metadata={"pad": ""})
+    plain = int.from_bytes((tmp_path / "plain.safetensors").read_bytes()[:8], "little")
+    for first, length in ((b"\x80", 0x180), (b"PK", 0x4B50)):
+        path = tmp_path / f"{first.hex()}.pth"
+        for pad in range(length - plain - 16, length - plain + 16):  # the header grows with the metadata
+            save_file(tensors, str(path), metadata={"pad": "x" * pad})
+            if path.read_bytes().startswith(first):
+                break
+        else:
+            pytest.fail(f"no header length starting with {first!r}")
+        assert torch.equal(read_weights(path)[0]["a"], tensors["a"])
+        renamed = path.rename(path.with_suffix(".safetensors"))
+        assert torch.equal(read_weights(renamed)[0]["a"], tensors["a"])
