@@ -4,9 +4,9 @@ SR benchmarks (Set5, Set14, B100 ...) make their LR inputs with MATLAB ``imresiz
 uint8 images, and published PSNR/SSIM numbers depend on reproducing it bit for bit. That needs MATLAB's
 exact details: the a = -0.5 cubic kernel widened by 1/scale when shrinking (antialiasing), its pixel-centre
 mapping, symmetric (mirror) padding, the dimension with the smaller factor resized first, and, for integer
-images, rounding and clipping after *each* one-dimensional pass. Each pass multiplies by a cached dense
-(out, in) weight matrix (in row blocks restricted to their band when it is large), so batches of tensors
-resize quickly in a training loop too.
+images, rounding and clipping after *each* one-dimensional pass. Each pass adds its taps one at a time in
+float64, in the same order for numpy arrays and torch tensors: a sum whose exact value is within a rounding
+error of x.5 then rounds the same way everywhere (a BLAS product's order is its own, and such ties occur).
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ __all__ = ["imresize", "resize_matrix"]
 
 _INT_MAX = {np.dtype(np.uint8): 255.0, np.dtype(np.uint16): 65535.0}
 _KERNEL_WIDTH = 4.0  # support of the cubic kernel: [-2, 2]
-_BLOCK_ROWS = 256  # output pixels per sub-product when a weight matrix is large ...
-_DENSE_ENTRIES = 1 << 18  # ... that is, has more entries than this (512 x 512)
 
 
 def _cubic(x: np.ndarray) -> np.ndarray:
@@ -40,8 +38,8 @@ def _cubic(x: np.ndarray) -> np.ndarray:
 
 
 @lru_cache(maxsize=64)
-def _matrix_bytes(in_size: int, out_size: int, scale: float) -> bytes:
-    """The weight matrix as immutable bytes, so the cached value can never be changed by a caller."""
+def _taps_bytes(in_size: int, out_size: int, scale: float) -> tuple[bytes, bytes]:
+    """MATLAB's contributions: per output pixel, the input pixels it reads and their weights, as bytes."""
     if scale < 1:  # antialiasing: stretch the kernel so it low-passes at the output's Nyquist rate
         width = _KERNEL_WIDTH / scale
 
@@ -53,23 +51,39 @@ def _matrix_bytes(in_size: int, out_size: int, scale: float) -> bytes:
     x = np.arange(1, out_size + 1, dtype=np.float64)  # MATLAB's 1-based output coordinates
     u = x / scale + 0.5 * (1 - 1 / scale)  # where each output pixel centre falls in the input
     left = np.floor(u - width / 2)
-    taps = math.ceil(width) + 2
-    indices = left[:, None] + np.arange(taps, dtype=np.float64)[None, :]
+    indices = left[:, None] + np.arange(math.ceil(width) + 2, dtype=np.float64)[None, :]
     weights = kernel(u[:, None] - indices)
     weights = weights / weights.sum(axis=1, keepdims=True)
     # Symmetric boundary: index sequence 1..n, n..1 repeated, i.e. the edge pixel is repeated once.
     mirror = np.concatenate([np.arange(in_size), np.arange(in_size - 1, -1, -1)])
     columns = mirror[np.mod(indices.astype(np.int64) - 1, 2 * in_size)]
+    used = np.any(weights != 0, axis=0)  # MATLAB drops the tap columns that are zero for every pixel
+    return np.ascontiguousarray(columns[:, used]).tobytes(), np.ascontiguousarray(weights[:, used]).tobytes()
+
+
+def _taps(in_size: int, out_size: int, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """Read-only (out_size, taps) int64 input indices and float64 weights of one 1-D resize."""
+    columns, weights = _taps_bytes(int(in_size), int(out_size), float(scale))
+    return (
+        np.frombuffer(columns, dtype=np.int64).reshape(out_size, -1),
+        np.frombuffer(weights, dtype=np.float64).reshape(out_size, -1),
+    )
+
+
+@lru_cache(maxsize=64)
+def _matrix_bytes(in_size: int, out_size: int, scale: float) -> bytes:
+    columns, weights = _taps(in_size, out_size, scale)
     matrix = np.zeros((out_size, in_size), dtype=np.float64)
-    np.add.at(matrix, (np.repeat(np.arange(out_size), taps), columns.ravel()), weights.ravel())
+    np.add.at(matrix, (np.repeat(np.arange(out_size), columns.shape[1]), columns.ravel()), weights.ravel())
     return matrix.tobytes()
 
 
 def resize_matrix(in_size: int, out_size: int, scale: float) -> np.ndarray:
     """Read-only (out_size, in_size) float64 matrix M with ``resized = M @ signal`` along one dimension.
 
-    Entries that MATLAB applies as separate taps on a mirrored pixel are summed into one weight; all-zero
-    taps, which MATLAB drops, simply add nothing. Cached: each call returns a fresh view of shared memory.
+    Entries that MATLAB applies as separate taps on a mirrored pixel are summed into one weight. imresize
+    itself applies the taps one by one instead (see ``_resize_numpy``). Cached: each call returns a fresh
+    view of shared memory.
     """
     if in_size < 1 or out_size < 1 or not scale > 0:
         raise ConfigError(f"resize_matrix needs positive sizes and scale, got {in_size}, {out_size}, {scale}")
@@ -122,12 +136,8 @@ class _Pass(NamedTuple):
     scale: float
 
     @property
-    def matrix(self) -> np.ndarray:
-        return resize_matrix(self.in_size, self.out_size, self.scale)
-
-    @property
-    def bands(self) -> tuple[tuple[int, int, int, int], ...]:
-        return _bands(self.in_size, self.out_size, self.scale)
+    def taps(self) -> tuple[np.ndarray, np.ndarray]:
+        return _taps(self.in_size, self.out_size, self.scale)
 
 
 def _plan(height: int, width: int, scale: float | None, size: tuple[int, int] | None) -> list[_Pass]:
@@ -158,43 +168,23 @@ def _plan(height: int, width: int, scale: float | None, size: tuple[int, int] | 
     ]
 
 
-@lru_cache(maxsize=64)
-def _bands(in_size: int, out_size: int, scale: float) -> tuple[tuple[int, int, int, int], ...]:
-    """(first row, end row, first column, end column) of the non-zero part of each block of output rows.
-
-    The matrix is banded (a few taps per output pixel), so a dense product over a large matrix mostly
-    multiplies zeros, which makes enlarging slow; blocks keep it a matmul while skipping them.
-    """
-    matrix = resize_matrix(in_size, out_size, scale)
-    if out_size * in_size <= _DENSE_ENTRIES:
-        return ((0, out_size, 0, in_size),)
-    nonzero = matrix != 0
-    first = nonzero.argmax(axis=1)
-    end = in_size - nonzero[:, ::-1].argmax(axis=1)
-    return tuple(
-        (
-            start,
-            min(start + _BLOCK_ROWS, out_size),
-            int(first[start : start + _BLOCK_ROWS].min()),
-            int(end[start : start + _BLOCK_ROWS].max()),
-        )
-        for start in range(0, out_size, _BLOCK_ROWS)
-    )
-
-
 def _resize_numpy(image: np.ndarray, passes: list[_Pass]) -> np.ndarray:
-    """float64 matrix products along axes 0/1, with MATLAB's per-pass rounding for integer images."""
+    """float64 tap by tap along axes 0/1, with MATLAB's per-pass rounding for integer images."""
     dtype = image.dtype
     top = _INT_MAX.get(dtype)
     if top is None and not np.issubdtype(dtype, np.floating):
         raise ConfigError(f"imresize supports uint8, uint16 and float arrays, not {dtype}")
     work = image.astype(np.float64)
     for step in passes:
-        matrix = step.matrix
-        front = np.moveaxis(work, step.axis, 0)
-        out = np.empty((step.out_size, *front.shape[1:]), dtype=np.float64)
-        for start, stop, lo, hi in step.bands:
-            out[start:stop] = np.tensordot(matrix[start:stop, lo:hi], front[lo:hi], axes=([1], [0]))
+        columns, weights = step.taps
+        front = np.ascontiguousarray(np.moveaxis(work, step.axis, 0))  # gathers whole rows
+        extra = (1,) * (front.ndim - 1)
+        out = np.zeros((step.out_size, *front.shape[1:]), dtype=np.float64)
+        term = np.empty_like(out)
+        for k in range(columns.shape[1]):  # one multiply and one add per tap, in MATLAB's order
+            np.take(front, columns[:, k], axis=0, out=term)
+            term *= weights[:, k].reshape(-1, *extra)
+            out += term
         work = np.moveaxis(out, 0, step.axis)
         if top is not None:  # in place: ``out`` is ours. Values are >= 0 then, so this rounds half away
             np.clip(out, 0.0, top, out=out)
@@ -204,7 +194,7 @@ def _resize_numpy(image: np.ndarray, passes: list[_Pass]) -> np.ndarray:
 
 
 def _resize_torch(image: torch.Tensor, passes: list[_Pass]) -> torch.Tensor:
-    """Batched matmuls over the last two dims; uint8 goes through float64 so it matches numpy exactly."""
+    """The numpy path's operations in the same order, so uint8 results equal numpy's on any device."""
     if image.dtype == torch.uint8:
         work_dtype, top = torch.float64, 255.0
     elif image.dtype.is_floating_point:
@@ -215,21 +205,27 @@ def _resize_torch(image: torch.Tensor, passes: list[_Pass]) -> torch.Tensor:
         return image.clone()  # never hand back the caller's own tensor
     work = image.to(work_dtype)
     for step in passes:
-        weights = _torch_matrix(step.in_size, step.out_size, step.scale, work_dtype, image.device)
-        pieces = []
-        for start, stop, lo, hi in step.bands:
-            block = weights[start:stop, lo:hi]
-            if step.axis == 0:
-                pieces.append(torch.matmul(block, work[..., lo:hi, :]))
-            else:
-                pieces.append(torch.matmul(work[..., lo:hi], block.T))
-        work = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=step.axis - 2)
+        columns, weights = _torch_taps(step.in_size, step.out_size, step.scale, work_dtype, image.device)
+        dim = step.axis - 2
+        shape = [-1, 1] if step.axis == 0 else [-1]
+        out = None
+        for k in range(columns.shape[1]):
+            term = weights[:, k].reshape(shape) * work.index_select(dim, columns[:, k])
+            out = term if out is None else out + term
+        assert out is not None  # every pixel has at least one tap
+        work = out
         if top is not None:
             work = torch.floor(work.clamp(0.0, top) + 0.5)
     return work.to(image.dtype)
 
 
 @lru_cache(maxsize=32)
-def _torch_matrix(in_size: int, out_size: int, scale: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The weights as a tensor on the image's device, kept so a training loop does not re-upload them."""
-    return torch.tensor(resize_matrix(in_size, out_size, scale), dtype=dtype, device=device)
+def _torch_taps(
+    in_size: int, out_size: int, scale: float, dtype: torch.dtype, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The taps on the image's device, kept so a training loop does not re-upload them."""
+    columns, weights = _taps(in_size, out_size, scale)
+    return (
+        torch.tensor(columns, dtype=torch.int64, device=device),
+        torch.tensor(weights, dtype=dtype, device=device),
+    )

@@ -194,7 +194,7 @@ def test_batched_tensor_equals_per_image() -> None:
     for n in range(3):
         for c in range(2):
             torch.testing.assert_close(out[n, c], imresize(batch[n, c], 0.5), rtol=0, atol=1e-12)
-    large = torch.rand(2, 1, 400, 8)  # float32, and a weight matrix big enough to be applied in bands
+    large = torch.rand(2, 1, 400, 8)  # float32, against float64 numpy
     up = imresize(large, size=(700, 8))
     assert up.dtype == torch.float32
     for n in range(2):
@@ -254,3 +254,43 @@ def test_bad_inputs() -> None:
     with pytest.raises(ConfigError, match="numpy array or a torch tensor"):
         imresize([[0, 1], [2, 3]], 2)  # type: ignore[call-overload]
     assert issubclass(ConfigError, ValueError)
+
+
+def test_uint8_sums_each_pixel_tap_by_tap_in_order() -> None:
+    """Per pass, sum(w_k * x_k) left to right in float64, then round: written out in plain Python here.
+
+    A BLAS product sums in an order of its own, so a value within a rounding error of x.5 could round either
+    way (numpy 1.24 and torch disagreed on this very image); taps in order give one answer everywhere.
+    """
+    from sst_cli.resize import _taps
+
+    image = np.floor(np.random.default_rng(3).random((23, 19, 3)) * 255).astype(np.uint8)
+
+    def one_pass(rows: list[list[float]], in_size: int, out_size: int) -> list[list[float]]:
+        columns, weights = _taps(in_size, out_size, out_size / in_size)
+        out = []
+        for i in range(out_size):
+            line = []
+            for j in range(len(rows[0])):
+                total = 0.0
+                for col, weight in zip(columns[i].tolist(), weights[i].tolist(), strict=True):
+                    total += weight * rows[col][j]
+                line.append(math.floor(min(max(total, 0.0), 255.0) + 0.5))
+            out.append(line)
+        return out
+
+    for channel in range(3):
+        plane = image[:, :, channel].astype(float).tolist()
+        down = one_pass(plane, 23, 17)  # rows first: their factor (17/23) is the smaller
+        across = one_pass([list(r) for r in zip(*down, strict=True)], 19, 40)
+        expected = np.array(across, dtype=np.uint8).T
+        assert np.array_equal(imresize(image, size=(17, 40))[:, :, channel], expected)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_uint8_numpy_and_torch_agree_on_random_sizes(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    image = rng.integers(0, 256, (int(rng.integers(5, 60)), int(rng.integers(5, 60)), 3), dtype=np.uint8)
+    size = (int(rng.integers(3, 90)), int(rng.integers(3, 90)))
+    tensor = imresize(torch.from_numpy(image).permute(2, 0, 1).contiguous(), size=size)
+    assert np.array_equal(tensor.permute(1, 2, 0).numpy(), imresize(image, size=size))
