@@ -98,17 +98,18 @@ def _psnr_y(a: np.ndarray, b: np.ndarray, border: int) -> float:
 
 
 @needs_datasets
-def test_bundled_weights_beat_nearest_neighbour_on_set5() -> None:
-    """The bundled weights are not the paper's, but they must do better than repeating pixels."""
+def test_bundled_x4_weights_beat_bicubic_on_set5() -> None:
+    """The x4 demo weights gain about 2.2 dB over bicubic on bird (Set5 mean: 30.27 vs 28.43 dB)."""
     torch.set_num_threads(2)
     up = Upscaler(tile=0)
-    lr = np.asarray(Image.open(DATASETS / "Set5" / "LR_bicubic" / "X4" / "birdx4.png").convert("RGB"))
+    lr_image = Image.open(DATASETS / "Set5" / "LR_bicubic" / "X4" / "birdx4.png").convert("RGB")
+    lr = np.asarray(lr_image)
     hr = np.asarray(Image.open(DATASETS / "Set5" / "HR" / "bird.png").convert("RGB"))
     hr = hr[: lr.shape[0] * 4, : lr.shape[1] * 4]
-    nearest = lr.repeat(4, axis=0).repeat(4, axis=1)
+    bicubic = np.asarray(lr_image.resize((lr.shape[1] * 4, lr.shape[0] * 4), Image.BICUBIC))
     ours = up.upscale(lr)
     assert ours.shape == hr.shape
-    assert _psnr_y(ours, hr, 4) > _psnr_y(nearest, hr, 4) + 1.0
+    assert _psnr_y(ours, hr, 4) > _psnr_y(bicubic, hr, 4) + 1.5
 
 
 @needs_datasets
