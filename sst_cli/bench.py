@@ -54,7 +54,7 @@ class BenchSettings:
     """What to measure. ``size``/``tiled`` are output sizes (width, height); ``tile`` is in LR pixels."""
 
     models: tuple[str, ...] = PAPER_MODELS
-    scales: tuple[int, ...] = PAPER_SCALES
+    scales: tuple[int, ...] = PAPER_SCALES  # with ``weights``: one scale is checked against the file's, else unused
     precisions: tuple[str, ...] = BENCH_PRECISIONS
     size: tuple[int, int] | None = PAPER_SIZE
     runs: int = 10
@@ -291,7 +291,8 @@ def _networks(settings: BenchSettings) -> Iterator[tuple[str, int, SRNetwork]]:
     if settings.weights is not None:
         from .loader import load_model
 
-        model = load_model(settings.weights, config=settings.config, variant=settings.variant)
+        wanted = settings.scales[0] if len(settings.scales) == 1 else None
+        model = load_model(settings.weights, wanted, config=settings.config, variant=settings.variant)
         yield Path(settings.weights.split("@", 1)[0]).stem, model.scale, model
         return
     for name in settings.models:

@@ -23,6 +23,12 @@ class CheckpointError(SstError, ValueError):
     """A weights file cannot be read, is unsafe, or does not match the network."""
 
 
+class ScaleMismatch(CheckpointError):
+    """The weights are for another scale than the one asked for: the user's choice to change (exit code 2)."""
+
+    exit_code = 2
+
+
 class WeightsNotFound(SstError, FileNotFoundError):
     """Weights are neither on disk nor in the cache, and cannot be downloaded."""
 

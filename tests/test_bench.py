@@ -160,7 +160,11 @@ def test_an_sst_file_is_timed_in_the_architecture_model_names(tmp_path: Path) ->
     assert json.loads((tmp_path / "b.json").read_text())["results"][0]["model"] == "light_x2"
     two = runner.invoke(app, [*args, "-m", "sst-light", "-m", "sst"])
     assert two.exit_code == 2 and "give at most one --model" in two.output
+    matching = runner.invoke(app, [*args, "-m", "sst-light", "-s", "2", "-s", "2"])
+    assert matching.exit_code == 0, matching.output
     scaled = runner.invoke(app, [*args, "-m", "sst-light", "-s", "4"])
-    assert scaled.exit_code == 2 and "--weights runs at the file's own scale: drop --scale" in scaled.output
+    assert scaled.exit_code == 2 and "holds x2 weights but x4 was requested" in " ".join(scaled.output.split())
+    several = runner.invoke(app, [*args, "-m", "sst-light", "-s", "2", "-s", "4"])
+    assert several.exit_code == 2 and "--weights holds one scale: give at most one --scale" in several.output
     untiled = runner.invoke(app, [*args, "-m", "sst-light", "--tile", "64"])
     assert untiled.exit_code == 2 and "--tile sets the tiles of a --tiled run" in untiled.output

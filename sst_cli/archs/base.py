@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 import torch
 from torch import nn
 
-from ..errors import CheckpointError, ConfigError
+from ..errors import CheckpointError, ConfigError, ScaleMismatch
 
 StateDict = Mapping[str, torch.Tensor]
 
@@ -230,7 +230,7 @@ class Architecture:
             return
         wanted = config.to_kwargs()
         if inferred.get(self.scale_key, config.scale) != config.scale:
-            raise CheckpointError(
+            raise ScaleMismatch(
                 f"{source} holds x{inferred[self.scale_key]} weights but x{config.scale} was requested; "
                 f"use --scale {inferred[self.scale_key]} or weights for x{config.scale}"
             )

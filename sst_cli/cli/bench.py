@@ -60,8 +60,8 @@ def _settings(
     parse_tile(tile)
     if tile != "auto" and tiled is None:
         raise ConfigError("--tile sets the tiles of a --tiled run: give --tiled WxH too")
-    if weights is not None and scales:
-        raise ConfigError("--weights runs at the file's own scale: drop --scale")
+    if weights is not None and scales and len(set(scales)) > 1:
+        raise ConfigError("--weights holds one scale: give at most one --scale (it is checked against the file)")
     from ..bench import BenchSettings, quick_cpu_settings
     from ..runtime import resolve_device
 
@@ -79,7 +79,7 @@ def _settings(
     if models:
         given["models"] = tuple(m.strip().lower() for m in models)
     if scales:
-        given["scales"] = tuple(scales)
+        given["scales"] = tuple(dict.fromkeys(scales))
     elif models:  # the default scales that every model named has (sst-real exists at x4 only)
         from ..bench import PAPER_SCALES
         from ..zoo import get_variant

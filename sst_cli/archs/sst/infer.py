@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ...errors import CheckpointError
+from ...errors import CheckpointError, ScaleMismatch
 from ..base import ArchConfig
 
 _LAYER_KEY = re.compile(r"^body\.(\d+)\.(\d+)\.attn\.to_q$")
@@ -79,7 +79,7 @@ def check(inferred: Mapping[str, Any], config: ArchConfig, source: str) -> None:
     if wanted["upsampler_type"] == "pixelshuffle_direct":
         wanted.pop("intermediate_dim")
     if inferred["upscaling_factor"] != config.scale:
-        raise CheckpointError(
+        raise ScaleMismatch(
             f"{source} holds x{inferred['upscaling_factor']} weights but x{config.scale} was requested; "
             f"use --scale {inferred['upscaling_factor']} or weights for x{config.scale}"
         )
