@@ -72,6 +72,7 @@ def _taps(in_size: int, out_size: int, scale: float) -> tuple[np.ndarray, np.nda
 
 @lru_cache(maxsize=64)
 def _matrix_bytes(in_size: int, out_size: int, scale: float) -> bytes:
+    """The taps summed into a dense matrix, as immutable bytes so a caller can never change the cached value."""
     columns, weights = _taps(in_size, out_size, scale)
     matrix = np.zeros((out_size, in_size), dtype=np.float64)
     np.add.at(matrix, (np.repeat(np.arange(out_size), columns.shape[1]), columns.ravel()), weights.ravel())
