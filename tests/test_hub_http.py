@@ -221,6 +221,15 @@ def test_cached_file_changed_on_disk_is_rejected(fake: FakeHub) -> None:
     assert not blob.exists() and LIGHT2 not in hub.read_pins()
 
 
+def test_pull_downloads_a_cached_file_changed_on_disk_again(fake: FakeHub) -> None:
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
+    blob = hub.resolve_pretrained("sst-light", 2).resolve()
+    blob.write_bytes(b"tampered")
+    location = hub.pull("sst-light", 2)  # what `sst models pull` is for: not an error telling to run it
+    assert location.path is not None and location.path.read_bytes() == b"weights"
+    assert hub.read_pins()[LIGHT2].sha256 == hashlib.sha256(b"weights").hexdigest()
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Rejections and failures
 
@@ -409,6 +418,11 @@ def test_no_network_is_detected_quickly(net: None, monkeypatch: pytest.MonkeyPat
     _one_sentence(message)
     assert message.startswith("no network: cannot reach 127.0.0.1:")
     assert "`sst models pull sst-l+ --scale 4`" in message and "HF_HUB_OFFLINE=1" in message
+    with pytest.raises(WeightsNotFound) as info:
+        hub.pull("sst-l+", 4)
+    message = str(info.value)
+    _one_sentence(message)
+    assert message.endswith("connect to the internet and run this command again") and "sst models pull" not in message
 
 
 def test_a_hanging_name_lookup_is_cut_short(net: None, monkeypatch: pytest.MonkeyPatch) -> None:

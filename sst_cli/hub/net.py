@@ -211,9 +211,14 @@ def download_url(url: str, destination: Path, *, expected_sha256: str | None = N
         temp.unlink(missing_ok=True)
 
 
-def no_network(hosts: list[str], what: str, pull_hint: str | None) -> WeightsNotFound:
-    """The one sentence for a machine that reaches none of the hosts that could serve ``what``."""
+def no_network(hosts: list[str], what: str, pull_hint: str | None, *, pulling: bool = False) -> WeightsNotFound:
+    """The one sentence for a machine that reaches none of the hosts that could serve ``what``; ``pulling``: the
+    command that failed is the download itself, so only trying it again helps."""
     where = " or ".join(dict.fromkeys(hosts))
+    if pulling:
+        return WeightsNotFound(
+            f"no network: cannot reach {where} to download {what}: connect to the internet and run this command again"
+        )
     offline_hint = "set HF_HUB_OFFLINE=1 to use cached weights only"
     later = f", run `{pull_hint}` once online" if pull_hint else ""
     return WeightsNotFound(

@@ -37,6 +37,7 @@ from .refs import COMMIT_RE, SHA256_RE, HubFile, sha256_of
 
 _DO_INSTEAD = "pass --hub-repo OWNER/REPO if you know a repository that holds it, or download it yourself and pass " \
     "--weights PATH"  # fmt: skip
+_UNSET_OFFLINE = "unset it (it keeps huggingface_hub from the network) and run this command again"
 
 
 @dataclass(frozen=True)
@@ -220,8 +221,9 @@ def _adopt_cached(entry: Entry, key: str) -> Location | None:
 # Getting the file
 
 
-def _checked_cached(entry: Entry, key: str, pin: Pin, location: Location) -> Location:
-    """A pinned, cached file, hashed again only when its size or mtime changed since it was verified."""
+def _checked_cached(entry: Entry, key: str, pin: Pin, location: Location, *, pulling: bool) -> Location | None:
+    """A pinned, cached file, hashed again only when its size or mtime changed since it was verified; a damaged
+    one is removed (None when ``pulling``: the caller downloads it again)."""
     path = location.path
     assert path is not None
     if pin.unchanged(path):
@@ -230,10 +232,14 @@ def _checked_cached(entry: Entry, key: str, pin: Pin, location: Location) -> Loc
     if actual != pin.sha256:
         _evict(path)
         drop_pin(key)
-        raise CheckpointError(
+        damaged = (
             f"the cached {entry.label} weights ({path}) have sha256 {actual}, not the {pin.sha256} recorded when "
-            f"they were downloaded, and were removed: run `{entry.pull_hint}` to download them again"
+            "they were downloaded, and were removed"
         )
+        if pulling:
+            note(f"{damaged}: downloading them again")
+            return None
+        raise CheckpointError(f"{damaged}: run `{entry.pull_hint}` to download them again")
     save_pin(key, pin.with_stat(path))
     return location
 
@@ -290,7 +296,7 @@ def _not_on_hub(entry: Entry) -> str:
     return f"no repository of {owner} on {host} holds it" if owner else f"no repository on {host} is known to hold it"
 
 
-def _find_and_fetch(entry: Entry, key: str, pin: Pin | None, *, release: bool = True) -> Location:
+def _find_and_fetch(entry: Entry, key: str, pin: Pin | None, *, release: bool, pulling: bool) -> Location:
     """Hub first (pinned commit, verified repository or discovery), then the authors' release."""
     problems: list[str] = []
     unreachable: list[str] = []
@@ -311,7 +317,7 @@ def _find_and_fetch(entry: Entry, key: str, pin: Pin | None, *, release: bool = 
                 raise error from exc
             if pin is not None and net.is_missing(exc):  # the pinned commit is gone: look again
                 drop_pin(key)
-                return _find_and_fetch(entry, key, None, release=release)
+                return _find_and_fetch(entry, key, None, release=release, pulling=pulling)
             problems.append(f"the Hub failed: {net.reason(exc)}")
             transient = transient or not (net.is_missing(exc) or isinstance(exc, discover.Refused))
     else:
@@ -337,14 +343,16 @@ def _find_and_fetch(entry: Entry, key: str, pin: Pin | None, *, release: bool = 
             unreachable.append(net.host_of(url))
             problems.append(f"cannot reach {net.host_of(url)}")
     if unreachable and len(unreachable) == 1 + (url is not None):
-        raise net.no_network(unreachable, f"{entry.label} weights ({entry.what})", entry.pull_hint)
+        raise net.no_network(unreachable, f"{entry.label} weights ({entry.what})", entry.pull_hint, pulling=pulling)
     again = "try again later, " if transient or unreachable else ""
     raise WeightsNotFound(
         f"{entry.label} weights ({entry.what}) could not be downloaded: {'; '.join(problems)}: {again}{_DO_INSTEAD}"
     )
 
 
-def _offline_message(entry: Entry) -> str:
+def _offline_message(entry: Entry, *, pulling: bool) -> str:
+    if pulling:
+        return f"{entry.label} weights ({entry.what}) cannot be downloaded: HF_HUB_OFFLINE is set; {_UNSET_OFFLINE}"
     return (
         f"{entry.label} weights ({entry.what}) are not in the cache and HF_HUB_OFFLINE is set: run "
         f"`{entry.pull_hint}` with network access, or pass --weights PATH"
@@ -357,6 +365,12 @@ def resolve(name: str, scale: int, *, repo_id: str | None = None) -> Location:
     ``repo_id`` (or SST_HUB_REPO) names the repository to use instead of any other source; an explicit
     ``repo_id`` also bypasses a bundled file.
     """
+    return _resolve(name, scale, repo_id=repo_id, pulling=False)
+
+
+def _resolve(name: str, scale: int, *, repo_id: str | None, pulling: bool) -> Location:
+    """``resolve``; ``pulling``: run by ``sst models pull``, whose failures advise running it again, not running
+    ``sst models pull``, and which downloads a damaged cached file again instead of refusing it."""
     entry = manifest_entry(name, scale)
     if entry.bundled and repo_id is None:
         return _bundled(entry)
@@ -370,7 +384,7 @@ def resolve(name: str, scale: int, *, repo_id: str | None = None) -> Location:
     explicit = _explicit_repo(repo_id)
     if explicit and entry.filename:
         file = HubFile(explicit, entry.filename, entry.revision, entry.sha256)
-        path = download(file, pull_hint=entry.pull_hint + f" --hub-repo {explicit}")
+        path = download(file, pull_hint=entry.pull_hint + f" --hub-repo {explicit}", pulling=pulling)
         return Location(entry.name, entry.scale, "hub", path, explicit, _commit_of(path), entry.filename,
                         sha256=entry.sha256)  # fmt: skip
     if explicit:  # the file name is unknown: that repository's one checkpoint, pinned under repo:OWNER/REPO
@@ -381,20 +395,21 @@ def resolve(name: str, scale: int, *, repo_id: str | None = None) -> Location:
     pin = _usable_pin(entry, key)
     if pin is not None:
         location = _pinned_location(entry, pin)
-        if location.path is not None:
-            return _checked_cached(entry, key, pin, location)
+        checked = _checked_cached(entry, key, pin, location, pulling=pulling) if location.path else None
+        if checked is not None:
+            return checked
     adopted = _adopt_cached(entry, key) if not explicit else None
     if adopted is not None:
         return adopted
     if net.offline():
-        raise WeightsNotFound(_offline_message(entry))
-    return _find_and_fetch(entry, key, pin, release=not explicit)
+        raise WeightsNotFound(_offline_message(entry, pulling=pulling))
+    return _find_and_fetch(entry, key, pin, release=not explicit, pulling=pulling)
 
 
 def pull(name: str, scale: int, *, repo_id: str | None = None) -> Location:
     """``resolve`` for later offline use: a download whose origin could not be recorded (the pins file cannot
     be written) is an error here, since an offline run would not find the file."""
-    location = resolve(name, scale, repo_id=repo_id)
+    location = _resolve(name, scale, repo_id=repo_id, pulling=True)
     if location.path is not None and not locate(name, scale, repo_id=repo_id).cached:
         raise WriteError(
             f"{location.path} is downloaded, but where it came from could not be recorded in {pins_path()}, so "
@@ -473,11 +488,12 @@ def _verified(path: Path, file: HubFile, *, fresh: bool) -> Path:
     return path
 
 
-def download(file: HubFile, *, pull_hint: str | None = None) -> Path:
+def download(file: HubFile, *, pull_hint: str | None = None, pulling: bool = False) -> Path:
     """Fetch ``file`` into the standard HF cache (or find it there) and verify its sha256.
 
     A cached file is used without a request when offline, when its revision is a commit, or when the Hub does
-    not answer the quick probe. ``pull_hint``: the command suggested when offline and not cached.
+    not answer the quick probe. ``pull_hint``: the command suggested when offline and not cached; ``pulling``:
+    that command is the one running.
     """
     cached = cached_path(file)
     pinned_commit = bool(file.revision and COMMIT_RE.match(file.revision))
@@ -486,6 +502,8 @@ def download(file: HubFile, *, pull_hint: str | None = None) -> Path:
     what = f"{file.filename} from {file.repo_id}" + (f"@{file.revision}" if file.revision else "")
     hint = f"run `{pull_hint}`" if pull_hint else "run this command again"
     if net.offline():
+        if pulling:
+            raise WeightsNotFound(f"{what} cannot be downloaded: HF_HUB_OFFLINE is set; {_UNSET_OFFLINE}")
         raise WeightsNotFound(
             f"{what} is not in the Hugging Face cache (HF_HUB_OFFLINE is set): {hint} with network access, "
             "or pass --weights PATH"
@@ -493,7 +511,7 @@ def download(file: HubFile, *, pull_hint: str | None = None) -> Path:
     if not net.reachable(net.endpoint()):
         if cached is not None:
             return _verified(cached, file, fresh=False)
-        raise net.no_network([net.host_of(net.endpoint())], what, pull_hint)
+        raise net.no_network([net.host_of(net.endpoint())], what, pull_hint, pulling=pulling)
     try:
         local = library.hub_download(file.repo_id, file.filename, file.revision)
     except Exception as exc:  # huggingface_hub/httpx raise many unrelated types; all become one sentence
