@@ -614,6 +614,43 @@ def test_a_hub_that_takes_the_connection_and_never_answers_is_given_up(
     assert "the Hub failed: no answer from 127.0.0.1:" in message and "within 1 s (SST_HUB_TIMEOUT)" in message
 
 
+class _Clock:
+    """A ``time`` module whose sleeps advance a clock instead of waiting: the waits a user would sit through."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.waits: list[float] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.now += seconds
+
+
+def test_a_server_error_huggingface_hub_backed_off_from_is_not_asked_again(
+    fake: FakeHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A persistent HTTP 500 on the file's metadata went through huggingface_hub's backoff three times: 73 s."""
+    import huggingface_hub.file_download
+    import huggingface_hub.utils._http
+
+    clock = _Clock()
+    for module in (huggingface_hub.file_download, huggingface_hub.utils._http, library):
+        monkeypatch.setattr(module, "time", clock)
+    monkeypatch.setattr(library, "RETRY_WAITS", (1.0, 3.0))
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
+    fake.fail(1000, 500, match="/resolve/", methods=("HEAD",))
+    with pytest.raises(WeightsNotFound, match="the server answered HTTP 500"):
+        hub.resolve("sst-light", 2)
+    heads = sum(r.startswith("HEAD ") for r in fake.requests)
+    assert 1 < heads < 10 and sum(clock.waits) < 30, (heads, clock.waits)  # one round of the backoff: 6 HEADs, 23 s
+
+
 def test_an_http_error_on_the_file_is_named_not_called_unreachable(fake: FakeHub) -> None:
     fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
     fake.fail(1000, 500, match="/resolve/")  # HEAD and GET of the file

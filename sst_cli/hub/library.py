@@ -32,6 +32,7 @@ from .progress import progress_kwargs, tqdm_class
 T = TypeVar("T")
 
 RETRY_WAITS: tuple[float, ...] = (1.0, 3.0)  # seconds before the second and the third attempt
+BACKED_OFF_S = 5.0  # an HTTP error answered later than this has been through huggingface_hub's retries
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 NETWORK_MODULES = ("httpx", "httpx2", "httpcore", "h11", "requests", "urllib3", "ssl")
 _SWAP_LOCK = threading.Lock()
@@ -175,13 +176,29 @@ def cached_file(repo_id: str, filename: str, revision: str | None) -> object:
     return try_to_load_from_cache(repo_id, filename, revision=revision, cache_dir=cache_dir())
 
 
-def transient(exc: BaseException) -> bool:
-    """True for a failure that may pass if asked again: an HTTP 408 / 429 / 5xx answer, a connection that
-    failed or broke off, a body shorter than announced (also when the library wrapped it in another error)."""
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the errors it was raised from (libraries wrap one in another)."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _status_of(exc: BaseException) -> int | None:
+    """The HTTP status the server answered with, if ``exc`` (or what it wraps) carries one."""
+    for error in _causes(exc):
+        status = getattr(getattr(error, "response", None), "status_code", None)
+        if status is not None:
+            return int(status)
+    return None
+
+
+def transient(exc: BaseException) -> bool:
+    """True for a failure that may pass if asked again: an HTTP 408 / 429 / 5xx answer, a connection that
+    failed or broke off, a body shorter than announced (also when the library wrapped it in another error)."""
+    for current in _causes(exc):
         status = getattr(getattr(current, "response", None), "status_code", None)
         if status in _TRANSIENT_STATUS:
             return True
@@ -192,17 +209,21 @@ def transient(exc: BaseException) -> bool:
             return True
         if isinstance(current, OSError) and "Consistency check failed" in str(current):
             return True
-        current = current.__cause__ or current.__context__
     return False
 
 
 def retried(call: Callable[[], T]) -> T:
-    """``call()``, attempted again after the waits in RETRY_WAITS while it fails transiently."""
+    """``call()``, attempted again after the waits in RETRY_WAITS while it fails transiently.
+
+    A server error answered after more than BACKED_OFF_S is not asked again: huggingface_hub has retried it with
+    its own backoff (5 tries over ~23 s), and three rounds of that kept a user waiting 73 s for the same error.
+    """
     for wait in RETRY_WAITS:
+        start = time.monotonic()
         try:
             return call()
         except Exception as exc:
-            if not transient(exc):
+            if not transient(exc) or (_status_of(exc) is not None and time.monotonic() - start > BACKED_OFF_S):
                 raise
         time.sleep(wait)
     return call()
