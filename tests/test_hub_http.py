@@ -704,6 +704,27 @@ def test_partial_downloads_a_killed_process_left_are_removed(fake: FakeHub) -> N
     assert not old.exists() and recent.exists()
 
 
+def test_a_failed_download_leaves_another_process_transfer_alone(fake: FakeHub) -> None:
+    """The partial file of a download that holds huggingface_hub's lock is not removed by one that failed."""
+    import os
+
+    from filelock import FileLock
+
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
+    fake.fail(1000, 500, match="/resolve/", methods=("GET",))
+    folder = Path(library.cache_dir()) / f"models--{OWNER}--SSTlight_DFLIP_X2"
+    (folder / "blobs").mkdir(parents=True)
+    (folder.parent / ".locks" / folder.name).mkdir(parents=True)
+    busy, idle = folder / "blobs" / "cccc.1234.incomplete", folder / "blobs" / "dddd.5678.incomplete"
+    for partial in (busy, idle):
+        partial.write_bytes(b"partial")
+        os.utime(partial, (time.time() + 60,) * 2)  # as if written during the failed run
+    running = FileLock(folder.parent / ".locks" / folder.name / "cccc.lock")  # what a transfer in progress holds
+    with running, pytest.raises(WeightsNotFound, match="HTTP 500"):
+        hub.resolve("sst-light", 2)
+    assert busy.exists() and not idle.exists()
+
+
 def _table_row(output: str, name: str, columns: tuple[int, ...]) -> tuple[str, ...]:
     """The text of ``columns`` in the first row of ``name`` in a rich table, its cells joined across the lines
     they wrapped onto: COLUMNS is not always what the console measures (rich reads it when the console is made,

@@ -162,11 +162,26 @@ def hub_download(repo_id: str, filename: str, revision: str | None) -> Path:
 
 
 def _remove_partials(blobs: Path, chosen: Callable[[float], bool]) -> None:
-    """Remove the ``.incomplete`` files in ``blobs`` whose modification time ``chosen`` accepts."""
+    """Remove the ``.incomplete`` files in ``blobs`` whose modification time ``chosen`` accepts, except those of
+    a transfer in progress: huggingface_hub holds ``.locks/<repo>/<etag>.lock`` while it writes one, and a
+    second process that failed (or was interrupted while waiting for that lock) removed the first one's file,
+    which then could not be moved into place."""
+    from filelock import FileLock, Timeout
+
+    locks = blobs.parent.parent / ".locks" / blobs.parent.name
     for partial in blobs.glob("*.incomplete"):
         with contextlib.suppress(OSError):
-            if chosen(partial.stat().st_mtime):
+            if not chosen(partial.stat().st_mtime):
+                continue
+            lock_file = locks / f"{partial.name.split('.', 1)[0]}.lock"
+            if not lock_file.exists():
                 partial.unlink()
+                continue
+            try:
+                with FileLock(lock_file, timeout=0):
+                    partial.unlink()
+            except Timeout:
+                pass  # another download is writing it
 
 
 def cached_file(repo_id: str, filename: str, revision: str | None) -> object:
