@@ -11,7 +11,8 @@
 # one runs. GPU_CHECK_BUDGET (seconds, default 3600): no step runs past it (each is stopped at it, and one with
 # less than 30 s left is skipped).
 # Needs sst-cli importable (pip install --no-deps -e .) and ../shared beside the checkout (bench/, golden/,
-# datasets/Set14); on the device machine benchmarks/gpu_stage.py's .gpu/shared stands in for it.
+# datasets/Set14); on the device machine benchmarks/gpu_stage.py's .gpu/shared stands in for it (its `tests` part adds
+# the golden .pth files that the cudatests and tests steps read).
 # FlashAttention-4 (--attention fa4) runs in the golden and kernels steps once installed: benchmarks/gpu_wheels.sh
 # stages its wheels in two halves, carried in two calls; benchmarks/gpu_prelude.sh installs them.
 set -u

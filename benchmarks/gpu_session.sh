@@ -6,7 +6,7 @@
 #
 #   python benchmarks/gpu_stage.py check train video          # here, once: stages .gpu/ (no device time)
 #   bash benchmarks/gpu_session.sh first OUTDIR    carry: .gpu/shared/bench .gpu/shared/golden
-#                                                         .gpu/train291/t91 .gpu/wheels/video  (~62 MiB with the tree)
+#                                                         .gpu/train291/t91 .gpu/wheels/video  (~61 MiB with the tree)
 #   bash benchmarks/gpu_session.sh second OUTDIR   carry: nothing; at once, on the same warm machine (/tmp/sst
 #                                                  and the installed wheels stay while it is warm)
 #

@@ -3,9 +3,11 @@
 The device tool sends the working tree and the ignored paths named in ``carry`` (64 MiB per call in all);
 ``../shared`` beside the checkout does not travel. This copies the pieces each kind of call needs:
 
-* ``check``: ``.gpu/shared/`` with the authors' benchmark (``bench/``), the SST golden vectors and Set5 /
-  Set14 (PNG, as they are), laid out like ``../shared`` so that the tests find them through a
-  ``../shared`` link on the device (``benchmarks/gpu_check.sh`` makes it).
+* ``check``: ``.gpu/shared/`` with the authors' benchmark (``bench/``), the SST golden vectors (weights as
+  safetensors, what the GPU scripts read) and Set5 / Set14 (PNG, as they are), laid out like ``../shared``
+  so that the tests find them through a ``../shared`` link on the device (``benchmarks/gpu_check.sh`` makes it).
+* ``tests``: the golden weights in the authors' ``.pth`` format too, which only the test suite reads
+  (``gpu_check.sh``'s ``cudatests`` and ``tests`` steps); 6 MiB that the first session call cannot spare.
 * ``train``: ``.gpu/train291/`` as lossless WebP (the same pixels, about two thirds of the PNG size).
 * ``video``: ``.gpu/wheels/video/`` with a PyAV wheel for the machine's Python 3.12 (about 35 MB; the image has
   no PyAV), which ``benchmarks/gpu_prelude.sh`` installs, for ``gpu_check.sh``'s ``video`` step.
@@ -13,7 +15,7 @@ The device tool sends the working tree and the ignored paths named in ``carry`` 
   the datasets' README puts the difference from the SelfExSR LR files at <= 0.001 dB). Set5 and Set14
   come with ``check``.
 
-    python benchmarks/gpu_stage.py check train eval video      # then: du -sh .gpu/*
+    python benchmarks/gpu_stage.py check train eval video tests      # then: du -sh .gpu/*
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 STAGE = ROOT / ".gpu"
-GOLDEN_FILES = ("README.md", "manifest.json", "keys")  # plus every light_x2* / mini_x3* file
+GOLDEN_FILES = ("README.md", "manifest.json", "keys")
+GOLDEN_CASES = ("light_x2", "mini_x3")  # each: .json, _io.safetensors, .safetensors, .pth
 
 
 def _webp(pair: tuple[Path, Path]) -> int:
@@ -60,12 +63,20 @@ def _copy(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
+def _golden(pth: bool) -> None:
+    """The golden files of the SST cases: the ``.pth`` weights when ``pth``, everything else otherwise."""
+    for path in (SHARED / "golden").iterdir():
+        if path.name.startswith(GOLDEN_CASES):
+            wanted = (path.suffix == ".pth") == pth
+        else:
+            wanted = path.name in GOLDEN_FILES and not pth
+        if wanted:
+            _copy(path, STAGE / "shared" / "golden" / path.name)
+
+
 def stage_check() -> None:
     _copy(SHARED / "bench", STAGE / "shared" / "bench")
-    golden = SHARED / "golden"
-    for path in golden.iterdir():
-        if path.name in GOLDEN_FILES or path.name.startswith(("light_x2", "mini_x3")):
-            _copy(path, STAGE / "shared" / "golden" / path.name)
+    _golden(pth=False)
     for name in ("Set5", "Set14"):  # PNG as they are: Set14's bridge is grayscale, which the protocol keeps
         _copy(SHARED / "datasets" / name, STAGE / "shared" / "datasets" / name)
 
@@ -88,12 +99,13 @@ def stage_video() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("parts", nargs="+", choices=("check", "train", "eval", "video"))
+    parser.add_argument("parts", nargs="+", choices=("check", "train", "eval", "video", "tests"))
     args = parser.parse_args()
     if not SHARED.is_dir():
         raise SystemExit(f"{SHARED} not found: this stages files from ../shared beside the checkout")
     for part in args.parts:
-        {"check": stage_check, "train": stage_train, "eval": stage_eval, "video": stage_video}[part]()
+        parts = {"check": stage_check, "train": stage_train, "eval": stage_eval, "video": stage_video}
+        parts.get(part, lambda: _golden(pth=True))()
     for path in sorted(STAGE.iterdir()):
         size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
         print(f".gpu/{path.name}: {size / 2**20:.1f} MiB")
