@@ -13,8 +13,11 @@
 # Each run's lr schedule spans ITERS_XS iterations, fixed when it starts: that, not the stretches, is the run.
 #
 # Device-tool budget: the tree travels each call (64 MiB with what is carried), so keep one state file in it
-# at a time (train x2 to the end, then x3, then x4) and carry the data (.gpu/train291, ~40 MB of WebP from
-# benchmarks/gpu_stage.py train) in the machine's first call; benchmarks/gpu_prelude.sh keeps it in /tmp/sst.
+# at a time (train x2 to the end, then x3, then x4). The data (.gpu/train291, 39.2 MiB of WebP from
+# benchmarks/gpu_stage.py train) travels once per machine; benchmarks/gpu_prelude.sh keeps it in /tmp/sst.
+# The tree (12.7 MiB with three bundled weights) + a state (14.6 MiB) + all the data is 66.5 MiB, too much for
+# one call: once a state is committed, carry .gpu/train291/bsd200 in a first call that runs only the prelude,
+# then .gpu/train291/t91 with the stretch (the prelude merges both into /tmp/sst/train291).
 # A file comes back only under 16 MiB: the state (~15 MB) does; the weights are saved as float16.
 # Environment: TRAIN_DATA (/tmp/sst/train291), RUN_DIR (/tmp/sst/run), EVAL_ROOT (/tmp/sst/eval),
 # STRETCH_S (480), ITERS_X2 (200000), ITERS_X3 and ITERS_X4 (100000), BATCH (64), COMPILE (0; 1 adds --compile).
