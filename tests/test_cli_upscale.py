@@ -85,7 +85,7 @@ def test_folder_batch_with_broken_files_reports_them_and_exits_1() -> None:
     assert "3 failed" in failures
     for name, reason in (("empty.png", "empty"), ("text.png", "not a PNG"), ("truncated.png", "truncated")):
         assert any(f"in/{name}" in line and reason in line for line in failures.splitlines()), failures
-    assert "done" in result.stdout and "megapixels/s" in result.stdout  # the summary table
+    assert "done" in result.stdout and "input MP/s" in result.stdout  # the summary table
 
 
 def test_default_output_folder_and_recursive_tree() -> None:

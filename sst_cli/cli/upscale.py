@@ -169,14 +169,14 @@ class Reporter:
             err_console.print(f"time: {timings[0].line(timings[1])}", soft_wrap=True, markup=False)
         if not self.quiet:
             table = Table(title="sst upscale")
-            for column in ("done", "skipped", "failed", "time", "megapixels/s"):
+            for column in ("done", "skipped", "failed", "time", "input MP/s"):  # MP/s of the images read
                 table.add_column(column, justify="right")
             table.add_row(
                 str(result.done),
                 str(result.skipped),
                 str(result.failed),
                 f"{result.seconds:.1f} s",
-                f"{result.megapixels_per_second:.3f}",
+                f"{result.megapixels_per_second:.3g}",  # 3 figures: small images on a CPU are ~0.001
             )
             self.out.print(table)
         skipped = [r for r in result.files if r.status == "skipped"]
