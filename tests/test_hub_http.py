@@ -725,6 +725,31 @@ def test_a_failed_download_leaves_another_process_transfer_alone(fake: FakeHub) 
     assert busy.exists() and not idle.exists()
 
 
+def test_another_download_from_the_repository_is_said(fake: FakeHub) -> None:
+    """huggingface_hub waits for the lock of a file another process is downloading without a word."""
+    import shutil
+
+    from filelock import FileLock
+
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
+    locks = Path(library.cache_dir()) / ".locks" / f"models--{OWNER}--SSTlight_DFLIP_X2"
+    locks.mkdir(parents=True)
+    (locks / "idle.lock").touch()  # a lock file left behind, held by nobody: no note
+    recorder = _Recorder()
+    with hub.show_downloads(recorder):
+        hub.resolve("sst-light", 2)
+        assert not any("another download" in e[1] for e in recorder.events if e[0] == "note")
+        hub.pins_path().unlink()
+        shutil.rmtree(Path(library.cache_dir()) / f"models--{OWNER}--SSTlight_DFLIP_X2")
+        with FileLock(locks / "other-file.lock"):  # another process's transfer in progress
+            hub.resolve("sst-light", 2)
+    notes = [e[1] for e in recorder.events if e[0] == "note" and "another download" in e[1]]
+    assert notes == [
+        f"another download from {OWNER}/SSTlight_DFLIP_X2 into {library.cache_dir()} is in progress: one of the "
+        "same file waits for it"
+    ]
+
+
 def _table_row(output: str, name: str, columns: tuple[int, ...]) -> tuple[str, ...]:
     """The text of ``columns`` in the first row of ``name`` in a rich table, its cells joined across the lines
     they wrapped onto: COLUMNS is not always what the console measures (rich reads it when the console is made,

@@ -135,7 +135,8 @@ def hub_download(repo_id: str, filename: str, revision: str | None) -> Path:
 
     Partial files an earlier process left there (killed mid-transfer) are removed first once an hour old: a
     transfer in progress writes to its own all the time. The library's warnings (not enough free disk space)
-    become notes on the display."""
+    become notes on the display, and so does another download in progress from the repository (the library
+    waits for its lock without a word)."""
     from huggingface_hub import hf_hub_download
 
     from .progress import note
@@ -143,6 +144,8 @@ def hub_download(repo_id: str, filename: str, revision: str | None) -> Path:
     blobs = Path(cache_dir()) / f"models--{repo_id.replace('/', '--')}" / "blobs"
     started = time.time() - 1.0
     _remove_partials(blobs, lambda mtime: mtime < started - STALE_PARTIAL_S)
+    if any(_held(lock) for lock in _locks_of(blobs).glob("*.lock")):
+        note(f"another download from {repo_id} into {cache_dir()} is in progress: one of the same file waits for it")
     try:
         with progress(hf_hub_download) as kwargs, warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always", UserWarning)
@@ -166,22 +169,29 @@ def _remove_partials(blobs: Path, chosen: Callable[[float], bool]) -> None:
     a transfer in progress: huggingface_hub holds ``.locks/<repo>/<etag>.lock`` while it writes one, and a
     second process that failed (or was interrupted while waiting for that lock) removed the first one's file,
     which then could not be moved into place."""
-    from filelock import FileLock, Timeout
-
-    locks = blobs.parent.parent / ".locks" / blobs.parent.name
+    locks = _locks_of(blobs)
     for partial in blobs.glob("*.incomplete"):
         with contextlib.suppress(OSError):
-            if not chosen(partial.stat().st_mtime):
-                continue
-            lock_file = locks / f"{partial.name.split('.', 1)[0]}.lock"
-            if not lock_file.exists():
+            if chosen(partial.stat().st_mtime) and not _held(locks / f"{partial.name.split('.', 1)[0]}.lock"):
                 partial.unlink()
-                continue
-            try:
-                with FileLock(lock_file, timeout=0):
-                    partial.unlink()
-            except Timeout:
-                pass  # another download is writing it
+
+
+def _locks_of(blobs: Path) -> Path:
+    """The folder of huggingface_hub's locks for the repository whose cached files are in ``blobs``."""
+    return blobs.parent.parent / ".locks" / blobs.parent.name
+
+
+def _held(lock_file: Path) -> bool:
+    """True while another download holds ``lock_file`` (huggingface_hub's lock of one file it writes)."""
+    from filelock import FileLock, Timeout
+
+    if not lock_file.exists():
+        return False
+    try:
+        with FileLock(lock_file, timeout=0):
+            return False
+    except Timeout:
+        return True
 
 
 def cached_file(repo_id: str, filename: str, revision: str | None) -> object:
