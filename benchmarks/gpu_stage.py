@@ -81,6 +81,10 @@ def stage_check() -> None:
         _copy(SHARED / "datasets" / name, STAGE / "shared" / "datasets" / name)
 
 
+def stage_tests() -> None:
+    _golden(pth=True)
+
+
 def stage_train() -> None:
     _to_webp(SHARED / "datasets" / "train291", STAGE / "train291")
 
@@ -98,14 +102,15 @@ def stage_video() -> None:
 
 
 def main() -> None:
+    stages = {"check": stage_check, "tests": stage_tests, "train": stage_train, "eval": stage_eval}
+    stages["video"] = stage_video
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("parts", nargs="+", choices=("check", "train", "eval", "video", "tests"))
+    parser.add_argument("parts", nargs="+", choices=tuple(stages))
     args = parser.parse_args()
     if not SHARED.is_dir():
         raise SystemExit(f"{SHARED} not found: this stages files from ../shared beside the checkout")
     for part in args.parts:
-        parts = {"check": stage_check, "train": stage_train, "eval": stage_eval, "video": stage_video}
-        parts.get(part, lambda: _golden(pth=True))()
+        stages[part]()
     for path in sorted(STAGE.iterdir()):
         size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
         print(f".gpu/{path.name}: {size / 2**20:.1f} MiB")
