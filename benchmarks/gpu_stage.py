@@ -102,8 +102,13 @@ def stage_video() -> None:
 
 
 def main() -> None:
-    stages = {"check": stage_check, "tests": stage_tests, "train": stage_train, "eval": stage_eval}
-    stages["video"] = stage_video
+    stages = {
+        "check": stage_check,
+        "tests": stage_tests,
+        "train": stage_train,
+        "eval": stage_eval,
+        "video": stage_video,
+    }
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("parts", nargs="+", choices=tuple(stages))
     args = parser.parse_args()
