@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -600,6 +601,9 @@ def test_a_hub_that_takes_the_connection_and_never_answers_is_given_up(
     net: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The quick probe only opens a connection: the API listing then waited forever, printing nothing."""
+    import huggingface_hub.utils._http
+
+    monkeypatch.setattr(huggingface_hub.utils._http, "time", _NoSleep())  # for the abandoned request's retries
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)  # connections are taken (the kernel's backlog) and never answered
@@ -609,6 +613,12 @@ def test_a_hub_that_takes_the_connection_and_never_answers_is_given_up(
         with pytest.raises(WeightsNotFound) as info:
             hub.resolve("sst-light", 2)
         assert time.monotonic() - start < 15  # one wait of SST_HUB_TIMEOUT, not retried
+    # The abandoned request fails once the listener is gone. Left running, its retries closed huggingface_hub's
+    # shared client under later tests' requests (a connection error makes the library close it).
+    for thread in threading.enumerate():
+        if thread.name == "sst-hub-request":
+            thread.join(10)
+            assert not thread.is_alive()
     message = str(info.value)
     _one_sentence(message)
     assert "the Hub failed: no answer from 127.0.0.1:" in message and "within 1 s (SST_HUB_TIMEOUT)" in message
@@ -691,8 +701,6 @@ def test_a_cache_that_cannot_be_written_is_said_not_blamed_on_the_hub(
 
 
 def test_partial_downloads_a_killed_process_left_are_removed(fake: FakeHub) -> None:
-    import os
-
     fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
     blobs = Path(library.cache_dir()) / f"models--{OWNER}--SSTlight_DFLIP_X2" / "blobs"
     blobs.mkdir(parents=True)
@@ -706,8 +714,6 @@ def test_partial_downloads_a_killed_process_left_are_removed(fake: FakeHub) -> N
 
 def test_a_failed_download_leaves_another_process_transfer_alone(fake: FakeHub) -> None:
     """The partial file of a download that holds huggingface_hub's lock is not removed by one that failed."""
-    import os
-
     from filelock import FileLock
 
     fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
