@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from conftest import GOLDEN, golden_config, needs_golden
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
-from sst_cli import SST, SSTConfig, load_model
+from sst_cli import SST, SSTConfig, create_model, load_model
 from sst_cli.archs.attention import attend, check_backend
 from sst_cli.archs.sst.layers import WindowAttention
 from sst_cli.archs.sst.rib import fourier_features, window_coordinates
@@ -35,6 +39,29 @@ def test_reproduces_golden_outputs(case: str) -> None:
             out = model(io[f"input_{name}"])
             assert out.shape == io[f"output_{name}"].shape
             assert (out - io[f"output_{name}"]).abs().max().item() <= TOLERANCE
+
+
+def test_training_forward_makes_nothing_on_the_host() -> None:
+    """Every tensor of a training step's forward lives on the model's device: on CUDA a tensor made on the host
+    and copied over makes the step wait for the GPU (RIB's window coordinates did, once per layer)."""
+
+    class HostTensors(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            if any(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in tree_leaves(out)):
+                self.ops.append(str(func))
+            return out
+
+    with torch.device("meta"):
+        model = create_model("sst-light", scale=2)
+    model.train()
+    with HostTensors() as seen:
+        model(torch.empty(2, 3, 64, 64, device="meta"))
+    assert seen.ops == []
 
 
 def test_coordinates_are_pixel_centres_row_major() -> None:
