@@ -11,7 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from sst_cli import SST
 from sst_cli.archs.cpu_kernel import kernel_problem
-from sst_cli.archs.sst import depthwise, kernels, layers
+from sst_cli.archs.sst import kernels, layers
 from sst_cli.archs.sst.fused import add_projection, projection_buffer
 from sst_cli.archs.sst.windows import axis_pieces, grid_pieces, kept_queries, merge_gated, partition_into
 
@@ -166,30 +166,6 @@ def test_fused_forward_matches_the_plain_path_and_autograd_path(kwargs: dict, ch
     assert graph.requires_grad
     torch.testing.assert_close(fused, plain, atol=2e-5, rtol=0)
     torch.testing.assert_close(graph.detach(), plain, atol=2e-5, rtol=0)
-
-
-@pytest.mark.parametrize("width", [5, 7, 8, 13, 17, 427 % 64])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("channels_last", [False, True])
-def test_aligned_depthwise_conv_is_unchanged_at_odd_sizes(width: int, dtype: torch.dtype, channels_last: bool) -> None:
-    torch.manual_seed(0)
-    conv = depthwise.DepthwiseConv2d(6).to(dtype)
-    x = torch.randn(2, 6, 9, width, dtype=dtype)
-    if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
-    with torch.no_grad():
-        aligned = depthwise.depthwise_aligned(x, conv)
-        plain = F.conv2d(x, conv.weight, conv.bias, 1, 1, 1, 6)
-    assert aligned.shape == plain.shape
-    assert depthwise.aligned_width(width) % depthwise.WIDTH_MULTIPLE == 0
-    tolerance = 1e-6 if dtype == torch.float32 else 1e-2  # the same sums; bf16 may round them in another order
-    torch.testing.assert_close(aligned.float(), plain.float(), atol=tolerance, rtol=0)
-
-
-def test_alignment_only_where_the_cliff_was_measured() -> None:
-    x = torch.empty(1, 4, 8, 427, dtype=torch.bfloat16)
-    assert not depthwise.needs_alignment(x)  # CPU: never
-    assert not depthwise.needs_alignment(x.to("meta"))
 
 
 class _Writes(TorchDispatchMode):

@@ -11,7 +11,6 @@ from torch import nn
 from ..attention import AttentionPlan, plan_attention, run_plan, run_plan_rows
 from ..base import plain_layers
 from . import kernels
-from .depthwise import DepthwiseConv2d
 from .fused import add_projection, fusable, owned_stream, projection_buffer
 from .rib import RibParameters
 from .windows import kept_queries, merge_gated, partition_into
@@ -42,13 +41,22 @@ class LayerNorm2d(nn.Module):
         return y.permute(0, 3, 1, 2)
 
 
+def depthwise_conv(channels: int) -> nn.Conv2d:
+    """3x3 depth-wise convolution as the checkpoints store it (``weight`` (C, 1, 3, 3), ``bias``).
+
+    Plain cuDNN on CUDA: zero-padding odd widths to a multiple of 8 (aimed at a slow cuDNN kernel at x3 seen
+    on 2026-11-25) measured 4% slower on an H100 on 2026-11-27, with no cliff left in the bare conv
+    (benchmarks/RESULTS.md)."""
+    return nn.Conv2d(channels, channels, 3, padding=1, groups=channels)
+
+
 class ConvFFN(nn.Module):
     """1x1 expand, GELU, depth-wise 3x3 with an inner residual ``h + GELU(dwc(h))``, 1x1 back."""
 
     def __init__(self, dim: int, hidden: int) -> None:
         super().__init__()
         self.proj = nn.Conv2d(dim, hidden, 1)
-        self.dwc = DepthwiseConv2d(hidden)
+        self.dwc = depthwise_conv(hidden)
         self.agg = nn.Conv2d(hidden, dim, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -68,7 +76,7 @@ class ConvFFN(nn.Module):
 
 def local_gate(dim: int) -> nn.Sequential:
     """Convolutional local attention gate (depth-wise 3x3, point-wise 1x1); sigmoid applied by the caller."""
-    return nn.Sequential(DepthwiseConv2d(dim), nn.Conv2d(dim, dim, 1))
+    return nn.Sequential(depthwise_conv(dim), nn.Conv2d(dim, dim, 1))
 
 
 class WindowAttention(RibParameters):
