@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one command: golden vectors per kernel, SST's fused Triton kernels (gpu_kernels.py), the
 # authors' code side by side (Table S4 protocol), kernels, bf16 quality, big images, end to end, the test suite,
-# layouts and torch.compile; on request (not in the default list) the 4K tile sweep, the x3 depth-wise check,
+# layouts and torch.compile; on request (not in the default list) the 4K tile sweep, the small-input profile,
 # --compile's cache timing, the rows A/B (gpu_rows.py) and the training probe. benchmarks/gpu_session.sh runs
 # the steps that fit one session of device time.
 #
@@ -119,6 +119,12 @@ PY
   echo "e2e wall: $((SECONDS - t0)) s" | tee -a "$log"
   run e2e-bare 300 sst bench --device cuda -m sst-l+ -s 4 --precision bf16 --size 4096x2736 --runs 3 --warmup 1 \
     --json "$out/e2e-bare.json"
+  # the same command again (Triton's and the OS's caches warm) under cProfile: where the wall time beyond the
+  # network goes (2026-11-27: start-up 6.0 s, write 2.4 s, 8.5 s unaccounted for)
+  run e2e-profile 300 python3 -m cProfile -o "$out/e2e.prof" -m sst_cli upscale "$work/photo.png" --model sst-l+ \
+    --scale 4 --device cuda --weights "$work/sst-l+_x4_random.safetensors" -o "$work/photo_x4_again.png" -v
+  python3 -c "import pstats, sys; pstats.Stats(sys.argv[1]).sort_stats('cumulative').print_stats(40)" \
+    "$out/e2e.prof" 2>&1 | tail -n 60 | tee -a "$log"
 }
 
 step_sweep() {  # issue 25: --tile auto against fixed tiles, 3840x2160 input, SST-L bf16 (SWEEP_SCALES, SWEEP_TILES)
@@ -130,7 +136,9 @@ step_sweep() {  # issue 25: --tile auto against fixed tiles, 3840x2160 input, SS
   done
 }
 
-step_depthwise() { run depthwise 300 python3 benchmarks/gpu_depthwise.py --runs 10; }  # the x3 cliff fix
+step_profile() {  # why SST-light at Table S4's x3/x4 inputs is not faster than the authors' code: kernels, host, graphs
+  run profile 300 python3 benchmarks/gpu_profile.py --runs 10 --json "$out/profile.json"
+}
 
 step_compile() {  # --compile: first and second process sharing one cache, compiled vs eager, SST-L x2 bf16
   run compile 600 python3 benchmarks/bench_compile.py --device cuda --model sst-l --scale 2 --size 1280x720 \

@@ -10,10 +10,10 @@
 #   bash benchmarks/gpu_session.sh second OUTDIR   carry: nothing; at once, on the same warm machine (/tmp/sst
 #                                                  and the installed wheels stay while it is warm)
 #
-# first (~8 min): golden vectors per kernel; the fused Triton kernels (correctness, speed with and without);
-# the authors' code side by side (Table S4 protocol, issue 25's main figure); training patches/s (issue 29);
-# `sst upscale` end to end; whether dropping cropped query rows pays on CUDA; video frames/s (issue 28).
-# second (~4 min): the 4K --tile auto sweep at x2 and the x3 depth-wise check. Neither call trains: a stretch
+# first (~8 min): golden vectors per kernel; where small inputs' time goes (gpu_profile.py: kernels, host time,
+# CUDA graphs); the authors' code side by side (Table S4 protocol, issue 25's main figure); `sst upscale` end to
+# end, twice, the second under cProfile; training patches/s (issue 29); the fused kernels' correctness.
+# second (~4 min): the 4K --tile auto sweep at x4 (x2 was measured on 2026-11-27). Neither call trains: a stretch
 # of a few minutes is ~1% of one scale's schedule (benchmarks/train_default.sh runs one when a session has more).
 #
 # SESSION_S overrides the seconds a call may take (first 480, second 210): pass timeout_s >= SESSION_S + 60.
@@ -27,13 +27,13 @@ out=$(cd "$out" && pwd)
 case $call in
 first)
   limit=${SESSION_S:-480}
-  steps="env golden fused official probe e2e rows video"
-  export FUSED_STEPS=units,golden,timing PROBE_S=40 VIDEO_FRAMES=12
+  steps="env golden profile official e2e probe fused"
+  export FUSED_STEPS=units,golden PROBE_S=40
   ;;
 second)
   limit=${SESSION_S:-210}
-  steps="sweep depthwise"
-  export SWEEP_SCALES=2 SWEEP_TILES="auto 512 1024"
+  steps="sweep"
+  export SWEEP_SCALES=4 SWEEP_TILES="auto 512 1024"
   ;;
 *)
   echo "usage: benchmarks/gpu_session.sh first|second OUTDIR" >&2
