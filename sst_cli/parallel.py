@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .checks import check_devices
+from .cores import usable_cores
 from .errors import ConfigError, SstError
 from .filerun import BatchEvents, BatchInterrupted, BatchResult, FileResult, OutputWatch, _BatchRun
 
@@ -84,12 +85,6 @@ def plan_workers(device: str, workers: int = 1) -> WorkerPlan:
         if name == "auto" or ("," not in name and resolve_device(name).type == "cpu"):
             raise ConfigError(f"{name!r} in a device list: list GPUs only, and use --workers N for CPU workers")
     return WorkerPlan(tuple(str(resolve_device(name)) for name in names))
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its affinity where the platform says, else all)."""
-    affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
 
 
 # ------------------------------------------------------------------------------------------ the worker side

@@ -19,8 +19,9 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from sst_cli.cli import app
+from sst_cli.cores import usable_cores
 from sst_cli.errors import ConfigError
-from sst_cli.parallel import plan_workers, usable_cores
+from sst_cli.parallel import plan_workers
 
 MODEL = ["--weights", str(GOLDEN / "mini_x3.pth"), "--config", str(GOLDEN / "mini_x3.json"), "--device", "cpu"]
 ROOT = Path(__file__).resolve().parents[1]
