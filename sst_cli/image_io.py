@@ -17,6 +17,7 @@ import sys
 import threading
 import zlib
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from typing import IO, Any
@@ -24,6 +25,7 @@ from typing import IO, Any
 import numpy as np
 from PIL import Image, ImageCms, UnidentifiedImageError
 
+from sst_cli.cores import usable_cores
 from sst_cli.errors import ConfigError, ImageError, OutputExists, SstError
 from sst_cli.files import atomic_write
 
@@ -562,17 +564,15 @@ def write_image(
     chunks = [(kind, data) for kind, data in picture.png_chunks if not (icc and kind == b"sRGB")]  # one or other
 
     def encode(fh: IO[bytes]) -> None:
-        if depth == 16 and fmt == "png":
+        if fmt == "png":
             resolution = [] if picture.dpi is None else [(b"pHYs", _phys(picture.dpi))]
-            _write_png16(fh, samples, icc, picture.exif, resolution + chunks)
+            _write_png(fh, samples, icc, picture.exif, resolution + chunks)
         elif depth == 16:
             _write_tiff16(fh, samples, icc)
         else:
             exif = picture.exif if fmt != "jpeg" or len(picture.exif or b"") <= 65533 else None
             params: dict[str, object] = {k: v for k, v in (("icc_profile", icc), ("exif", exif)) if v}
-            if fmt == "png" and chunks:
-                params["pnginfo"] = _png_info(chunks)
-            if picture.dpi is not None and fmt in ("png", "jpeg", "tiff"):
+            if picture.dpi is not None and fmt in ("jpeg", "tiff"):
                 params["dpi"] = picture.dpi
             if fmt in ("jpeg", "webp"):
                 params["quality"] = quality
@@ -642,28 +642,32 @@ def _phys(dpi: tuple[float, float]) -> bytes:
     return struct.pack(">IIB", round(dpi[0] / 0.0254), round(dpi[1] / 0.0254), 1)
 
 
-def _png_info(chunks: list[tuple[bytes, bytes]]) -> Any:
-    """Pillow's carrier of extra PNG chunks, written before the pixel data as they came."""
-    from PIL.PngImagePlugin import PngInfo
-
-    info = PngInfo()
-    for kind, data in chunks:
-        info.add(kind, data)
-    return info
+#: Raw bytes of one slice of rows filtered and compressed by one thread; the filter's int16 steps take about 20
+#: times that while a slice runs, so at most ``_PNG_THREADS`` slices run at once (about 160 MB).
+_PNG_SLICE_BYTES = 1 << 20
+_PNG_THREADS = 8
+_ADLER_MOD = 65521
 
 
-def _write_png16(
+def _write_png(
     fh: IO[bytes],
     samples: np.ndarray,
     icc: bytes | None,
     exif: bytes | None,
     chunks: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
-    """Minimal 16-bit PNG encoder (gray, gray+alpha, RGB, RGBA) with the 'Sub' filter on every row."""
+    """PNG encoder for uint8 and uint16 samples (gray, gray+alpha, RGB, RGBA), compressed on several cores.
+
+    zlib level 6, as Pillow, but in slices of rows, each filtered and deflated by its own thread (zlib and
+    numpy release the GIL) and joined into one zlib stream. Pillow encodes on one core: a 4096x2736 RGB
+    result took 2.4 s of a 20.9 s `sst upscale` on an H100 machine; on 2 cores here 2.0 s against 0.9 s.
+    Every row uses the Paeth filter (Pillow picks a filter per row: its files measured 1-3% smaller).
+    """
     height, width, channels = samples.shape
+    depth = samples.dtype.itemsize * 8
     color_type = {1: 0, 2: 4, 3: 2, 4: 6}[channels]
     fh.write(
-        b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 16, color_type, 0, 0, 0))
+        b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, depth, color_type, 0, 0, 0))
     )
     if icc:
         fh.write(_png_chunk(b"iCCP", b"ICC profile\x00\x00" + zlib.compress(icc)))
@@ -671,18 +675,61 @@ def _write_png16(
         fh.write(_png_chunk(b"eXIf", exif.removeprefix(_EXIF_HEADER)))
     for kind, data in chunks or ():
         fh.write(_png_chunk(kind, data))
-    step = 2 * channels
-    rows = max(1, (1 << 22) // (width * step))
-    packer = zlib.compressobj(6)
-    for top in range(0, height, rows):
-        block = samples[top : top + rows].astype(">u2").reshape(-1, width * channels).view(np.uint8)
-        filtered = block.copy()
-        filtered[:, step:] -= block[:, :-step]  # uint8 arithmetic wraps modulo 256, as PNG wants
-        lines = np.concatenate([np.ones((block.shape[0], 1), np.uint8), filtered], axis=1)
-        data = packer.compress(lines.tobytes())
-        if data:
-            fh.write(_png_chunk(b"IDAT", data))
-    fh.write(_png_chunk(b"IDAT", packer.flush()) + _png_chunk(b"IEND", b""))
+    lines = samples.astype(samples.dtype.newbyteorder(">"), copy=False).reshape(height, -1).view(np.uint8)
+    pixel = channels * samples.dtype.itemsize  # the filter's "bpp": bytes of one pixel
+    rows = max(1, _PNG_SLICE_BYTES // lines.shape[1])
+    tops = range(0, height, rows)
+
+    def deflated(top: int) -> tuple[bytes, int, int]:
+        above = lines[top - 1] if top else np.zeros(lines.shape[1], np.uint8)
+        raw = _paeth_rows(lines[top : top + rows], above, pixel).tobytes()
+        packer = zlib.compressobj(6, zlib.DEFLATED, -15)  # raw deflate: one zlib header for the whole stream
+        last = top + rows >= height
+        return (
+            packer.compress(raw) + packer.flush(zlib.Z_FINISH if last else zlib.Z_FULL_FLUSH),
+            zlib.adler32(raw),
+            len(raw),
+        )
+
+    workers = min(len(tops), usable_cores(), _PNG_THREADS)
+    if workers > 1:
+        with ThreadPoolExecutor(workers, thread_name_prefix="sst-png") as pool:
+            parts = list(pool.map(deflated, tops))
+    else:
+        parts = [deflated(top) for top in tops]
+    checksum = 1
+    for i, (data, adler, size) in enumerate(parts):
+        checksum = _adler32_joined(checksum, adler, size)
+        fh.write(_png_chunk(b"IDAT", (b"\x78\x9c" if i == 0 else b"") + data))
+    fh.write(_png_chunk(b"IDAT", struct.pack(">I", checksum)) + _png_chunk(b"IEND", b""))
+
+
+def _paeth_rows(lines: np.ndarray, above: np.ndarray, pixel: int) -> np.ndarray:
+    """Rows of bytes filtered with PNG's Paeth filter, each led by its filter type (4). ``above``: the row
+    before the first (zeros at the image's top); ``pixel``: bytes per pixel, the distance to the left byte."""
+    x = lines.astype(np.int16)
+    up = np.concatenate([above[None].astype(np.int16), x[:-1]])
+    left = np.zeros_like(x)
+    left[:, pixel:] = x[:, :-pixel]
+    corner = np.zeros_like(x)
+    corner[:, pixel:] = up[:, :-pixel]
+    estimate = left + up - corner
+    to_left, to_up, to_corner = np.abs(estimate - left), np.abs(estimate - up), np.abs(estimate - corner)
+    predicted = np.where((to_left <= to_up) & (to_left <= to_corner), left, np.where(to_up <= to_corner, up, corner))
+    out = np.empty((x.shape[0], x.shape[1] + 1), np.uint8)
+    out[:, 0] = 4
+    out[:, 1:] = (x - predicted) & 0xFF  # PNG's arithmetic is modulo 256
+    return out
+
+
+def _adler32_joined(first: int, second: int, second_length: int) -> int:
+    """Adler-32 of two byte strings one after the other, from theirs: running the second from the first's
+    sum A instead of 1 adds A - 1 to A and to each of its ``second_length`` running sums B."""
+    a1, b1 = first & 0xFFFF, first >> 16
+    a2, b2 = second & 0xFFFF, second >> 16
+    a = (a1 + a2 - 1) % _ADLER_MOD
+    b = (b1 + b2 + second_length * (a1 - 1)) % _ADLER_MOD
+    return a | b << 16
 
 
 def _write_tiff16(fh: IO[bytes], samples: np.ndarray, icc: bytes | None) -> None:
