@@ -119,10 +119,13 @@ PY
   echo "e2e wall: $((SECONDS - t0)) s" | tee -a "$log"
   run e2e-bare 300 sst bench --device cuda -m sst-l+ -s 4 --precision bf16 --size 4096x2736 --runs 3 --warmup 1 \
     --json "$out/e2e-bare.json"
-  # the same command again (Triton's and the OS's caches warm) under cProfile: where the wall time beyond the
-  # network goes (2026-11-27: start-up 6.0 s, write 2.4 s, 8.5 s unaccounted for)
-  run e2e-profile 300 python3 -m cProfile -o "$out/e2e.prof" -m sst_cli upscale "$work/photo.png" --model sst-l+ \
-    --scale 4 --device cuda --weights "$work/sst-l+_x4_random.safetensors" -o "$work/photo_x4_again.png" -v
+  # the same command again (Triton's and the OS's caches warm) under cProfile and -X importtime: where the wall
+  # time beyond the network goes (2026-11-27: start-up 6.0 s, write 2.4 s, 8.5 s unaccounted for)
+  run e2e-profile 300 bash -c "python3 -X importtime -m cProfile -o $out/e2e.prof -m sst_cli upscale \
+    $work/photo.png --model sst-l+ --scale 4 --device cuda --weights $work/sst-l+_x4_random.safetensors \
+    -o $work/photo_x4_again.png -v 2>$out/e2e-stderr.txt; grep -v '^import time:' $out/e2e-stderr.txt"
+  echo "slowest imports (cumulative us):" | tee -a "$log"
+  grep '^import time:' "$out/e2e-stderr.txt" | sort -t'|' -k2 -n -r | head -n 15 | tee -a "$log"
   python3 -c "import pstats, sys; pstats.Stats(sys.argv[1]).sort_stats('cumulative').print_stats(40)" \
     "$out/e2e.prof" 2>&1 | tail -n 60 | tee -a "$log"
 }

@@ -4,7 +4,9 @@ On an H100 on 2026-11-27 (benchmarks/RESULTS.md) SST and SST-L beat the authors'
 Table S4's x3 and x4 inputs did not (0.82-1.07x), and SST-light x3 ran slower in bf16 (88 ms) than in fp32
 (55 ms). Small inputs make tiny kernels, so the host's Python and launch time may be the floor. Per case:
 
-* ``eager``: median ms of one forward, synchronised;
+* ``eager``: median ms of one forward, synchronised; ``plain``: the same with the fused Triton kernels off;
+* ``syncs``: operations in one forward that made the host wait for the GPU (CUDA's sync debug mode): each one
+  stops the host from queuing ahead, so host and GPU time add up instead of overlapping;
 * ``host``: median ms the Python side takes to queue one forward (the GPU idle at the start, no wait at the end):
   when it is close to ``eager``, the GPU waits for the host and fewer, larger operations (or a graph) pay;
 * ``graph``: median ms of replaying the forward captured in a CUDA graph (static input), its largest difference
@@ -21,12 +23,14 @@ import argparse
 import json
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from sst_cli import create_model
+from sst_cli.archs.sst import kernels
 
 CASES = (
     "sst-light:3:427x240:bf16",
@@ -55,6 +59,20 @@ def _median_ms(fn: Callable[[], object], device: torch.device, runs: int, wait: 
         times.append(time.perf_counter() - start)
     _sync(device)
     return statistics.median(times) * 1000
+
+
+def _syncs(fn: Callable[[], object], device: torch.device) -> int | None:
+    """Operations of one ``fn()`` that made the host wait for the GPU (None off CUDA)."""
+    if device.type != "cuda":
+        return None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
 
 
 def _graph(model: torch.nn.Module, x: torch.Tensor, eager: torch.Tensor, runs: int) -> dict:
@@ -102,7 +120,11 @@ def case(spec: str, device: torch.device, runs: int, rows: int) -> dict:
         eager = model(x).float()  # warm-up: RIB caches, kernel choice, Triton compiles
         model(x)
         row["eager_ms"] = _median_ms(lambda: model(x), device, runs)
+        with kernels.disabled():
+            model(x)
+            row["plain_ms"] = _median_ms(lambda: model(x), device, runs)
         row["host_ms"] = _median_ms(lambda: model(x), device, runs, wait=False)
+        row["syncs"] = _syncs(lambda: model(x), device)
         if device.type == "cuda":
             row.update(_graph(model, x, eager, runs))
         row["top"] = _top_kernels(model, x, rows)
@@ -134,7 +156,11 @@ def main() -> None:
             if "graph_ms" in row
             else row.get("graph_error", "graph: not on this device")
         )
-        print(f"{spec}: eager {row['eager_ms']:.1f} ms, host {row['host_ms']:.1f} ms, {graph}", flush=True)
+        print(
+            f"{spec}: eager {row['eager_ms']:.1f} ms, plain {row['plain_ms']:.1f} ms, host {row['host_ms']:.1f} ms, "
+            f"syncs {row['syncs']}, {graph}",
+            flush=True,
+        )
         for k in row["top"]:
             print(f"    {k['ms']:8.2f} ms {k['calls']:5d}x  {k['name']}")
         results.append(row)
