@@ -101,6 +101,24 @@ def units(device: torch.device) -> list[dict]:
                "limit": limit, "ok": ran and diff <= limit}  # fmt: skip
         rows.append(row)
         print(row, flush=True)
+    for shift, dtype, out_dtype in ((0, torch.float32, torch.float32), (8, torch.float32, torch.bfloat16),
+                                    (8, torch.bfloat16, torch.bfloat16)):  # fmt: skip
+        torch.manual_seed(2)
+        b, heads, d, ws, h, w = 2, 6, 30, 16, 37, 53
+        grid = (48, 64)
+        qkv = (torch.randn(b, 3 * heads * d, h, w, device=device) * 3).to(dtype)
+        qkv = qkv.contiguous(memory_format=torch.channels_last)
+        parts = [torch.zeros(b * 3 * 4, heads, ws * ws, d + 18, device=device, dtype=out_dtype) for _ in range(3)]
+        ran = kernels.partition(parts, qkv, ws, grid, shift, d**-0.5)
+        ref = [torch.zeros(p.shape, device=device) for p in parts]
+        windows.partition_into(ref, qkv.float(), ws, grid, shift, d**-0.5)
+        diff = max((p.float() - r).abs().max().item() for p, r in zip(parts, ref, strict=True))
+        largest = max(r.abs().max().item() for r in ref)
+        limit = 1e-6 if out_dtype == torch.float32 else 2.0**-7 * largest
+        row = {"op": "partition", "shift": shift, "dtype": str(dtype), "out_dtype": str(out_dtype), "ran": ran,
+               "max_abs_vs_plain_fp32": diff, "limit": limit, "ok": ran and diff <= limit}  # fmt: skip
+        rows.append(row)
+        print(row, flush=True)
     return rows
 
 

@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from sst_cli import SST
 from sst_cli.archs.sst import kernels
-from sst_cli.archs.sst.windows import merge_gated
+from sst_cli.archs.sst.windows import merge_gated, partition_into
 
 BF16_STEP = 2.0**-7  # bf16 keeps 8 significant bits: one step is at most 2**-7 of the value
 
@@ -83,6 +83,38 @@ def _merge_case(dtype: torch.dtype, window_dtype: torch.dtype, shift: int, chann
     }
 
 
+def _partition_case(
+    dtype: torch.dtype, out_dtype: torch.dtype, shift: int, size: tuple[int, int], channels_last: bool
+) -> dict:
+    """q, k and v of an odd-sized image into windows of 4 over a reflect-padded, rolled grid, against the plain
+    ``partition_into`` in float64 (from the same inputs) and in the kernel's own dtypes."""
+    torch.manual_seed(shift + size[0])
+    b, heads, d, ws = 2, 2, 3, 4
+    h, w = size
+    grid = (h + -h % ws, w + -w % ws)
+    windows = b * (grid[0] // ws) * (grid[1] // ws)
+    qkv = (torch.randn(b, 3 * heads * d, h, w) * 3).to(dtype)
+    if channels_last:
+        qkv = qkv.contiguous(memory_format=torch.channels_last)
+    parts = [torch.full((windows, heads, ws * ws, d + 2), 7.0, dtype=out_dtype) for _ in range(3)]
+    ran = kernels.partition(parts, qkv, ws, grid, shift, d**-0.5)
+    exact = [torch.full((windows, heads, ws * ws, d + 2), 7.0, dtype=torch.float64) for _ in range(3)]
+    partition_into(exact, qkv.double(), ws, grid, shift, d**-0.5)
+    plain = [torch.full((windows, heads, ws * ws, d + 2), 7.0, dtype=out_dtype) for _ in range(3)]
+    partition_into(plain, qkv, ws, grid, shift, d**-0.5)
+    error = torch.cat([(p.double() - e).abs().flatten() for p, e in zip(parts, exact, strict=True)])
+    values = torch.cat([e.abs().flatten() for e in exact])
+    return {
+        "ran": ran,
+        "max_abs_vs_float64": error.max().item(),
+        "excess_over_one_bf16_step": (error - BF16_STEP * values).max().item(),
+        "max_abs_vs_plain": max(
+            (p.double() - q.double()).abs().max().item() for p, q in zip(parts, plain, strict=True)
+        ),
+        "tails_untouched": all(bool((p[..., d:] == 7).all()) for p in parts),
+    }
+
+
 class _Ops(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
@@ -111,6 +143,7 @@ def _model_case(config: dict) -> dict:
         "max_abs_vs_plain": (fused - plain).abs().max().item(),
         "ffn_kernel_calls": ops.calls.get("dwconv3x3_gelu_residual_", 0),
         "merge_kernel_calls": ops.calls.get("merge_windows_gated_", 0),
+        "partition_kernel_calls": ops.calls.get("partition_windows_", 0),
         "gelu_calls": ops.calls.get("gelu", 0),
         "sigmoid_calls": ops.calls.get("sigmoid", 0),
         "layers": len(config["window_sizes"]) * config["n_blocks"],
@@ -155,11 +188,17 @@ def compile_for_hopper() -> dict:
     from sst_cli.archs.sst import triton_kernels
 
     tiles = {"ROWS": 8, "BLOCK_W": 16, "BLOCK_C": 32}
+    floats = {"scale": "fp32"}
     results = {}
-    for fn in (triton_kernels._dwconv3x3_gelu_residual, triton_kernels._merge_windows_gated):
+    kernels = (
+        triton_kernels._dwconv3x3_gelu_residual,
+        triton_kernels._merge_windows_gated,
+        triton_kernels._partition_windows,
+    )
+    for fn in kernels:
         for dtype, ints in (("fp32", "i32"), ("bf16", "i32"), ("bf16", "i64")):
             signature = {
-                name: "constexpr" if name in tiles else f"*{dtype}" if name.endswith("_ptr") else ints
+                name: "constexpr" if name in tiles else f"*{dtype}" if name.endswith("_ptr") else floats.get(name, ints)
                 for name in fn.arg_names
             }
             constexprs = {name: value for name, value in tiles.items() if name in signature}
@@ -191,6 +230,11 @@ def main() -> None:
         "merge-fp32-shift2-nchw": _merge_case(f32, f32, 2, False),
         "merge-bf16-windows-in-fp32": _merge_case(f32, bf16, 2, True),
         "merge-bf16": _merge_case(bf16, bf16, 0, True),
+        "partition-fp32-shift0-channels_last": _partition_case(f32, f32, 0, (7, 10), True),
+        "partition-fp32-shift2-nchw": _partition_case(f32, f32, 2, (7, 10), False),
+        "partition-fp32-shift2-pad3": _partition_case(f32, f32, 2, (5, 9), True),
+        "partition-fp32-into-bf16": _partition_case(f32, bf16, 2, (7, 10), True),
+        "partition-bf16": _partition_case(bf16, bf16, 0, (7, 10), True),
         "model-tiny": _model_case(TINY),
         "model-shifted": _model_case(SHIFTED),
         "self-check": _self_check_case(),  # last: it swaps a kernel for a wrong one for a moment

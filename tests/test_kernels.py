@@ -34,7 +34,13 @@ def interpreted() -> dict:
 
 
 FP32_FFN = ["ffn-1x1-fp32", "ffn-3x5-batch2-fp32-rows", "ffn-9x19-c70-fp32-channels_last", "ffn-9x19-c70-fp32-nchw"]
-BF16 = ["ffn-3x5-batch2-bf16-rows", "ffn-9x19-c70-bf16-channels_last", "merge-bf16"]
+BF16 = [
+    "ffn-3x5-batch2-bf16-rows",
+    "ffn-9x19-c70-bf16-channels_last",
+    "merge-bf16",
+    "partition-fp32-into-bf16",
+    "partition-bf16",
+]
 FP32_MERGE = ["merge-fp32-shift0-channels_last", "merge-fp32-shift2-nchw", "merge-bf16-windows-in-fp32"]
 
 
@@ -57,6 +63,20 @@ def test_merge_kernel_is_roll_crop_and_sigmoid_gate(interpreted: dict, case: str
     assert result["max_abs_vs_float64"] < 1e-6, result
 
 
+PARTITION = ["partition-fp32-shift0-channels_last", "partition-fp32-shift2-nchw", "partition-fp32-shift2-pad3"]
+
+
+@needs_triton
+@pytest.mark.parametrize("case", PARTITION)
+def test_partition_kernel_is_reflect_pad_roll_and_windows(interpreted: dict, case: str) -> None:
+    """Odd sizes padded in both directions (by up to 3 rows), shifted and not, NCHW and channels-last: the
+    plain ``partition_into``'s values, q scaled, and the channels past the content left alone."""
+    result = interpreted[case]
+    assert result["ran"] and result["tails_untouched"], result
+    assert result["max_abs_vs_float64"] < 1e-6, result
+    assert result["max_abs_vs_plain"] == 0, result  # one fp32 multiply, as torch.mul: the same bits
+
+
 @needs_triton
 @pytest.mark.parametrize("case", BF16)
 def test_bf16_kernels_round_once(interpreted: dict, case: str) -> None:
@@ -71,10 +91,12 @@ def test_bf16_kernels_round_once(interpreted: dict, case: str) -> None:
 @needs_triton
 @pytest.mark.parametrize("case", ["model-tiny", "model-shifted"])
 def test_whole_forward_through_the_kernels_matches_the_reference_path(interpreted: dict, case: str) -> None:
-    """A tiny SST (odd input 13x10, batch 2; plain and shifted windows) with every FFN middle and every gated
-    merge in the kernels: no GELU or sigmoid left as separate ops, and the reference path's output."""
+    """A tiny SST (odd input 13x10, batch 2; plain and shifted windows) with every FFN middle, every gated merge
+    and every window partition in the kernels: no GELU or sigmoid left as separate ops, and the reference path's
+    output."""
     result = interpreted[case]
     assert result["ffn_kernel_calls"] == result["layers"] == result["merge_kernel_calls"], result
+    assert result["partition_kernel_calls"] == 3 * result["layers"], result  # q, k and v
     assert result["gelu_calls"] == 0 and result["sigmoid_calls"] == 0, result
     assert result["max_abs_vs_plain"] < 2e-5, result
 
@@ -96,7 +118,7 @@ def test_kernels_compile_for_an_h100_without_a_gpu(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(CHILD), "compile"], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout)
-    assert len(results) == 6 and all(v == "ok" for v in results.values()), results
+    assert len(results) == 9 and all(v == "ok" for v in results.values()), results
 
 
 class _Writes(TorchDispatchMode):
@@ -123,9 +145,11 @@ def test_meta_sees_each_kernel_as_one_op_writing_one_tensor() -> None:
         model(x)
     ffn = [b for name, b in writes.ops if name == "dwconv3x3_gelu_residual_"]
     merge = [b for name, b in writes.ops if name == "merge_windows_gated_"]
+    partition = [b for name, b in writes.ops if name == "partition_windows_"]
     hidden = model.config.ffn_hidden
     assert ffn == [hidden * 16 * 24 * 4] * 4  # one fp32 hidden tensor per layer
     assert merge == [TINY["dim"] * 16 * 24 * 4] * 4
+    assert partition == [TINY["dim"] * 16 * 24 * 4] * 12  # q, k and v per layer: their content channels
 
 
 def test_cpu_runs_the_plain_steps() -> None:

@@ -1,7 +1,7 @@
 """SST's fused GPU kernels as PyTorch custom ops, and where the network uses them.
 
-Two elementwise chains that eager PyTorch writes step by step (issue 25's memory traffic), each replaced by
-one Triton kernel (``triton_kernels.py``) writing its output once:
+Steps that eager PyTorch runs as several operations (issue 25's memory traffic, and launches), each replaced
+by one Triton kernel (``triton_kernels.py``) writing its output once:
 
 * ``sst::dwconv3x3_gelu_residual_(out, p, weight, bias)``: the ConvFFN's middle, ``out = h + GELU(dwconv(h))``
   with ``h = GELU(p)`` recomputed from ``p`` (the 1x1 expand's output) where the conv reads it. A depth-wise
@@ -10,6 +10,9 @@ one Triton kernel (``triton_kernels.py``) writing its output once:
 * ``sst::merge_windows_gated_(image, windows, gate_logits, ...)``: attention windows back into the image,
   multiplied by ``sigmoid(gate_logits)`` on the way (``windows.merge_gated`` on ``torch.sigmoid(logits)``
   writes the sigmoid too).
+* ``sst::partition_windows_(out, src, ...)``: q, k or v into its window buffer, reflect-padded and rolled on
+  the way, q scaled: one launch each where ``windows.partition_into`` makes one strided copy per piece of the
+  padded, rolled grid (about 15 launches and 60 views per layer: the host's time on small inputs).
 
 Where they run: on CUDA when Triton is installed, and on the meta device under the same condition: meta stands
 in for the accelerator when memory traffic is counted (``../shared/bench/traffic.py``), so it takes the path
@@ -34,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from .windows import merge_gated as merge_gated_plain
+from .windows import partition_into
 
 _state = {"enabled": os.environ.get("SST_FUSED_KERNELS", "1").strip() != "0"}  # =0: the plain steps everywhere
 
@@ -93,7 +97,7 @@ _checked: dict[tuple[str, torch.dtype], str] = {}  # (device, dtype) -> "" (pass
 
 
 def self_check(device: torch.device, dtype: torch.dtype) -> str:
-    """Both kernels once on small random tensors (odd sizes, 70 channels, a shifted, padded window grid) against
+    """Each kernel once on small random tensors (odd sizes, 70 channels, a shifted, padded window grid) against
     float64 on the CPU: "" when they agree to within ``dtype``'s rounding, else what differs. As the CPU
     attention kernel is checked before its first use: a kernel compiled wrong must not change the pictures."""
     gen = torch.Generator().manual_seed(0)
@@ -119,6 +123,18 @@ def self_check(device: torch.device, dtype: torch.dtype) -> str:
     worst = ((image.cpu().double() - expected).abs() / (1 + expected.abs())).max().item()
     if not worst <= tolerance:
         return f"the gated merge kernel differs from PyTorch by {worst:.2g} (relative) in {dtype} on {device}"
+    qkv = torch.randn(2, 18, 7, 10, generator=gen, dtype=torch.float64).to(dtype).double()
+    parts = [torch.zeros(12, 2, 16, 5, dtype=dtype, device=device) for _ in range(3)]
+    kernel_qkv = qkv.to(device, dtype)
+    for i, part in enumerate(parts):
+        torch.ops.sst.partition_windows_(part, kernel_qkv[:, 6 * i : 6 * i + 6], 4, 8, 12, 2, 0.5 if i == 0 else 1.0)
+    references = [torch.zeros(12, 2, 16, 5, dtype=torch.float64) for _ in range(3)]
+    partition_into(references, qkv, 4, (8, 12), 2, 0.5)
+    worst = max(
+        ((p.cpu().double() - e).abs() / (1 + e.abs())).max().item() for p, e in zip(parts, references, strict=True)
+    )
+    if not worst <= tolerance:
+        return f"the window partition kernel differs from PyTorch by {worst:.2g} (relative) in {dtype} on {device}"
     return ""
 
 
@@ -137,6 +153,22 @@ def merge_gated(
     if not runs_kernels(image):
         return False
     return _launch(torch.ops.sst.merge_windows_gated_, image, windows, gate_logits, window, *grid, shift)
+
+
+def partition(
+    parts: list[torch.Tensor], qkv: torch.Tensor, window: int, grid: tuple[int, int], shift: int, scale: float
+) -> bool:
+    """``windows.partition_into(parts, qkv, ...)``, one kernel per part; False (nothing done) where it does not run."""
+    if not runs_kernels(qkv):
+        return False
+    c = qkv.shape[1] // 3
+    d = c // parts[0].shape[1]
+    for i, part in enumerate(parts):
+        # The content channels alone: what the kernel writes, and what a memory-traffic count should see.
+        content, src = part[..., :d], qkv[:, i * c : (i + 1) * c]
+        if not _launch(torch.ops.sst.partition_windows_, content, src, window, *grid, shift, scale if i == 0 else 1.0):
+            return False
+    return True
 
 
 def _check_device(t: torch.Tensor) -> None:
@@ -175,4 +207,19 @@ if _HAS_CUSTOM_OPS:
         image: torch.Tensor, windows: torch.Tensor, gate_logits: torch.Tensor, window: int, grid_h: int,
         grid_w: int, shift: int,
     ) -> None:  # fmt: skip
+        return None
+
+    @torch.library.custom_op("sst::partition_windows_", mutates_args=("out",))
+    def _partition_windows(
+        out: torch.Tensor, src: torch.Tensor, window: int, grid_h: int, grid_w: int, shift: int, scale: float
+    ) -> None:
+        _check_device(src)
+        from . import triton_kernels
+
+        triton_kernels.partition_windows(out, src, window, grid_h, grid_w, shift, scale)
+
+    @_partition_windows.register_fake
+    def _(
+        out: torch.Tensor, src: torch.Tensor, window: int, grid_h: int, grid_w: int, shift: int, scale: float
+    ) -> None:
         return None

@@ -145,7 +145,9 @@ class WindowAttention(RibParameters):
             q, k, v = self._partition(self.to_qkv(padded), plan)
         else:
             q, k, v = self._window_buffers(x, grid, plan, zero_v=False)
-            partition_into([q, k, v], self.to_qkv(x), ws, grid, shift, self.head_dim**-0.5)
+            qkv = self.to_qkv(x)
+            if not kernels.partition([q, k, v], qkv, ws, grid, shift, self.head_dim**-0.5):
+                partition_into([q, k, v], qkv, ws, grid, shift, self.head_dim**-0.5)
         # A plan that takes the positional factors separately adds their product as a bias (no tails).
         bias = self.positional_tails(ws, x.dtype, plan.dtype, self.rank) if plan.rank else None
         kept = None if stepwise or not plan.drops_rows else kept_queries((h, w), grid, ws, shift, x.shape[0], x.device)

@@ -149,6 +149,49 @@ def merge_windows_gated(
         )  # fmt: skip
 
 
+@triton.jit
+def _partition_windows(
+    src_ptr, out_ptr, H, W, C, D, WS, NW, WINDOWS_PER_IMAGE, HP, WP, SHIFT, scale,
+    ss_b, ss_c, ss_h, ss_w, so_n, so_h, so_t, so_d,
+    BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr,
+):  # fmt: skip
+    """``out[window, head, token, c % D] = padded[b, c, (gy + SHIFT) mod HP, (gx + SHIFT) mod WP] * scale`` for one
+    grid row's tile, where ``padded`` is ``src`` (B, C, H, W) reflect-padded to (HP, WP): the merge's inverse."""
+    b = tl.program_id(0) // HP
+    gy = tl.program_id(0) % HP
+    cols = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
+    chans = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)
+    ok = (cols < WP)[:, None] & (chans < C)[None, :]
+    y = (gy + SHIFT) % HP
+    y = tl.where(y < H, y, 2 * H - 2 - y)  # reflect: padded row H + j is row H - 2 - j
+    x = (cols + SHIFT) % WP
+    x = tl.where(x < W, x, 2 * W - 2 - x)
+    pixel = b.to(tl.int64) * ss_b + y.to(tl.int64) * ss_h + x[:, None].to(tl.int64) * ss_w
+    value = tl.load(src_ptr + pixel + chans[None, :].to(tl.int64) * ss_c, mask=ok, other=0.0).to(tl.float32)
+    window = (b * WINDOWS_PER_IMAGE + (gy // WS) * NW + cols // WS).to(tl.int64)
+    token = ((gy % WS) * WS + cols % WS).to(tl.int64)
+    dst = out_ptr + window[:, None] * so_n + token[:, None] * so_t + (chans // D)[None, :].to(tl.int64) * so_h
+    tl.store(dst + (chans % D)[None, :] * so_d, (value * scale).to(out_ptr.dtype.element_ty), mask=ok)
+
+
+def partition_windows(
+    out: torch.Tensor, src: torch.Tensor, window: int, grid_h: int, grid_w: int, shift: int, scale: float,
+    block_w: int = 32, block_c: int = 0,
+) -> None:  # fmt: skip
+    """Launch the partition: ``src`` (B, C, H, W) into ``out`` (windows, heads, window**2, >= C / heads) over a
+    (grid_h, grid_w) grid rolled by ``-shift``, times ``scale``; ``out``'s other channels are left alone."""
+    b, c, h, w = src.shape
+    heads = out.shape[1]
+    block_c = block_c or min(64, triton.next_power_of_2(c))
+    nw = grid_w // window
+    grid = (b * grid_h, triton.cdiv(grid_w, block_w), triton.cdiv(c, block_c))
+    with _on(src.device):
+        _partition_windows[grid](
+            src, out, h, w, c, c // heads, window, nw, (grid_h // window) * nw, grid_h, grid_w, shift, scale,
+            *src.stride(), *out.stride(), BLOCK_W=block_w, BLOCK_C=block_c,
+        )  # fmt: skip
+
+
 def _on(device: torch.device) -> AbstractContextManager[object]:
     """Triton launches on the current CUDA device and stream: make that the tensors' (``--device cuda:1``)."""
     return torch.cuda.device(device) if device.type == "cuda" else nullcontext()
