@@ -222,3 +222,23 @@ def test_memory_traffic_of_the_plain_steps_does_not_grow_back() -> None:
     with kernels.disabled():
         units = _traffic_per_pixel_layer(TRAFFIC_CONFIG, 32, 64)
     assert 15.0 < units < 17.2, units
+
+
+def test_projection_weight_is_rebuilt_when_the_weights_change() -> None:
+    """The bias-augmented weight is kept between forwards, never past a change of the weights."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(12, 8, 1)
+    a = torch.randn(2, 12, 5, 7)
+    rows, image = projection_buffer(a, 12)
+    image.copy_(a)
+    for step in range(3):
+        residual = torch.zeros(2, 8, 5, 7).contiguous(memory_format=torch.channels_last)
+        with torch.no_grad():
+            expected = conv(a)
+            got = add_projection(residual, rows, conv)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+        with torch.no_grad():  # changed in place: the tensors' versions move
+            if step == 0:
+                conv.bias.add_(1.0)
+            else:
+                conv.load_state_dict({"weight": conv.weight * 2, "bias": conv.bias.clone()})

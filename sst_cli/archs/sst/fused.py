@@ -29,12 +29,25 @@ def projection_buffer(like: torch.Tensor, channels: int) -> tuple[torch.Tensor, 
 
 def add_projection(residual: torch.Tensor, rows: torch.Tensor, conv: nn.Conv2d) -> torch.Tensor:
     """``residual += conv(image written into rows)``, in place (see ``fusable``); returns ``residual``."""
-    c_out, c_in = conv.weight.shape[:2]
-    weight = F.pad(conv.weight.view(c_out, c_in), (0, _EXTRA))  # (C_out, C_in + 8): bias, then zeros
-    if conv.bias is not None:
-        weight[:, c_in] = conv.bias
-    residual.permute(0, 2, 3, 1).view(-1, c_out).addmm_(rows, weight.t())
+    residual.permute(0, 2, 3, 1).view(-1, conv.weight.shape[0]).addmm_(rows, _augmented_weight(conv).t())
     return residual
+
+
+def _augmented_weight(conv: nn.Conv2d) -> torch.Tensor:
+    """(C_out, C_in + 8): the 1x1 weight, the bias, then zeros. Kept on the module until its weight or bias
+    changes (storage or version), so a forward does not rebuild it (two launches per projection on a GPU)."""
+    params = (conv.weight,) if conv.bias is None else (conv.weight, conv.bias)
+    key = tuple((p.data_ptr(), p._version, p.dtype) for p in params)
+    cached = conv.__dict__.get("_sst_augmented")
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    c_out, c_in = conv.weight.shape[:2]
+    with torch.no_grad():
+        weight = F.pad(conv.weight.view(c_out, c_in), (0, _EXTRA))
+        if conv.bias is not None:
+            weight[:, c_in] = conv.bias
+    conv.__dict__["_sst_augmented"] = (key, weight)
+    return weight
 
 
 def fusable() -> bool:
