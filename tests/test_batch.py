@@ -6,6 +6,7 @@ A nearest-neighbour module stands in for the network: these tests are about file
 from __future__ import annotations
 
 from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
+from sst_cli import image_io
 from sst_cli.batch import (
     BatchInterrupted,
     Job,
@@ -237,17 +239,17 @@ def test_interrupt_while_writing_leaves_no_partial_or_temp_file(
 ) -> None:
     for name in ("a.png", "b.png", "c.png"):
         png(Path("in", name))
-    real_save = Image.Image.save
+    real_write = image_io._write_png
     calls = []
 
-    def save(self: Image.Image, fp: object, *args: object, **kwargs: object) -> None:
-        calls.append(fp)
+    def write(fh: IO[bytes], *args: Any) -> None:  # sst-cli's PNG encoder, interrupted on the second file
+        calls.append(fh)
         if len(calls) == 2:
-            fp.write(b"\x89PNG partial")  # type: ignore[attr-defined]
+            fh.write(b"\x89PNG partial")
             raise KeyboardInterrupt
-        real_save(self, fp, *args, **kwargs)  # type: ignore[arg-type]
+        real_write(fh, *args)
 
-    monkeypatch.setattr(Image.Image, "save", save)
+    monkeypatch.setattr(image_io, "_write_png", write)
     seen: list[str] = []
     with pytest.raises(BatchInterrupted) as info:
         run_batch(
