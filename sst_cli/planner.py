@@ -221,17 +221,21 @@ class Planner:
 
     def widest_per_pixel(self) -> float:
         """On CUDA, the largest tensor per input pixel (``widest.py``: tiles stay under 2**31 elements), measured
-        once on a small input; 0 elsewhere (CPU kernels index in 64 bits)."""
+        once on a small input, on the meta device where the network runs there (no first CUDA forward at a size
+        no image uses), else on the device; 0 elsewhere (CPU kernels index in 64 bits)."""
         if self.device.type != "cuda":
             return 0.0
         if self._widest is None:
             side = max(64, 2 * self.descriptor.size_multiple)
             side += -side % self.descriptor.size_multiple
-            try:
-                with fp32_mode(self.device, self.dtype):
-                    self._widest = widest_per_pixel(self.model, side, self.device, self.dtype)
-            except (RuntimeError, ValueError):  # a network that refuses the probe's size: memory alone decides
-                self._widest = 0.0
+            self._widest = 0.0  # a network that refuses the probe's size: memory alone decides
+            for device in (torch.device("meta"), self.device):  # shapes alone, or the device (no meta kernel)
+                try:
+                    with fp32_mode(self.device, self.dtype):
+                        self._widest = widest_per_pixel(self.model, side, device, self.dtype)
+                    break
+                except (RuntimeError, ValueError, NotImplementedError):
+                    continue
         return self._widest
 
     def pass_bytes(self, tile: TileSize, overlap: int, batch: int, height: int, width: int) -> int:

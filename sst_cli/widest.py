@@ -37,8 +37,18 @@ class _Widest(TorchDispatchMode):
 
 def widest_per_pixel(model: nn.Module, side: int, device: torch.device, dtype: torch.dtype) -> float:
     """Elements of the largest tensor of one forward pass on a ``side`` x ``side`` RGB input, per input pixel
-    (output-sized tensors count scale**2 per pixel). ``side`` should be a multiple of the network's window."""
+    (output-sized tensors count scale**2 per pixel). ``side`` should be a multiple of the network's window.
+
+    ``device`` "meta" runs the model's own code on shapes alone (its weights swapped for meta tensors for the
+    call): no kernel runs, compiles or allocates. On CUDA the real probe cost a first forward at a size the
+    images never use (cuDNN's and Triton's choices and compiles for it); sst-cli's networks take the same
+    path on meta as on CUDA (``kernels.runs_kernels``)."""
     x = torch.zeros(1, 3, side, side, device=device, dtype=dtype)
+    if device.type == "meta":  # made outside inference mode: caches keyed by a weight's version read it
+        tensors = {name: t.to("meta") for name, t in [*model.named_parameters(), *model.named_buffers()]}
     with torch.inference_mode(), _Widest() as seen:
-        model(x)
+        if device.type == "meta":
+            torch.func.functional_call(model, tensors, (x,))
+        else:
+            model(x)
     return seen.most / (side * side)

@@ -79,6 +79,43 @@ def test_the_widest_tensor_is_measured_per_input_pixel() -> None:
     assert widest_per_pixel(pooled, 16, torch.device("cpu"), torch.float32) == 64
 
 
+def test_the_widest_tensor_on_shapes_alone_is_the_real_one() -> None:
+    """On the meta device (no kernel runs, nothing compiles) the same figure as a real forward; the model
+    works on its own device afterwards. A network with an op that has no meta kernel refuses: the planner
+    then measures on the device."""
+    torch.manual_seed(0)
+    model = create_model("sst-light", 4).eval()
+    meta = widest_per_pixel(model, 64, torch.device("meta"), torch.float32)
+    assert meta == widest_per_pixel(model, 64, torch.device("cpu"), torch.float32) == 144
+    with torch.inference_mode():
+        assert torch.isfinite(model(torch.rand(1, 3, 16, 16))).all()
+
+    class DataDependent(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2 if bool(x.sum() > 0) else x
+
+    with pytest.raises((NotImplementedError, RuntimeError)):
+        widest_per_pixel(DataDependent(), 16, torch.device("meta"), torch.float32)
+
+
+def test_the_planner_measures_on_the_device_where_shapes_alone_fail(
+    sst_l_x4: Upscaler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    devices: list[str] = []
+
+    def measure(model: torch.nn.Module, side: int, device: torch.device, dtype: torch.dtype) -> float:
+        devices.append(device.type)
+        if device.type == "meta":
+            raise NotImplementedError("aten::equal has no meta kernel")
+        return 7.0
+
+    monkeypatch.setattr(planner_module, "widest_per_pixel", measure)
+    monkeypatch.setattr(sst_l_x4.planner, "device", CUDA)
+    monkeypatch.setattr(sst_l_x4.planner, "_widest", None)
+    assert sst_l_x4.planner.widest_per_pixel() == 7.0
+    assert devices == ["meta", "cuda"]
+
+
 def test_a_small_card_still_tiles_within_its_budget(sst_l_x4: Upscaler, monkeypatch: pytest.MonkeyPatch) -> None:
     FakeCard(free=8, reserved=4, allocated=4).install(monkeypatch)
     monkeypatch.setattr(planner_module, "memory_budget", lambda device: memory_budget(CUDA))
