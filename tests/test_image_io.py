@@ -6,6 +6,7 @@ import io
 import itertools
 import os
 import struct
+import time
 import warnings
 import zlib
 from dataclasses import replace
@@ -674,3 +675,25 @@ def test_png_files_are_about_as_small_as_pillows(tmp_path: Path) -> None:
     photo.save(tmp_path / "pillow.png")
     ours, pillows = (tmp_path / "ours.png").stat().st_size, (tmp_path / "pillow.png").stat().st_size
     assert ours <= 1.08 * pillows, (ours, pillows)
+
+
+def test_an_interrupted_png_encode_stops_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while the slices are encoded: the slices not yet started are dropped (``Executor.map`` cancels
+    them when its results stop being read), and no file is left."""
+    monkeypatch.setattr(image_io, "_PNG_SLICE_BYTES", 64)
+    monkeypatch.setattr(image_io, "usable_cores", lambda: 2)
+    real = image_io._paeth_rows
+    calls: list[int] = []
+
+    def paeth(*args: np.ndarray | int) -> np.ndarray:
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        time.sleep(0.05)  # a slice's real work, so that the interrupt is seen while most slices wait
+        return real(*args)
+
+    monkeypatch.setattr(image_io, "_paeth_rows", paeth)
+    with pytest.raises(KeyboardInterrupt):
+        write_image(tmp_path / "out.png", _picture(color=np.zeros((200, 20, 3), np.float32)))
+    assert len(calls) < 20  # of 200 one-row slices (all 200: 5 s)
+    assert os.listdir(tmp_path) == []
