@@ -11,7 +11,10 @@ Table S4's x3 and x4 inputs did not (0.82-1.07x), and SST-light x3 ran slower in
   when it is close to ``eager``, the GPU waits for the host and fewer, larger operations (or a graph) pay;
 * ``graph``: median ms of replaying the forward captured in a CUDA graph (static input), its largest difference
   to eager, or why the capture failed (a host sync inside the forward, say);
-* the CUDA kernels with the most time in one forward (torch.profiler).
+* the CUDA kernels with the most time in one forward (torch.profiler);
+* ``convs``: each dense 3x3 conv whose output channels are not a multiple of 8 (SST-light x3's upsampler writes
+  27, SST's final conv 3), alone at its input size in the model's dtype and layout, against the same conv with
+  its output channels zero-padded to a multiple of 8 (then cropped): whether cuDNN has a slow kernel there.
 
     python benchmarks/gpu_profile.py [--cases sst-light:3:427x240:bf16 ...] [--runs 10] [--json OUT/profile.json]
     python benchmarks/gpu_profile.py --device cpu --cases sst-light:4:32x24:fp32 --runs 1   # a rehearsal, no GPU
@@ -108,6 +111,52 @@ def _top_kernels(model: torch.nn.Module, x: torch.Tensor, rows: int) -> list[dic
     return [{"name": e.key[:90], "calls": e.count, "ms": getattr(e, field, 0.0) / 1000} for e in ranked]
 
 
+def _odd_convs(model: torch.nn.Module, x: torch.Tensor, runs: int) -> list[dict]:
+    """Dense 3x3 convs with an output channel count that is not a multiple of 8, alone, plain and padded."""
+    inputs: dict[str, torch.Tensor] = {}
+
+    def keep(name: str) -> Callable[..., None]:
+        def hook(module: torch.nn.Module, args: tuple, out: torch.Tensor) -> None:  # None: the output stays
+            inputs.setdefault(name, args[0])
+
+        return hook
+
+    hooks = [
+        conv.register_forward_hook(keep(name))
+        for name, conv in model.named_modules()
+        if isinstance(conv, torch.nn.Conv2d) and conv.groups == 1 and conv.kernel_size == (3, 3)
+        and conv.out_channels % 8
+    ]  # fmt: skip
+    try:
+        model(x)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    rows = []
+    seen: set[tuple] = set()
+    for name, inp in inputs.items():
+        conv = model.get_submodule(name)
+        shape = (tuple(inp.shape), conv.out_channels)
+        if shape in seen:  # the same conv in every group: once
+            continue
+        seen.add(shape)
+        extra = -conv.out_channels % 8
+        weight = torch.cat([conv.weight, conv.weight.new_zeros(extra, *conv.weight.shape[1:])])
+        bias = None if conv.bias is None else torch.cat([conv.bias, conv.bias.new_zeros(extra)])
+
+        def padded(inp: torch.Tensor = inp, weight: torch.Tensor = weight, bias: torch.Tensor | None = bias,
+                   out: int = conv.out_channels) -> torch.Tensor:  # fmt: skip
+            return torch.nn.functional.conv2d(inp, weight, bias, padding=1)[:, :out]
+
+        rows.append({
+            "conv": name, "in": list(inp.shape), "out_channels": conv.out_channels,
+            "channels_last": inp.is_contiguous(memory_format=torch.channels_last) and inp.shape[1] > 1,
+            "plain_ms": _median_ms(lambda conv=conv, inp=inp: conv(inp), x.device, runs),
+            "padded_ms": _median_ms(padded, x.device, runs),
+        })  # fmt: skip
+    return rows
+
+
 def case(spec: str, device: torch.device, runs: int, rows: int) -> dict:
     name, scale, size, precision = spec.split(":")
     w, h = (int(n) for n in size.split("x"))
@@ -128,6 +177,7 @@ def case(spec: str, device: torch.device, runs: int, rows: int) -> dict:
         if device.type == "cuda":
             row.update(_graph(model, x, eager, runs))
         row["top"] = _top_kernels(model, x, rows)
+        row["convs"] = _odd_convs(model, x, runs)
     return row
 
 
@@ -163,6 +213,9 @@ def main() -> None:
         )
         for k in row["top"]:
             print(f"    {k['ms']:8.2f} ms {k['calls']:5d}x  {k['name']}")
+        for c in row["convs"]:
+            print(f"    conv {c['conv']} {c['in']} -> {c['out_channels']} ch: plain {c['plain_ms']:.2f} ms, "
+                  f"padded to a multiple of 8 {c['padded_ms']:.2f} ms")  # fmt: skip
         results.append(row)
         if device.type == "cuda":
             torch.cuda.empty_cache()
