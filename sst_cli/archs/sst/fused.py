@@ -22,9 +22,23 @@ def projection_buffer(like: torch.Tensor, channels: int) -> tuple[torch.Tensor, 
     as a (B, channels, H, W) channels-last image for the layer to write the conv's input into."""
     b, _, h, w = like.shape
     rows = like.new_empty((b * h * w, channels + _EXTRA))
-    rows[:, channels].fill_(1)
-    rows[:, channels + 1 :].zero_()
+    rows[:, channels:].copy_(_ones_column(like))  # one launch (a fill and a zero took two)
     return rows, rows[:, :channels].view(b, h, w, channels).permute(0, 3, 1, 2)
+
+
+_COLUMNS: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+
+def _ones_column(like: torch.Tensor) -> torch.Tensor:
+    """``[1, 0, ..., 0]`` (``_EXTRA`` long) on ``like``'s device and dtype, made there once."""
+    key = (like.device, like.dtype)
+    column = _COLUMNS.get(key)
+    if column is None:
+        with torch.inference_mode(False):  # an ordinary tensor, whatever mode the first forward ran in
+            column = torch.zeros(_EXTRA, device=like.device, dtype=like.dtype)
+            column[0] = 1
+        _COLUMNS[key] = column
+    return column
 
 
 def add_projection(residual: torch.Tensor, rows: torch.Tensor, conv: nn.Conv2d) -> torch.Tensor:
