@@ -138,14 +138,13 @@ def merge_windows_gated(
 ) -> None:  # fmt: skip
     """Launch the merge: ``windows`` (n, heads, window**2, >= d) over a (grid_h, grid_w) grid into ``image``."""
     b, c, h, w = image.shape
-    heads = windows.shape[1]
     block_c = block_c or min(64, triton.next_power_of_2(c))
-    nw = grid_w // window
     grid = (b * h, triton.cdiv(w, block_w), triton.cdiv(c, block_c))
+    geometry = _window_grid(c, windows.shape[1], window, grid_h, grid_w, shift)
     with _on(image.device):
         _merge_windows_gated[grid](
-            windows, gate_logits, image, h, w, c, c // heads, window, nw, (grid_h // window) * nw, grid_h, grid_w,
-            shift, *windows.stride(), *gate_logits.stride(), *image.stride(), BLOCK_W=block_w, BLOCK_C=block_c,
+            windows, gate_logits, image, h, w, c, *geometry, *windows.stride(), *gate_logits.stride(),
+            *image.stride(), BLOCK_W=block_w, BLOCK_C=block_c,
         )  # fmt: skip
 
 
@@ -181,15 +180,19 @@ def partition_windows(
     """Launch the partition: ``src`` (B, C, H, W) into ``out`` (windows, heads, window**2, >= C / heads) over a
     (grid_h, grid_w) grid rolled by ``-shift``, times ``scale``; ``out``'s other channels are left alone."""
     b, c, h, w = src.shape
-    heads = out.shape[1]
     block_c = block_c or min(64, triton.next_power_of_2(c))
-    nw = grid_w // window
     grid = (b * grid_h, triton.cdiv(grid_w, block_w), triton.cdiv(c, block_c))
+    geometry = _window_grid(c, out.shape[1], window, grid_h, grid_w, shift)
     with _on(src.device):
         _partition_windows[grid](
-            src, out, h, w, c, c // heads, window, nw, (grid_h // window) * nw, grid_h, grid_w, shift, scale,
-            *src.stride(), *out.stride(), BLOCK_W=block_w, BLOCK_C=block_c,
+            src, out, h, w, c, *geometry, scale, *src.stride(), *out.stride(), BLOCK_W=block_w, BLOCK_C=block_c,
         )  # fmt: skip
+
+
+def _window_grid(channels: int, heads: int, window: int, grid_h: int, grid_w: int, shift: int) -> tuple[int, ...]:
+    """(D, WS, NW, WINDOWS_PER_IMAGE, HP, WP, SHIFT): the window grid as the merge and the partition take it."""
+    per_row = grid_w // window
+    return channels // heads, window, per_row, (grid_h // window) * per_row, grid_h, grid_w, shift
 
 
 def _on(device: torch.device) -> AbstractContextManager[object]:
