@@ -8,7 +8,12 @@ before the first (or ``--cache DIR``, kept). Each child builds the model with se
 * ``compile_s``: the first compiled call (tracing + inductor; the second process should hit the cache);
 * ``eager_ms`` / ``compiled_ms``: median forward time of the eager and the compiled network (after warm-up);
 * ``max_abs_diff``: compiled against eager output;
-* with ``--tile N``: a whole ``Upscaler.run`` of the image in N px tiles instead (on CUDA: CUDA graphs).
+* with ``--tile N``: a whole ``Upscaler.run`` of the image in N px tiles instead (on CUDA: CUDA graphs);
+* ``graphs``: graphs dynamo compiled in the process.
+
+``--variants regions whole`` does it for each way of compiling, each with its own empty cache: ``regions``
+(what sst-cli does: the network's repeated blocks one by one, blocks alike sharing a graph) and ``whole``
+(one graph of the whole network, sst-cli's way before 2026-11-27).
 
 Issue 25's GPU goals (H100/H200, Table S4 protocol): SST-L x2 bf16 1280x720 output ``compiled_ms <= 120``, the
 second process's ``compile_s <= 30``. Pending a GPU machine:
@@ -49,6 +54,8 @@ def _time(fn: Callable[[], object], device: torch.device, runs: int, warmup: int
 
 
 def child(args: argparse.Namespace) -> dict:
+    from torch._dynamo.utils import counters
+
     from sst_cli import Upscaler, create_model
     from sst_cli.runtime import fp32_mode, resolve_device
 
@@ -60,27 +67,31 @@ def child(args: argparse.Namespace) -> dict:
     lr = (-(-height // args.scale), -(-width // args.scale))
     messages: list[str] = []
     model = create_model(args.model, args.scale)
+    if args.variant == "whole":
+        model.repeated_block = None  # no regions: compile_network wraps the whole network
     tile = args.tile or 0
     up = Upscaler(model, device=str(device), precision=args.precision, tile=tile, compile="on")
     up.on_message = messages.append
     assert up.compiled is not None
     image = torch.rand(3, *lr)
+    # Eager first: compiling by regions compiles the model's own blocks in place, so that afterwards
+    # ``model`` runs compiled too.
     if tile:
         eager = Upscaler(model, device=str(device), precision=args.precision, tile=tile, compile="off")
+        eager_out = eager.run(image).image
+        eager_ms = _time(lambda: eager.run(image), device, args.runs, 1)
         started = time.perf_counter()
         compiled_out = up.run(image).image
         first = time.perf_counter() - started
-        eager_out = eager.run(image).image
-        eager_ms = _time(lambda: eager.run(image), device, args.runs, 1)
         compiled_ms = _time(lambda: up.run(image), device, args.runs, 1)
     else:
         x = image[None].to(device, up.dtype)
         with torch.inference_mode(), fp32_mode(device, up.dtype):
+            eager_out = up.model(x).float().cpu()
+            eager_ms = _time(lambda: up.model(x), device, args.runs, args.warmup)
             started = time.perf_counter()
             compiled_out = up.compiled(x).float().cpu()
             first = time.perf_counter() - started
-            eager_out = up.model(x).float().cpu()
-            eager_ms = _time(lambda: up.model(x), device, args.runs, args.warmup)
             compiled_ms = _time(lambda: up.compiled(x), device, args.runs, args.warmup)  # type: ignore[misc]
     return {
         "compiled": not up.compiled.eager,
@@ -89,6 +100,7 @@ def child(args: argparse.Namespace) -> dict:
         "eager_ms": eager_ms,
         "compiled_ms": compiled_ms,
         "max_abs_diff": (compiled_out - eager_out).abs().max().item(),
+        "graphs": int(counters["stats"]["unique_graphs"]),
         "messages": messages,
     }
 
@@ -104,33 +116,37 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0)
-    parser.add_argument("--cache", help="inductor cache folder (default: a fresh temporary one)")
+    parser.add_argument("--cache", help="inductor cache folder (default: a fresh temporary one per variant)")
+    parser.add_argument("--variants", nargs="+", choices=("regions", "whole"), default=["regions"])
+    parser.add_argument("--variant", default="regions", help=argparse.SUPPRESS)  # the child's
     parser.add_argument("--json", help="write both processes' figures here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args)), flush=True)
         return
-    cache = args.cache or tempfile.mkdtemp(prefix="sst-compile-")
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
     rows = []
-    for process in ("first", "second"):
-        done = subprocess.run(
-            [sys.executable, __file__, *sys.argv[1:], "--child"], env=env, capture_output=True, text=True, check=False
-        )
-        if done.returncode != 0:
-            sys.exit(f"{process} process failed:\n{done.stderr[-4000:]}")
-        rows.append({"process": process, **json.loads(done.stdout.strip().splitlines()[-1])})
+    for variant in args.variants:
+        cache = tempfile.mkdtemp(prefix="sst-compile-") if args.cache is None else f"{args.cache}/{variant}"
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+        for process in ("first", "second"):
+            command = [sys.executable, __file__, *sys.argv[1:], "--child", "--variant", variant]
+            done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                sys.exit(f"{variant}, {process} process failed:\n{done.stderr[-4000:]}")
+            rows.append({"variant": variant, "process": process, **json.loads(done.stdout.strip().splitlines()[-1])})
     what = f"{args.model} x{args.scale} {args.precision} {args.size} output" + (
         f", {args.tile} px tiles" if args.tile else ""
     )
-    print(f"{what} on {args.device}, torch {torch.__version__}, cache {cache}")
-    header = ("process", "compiled", "compile s", "eager ms", "compiled ms", "speed-up", "max diff")
-    print(f"{header[0]:8} " + " ".join(f"{h:>11}" for h in header[1:]))
+    print(f"{what} on {args.device}, torch {torch.__version__}")
+    header = ("variant", "process", "compiled", "compile s", "graphs", "eager ms", "compiled ms", "speed-up")
+    header += ("max diff",)
+    print(f"{header[0]:8} {header[1]:8} " + " ".join(f"{h:>11}" for h in header[2:]))
     for r in rows:
         print(
-            f"{r['process']:8} {r['compiled']!s:>11} {r['compile_s']:11.1f} {r['eager_ms']:11.1f} "
-            f"{r['compiled_ms']:11.1f} {r['eager_ms'] / r['compiled_ms']:11.2f} {r['max_abs_diff']:11.2e}"
+            f"{r['variant']:8} {r['process']:8} {r['compiled']!s:>11} {r['compile_s']:11.1f} {r['graphs']:11d} "
+            f"{r['eager_ms']:11.1f} {r['compiled_ms']:11.1f} {r['eager_ms'] / r['compiled_ms']:11.2f} "
+            f"{r['max_abs_diff']:11.2e}"
         )
     for note in rows[0]["messages"]:
         print(f"  {note}")

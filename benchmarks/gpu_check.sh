@@ -144,8 +144,10 @@ step_profile() {  # why SST-light at Table S4's x3/x4 inputs is not faster than 
 }
 
 step_compile() {  # --compile: first and second process sharing one cache, compiled vs eager, SST-L x2 bf16
+  # COMPILE_VARIANTS="regions whole" adds the whole-network compile (249 s on 2026-11-25) for the side by side
+  # shellcheck disable=SC2086  # the variants are words
   run compile 600 python3 benchmarks/bench_compile.py --device cuda --model sst-l --scale 2 --size 1280x720 \
-    --precision bf16 --json "$out/compile.json"
+    --precision bf16 --runs 5 --variants ${COMPILE_VARIANTS:-regions} --json "$out/compile.json"
 }
 
 step_tests() {  # the whole suite on the GPU machine (CUDA-only tests included); B100 is not carried

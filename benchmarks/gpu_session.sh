@@ -13,10 +13,11 @@
 # first (~8 min): golden vectors per kernel; where small inputs' time goes (gpu_profile.py: kernels, host time,
 # CUDA graphs); the authors' code side by side (Table S4 protocol, issue 25's main figure); `sst upscale` end to
 # end, twice, the second under cProfile; training patches/s (issue 29); the fused kernels' correctness.
-# second (~4 min): the 4K --tile auto sweep at x4 (x2 was measured on 2026-11-27). Neither call trains: a stretch
+# second (~5.5 min): --compile by regions (first and second process, compiled ms; SST-L x2 bf16), then the 4K
+# --tile auto sweep at x4 (x2 was measured on 2026-11-27). Neither call trains: a stretch
 # of a few minutes is ~1% of one scale's schedule (benchmarks/train_default.sh runs one when a session has more).
 #
-# SESSION_S overrides the seconds a call may take (first 480, second 210): pass timeout_s >= SESSION_S + 60.
+# SESSION_S overrides the seconds a call may take (first 480, second 330): pass timeout_s >= SESSION_S + 60.
 # OUTDIR gets <call>.tar.gz (every file gpu_check.sh wrote) and <call>-log.txt (its log, readable at once).
 set -u
 call=${1:?usage: benchmarks/gpu_session.sh first|second OUTDIR}
@@ -31,8 +32,8 @@ first)
   export FUSED_STEPS=units,golden PROBE_S=40
   ;;
 second)
-  limit=${SESSION_S:-210}
-  steps="sweep"
+  limit=${SESSION_S:-330}
+  steps="compile sweep"
   export SWEEP_SCALES=4 SWEEP_TILES="auto 512 1024"
   ;;
 *)

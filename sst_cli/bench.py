@@ -29,12 +29,14 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from .archs import SRNetwork
 from .archs.attention import check_backend, describe_attention
 from .archs.tracing import prepare_tracing
 from .checks import check_choice
 from .choices import BENCH_PRECISIONS, COMPILE_MODES
+from .compiling import compile_network
 from .errors import ConfigError
 from .runtime import device_name, fp32_mode, is_out_of_memory, resolve_device, resolve_precision, synchronize
 from .tiling import TileSize, plan_tiles, tile_sides
@@ -300,11 +302,18 @@ def _networks(settings: BenchSettings) -> Iterator[tuple[str, int, SRNetwork]]:
             yield name, scale, _make_model(name, scale, settings.seed)
 
 
-def _compiled(model: SRNetwork, mode: str) -> Callable[[torch.Tensor], torch.Tensor]:
+@contextmanager
+def _compiled(model: SRNetwork, mode: str) -> Iterator[nn.Module]:
+    """``model`` compiled with ``mode`` inside the block, eager again after it (the reference path runs next)."""
     if mode == "none":
-        return model
+        yield model
+        return
     prepare_tracing()
-    return torch.compile(model, mode=None if mode == "default" else mode)
+    compiled, undo = compile_network(model, None if mode == "default" else mode)
+    try:
+        yield compiled
+    finally:
+        undo()
 
 
 @contextmanager
@@ -378,9 +387,13 @@ def _measure_forward(
     outputs: list[torch.Tensor] = []
     for path in ("ours", "reference") if settings.reference else ("ours",):
         say(f"{name} x{scale} {precision} {path}: {lr_w}x{lr_h} -> {lr_w * scale}x{lr_h * scale}")
-        forward = _compiled(model, settings.compile) if path == "ours" else model
-        swap = model.reference_path() if path == "reference" else nullcontext()
-        with torch.inference_mode(), fp32_mode(device, dtype, allow_tf32=settings.tf32), swap:
+        ours = path == "ours"
+        with (
+            _compiled(model, settings.compile if ours else "none") as forward,
+            torch.inference_mode(),
+            fp32_mode(device, dtype, allow_tf32=settings.tf32),
+            nullcontext() if ours else model.reference_path(),
+        ):
             times, warm, memory, out = time_runs(functools.partial(forward, x), device, settings.runs, settings.warmup)
         outputs.append(out.float().cpu())
         rows.append(
@@ -416,45 +429,44 @@ def _measure_tiled(
     assert settings.tiled is not None
     lr_w, lr_h = lr_size(*settings.tiled, scale)
     image = _input_image(settings, lr_w, lr_h)
-    upscaler = Upscaler(
-        _compiled(model, settings.compile),  # type: ignore[arg-type]
-        device=str(device),
-        precision=precision,
-        attention=settings.attention,
-        tile=settings.tile,
-    )
-    plan = upscaler.plan(lr_h, lr_w)
-    tiles = len(plan_tiles(lr_h, lr_w, plan.tile, plan.overlap, plan.align))
-    rows, cols = tile_sides(plan.tile)
-    warm_image = image[:, : min(lr_h, rows + 2 * plan.overlap), : min(lr_w, cols + 2 * plan.overlap)] if rows else image
-    say(f"{name} x{scale} {precision} tiled: {lr_w}x{lr_h} -> {lr_w * scale}x{lr_h * scale}, {tiles} tile(s)")
-    for _ in range(max(1, settings.warmup)):
-        upscaler.run(warm_image)
-    used = plan.tile
-    memory = _PeakMemory(device)
-    memory.reset()
-    times = []
-    for _ in range(settings.runs):
-        synchronize(device)
-        t0 = time.perf_counter()
-        used = upscaler.run(image).tile
-        synchronize(device)
-        times.append(time.perf_counter() - t0)
-    median = statistics.median(times)
-    return TiledMeasurement(
-        model=name,
-        scale=scale,
-        precision=precision,
-        lr=(lr_w, lr_h),
-        output=(lr_w * scale, lr_h * scale),
-        tile=used,
-        overlap=plan.overlap,
-        tiles=tiles,
-        median_s=median,
-        times_s=times,
-        megapixels_per_s=lr_w * scale * lr_h * scale / 1e6 / median,
-        memory_mib=memory.peak_mib(),
-    )
+    with _compiled(model, settings.compile) as forward:
+        upscaler = Upscaler(
+            forward, device=str(device), precision=precision, attention=settings.attention, tile=settings.tile
+        )
+        plan = upscaler.plan(lr_h, lr_w)
+        tiles = len(plan_tiles(lr_h, lr_w, plan.tile, plan.overlap, plan.align))
+        rows, cols = tile_sides(plan.tile)
+        warm_image = (
+            image[:, : min(lr_h, rows + 2 * plan.overlap), : min(lr_w, cols + 2 * plan.overlap)] if rows else image
+        )
+        say(f"{name} x{scale} {precision} tiled: {lr_w}x{lr_h} -> {lr_w * scale}x{lr_h * scale}, {tiles} tile(s)")
+        for _ in range(max(1, settings.warmup)):
+            upscaler.run(warm_image)
+        used = plan.tile
+        memory = _PeakMemory(device)
+        memory.reset()
+        times = []
+        for _ in range(settings.runs):
+            synchronize(device)
+            t0 = time.perf_counter()
+            used = upscaler.run(image).tile
+            synchronize(device)
+            times.append(time.perf_counter() - t0)
+        median = statistics.median(times)
+        return TiledMeasurement(
+            model=name,
+            scale=scale,
+            precision=precision,
+            lr=(lr_w, lr_h),
+            output=(lr_w * scale, lr_h * scale),
+            tile=used,
+            overlap=plan.overlap,
+            tiles=tiles,
+            median_s=median,
+            times_s=times,
+            megapixels_per_s=lr_w * scale * lr_h * scale / 1e6 / median,
+            memory_mib=memory.peak_mib(),
+        )
 
 
 def _protocol(settings: BenchSettings, device: torch.device) -> str:

@@ -6,12 +6,19 @@ caches go to ``$TORCHINDUCTOR_CACHE_DIR`` when the user set it, else to a folder
 torch versions (``$XDG_CACHE_HOME/sst-cli/compile/sst-<v>-torch-<v>``), so an upgrade recompiles and a second
 process finds the first one's work (dynamo still traces the network again: that part is never cached).
 
+Regions: a network that names its repeated block (``SRNetwork.compile_regions``: SST's transformer layer)
+is compiled block by block, and blocks alike share one graph. SST-light (5 groups of 6 layers) then compiles
+6 small graphs, not one graph of 30 layers: on a 2-core CPU it compiled in 72-78 s against 350 s whole, and a
+second process with the cache in 8 s against 44 s (``benchmarks/bench_compile.py``, RESULTS.md).
+
 Shapes: tiles of one image differ (the last row and column run to the edge), and whole images of a folder
-differ in size, so height and width are marked dynamic (``maybe_mark_dynamic``) and one graph serves them
-all; padding tiles to one shape instead would change the output, because SST pads each layer itself
-(reflecting) at the image edge and an input padded from outside is a different image. The batch dimension
-stays static. A few extra graphs still appear where a side's divisibility by a window size changes what
-the network does (a guard), each compiled once.
+differ in size; padding tiles to one shape instead would change the output, because SST pads each layer
+itself (reflecting) at the image edge and an input padded from outside is a different image. A network
+compiled whole has height and width marked dynamic (``maybe_mark_dynamic``), so one graph serves them all.
+Regions start static (their inputs are made inside the network, out of reach of that mark): the first size
+compiles fastest and runs the fastest code, and a second size recompiles once with dynamic sides (torch's
+automatic dynamic shapes). The batch dimension stays static. A few extra graphs appear where a side's
+divisibility by a window size changes what the network does (a guard), each compiled once.
 
 CUDA graphs (``mode="reduce-overhead"``) only with ``cuda_graphs=True``, which the Upscaler sets on CUDA
 for fixed-size tiles: a graph is recorded per input shape and keeps its buffers, so whole images of many
@@ -27,10 +34,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib.util import find_spec
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import nn
 
+from .archs.base import SRNetwork, network_of
 from .archs.tracing import prepare_tracing
 from .choices import COMPILE_CHOICES
 from .files import cache_root
@@ -41,6 +50,34 @@ from .runtime import is_out_of_memory, package_version
 # compile (the goal: <= 30 s) is repaid after ~45 MP, a first one (249 s measured) after ~350 MP.
 AUTO_COMPILE_MEGAPIXELS = 50.0
 _CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+# Graphs kept per Python function before dynamo gives up and runs it eager (torch's default: 8). All of a
+# network's regions run one function (their block's forward), and each distinct block (window, shift) takes
+# an entry per kind of input size: SST-L+ has 6 such blocks.
+RECOMPILE_LIMIT = 64
+
+
+def compile_network(model: nn.Module, mode: str | None = None) -> tuple[nn.Module, Callable[[], None]]:
+    """``model`` ready to run compiled, and how to make it eager again.
+
+    Where the network names regions, each region's ``forward`` is replaced by its compiled version (undone by
+    the returned function) and ``model`` itself is returned; otherwise the whole network is wrapped.
+    """
+    network = network_of(model)
+    regions = network.compile_regions() if isinstance(network, SRNetwork) else []
+    if not regions:
+        return cast(nn.Module, torch.compile(model, mode=mode)), lambda: None  # an OptimizedModule
+    import torch._dynamo.config as dynamo_config
+
+    name = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"  # torch < 2.6
+    setattr(dynamo_config, name, max(getattr(dynamo_config, name), RECOMPILE_LIMIT))
+    for region in regions:
+        region.forward = torch.compile(region.forward, mode=mode)
+
+    def undo() -> None:
+        for region in regions:
+            vars(region).pop("forward", None)
+
+    return model, undo
 
 
 def wants_compile(choice: str, device: torch.device, megapixels: float) -> bool:
@@ -114,6 +151,7 @@ class CompiledNetwork:
         self.eager = False  # set once compiling failed or cannot work here
         self.compile_seconds = 0.0
         self._compiled: Callable[..., torch.Tensor] | None = None
+        self._undo: Callable[[], None] = lambda: None
         self._calls = 0
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -122,8 +160,9 @@ class CompiledNetwork:
         if self._compiled is None and not self._start():
             return self.model(x)
         assert self._compiled is not None
-        torch._dynamo.maybe_mark_dynamic(x, 2)
-        torch._dynamo.maybe_mark_dynamic(x, 3)
+        if self._compiled is not self.model:  # compiled whole (regions start static: see the module's text)
+            torch._dynamo.maybe_mark_dynamic(x, 2)
+            torch._dynamo.maybe_mark_dynamic(x, 3)
         if self.cuda_graphs:
             torch.compiler.cudagraph_mark_step_begin()
         graphs = _graph_count()
@@ -159,7 +198,7 @@ class CompiledNetwork:
         if self.prime is not None:
             self.prime()
         mode = "reduce-overhead" if self.cuda_graphs else None
-        self._compiled = torch.compile(self.model, mode=mode)
+        self._compiled, self._undo = compile_network(self.model, mode)
         graphs = "with CUDA graphs " if self.cuda_graphs else ""
         self.say(
             f"compiling the network for {self.device.type} {graphs}(once per machine and version: can take "
@@ -169,6 +208,7 @@ class CompiledNetwork:
 
     def _fall_back(self) -> None:
         self.eager = True
+        self._undo()
         if self.on_eager is not None:
             self.on_eager()
 

@@ -27,7 +27,8 @@ class UpscaleOptions:
     of generative models (SSTReal: λ of its recombination, default 2.0, and the seed of its noise, default
     0); None leaves the model's own, and a model without the setting refuses it. ``compile``: ``on`` runs the
     network through torch.compile (cached on disk, eager if it fails), ``off`` never, ``auto`` only on CUDA once
-    ``Upscaler.expect`` announces a batch long enough to repay it (``compiling.wants_compile``).
+    ``Upscaler.expect`` announces a batch long enough to repay it (``compiling.wants_compile``); an SST's
+    layers are compiled in place (``compiling.compile_network``), so the model object runs them compiled after.
     """
 
     device: str = "auto"

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from .archs.sst import SST, SSTConfig
 from .archs.tracing import prepare_tracing
 from .checkpoint import read_metadata
+from .compiling import compile_network
 from .errors import ConfigError, OutputExists, WriteError
 from .files import atomic_save, clean_stale_temporaries, unwritable
 from .recipe import (
@@ -265,7 +266,7 @@ class _TrainingRun:
         self.forward: Callable[[torch.Tensor], torch.Tensor] = self.model
         if config.compile:  # the network only: the optimizer and EMA are already one fused kernel each
             prepare_tracing()  # the eager-only helpers of attention, hidden from dynamo (archs.tracing)
-            self.forward = torch.compile(self.model)
+            self.forward = compile_network(self.model)[0]
         self.start = time.monotonic()
 
     def elapsed(self) -> float:

@@ -15,10 +15,10 @@ from sst_cli import SST, SSTConfig, Upscaler
 
 
 def tiny_sst() -> SST:
-    """One block of two layers (windows 4 and 8), random weights large enough that every layer matters."""
+    """Two blocks of two layers (windows 4 and 8), random weights large enough that every layer matters."""
     torch.manual_seed(0)
     cfg = SSTConfig(
-        dim=8, window_sizes=(4, 8), num_heads=1, ranks=(2, 2), n_blocks=1,
+        dim=8, window_sizes=(4, 8), num_heads=1, ranks=(2, 2), n_blocks=2,
         exp_ratio=1.5, upscaling_factor=2, upsampler_type="pixelshuffle",
     )  # fmt: skip
     model = SST(**cfg.to_kwargs())
@@ -51,6 +51,8 @@ def main() -> None:
         "messages": messages,
         "hits": counters["inductor"]["fxgraph_cache_hit"],
         "misses": counters["inductor"]["fxgraph_cache_miss"],
+        "graphs": counters["stats"]["unique_graphs"],
+        "layers": len(model.compile_regions()),
     }
     print(json.dumps(out))
 

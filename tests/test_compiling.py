@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from sst_cli import Upscaler
 from sst_cli import upscaler as upscaler_module
 from sst_cli.cli import app
-from sst_cli.compiling import AUTO_COMPILE_MEGAPIXELS, compile_cache_dir, wants_compile
+from sst_cli.compiling import AUTO_COMPILE_MEGAPIXELS, compile_cache_dir, compile_network, wants_compile
 from sst_cli.errors import ConfigError
 from sst_cli.runtime import package_version
 
@@ -68,7 +68,7 @@ def test_missing_compiler_runs_eager_with_one_notice() -> None:
 
 def test_failing_compile_runs_eager_with_one_notice(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(*args: object, **kwargs: object) -> object:
-        def run(x: torch.Tensor) -> torch.Tensor:
+        def run(*args: object, **kwargs: object) -> torch.Tensor:
             raise RuntimeError("C++ compile error\ncc1plus: fatal error")
 
         return run
@@ -81,6 +81,40 @@ def test_failing_compile_runs_eager_with_one_notice(monkeypatch: pytest.MonkeyPa
     assert said[-1] == "torch.compile failed (RuntimeError: C++ compile error); running eager"
     assert len([s for s in said if "failed" in s]) == 1  # said once, not per tile
     assert up.compiled is not None and up.compiled.eager
+
+
+def test_sst_compiles_layer_by_layer_in_place_and_undo_makes_it_eager(monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled: list[object] = []
+    original = torch.compile
+
+    def eager_backend(fn: object, **kw: object) -> object:  # dynamo traces; the "eager" backend skips inductor
+        compiled.append(fn)
+        return original(fn, backend="eager")
+
+    monkeypatch.setattr(torch, "compile", eager_backend)
+    model = tiny_sst()
+    model.set_attention_backend("sdpa")  # as Upscaler._prime does on the CPU: the C kernel would break graphs
+    layers = model.compile_regions()
+    x = torch.rand(1, 3, 16, 16)
+    with torch.inference_mode():
+        expected = model(x)
+        ready, undo = compile_network(model)
+        assert ready is model and [getattr(fn, "__self__", None) for fn in compiled] == layers
+        assert all("forward" in vars(layer) for layer in layers)
+        assert torch.allclose(model(x), expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
+        undo()
+    assert all("forward" not in vars(layer) for layer in layers)
+
+
+def test_a_network_without_regions_is_compiled_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: original(fn, backend="eager"))
+    plain = torch.nn.Sequential(torch.nn.Conv2d(3, 3, 3, padding=1))
+    ready, _ = compile_network(plain)
+    assert ready is not plain and ready._orig_mod is plain  # type: ignore[union-attr]
+    model = tiny_sst()
+    model.repeated_block = None  # what bench_compile.py's "whole" variant does
+    assert compile_network(model)[0] is not model
 
 
 def test_auto_waits_for_the_batch_to_be_announced(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -117,6 +151,12 @@ def test_compiled_equals_eager_on_the_cpu(two_processes: tuple[dict, dict]) -> N
     compiling = [m for m in first["messages"] if "compil" in m]
     assert compiling[0].startswith("compiling the network for cpu") and compiling[1].startswith("compiled in ")
     assert first["misses"] > 0
+
+
+def test_layers_alike_share_one_compiled_graph(two_processes: tuple[dict, dict]) -> None:
+    """Four transformer layers, two kinds (windows 4 and 8): two graphs, each compiled once for both blocks."""
+    first, _ = two_processes
+    assert first["layers"] == 4 and first["graphs"] == 2
 
 
 def test_a_second_process_hits_the_cache(two_processes: tuple[dict, dict]) -> None:

@@ -134,6 +134,7 @@ class SRNetwork(nn.Module):
 
     attention_backend: str = "auto"
     channels_last: bool | None = None  # memory layout preference (None: the network's default per device)
+    repeated_block: type[nn.Module] | None = None  # what ``--compile`` compiles one by one (compile_regions)
 
     def describe(self) -> ModelDescriptor:
         raise NotImplementedError
@@ -162,6 +163,15 @@ class SRNetwork(nn.Module):
         """A context in which the next forward's batch items are tiles whose context boxes start at
         ``origins`` (LR (y, x) in the whole image); only position-dependent networks care."""
         return nullcontext()
+
+    def compile_regions(self) -> list[nn.Module]:
+        """The blocks ``torch.compile`` gets one by one, or ``[]`` to compile the network whole.
+
+        A network is mostly one block repeated; blocks alike (same window, heads, shapes) share one compiled
+        graph, so far less is traced and compiled than for the whole network (figures in ``compiling.py``).
+        """
+        kind = self.repeated_block
+        return [] if kind is None else [m for m in self.modules() if isinstance(m, kind)]
 
     def set_attention_backend(self, backend: str) -> None:
         """Choose the attention kernel (a runtime choice; what the network computes stays the same)."""

@@ -100,6 +100,8 @@ class SSTConfig(OfficialKeywords):
 class SST(SRNetwork):
     """Maps NCHW RGB (nominally in [0, 1]) to NCHW RGB ``scale`` times larger, any input size."""
 
+    repeated_block = TransformerLayer
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__()
         cfg = SSTConfig.from_kwargs(kwargs)
