@@ -51,8 +51,8 @@ from .runtime import is_out_of_memory, package_version
 AUTO_COMPILE_MEGAPIXELS = 50.0
 _CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 # Graphs kept per Python function before dynamo gives up and runs it eager (torch's default: 8). All of a
-# network's regions run one function (their block's forward), and each distinct block (window, shift) takes
-# an entry per kind of input size: SST-L+ has 6 such blocks.
+# network's regions run one function (their block's forward), and each kind of block (window, shift, heads)
+# takes an entry per kind of input size: every published SST has 6 kinds (SST-XL+: 60 layers).
 RECOMPILE_LIMIT = 64
 
 
