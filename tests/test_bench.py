@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,28 @@ def test_run_bench_measures_ours_and_the_reference() -> None:
     assert bf16.psnr_vs_fp32 is not None and bf16.psnr_vs_fp32 > 30
     assert len(progress) == 4 and progress[0].startswith("sst-light x4 fp32 ours")
     json.dumps(report.to_dict())  # plain data all the way down
+
+
+def test_compiled_ours_leaves_the_reference_path_eager(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--compile`` compiles SST's layers in place: the reference path, timed after ours, must not run them."""
+    compiled_calls: list[bool] = []  # per call of a compiled layer: was the reference path on?
+
+    def recording(fn: Callable[..., torch.Tensor], **kw: object) -> Callable[..., torch.Tensor]:
+        layer = fn.__self__  # type: ignore[attr-defined]  # a bound TransformerLayer.forward
+
+        def run(*args: object, **kwargs: object) -> torch.Tensor:
+            compiled_calls.append(layer.attn.plain)
+            return fn(*args, **kwargs)
+
+        return run
+
+    monkeypatch.setattr(torch, "compile", recording)
+    settings = BenchSettings(
+        **(TINY | {"runs": 1, "warmup": 0}), precisions=("fp32",), reference=True, compile="default"
+    )
+    report = run_bench(settings)
+    assert [r.path for r in report.results] == ["ours", "reference"]
+    assert compiled_calls and not any(compiled_calls)
 
 
 def test_run_bench_tiled_throughput() -> None:
