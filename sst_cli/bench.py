@@ -33,7 +33,6 @@ from torch import nn
 
 from .archs import SRNetwork
 from .archs.attention import check_backend, describe_attention
-from .archs.tracing import prepare_tracing
 from .checks import check_choice
 from .choices import BENCH_PRECISIONS, COMPILE_MODES
 from .compiling import compile_network
@@ -308,7 +307,6 @@ def _compiled(model: SRNetwork, mode: str) -> Iterator[nn.Module]:
     if mode == "none":
         yield model
         return
-    prepare_tracing()
     compiled, undo = compile_network(model, None if mode == "default" else mode)
     try:
         yield compiled

@@ -62,6 +62,7 @@ def compile_network(model: nn.Module, mode: str | None = None) -> tuple[nn.Modul
     Where the network names regions, each region's ``forward`` is replaced by its compiled version (undone by
     the returned function) and ``model`` itself is returned; otherwise the whole network is wrapped.
     """
+    prepare_tracing()  # attention's eager-only helpers, hidden from dynamo (archs.tracing)
     network = network_of(model)
     regions = network.compile_regions() if isinstance(network, SRNetwork) else []
     if not regions:
@@ -194,7 +195,6 @@ class CompiledNetwork:
             self.say(f"--compile: {problem}; running eager")
             self._fall_back()
             return False
-        prepare_tracing()
         if self.prime is not None:
             self.prime()
         mode = "reduce-overhead" if self.cuda_graphs else None

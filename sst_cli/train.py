@@ -39,7 +39,6 @@ import torch
 import torch.nn.functional as F
 
 from .archs.sst import SST, SSTConfig
-from .archs.tracing import prepare_tracing
 from .checkpoint import read_metadata
 from .compiling import compile_network
 from .errors import ConfigError, OutputExists, WriteError
@@ -265,7 +264,6 @@ class _TrainingRun:
         self.bf16 = settings["precision"] == "bf16 autocast"
         self.forward: Callable[[torch.Tensor], torch.Tensor] = self.model
         if config.compile:  # the network only: the optimizer and EMA are already one fused kernel each
-            prepare_tracing()  # the eager-only helpers of attention, hidden from dynamo (archs.tracing)
             self.forward = compile_network(self.model)[0]
         self.start = time.monotonic()
 
