@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -286,6 +288,22 @@ def test_models_info_file_says_what_was_detected(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     for text in ("RealESRGAN Compact", "x1", "Restoration", "spandrel 0.4", "parameters"):
         assert text in result.output
+
+
+@needs_spandrel
+def test_building_a_swin_style_model_says_nothing_the_user_cannot_act_on(tmp_path: Path) -> None:
+    """HAT's code calls torch.meshgrid the old way; torch's remark about it went to the terminal of every run.
+    A process of its own: torch says it once per process, so an earlier test could have used it up."""
+    path = _checkpoint(tmp_path, "HAT")
+    run = subprocess.run(
+        [sys.executable, "-m", "sst_cli", "models", "info", str(path)], capture_output=True, text=True, check=False
+    )
+    assert run.returncode == 0, run.stderr
+    assert "HAT" in run.stdout and "Warning" not in run.stdout + run.stderr, run.stderr
+    debug = subprocess.run(  # --debug still shows the libraries' remarks
+        [sys.executable, "-m", "sst_cli", "--debug", "models", "info", str(path)], capture_output=True, text=True
+    )
+    assert "meshgrid" in debug.stderr
 
 
 @needs_spandrel

@@ -71,11 +71,14 @@ def quiet_decoders() -> None:
     """Keep the libraries' own remarks off the terminal (--debug shows them): the image libraries' about metadata
     they skipped (Pillow's "Corrupt EXIF data", tifffile's logged tag errors), which name no file while the image
     is read all the same; huggingface_hub's log of each retry and resumed transfer ("Retrying in 8s [Retry
-    4/5]"), since sst-cli says in one sentence what failed in the end."""
+    4/5]"), since sst-cli says in one sentence what failed in the end; torch's deprecation remark about
+    ``meshgrid`` that Swin-style architectures (spandrel's HAT, SwinIR, ...) trigger when they are built, which
+    the user cannot act on."""
     import logging
     import warnings
 
     warnings.filterwarnings("ignore", category=UserWarning, module=r"PIL\.")
+    warnings.filterwarnings("ignore", message=r"torch\.meshgrid: in an upcoming release", category=UserWarning)
     logging.getLogger("tifffile").setLevel(logging.CRITICAL)
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
 
