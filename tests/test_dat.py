@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -351,3 +352,38 @@ def test_cli_refuses_a_foreign_checkpoint(tmp_path: Path, monkeypatch: pytest.Mo
     _image(tmp_path / "in.png", (8, 8))
     result = runner.invoke(app, ["upscale", "in.png", "--weights", "edsr.pth", "-o", "out.png", "--device", "cpu"])
     assert result.exit_code != 0 and "EDSR checkpoint" in result.output and "Traceback" not in result.output
+
+
+def test_dat_compiles_block_by_block_without_graph_breaks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--compile`` compiles each DAT block, blocks alike sharing a graph. The bias check (constant along the
+    keys?) is data-dependent: while tracing it is skipped, else it split every spatial block's graph in two."""
+    from torch._dynamo.utils import counters
+
+    from sst_cli.archs.dat.blocks import DATBlock
+    from sst_cli.compiling import compile_network
+
+    compiled: list[object] = []
+    original = torch.compile
+
+    def eager_backend(fn: object, **kw: object) -> object:  # dynamo traces; the "eager" backend skips inductor
+        compiled.append(fn)
+        return original(fn, backend="eager")
+
+    monkeypatch.setattr(torch, "compile", eager_backend)
+    model = tiny()
+    blocks = model.compile_regions()
+    assert blocks and all(isinstance(b, DATBlock) for b in blocks) and len(blocks) == 4
+    x = torch.rand(1, 3, 12, 10)
+    torch._dynamo.reset()
+    counters.clear()
+    with torch.inference_mode(), warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        expected = model(x)
+        ready, undo = compile_network(model)
+        assert ready is model and [getattr(fn, "__self__", None) for fn in compiled] == blocks
+        got = model(x)
+        undo()
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert not [w for w in said if "lru_cache" in str(w.message)]  # the shift masks' cache, traced
+    assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5)
+    assert all("forward" not in vars(block) for block in blocks)

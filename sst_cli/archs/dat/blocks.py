@@ -108,7 +108,9 @@ class SpatialAttention(nn.Module):
                 (True, False): stored[(nh - 1) * nw],
                 (True, True): stored[nh * nw - 1],
             }
-        return shift_mask_patterns(hp, wp, hs, ws, hs // 2, ws // 2)
+        # while torch.compile traces, the masks become constants of the graph: the cache would only make it warn
+        build = shift_mask_patterns.__wrapped__ if torch.compiler.is_compiling() else shift_mask_patterns
+        return build(hp, wp, hs, ws, hs // 2, ws // 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, h, w, c = x.shape

@@ -43,6 +43,8 @@ def _upsample(scale: int, feat: int) -> nn.Sequential:
 class DAT(SRNetwork):
     """Maps NCHW images in [0, 1] to NCHW images ``upscale`` times larger; any size down to 1x1, any batch."""
 
+    repeated_block = DATBlock
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__()
         cfg = DATConfig.from_kwargs(kwargs)

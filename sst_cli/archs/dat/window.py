@@ -139,8 +139,10 @@ class WindowBranch(nn.Module):
         full = self.position_bias().to(qkv.dtype)
         if plain:
             return self._plain(qkv, full, shift_patterns)
-        # constant along the keys (DAT-light: a one-channel MLP): softmax ignores it, SDPA runs unmasked
-        bias = None if torch.equal(full.amax(-1), full.amin(-1)) else full
+        # constant along the keys (DAT-light: a one-channel MLP): softmax ignores it, SDPA runs unmasked. Not
+        # while torch.compile traces: the data-dependent test would split every block's graph in two.
+        constant = not torch.compiler.is_compiling() and torch.equal(full.amax(-1), full.amin(-1))
+        bias = None if constant else full
         if shift_patterns is None:
             return self._attend(qkv, bias, None)
         _, b, hp, wp, c = qkv.shape
