@@ -16,7 +16,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from pathlib import Path
 
@@ -41,8 +41,13 @@ def seams_cache_dir() -> Path:
 
 def weights_digest(model: nn.Module) -> str:
     """SHA-256 of the module's state dict: names, dtypes, shapes and bytes, in name order."""
+    return state_digest(model.state_dict())
+
+
+def state_digest(state: Mapping[str, torch.Tensor]) -> str:
+    """SHA-256 of a state dict: names, dtypes, shapes and bytes, in name order."""
     h = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
+    for name, tensor in sorted(state.items()):
         t = tensor.detach().to("cpu").contiguous()
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
         h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")

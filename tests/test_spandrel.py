@@ -307,6 +307,33 @@ def test_building_a_swin_style_model_says_nothing_the_user_cannot_act_on(tmp_pat
 
 
 @needs_spandrel
+def test_the_measured_reach_is_kept_per_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measuring the receptive field is a forward and a backward pass on the CPU (10 s for HAT_SRx4): a second
+    load of the same weights reads it; other weights, or a cache file that is not what was written, measure."""
+    from sst_cli.spandrel import foreign
+
+    measured: list[int] = []
+    real = foreign.measure_reach
+
+    def counting(*args: object, **kwargs: object) -> object:
+        measured.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(foreign, "measure_reach", counting)
+    path = _checkpoint(tmp_path, "HAT")
+    first = load_model(path).describe()
+    assert len(measured) == 1
+    again = load_model(path).describe()
+    assert len(measured) == 1 and (again.exact_context, again.seam_note) == (first.exact_context, first.seam_note)
+    stored = list((tmp_path / "seams-cache").glob("reach-*.json"))
+    assert len(stored) == 1
+    stored[0].write_text('{"exact": "twelve", "default": 8, "note": ""}')
+    assert load_model(path).describe().seam_note == first.seam_note and len(measured) == 2
+    load_model(_checkpoint(tmp_path, "SwinIR"))
+    assert len(measured) == 3 and len(list((tmp_path / "seams-cache").glob("reach-*.json"))) == 2
+
+
+@needs_spandrel
 def test_unrecognised_file_names_the_nearest_architecture(tmp_path: Path) -> None:
     state = {k: v for k, v in torch.load(_checkpoint(tmp_path, "SwinIR"))["params_ema"].items() if "mlp" not in k}
     path = tmp_path / "broken.pth"

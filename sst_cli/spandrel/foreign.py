@@ -10,7 +10,8 @@ from collections.abc import Mapping
 import torch
 
 from ..errors import CheckpointError
-from .context import measure_reach
+from ..seamcache import cache_key, state_digest
+from .context import cached_reach, measure_reach
 from .network import SpandrelNetwork
 
 INSTALL_HINT = "pip install 'sst-cli[spandrel]'"
@@ -104,11 +105,12 @@ def load_foreign(state: Mapping[str, torch.Tensor], source: str) -> SpandrelNetw
     # spandrel's own call without its inference mode (the measurement needs gradients) and without its clamp
     # (which would hide the field wherever random weights overshoot); private, hence the plain call as fallback.
     call = getattr(descriptor, "_call_fn", None)
+    key = cache_key(state_digest(state), "reach", descriptor.input_channels, descriptor.scale, req, library_version())
     try:
-        reach = measure_reach(
+        reach = cached_reach(key, lambda: measure_reach(
             model, descriptor.input_channels, descriptor.scale, minimum=req.minimum, multiple_of=req.multiple_of,
             call=call if callable(call) else None,
-        )  # fmt: skip
+        ))  # fmt: skip
     except Exception as exc:  # third-party code: whatever it raises, the file is what failed
         raise CheckpointError(
             f"{source}: the {descriptor.architecture.name} model spandrel built from it fails on a test image "
