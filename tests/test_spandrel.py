@@ -334,6 +334,31 @@ def test_the_measured_reach_is_kept_per_weights(tmp_path: Path, monkeypatch: pyt
 
 
 @needs_spandrel
+@pytest.mark.parametrize(("name", "block"), [("SwinIR", "SwinTransformerBlock"), ("HAT", "HAB"), ("ESRGAN", None)])
+def test_compile_takes_a_transformers_blocks_one_by_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, block: str | None
+) -> None:
+    """The block a model's ModuleLists hold most is what ``--compile`` compiles one by one, as for SST; a convnet
+    without one is compiled whole."""
+    from sst_cli.compiling import compile_network
+
+    original = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: original(fn, backend="eager"))  # dynamo, no inductor
+    model = load_model(_checkpoint(tmp_path, name))
+    regions = model.compile_regions()
+    assert {type(r).__name__ for r in regions} == ({block} if block else set())
+    x = _image(24, 40)[None]
+    with torch.inference_mode():
+        expected = model(x)
+        ready, undo = compile_network(model)
+        assert (ready is model) == bool(block) and all("forward" in vars(r) for r in regions)
+        got = ready(x)
+        undo()
+    assert not any("forward" in vars(r) for r in regions)
+    assert torch.allclose(got, expected, atol=1e-5)
+
+
+@needs_spandrel
 def test_unrecognised_file_names_the_nearest_architecture(tmp_path: Path) -> None:
     state = {k: v for k, v in torch.load(_checkpoint(tmp_path, "SwinIR"))["params_ema"].items() if "mlp" not in k}
     path = tmp_path / "broken.pth"

@@ -9,6 +9,7 @@ requirements, the architecture's call function, clamping, cropping), so the pixe
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,21 @@ def window_sizes(model: nn.Module) -> tuple[int, ...]:
     return tuple(sorted(sides))
 
 
+def repeated_block(model: nn.Module) -> type[nn.Module] | None:
+    """The class that the module's ``nn.ModuleList``s hold most often, at least twice (torch's own classes
+    aside): a transformer's block, which ``--compile`` then compiles one by one, blocks alike sharing a graph
+    (``SRNetwork.compile_regions``). Ties go to the class met first, the outer one. None for most convnets."""
+    held = Counter(
+        type(child)
+        for module in model.modules()
+        if isinstance(module, nn.ModuleList)
+        for child in module
+        if not type(child).__module__.startswith("torch.")
+    )
+    kind, count = held.most_common(1)[0] if held else (None, 0)
+    return kind if count >= 2 else None
+
+
 def requirement_text(minimum: int, multiple_of: int, square: bool) -> str:
     parts = [f"minimum {minimum} px"] if minimum else []
     parts += [f"multiple of {multiple_of} px"] if multiple_of > 1 else []
@@ -66,6 +82,7 @@ class SpandrelNetwork(SRNetwork):
         super().__init__()
         self.inner = descriptor.model  # a submodule, so .to() and .eval() reach the weights
         self._call = descriptor  # spandrel's call: pads, runs, clamps and crops as spandrel does
+        self.repeated_block = repeated_block(descriptor.model)
         req = descriptor.size_requirements
         windows = window_sizes(descriptor.model)
         align = math.lcm(req.multiple_of, *windows) if windows else req.multiple_of
