@@ -103,6 +103,21 @@ def _private_seams_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 @pytest.fixture
+def dynamo_only(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """``torch.compile`` with TorchDynamo's "eager" backend: graphs are traced (and broken) as for real, but no
+    C++ or Triton is compiled, so a test takes seconds. Returns what was given to compile, in order."""
+    compiled: list[object] = []
+    original = torch.compile
+
+    def trace_only(fn: object, **kw: object) -> object:
+        compiled.append(fn)
+        return original(fn, backend="eager")  # type: ignore[call-overload]
+
+    monkeypatch.setattr(torch, "compile", trace_only)
+    return compiled
+
+
+@pytest.fixture
 def offline_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty Hugging Face cache with offline mode on (huggingface_hub reads both at import time)."""
     from huggingface_hub import constants

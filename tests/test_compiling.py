@@ -83,15 +83,8 @@ def test_failing_compile_runs_eager_with_one_notice(monkeypatch: pytest.MonkeyPa
     assert up.compiled is not None and up.compiled.eager
 
 
-def test_sst_compiles_layer_by_layer_in_place_and_undo_makes_it_eager(monkeypatch: pytest.MonkeyPatch) -> None:
-    compiled: list[object] = []
-    original = torch.compile
-
-    def eager_backend(fn: object, **kw: object) -> object:  # dynamo traces; the "eager" backend skips inductor
-        compiled.append(fn)
-        return original(fn, backend="eager")
-
-    monkeypatch.setattr(torch, "compile", eager_backend)
+def test_sst_compiles_layer_by_layer_in_place_and_undo_makes_it_eager(dynamo_only: list[object]) -> None:
+    compiled = dynamo_only
     model = tiny_sst()
     model.set_attention_backend("sdpa")  # as Upscaler._prime does on the CPU: the C kernel would break graphs
     layers = model.compile_regions()
@@ -106,9 +99,8 @@ def test_sst_compiles_layer_by_layer_in_place_and_undo_makes_it_eager(monkeypatc
     assert all("forward" not in vars(layer) for layer in layers)
 
 
-def test_a_network_without_regions_is_compiled_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-    original = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda fn, **kw: original(fn, backend="eager"))
+@pytest.mark.usefixtures("dynamo_only")
+def test_a_network_without_regions_is_compiled_whole() -> None:
     plain = torch.nn.Sequential(torch.nn.Conv2d(3, 3, 3, padding=1))
     ready, _ = compile_network(plain)
     assert ready is not plain and ready._orig_mod is plain  # type: ignore[union-attr]

@@ -354,7 +354,7 @@ def test_cli_refuses_a_foreign_checkpoint(tmp_path: Path, monkeypatch: pytest.Mo
     assert result.exit_code != 0 and "EDSR checkpoint" in result.output and "Traceback" not in result.output
 
 
-def test_dat_compiles_block_by_block_without_graph_breaks(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dat_compiles_block_by_block_without_graph_breaks(dynamo_only: list[object]) -> None:
     """``--compile`` compiles each DAT block, blocks alike sharing a graph. The bias check (constant along the
     keys?) is data-dependent: while tracing it is skipped, else it split every spatial block's graph in two."""
     from torch._dynamo.utils import counters
@@ -362,14 +362,7 @@ def test_dat_compiles_block_by_block_without_graph_breaks(monkeypatch: pytest.Mo
     from sst_cli.archs.dat.blocks import DATBlock
     from sst_cli.compiling import compile_network
 
-    compiled: list[object] = []
-    original = torch.compile
-
-    def eager_backend(fn: object, **kw: object) -> object:  # dynamo traces; the "eager" backend skips inductor
-        compiled.append(fn)
-        return original(fn, backend="eager")
-
-    monkeypatch.setattr(torch, "compile", eager_backend)
+    compiled = dynamo_only
     model = tiny()
     blocks = model.compile_regions()
     assert blocks and all(isinstance(b, DATBlock) for b in blocks) and len(blocks) == 4

@@ -334,16 +334,13 @@ def test_the_measured_reach_is_kept_per_weights(tmp_path: Path, monkeypatch: pyt
 
 
 @needs_spandrel
+@pytest.mark.usefixtures("dynamo_only")
 @pytest.mark.parametrize(("name", "block"), [("SwinIR", "SwinTransformerBlock"), ("HAT", "HAB"), ("ESRGAN", None)])
-def test_compile_takes_a_transformers_blocks_one_by_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, block: str | None
-) -> None:
+def test_compile_takes_a_transformers_blocks_one_by_one(tmp_path: Path, name: str, block: str | None) -> None:
     """The block a model's ModuleLists hold most is what ``--compile`` compiles one by one, as for SST; a convnet
     without one is compiled whole."""
     from sst_cli.compiling import compile_network
 
-    original = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda fn, **kw: original(fn, backend="eager"))  # dynamo, no inductor
     model = load_model(_checkpoint(tmp_path, name))
     regions = model.compile_regions()
     assert {type(r).__name__ for r in regions} == ({block} if block else set())
