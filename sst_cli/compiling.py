@@ -6,8 +6,9 @@ caches go to ``$TORCHINDUCTOR_CACHE_DIR`` when the user set it, else to a folder
 torch versions (``$XDG_CACHE_HOME/sst-cli/compile/sst-<v>-torch-<v>``), so an upgrade recompiles and a second
 process finds the first one's work (dynamo still traces the network again: that part is never cached).
 
-Regions: a network that names its repeated block (``SRNetwork.compile_regions``: SST's transformer layer)
-is compiled block by block, and blocks alike share one graph. SST-light (5 groups of 6 layers) then compiles
+Regions: a network that names its repeated block (``SRNetwork.compile_regions``: SST's transformer layer,
+DAT's block, the block a spandrel model's ModuleLists hold most) is compiled block by block, and blocks alike
+share one graph. SST-light (5 groups of 6 layers) then compiles
 6 small graphs, not one graph of 30 layers: on a 2-core CPU it compiled in 72-78 s against 350 s whole, and a
 second process with the cache in 8 s against 44 s (``benchmarks/bench_compile.py``, RESULTS.md).
 
