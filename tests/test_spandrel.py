@@ -335,12 +335,23 @@ def test_the_measured_reach_is_kept_per_weights(tmp_path: Path, monkeypatch: pyt
 
 @needs_spandrel
 @pytest.mark.usefixtures("dynamo_only")
-@pytest.mark.parametrize(("name", "block"), [("SwinIR", "SwinTransformerBlock"), ("HAT", "HAB"), ("ESRGAN", None)])
-def test_compile_takes_a_transformers_blocks_one_by_one(tmp_path: Path, name: str, block: str | None) -> None:
+@pytest.mark.parametrize(
+    ("name", "block", "graphs"), [("SwinIR", "SwinTransformerBlock", 2), ("HAT", "HAB", 2), ("ESRGAN", None, 1)]
+)
+def test_compile_takes_a_transformers_blocks_one_by_one(
+    tmp_path: Path, name: str, block: str | None, graphs: int
+) -> None:
     """The block a model's ModuleLists hold most is what ``--compile`` compiles one by one, as for SST; a convnet
-    without one is compiled whole."""
+    without one is compiled whole. Blocks that differ only in their window shift share a graph (SwinIR's 4
+    blocks in 2 groups: 2 graphs), though each holds its own drop-path probability and the first of a group
+    is fed a transposed view."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
     from sst_cli.compiling import compile_network
 
+    torch._dynamo.reset()
+    counters.clear()
     model = load_model(_checkpoint(tmp_path, name))
     regions = model.compile_regions()
     assert {type(r).__name__ for r in regions} == ({block} if block else set())
@@ -353,6 +364,7 @@ def test_compile_takes_a_transformers_blocks_one_by_one(tmp_path: Path, name: st
         undo()
     assert not any("forward" in vars(r) for r in regions)
     assert torch.allclose(got, expected, atol=1e-5)
+    assert counters["stats"]["unique_graphs"] == graphs
 
 
 @needs_spandrel
