@@ -200,8 +200,19 @@ def check_fit(model: nn.Module, state: Mapping[str, torch.Tensor], source: str) 
         for k, v in expected.items()
         if k in state and state[k].shape != v.shape
     ]
+    kinds = [  # an integer tensor (a quantized file) cannot stand in for a weight; torch says so in 700 lines
+        f"{k} {str(state[k].dtype).removeprefix('torch.')}"
+        for k, v in expected.items()
+        if k in state and v.is_floating_point() and not state[k].is_floating_point()
+    ]
     problems = []
-    for label, items in (("missing", missing), ("unexpected", unexpected), ("wrong shape (file vs model)", shapes)):
+    labelled = (
+        ("missing", missing),
+        ("unexpected", unexpected),
+        ("wrong shape (file vs model)", shapes),
+        ("not floating point", kinds),
+    )
+    for label, items in labelled:
         if items:
             more = f" and {len(items) - 5} more" if len(items) > 5 else ""
             problems.append(f"{len(items)} {label}: {', '.join(items[:5])}{more}")

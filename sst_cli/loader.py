@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from .spandrel.foreign import NotRecognised
 
 ConfigSource = Mapping[str, Any] | str | os.PathLike[str]
+CONFIG_BYTES = 1 << 20  # a config of constructor keywords is a few hundred bytes; weights are megabytes
 
 
 def read_config_kwargs(config: ConfigSource) -> dict[str, Any]:
@@ -43,11 +44,18 @@ def read_config_kwargs(config: ConfigSource) -> dict[str, Any]:
         return dict(config)
     path = Path(config)
     try:
-        kwargs = json.loads(path.read_text(encoding="utf-8"))
+        if not path.is_file():  # a folder, a device or a pipe (``/dev/zero`` would be read without end)
+            raise ConfigError(f"config {path} is not a file" if path.exists() else f"config {path} does not exist")
+        if path.stat().st_size > CONFIG_BYTES:
+            raise ConfigError(f"config {path} is {path.stat().st_size:,} bytes: not a config of keywords (weights?)")
+        kwargs = json.loads(path.read_text(encoding="utf-8-sig"))  # a BOM, as Windows editors write, is fine
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"config {path} is not valid JSON: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config {path} is not UTF-8 text (byte {exc.start}): a JSON file of keywords") from exc
+    except (json.JSONDecodeError, RecursionError) as exc:
+        detail = exc if isinstance(exc, json.JSONDecodeError) else "nested too deep"
+        raise ConfigError(f"config {path} is not valid JSON: {detail}") from exc
     if not isinstance(kwargs, dict):
         raise ConfigError(f"config {path} must hold a JSON object of constructor keywords")
     return kwargs
@@ -140,7 +148,15 @@ def _stored_config(arch: Architecture, metadata: Mapping[str, str], source: str)
     if text is None:
         return None
     try:
-        return arch.make_config(json.loads(text))
+        kwargs = json.loads(text)
+    except ValueError as exc:
+        raise CheckpointError(f"{source}: invalid {arch.config_key} metadata: {exc}") from exc
+    if not isinstance(kwargs, dict):
+        kind = {list: "an array", str: "a string", bool: "true or false"}.get(type(kwargs), "a number")
+        kind = "null" if kwargs is None else kind
+        raise CheckpointError(f"{source}: invalid {arch.config_key} metadata: {kind}, not an object of keywords")
+    try:
+        return arch.make_config(kwargs)
     except (ValueError, TypeError) as exc:
         raise CheckpointError(f"{source}: invalid {arch.config_key} metadata: {exc}") from exc
 

@@ -63,6 +63,15 @@ def test_safetensors_with_stored_config_needs_no_variant(tmp_path: Path, light_s
         load_model(path, variant="sst-light+")  # same tensors, other windows: other pixels, never silently
 
 
+@pytest.mark.parametrize(("text", "said"), [("[1, 2]", "an array"), ("null", "null"), ("7", "a number")])
+def test_stored_config_that_is_not_an_object_is_named(tmp_path: Path, light_state: dict, text: str, said: str) -> None:
+    """It met Python's own words ("sequence item 0: expected str instance, int found")."""
+    path = tmp_path / "w.safetensors"
+    save_file(light_state, str(path), metadata={"sst_config": text})
+    with pytest.raises(CheckpointError, match=rf"w\.safetensors: invalid sst_config metadata: {said}, not an object"):
+        load_model(path)
+
+
 def test_a_config_without_a_scale_takes_the_weights_own(tmp_path: Path, light_state: dict) -> None:
     """Such a config (``sst train --config`` accepts it) asked for x4 of x2 weights, and --scale 2 was refused."""
     config = {k: v for k, v in golden_config("light_x2").items() if k != "upscaling_factor"}
@@ -222,6 +231,20 @@ def test_mismatch_report_lists_missing_unexpected_and_shapes(tmp_path: Path, lig
     assert "body.5.weight (7,) vs (48,)" in text
 
 
+def test_integer_tensors_are_named_not_sent_to_torch(tmp_path: Path, light_state: dict) -> None:
+    """A weight stored as integers (a quantized file) met load_state_dict's 700-line refusal."""
+    one = dict(light_state, **{"proj.bias": light_state["proj.bias"].long()})
+    with pytest.raises(
+        CheckpointError, match=r"one\.pth does not fit the network: 1 not floating point: proj\.bias int64"
+    ):
+        load_model(_save(tmp_path / "one.pth", one), variant="sst-light")
+    quantized = {k: v.to(torch.int8) for k, v in light_state.items()}
+    with pytest.raises(
+        CheckpointError, match=rf"{len(quantized)} not floating point: .* int8 and {len(quantized) - 5} more$"
+    ):
+        load_model(_save(tmp_path / "q.pth", quantized), variant="sst-light")
+
+
 def test_loads_on_requested_dtype(light_state: dict) -> None:
     model = load_model(GOLDEN / "light_x2.safetensors", variant="sst-light", dtype=torch.bfloat16)
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
@@ -237,13 +260,43 @@ def test_contradicting_model_options_are_refused_before_any_file_is_read(tmp_pat
         ModelSpec("sst-light", weights=weights, config={"dim": 48})
     with pytest.raises(ConfigError, match="--hub-repo says where zoo weights come from"):
         ModelSpec(weights=weights, hub_repo="someone/mirror")
-    with pytest.raises(ConfigError, match="cannot read config"):
+    with pytest.raises(ConfigError, match=r"config .*absent\.json does not exist"):
         ModelSpec(weights=tmp_path / "absent.pth", config=tmp_path / "absent.json")  # the config is said first
     (tmp_path / "odd.json").write_text(json.dumps({"dim": 48, "bogus": 1}))
     with pytest.raises(ConfigError, match=r"config .*odd\.json: unknown SST config key\(s\): bogus"):
         load_model(weights, config=tmp_path / "odd.json")
     with pytest.raises(ConfigError, match=r"unknown model 'sst-lite'; did you mean sst-light\?"):
         get_variant("sst-lite")
+
+
+def test_a_config_that_is_not_json_text_is_one_sentence(tmp_path: Path, light_state: dict) -> None:
+    """Binary, Latin-1, a weights file given by mistake, absurd nesting and endless devices each met a
+    traceback (or, for /dev/zero, memory running out); a BOM is what Windows editors write, and is fine."""
+    from sst_cli.loader import read_config_kwargs
+
+    weights = _save(tmp_path / "w.pth", light_state)
+    cases = {
+        "binary.json": (b"\xff\xfe\x00", r"binary\.json is not UTF-8 text \(byte 0\)"),
+        "latin1.json": ('{"attn_type": "RIB\u00e9"}'.encode("latin-1"), "latin1.json is not UTF-8 text"),
+        "deep.json": (b"[" * 100_000 + b"]" * 100_000, "deep.json is not valid JSON: nested too deep"),
+    }
+    for name, (data, message) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(ConfigError, match=message):
+            read_config_kwargs(tmp_path / name)
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * (2 << 20) + b"{}")
+    with pytest.raises(ConfigError, match=r"big\.json is 2,097,154 bytes: not a config of keywords"):
+        read_config_kwargs(big)
+    with pytest.raises(ConfigError, match=r"w\.pth is [\d,]+ bytes: not a config of keywords \(weights\?\)"):
+        read_config_kwargs(weights)
+    with pytest.raises(ConfigError, match="is not a file"):
+        read_config_kwargs(tmp_path)
+    if Path("/dev/zero").exists():
+        with pytest.raises(ConfigError, match="/dev/zero is not a file"):
+            read_config_kwargs("/dev/zero")
+    (tmp_path / "bom.json").write_bytes(b"\xef\xbb\xbf" + json.dumps({"dim": 48}).encode())
+    assert read_config_kwargs(tmp_path / "bom.json") == {"dim": 48}
 
 
 def test_a_damaged_sst_file_is_not_sent_to_spandrel(tmp_path: Path, light_state: dict) -> None:

@@ -178,6 +178,18 @@ def test_backend_selection_is_runtime_and_validated() -> None:
         ({"window_sizes": [[4, 4]]}, r"window_sizes: expected an integer or a list of integers, got \[\[4, 4\]\]"),
         ({"window_sizes": 16}, r"window_sizes must be a list \(one window per layer\), got 16"),
         ({"exp_ratio": "2"}, "SST config key exp_ratio: expected a number"),
+        # out-of-range numbers met torch's own errors (integer modulo by zero, negative dimension) or trained
+        ({"num_heads": [6, 0, 6, 6, 6, 6]}, r"num_heads must be positive integers, got \[6, 0, 6"),
+        ({"num_heads": -3}, "num_heads must be positive integers"),
+        ({"ranks": 0}, "ranks must be positive integers"),
+        ({"dim": 0}, "dim must be a positive integer, got 0"),
+        ({"dim": -48}, "dim must be a positive integer, got -48"),
+        ({"exp_ratio": -1}, "exp_ratio -1 gives no feed-forward channels for dim 180"),
+        ({"exp_ratio": float("nan")}, "exp_ratio nan gives no feed-forward channels"),
+        ({"rib_hidden_dim": 0}, "rib_hidden_dim must be a positive integer"),
+        ({"rib_n_freqs": -1}, "rib_n_freqs must be a positive integer"),
+        ({"n_blocks": 0}, "n_blocks must be a positive integer, got 0"),
+        ({"intermediate_dim": -1}, "intermediate_dim must be a positive integer, got -1"),
     ],
 )
 def test_bad_configs_are_named(kwargs: dict, message: str) -> None:

@@ -125,6 +125,22 @@ def test_released_architecture_has_the_official_size() -> None:
         create_model("sst-real", 2)
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("num_blocks", 0, "num_blocks must be a positive integer, got 0"),
+        ("emb_channels", -1, "emb_channels must be a positive integer, got -1"),
+        ("num_heads", 0, "num_heads must be positive integers"),
+        ("dim", 0, "dim must be a positive integer"),
+    ],
+)
+def test_out_of_range_config_numbers_are_named(key: str, value: int, message: str) -> None:
+    from sst_cli.archs.sstreal.config import SSTRealConfig
+
+    with pytest.raises(ConfigError, match=message):
+        SSTRealConfig.from_kwargs({key: value})
+
+
 def test_reflect_pad_is_torch_reflect_where_that_works_and_continues_it_beyond() -> None:
     x = torch.rand(1, 3, 5, 7)
     assert torch.equal(reflect_pad(x, 4, 6), F.pad(x, (0, 6, 0, 4), mode="reflect"))

@@ -46,6 +46,14 @@ def check_rib_layers(config: Any) -> None:
     object.__setattr__(config, "window_sizes", windows)
     object.__setattr__(config, "num_heads", _per_layer(config.num_heads, len(windows), "num_heads"))
     object.__setattr__(config, "ranks", _per_layer(config.ranks, len(windows), "ranks"))
+    for name in ("num_heads", "ranks"):
+        if min(getattr(config, name)) < 1:
+            raise ConfigError(f"{name} must be positive integers, got {list(getattr(config, name))}")
+    for name in ("dim", "rib_hidden_dim", "rib_n_freqs"):
+        if getattr(config, name) < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {getattr(config, name)}")
+    if not (math.isfinite(config.exp_ratio) and config.ffn_hidden >= 1):
+        raise ConfigError(f"exp_ratio {config.exp_ratio} gives no feed-forward channels for dim {config.dim}")
     if config.attn_type != "RIB":
         raise ConfigError(f"attn_type {config.attn_type!r} is not supported (only 'RIB')")
     if config.gate_type != "DWC":
@@ -81,6 +89,9 @@ class SSTConfig(OfficialKeywords):
             raise ConfigError(f"upsampler_type must be one of {', '.join(UPSAMPLERS)}, got {self.upsampler_type!r}")
         if self.upscaling_factor < 1:
             raise ConfigError(f"upscaling_factor must be >= 1, got {self.upscaling_factor}")
+        for name in ("n_blocks", "intermediate_dim"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
 
     @property
     def scale(self) -> int:

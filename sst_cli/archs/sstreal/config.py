@@ -59,8 +59,9 @@ class SSTRealConfig(OfficialKeywords):
             raise ConfigError(f"SSTReal upscales x4 only (its input stem and heads are fixed at x4), not x{self.scale}")
         if self.img_channels != 3:
             raise ConfigError(f"SSTReal works on RGB (img_channels 3), got {self.img_channels}")
-        if self.num_blocks < 1:
-            raise ConfigError(f"num_blocks must be at least 1, got {self.num_blocks}")
+        for name in ("num_blocks", "intermediate_dim", "emb_channels", "noise_channels"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
         if not 0 <= self.ig_idx < self.num_blocks:
             raise ConfigError(f"ig_idx must name a block, 0 to {self.num_blocks - 1}, got {self.ig_idx}")
         if not (math.isfinite(self.sigma_data) and self.sigma_data > 0):
