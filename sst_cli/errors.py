@@ -53,6 +53,10 @@ class OutputIsInput(OutputExists):
     """An output would replace one of the run's own inputs: refused even with ``--overwrite``."""
 
 
+class OutOfMemory(SstError, MemoryError):
+    """Even the smallest pass the network allows does not fit in the device's memory."""
+
+
 class NonFiniteOutput(SstError, ArithmeticError):
     """The network produced NaN or Inf (usually reduced precision overflowing)."""
 

@@ -7,6 +7,7 @@ platform differences (CUDA, Apple's MPS, CPU memory on Linux, macOS and Windows)
 from __future__ import annotations
 
 import platform
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -136,6 +137,16 @@ def is_out_of_memory(exc: BaseException) -> bool:
     if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
         return True
     return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _OOM_MESSAGES)
+
+
+def allocation_tried(exc: BaseException) -> str:
+    """What the failed allocation asked for, from the allocator's message ("2.00 GiB"), or "" if it does not say.
+    CUDA's message runs to several lines of advice on fragmentation that a user of sst-cli cannot act on."""
+    found = re.search(r"[Tt]ried to allocate (\d+) bytes", str(exc))
+    if found:
+        return f"{int(found.group(1)) / 2**30:,.2f} GiB"
+    found = re.search(r"[Tt]ried to allocate ([\d.]+ ?[KMGTP]i?B)", str(exc))
+    return found.group(1) if found else ""
 
 
 def release_memory(device: torch.device) -> None:

@@ -18,13 +18,14 @@ from .archs import ModelDescriptor, SRNetwork, describe, network_of
 from .archs.attention import AttentionReport, describe_attention
 from .choices import DEFAULT_MODEL, DEFAULT_SCALE
 from .compiling import CompiledNetwork, wants_compile
-from .errors import ConfigError, ImageError, NonFiniteOutput, OutputExists, OutputIsInput
+from .errors import ConfigError, ImageError, NonFiniteOutput, OutOfMemory, OutputExists, OutputIsInput
 from .image_io import DEFAULT_QUALITY, ImageInfo, Picture, choose_format, cmyk_to_rgb, read_image, write_image
 from .loader import ConfigSource, ModelSpec
 from .options import UpscaleOptions
 from .phases import Phases
 from .planner import Planner, TilePlan
 from .runtime import (
+    allocation_tried,
     fp32_mode,
     is_out_of_memory,
     release_memory,
@@ -274,21 +275,31 @@ class Upscaler:
         """(C, H, W) float32 CPU tensor -> (C, H*scale, W*scale), tiled as planned."""
         plan = self.plan(image.shape[-2], image.shape[-1])
         self._say_plan(plan, image.shape[-2], image.shape[-1])
-        with self.phases.timed(self._network_phase()):
-            out, used = run_tiles_adaptive(
-                self._forward,
-                image,
-                self.scale,
-                tile=plan.tile,
-                overlap=plan.overlap,
-                align=plan.align,
-                batch=plan.batch,
-                blend=plan.blend,
-                on_tile=on_tile,
-                is_oom=is_out_of_memory,
-                on_oom=lambda tile: self._on_oom(tile, plan.overlap),
-                origins=self.descriptor.position_dependent,
-            )
+        try:
+            with self.phases.timed(self._network_phase()):
+                out, used = run_tiles_adaptive(
+                    self._forward,
+                    image,
+                    self.scale,
+                    tile=plan.tile,
+                    overlap=plan.overlap,
+                    align=plan.align,
+                    batch=plan.batch,
+                    blend=plan.blend,
+                    on_tile=on_tile,
+                    is_oom=is_out_of_memory,
+                    on_oom=lambda tile: self._on_oom(tile, plan.overlap),
+                    origins=self.descriptor.position_dependent,
+                )
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            tried = allocation_tried(exc)
+            asked = f" (a single allocation of {tried})" if tried else ""
+            raise OutOfMemory(
+                f"out of memory on {self.device.type} even in the smallest tiles the network allows{asked}: a "
+                "device with more memory, or a smaller model, is needed"
+            ) from exc
         if used != plan.tile:  # out of memory at the planned size: later images start from what ran
             self.planner.lower_ceiling(
                 self.planner.pass_bytes(used, plan.overlap, plan.batch, image.shape[-2], image.shape[-1])

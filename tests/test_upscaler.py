@@ -12,7 +12,7 @@ from conftest import GOLDEN, golden_config, needs_golden, tiny_sst
 from PIL import Image
 
 from sst_cli import SST, Upscaler
-from sst_cli.errors import ConfigError, NonFiniteOutput
+from sst_cli.errors import ConfigError, NonFiniteOutput, OutOfMemory
 from sst_cli.runtime import fp32_mode
 from sst_cli.tiling import plan_tiles, tile_sides, tiling_cost
 
@@ -175,6 +175,40 @@ def test_after_out_of_memory_later_images_start_at_the_size_that_ran(
     assert sum("out of memory" in m for m in messages) == 1  # the second image was planned within what ran
     assert pixels and max(pixels) <= 64 * 64 and tile_sides(used)[0] > 0
     assert out.shape == (3, 132, 160)
+
+
+@pytest.mark.parametrize(
+    ("raised", "said"),
+    [
+        (
+            torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+                                   "79.19 GiB of which ... If reserved but unallocated memory is large try ..."),
+            " (a single allocation of 2.00 GiB)",
+        ),
+        (
+            RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+                         "you tried to allocate 3000012000012 bytes. Error code 12 (Cannot allocate memory)"),
+            " (a single allocation of 2,793.98 GiB)",
+        ),
+        (MemoryError(), ""),
+    ],
+)  # fmt: skip
+def test_out_of_memory_in_the_smallest_tiles_is_one_sentence(
+    monkeypatch: pytest.MonkeyPatch, raised: BaseException, said: str
+) -> None:
+    """It failed the file with the allocator's own words (CUDA's: five lines of advice on fragmentation)."""
+    up = Upscaler(tiny_sst(), tile=32, tile_overlap=16, on_message=lambda _: None)
+
+    def never_fits(batch: torch.Tensor) -> torch.Tensor:
+        raise raised
+
+    monkeypatch.setattr(up, "_forward", never_fits)
+    with pytest.raises(OutOfMemory) as info:
+        up.run(_chw(_photo(70, 90)))
+    assert str(info.value) == (
+        f"out of memory on cpu even in the smallest tiles the network allows{said}: a device with more memory, or a "
+        "smaller model, is needed"
+    )
 
 
 def test_nan_output_is_an_error_with_a_hint() -> None:
