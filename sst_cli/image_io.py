@@ -154,7 +154,7 @@ def probe_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAUL
     except UnidentifiedImageError:
         if _is_tiff(name):
             return ImageInfo.of(_read_tiff(name, max_pixels))  # rare kinds (float RGB): decoding is the probe
-        raise ImageError(f"cannot read '{name}': not a PNG, JPEG, WebP, TIFF, BMP or GIF image") from None
+        raise _unidentified(name) from None
     except OSError as exc:
         reason = exc.strerror if exc.errno else f"the file is truncated or damaged ({exc})"
         raise ImageError(f"cannot read '{name}': {reason}") from exc
@@ -200,7 +200,7 @@ def read_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAULT
     except UnidentifiedImageError:
         if _is_tiff(name):
             return _read_tiff(name, max_pixels)
-        raise ImageError(f"cannot read '{name}': not a PNG, JPEG, WebP, TIFF, BMP or GIF image") from None
+        raise _unidentified(name) from None
     except MemoryError:
         raise ImageError(f"cannot read '{name}': not enough memory to decode it") from None
     except OSError as exc:  # errno set: the system refused (permissions ...); unset: Pillow found bad data
@@ -273,6 +273,36 @@ def _lossless_webp(name: str) -> bool:
     return False
 
 
+#: The first bytes of each format read here (TIFF's are ``_is_tiff``'s), and the name said of a damaged one.
+_MAGIC: tuple[tuple[str, Callable[[bytes], bool]], ...] = (
+    ("PNG", lambda head: head.startswith(b"\x89PNG\r\n\x1a\n")),
+    ("JPEG", lambda head: head.startswith(b"\xff\xd8\xff")),
+    ("WebP", lambda head: head.startswith(b"RIFF") and head[8:12] == b"WEBP"),
+    ("GIF", lambda head: head.startswith((b"GIF87a", b"GIF89a"))),
+    ("BMP", lambda head: head.startswith(b"BM") and head[6:10] == b"\x00" * 4),  # "BM" alone starts much text
+)
+
+
+def _magic_format(name: str) -> str | None:
+    """The format a file's first bytes say it is (PNG, JPEG, WebP, GIF, BMP), or None: a file that says it is
+    one of these but that Pillow cannot open is a damaged one, not a foreign one."""
+    try:
+        with open(name, "rb") as fh:
+            head = fh.read(12)
+    except OSError:
+        return None
+    return next((kind for kind, starts in _MAGIC if starts(head)), None)
+
+
+def _unidentified(name: str) -> ImageError:
+    """The error for a file Pillow could not identify: damaged, when its magic bytes name a format read here."""
+    kind = _magic_format(name)
+    if kind is not None:
+        why = f"it is a damaged {kind} image (it starts as one, but its header cannot be decoded)"
+        return ImageError(f"cannot read '{name}': {why}")
+    return ImageError(f"cannot read '{name}': not a PNG, JPEG, WebP, TIFF, BMP or GIF image")
+
+
 def _is_tiff(name: str) -> bool:
     with open(name, "rb") as fh:
         return fh.read(4) in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
@@ -280,8 +310,9 @@ def _is_tiff(name: str) -> bool:
 
 def _tifffile_reads(im: Image.Image) -> bool:
     """TIFFs read through tifffile: Pillow decodes planar layouts of more than 8 bits with wrong colours, 32-bit
-    integers clipped to 16 bits, 16-bit colour with associated alpha as 8 bits, and float colour not at all.
-    The 16-bit layouts Pillow reads right stay with it (tifffile needs imagecodecs for LZW, which Pillow has)."""
+    integers clipped to 16 bits, 16-bit colour with associated alpha as 8 bits, signed 8-bit samples as unsigned,
+    and float colour not at all. The 16-bit layouts Pillow reads right stay with it (tifffile needs imagecodecs
+    for LZW, which Pillow has)."""
     if im.format != "TIFF":
         return False
     tags = getattr(im, "tag_v2", {})
@@ -292,7 +323,15 @@ def _tifffile_reads(im: Image.Image) -> bool:
         bool(re.fullmatch(r"(RGBA?|RGBX);16[BLN]", rawmode)) or rawmode == "LA;16B" or im.mode.startswith("I;16")
     )
     turned = tags.get(274, 1) != 1  # Pillow's 16-bit gray comes out of its orientation scrambled
-    return im.mode in ("F", "I") or (deep and (tags.get(284, 1) == 2 or turned or not pillow_reads))
+    deep_wrong = deep and (tags.get(284, 1) == 2 or turned or not pillow_reads)
+    return im.mode in ("F", "I") or deep_wrong or _signed_samples(tags)
+
+
+def _signed_samples(tags: Any) -> bool:
+    """Whether a TIFF's SampleFormat tag says signed integers: Pillow opens 8-bit ones as unsigned gray or RGB,
+    so that -100 would read as 156 (tifffile reads them as int8, whose negatives are clipped and counted)."""
+    formats = tags.get(339, 1)
+    return 2 in (formats if isinstance(formats, tuple) else (formats,))
 
 
 def _probe_tiff(name: str, max_pixels: int | None) -> ImageInfo:
@@ -360,7 +399,7 @@ def _read_tiff(name: str, max_pixels: int | None) -> Picture:
     gray = scaled.shape[2] in (1, 2)
     color = np.repeat(scaled[..., :1], 3, axis=2) if gray else np.ascontiguousarray(scaled[..., :3])
     alpha = np.ascontiguousarray(scaled[..., -1]) if scaled.shape[2] in (2, 4) else None
-    depth = 8 if values.dtype == np.uint8 else 16
+    depth = 8 if values.dtype.itemsize == 1 else 16  # int8's 128 levels fit in 8 bits
     return Picture(color, alpha, gray, depth, icc_bytes, None, "tiff", clipped)
 
 

@@ -275,6 +275,23 @@ def test_planar_deep_and_signed_tiffs_read_exactly_through_tifffile(tmp_path: Pa
     assert signed.color.min() == 0
 
 
+def test_a_signed_8_bit_tiff_is_read_as_signed_with_its_negatives_clipped_and_counted(tmp_path: Path) -> None:
+    """Pillow opened int8 TIFFs as unsigned gray: -100 came out as 156 / 255, with no notice."""
+    tifffile = pytest.importorskip("tifffile")
+    row = np.array([-100, -50, -10, 0, 10, 50, 100, 127], np.int8)
+    tifffile.imwrite(tmp_path / "i8.tif", np.stack([row] * 4))
+    picture = read_image(tmp_path / "i8.tif")
+    assert picture.grayscale and picture.bit_depth == 8 and picture.clipped == 3 / 8
+    np.testing.assert_allclose(picture.color[0, :, 0], np.clip(row / 127, 0, 1), rtol=1e-6)  # as int16: by its max
+    info = probe_image(tmp_path / "i8.tif")  # the batch says how much is clipped before computing
+    assert (info.clipped, info.bit_depth, info.width, info.height) == (3 / 8, 8, 8, 4)
+    rgb = np.stack([np.stack([row, -row, row // 2], axis=-1)] * 2)  # signed RGB: also through tifffile
+    tifffile.imwrite(tmp_path / "rgb8.tif", rgb, photometric="rgb")
+    colour = read_image(tmp_path / "rgb8.tif")
+    assert not colour.grayscale and colour.clipped == float(np.count_nonzero(rgb < 0)) / rgb.size
+    np.testing.assert_allclose(colour.color, np.clip(rgb / 127, 0, 1), rtol=1e-6)
+
+
 def test_a_deep_tiff_is_turned_upright(tmp_path: Path) -> None:
     tifffile = pytest.importorskip("tifffile")
     gray = np.arange(12, dtype=np.uint16).reshape(3, 4) * 5000
@@ -421,6 +438,38 @@ def test_unreadable_files_raise_image_error(tmp_path: Path, content: bytes | Non
     if content is not None:
         path.write_bytes(content)
     with pytest.raises(ImageError, match=rf"thing\.png.*{reason}"):
+        read_image(path)
+
+
+def _damaged(fmt: str, path: Path) -> Path:
+    """A small file of ``fmt`` whose header Pillow refuses, its magic bytes intact."""
+    Image.fromarray(_u8(8, 8, 3)).save(path, format=fmt)
+    data = bytearray(path.read_bytes())
+    if fmt == "PNG":
+        data[29] ^= 0xFF  # the IHDR chunk's CRC
+    elif fmt == "GIF":
+        data[10:] = b"\x00" * (len(data) - 10)  # no image descriptor after the header
+    else:  # a header cut off soon after its magic bytes
+        del data[{"JPEG": 20, "WEBP": 12, "BMP": 16}[fmt] :]
+    path.write_bytes(bytes(data))
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG", "WEBP", "BMP", "GIF"])
+def test_a_damaged_file_of_a_known_format_is_said_to_be_damaged_not_foreign(tmp_path: Path, fmt: str) -> None:
+    """A PNG with a bad IHDR checksum was refused as 'not a PNG, JPEG, WebP, TIFF, BMP or GIF image'."""
+    path = _damaged(fmt, tmp_path / "bad.img")
+    kind = {"WEBP": "WebP"}.get(fmt, fmt)
+    for read in (read_image, probe_image):
+        with pytest.raises(ImageError, match=rf"^cannot read '.*bad\.img': it is a damaged {kind} image") as caught:
+            read(path)
+        assert "not a PNG" not in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_text_starting_like_a_bmp_is_still_not_an_image(tmp_path: Path) -> None:
+    path = tmp_path / "notes.bmp"
+    path.write_bytes(b"BMX to buy\n")  # two magic bytes alone do not make a BMP
+    with pytest.raises(ImageError, match="not a PNG, JPEG, WebP, TIFF, BMP or GIF image"):
         read_image(path)
 
 
