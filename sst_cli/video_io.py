@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from .errors import ConfigError, VideoError
 
@@ -142,11 +142,11 @@ def probe_video(path: str | os.PathLike[str]) -> VideoInfo:
             kind = container.format.name.removesuffix("_pipe").upper()
             raise VideoError(f"cannot upscale '{name}': it is a {kind} image, not a video; give it its image extension")
         if not container.streams.video:
-            raise VideoError(f"cannot upscale '{name}': it has no video stream")
+            raise _refusal(name, "it has no video stream")  # or an MP4 cut inside its index: it lists none
         stream = container.streams.video[0]
         ctx = stream.codec_context
         if ctx is None or ctx.codec is None or not ctx.codec.is_decoder:
-            raise VideoError(f"cannot upscale '{name}': this FFmpeg has no decoder for its video codec")
+            raise _refusal(name, "this FFmpeg has no decoder for its video codec")
         first = _first_frame(container, stream, name)
         rotation = int(first.rotation or 0)
         fmt = av.VideoFormat(first.format.name)
@@ -173,9 +173,10 @@ def _unopened(name: str, exc: BaseException) -> str:
     except OSError:
         pass
     reason = _reason(exc)
-    if "invalid data" in reason and _starts_like_mp4(name):
-        return f"a damaged or cut-short MP4 / MOV (its index is written last; {reason})"
-    return f"not a video file FFmpeg can open ({reason})"
+    damaged = _damaged_mp4(name)
+    if damaged is None and "invalid data" in reason and _starts_like_mp4(name):
+        damaged = f"a damaged or cut-short MP4 / MOV (its index is written last; {reason})"
+    return damaged or f"not a video file FFmpeg can open ({reason})"
 
 
 def _starts_like_mp4(name: str) -> bool:
@@ -186,6 +187,71 @@ def _starts_like_mp4(name: str) -> bool:
     except OSError:
         return False
     return head[4:8] in (b"ftyp", b"mdat", b"moov", b"free", b"wide", b"skip")
+
+
+#: Top-level boxes walked at most: a file of millions of empty boxes is not worth judging.
+_MAX_BOXES = 10_000
+
+
+def _refusal(name: str, why: str, verb: str = "upscale") -> VideoError:
+    """The error for a clip FFmpeg opened but cannot upscale (no video stream, no decoder, no frame): an MP4 / MOV
+    whose boxes show it cut short or damaged is said to be that, since FFmpeg then stumbles on what is missing."""
+    damaged = _damaged_mp4(name)
+    return VideoError(f"cannot read '{name}': {damaged}" if damaged else f"cannot {verb} '{name}': {why}")
+
+
+def _damaged_mp4(name: str) -> str | None:
+    """Why an MP4 / MOV is damaged or cut short, read from its top-level boxes (``_box_damage``), as a reason for
+    the user; None when the file is no MP4 or its boxes are whole. FFmpeg's own errors do not say: a file cut
+    inside its index opens, with no streams or only some of them."""
+    if not _starts_like_mp4(name):
+        return None
+    try:
+        with open(name, "rb") as file:
+            damage = _box_damage(file, os.fstat(file.fileno()).st_size)
+    except OSError:
+        return None
+    return f"a damaged or cut-short MP4 / MOV ({damage})" if damage else None
+
+
+def _box_damage(file: IO[bytes], end: int) -> str | None:
+    """What is wrong with an ISO media file's top-level boxes: one that runs past the end of the file or declares
+    an impossible size, or no index (``moov``) at all; None when they are whole (or too many to judge)."""
+    offset, indexed = 0, False
+    for _ in range(_MAX_BOXES):
+        if offset >= end:
+            return None if indexed else _lost_index("the file ends before its 'moov' box")
+        box = _box_header(file, offset)
+        if box is None:
+            damage = f"the file ends inside the header of its box at byte {offset:,}"
+            return damage if indexed else _lost_index(damage)
+        kind, size = box
+        size = end - offset if size == 0 else size  # 0: the last box, up to the end of the file
+        if size < 8:
+            return f"its '{kind}' box at byte {offset:,} declares an impossible size ({size} bytes)"
+        if offset + size > end:
+            what = "its index, the 'moov' box" if kind == "moov" else f"its '{kind}' box"
+            damage = f"the file ends {offset + size - end:,} bytes before the end of {what}"
+            return damage if indexed or kind == "moov" else _lost_index(damage)
+        indexed, offset = indexed or kind == "moov", offset + size
+    return None
+
+
+def _lost_index(damage: str) -> str:
+    """``damage`` of a file cut before its index: most MP4s have it last, so that a file cut anywhere lacks it."""
+    return f"its index is written last; {damage}"
+
+
+def _box_header(file: IO[bytes], offset: int) -> tuple[str, int] | None:
+    """The type and size of the box at ``offset``: a 32-bit size, the four-character type, and, where that size is
+    1, a 64-bit one; None when the file ends inside them."""
+    file.seek(offset)
+    head = file.read(16)
+    size = int.from_bytes(head[:4], "big")
+    if len(head) < (16 if size == 1 else 8):
+        return None
+    kind = "".join(chr(byte) if 32 <= byte < 127 else "?" for byte in head[4:8])  # printable, even if random
+    return kind, int.from_bytes(head[8:16], "big") if size == 1 else size
 
 
 def _seconds(stream: Any, container: Any) -> float:
@@ -239,9 +305,9 @@ def _first_frame(container: Any, stream: Any, name: str) -> Any:
                 if errors >= 8:
                     break
     except av.error.FFmpegError as exc:
-        raise VideoError(f"cannot read '{name}': {_reason(exc)}") from None
+        raise _refusal(name, _reason(exc), verb="read") from None
     why = "its frames cannot be decoded (damaged, or protected by DRM)" if errors else "it holds no video frames"
-    raise VideoError(f"cannot upscale '{name}': {why}")
+    raise _refusal(name, why)
 
 
 def _encrypted(packet: Any) -> bool:

@@ -70,6 +70,44 @@ def test_bad_inputs_are_one_sentence_naming_the_file(tmp_path: Path, make, messa
     assert f"'{path}'" in str(caught.value) and "\n" not in str(caught.value)
 
 
+@pytest.mark.skipif(not video_io.has_encoder("libx264"), reason="this FFmpeg has no libx264 to make the clip with")
+@pytest.mark.parametrize(("faststart", "into"), [(False, 60), (False, 200), (True, 60), (True, 400)])
+def test_an_mp4_cut_inside_its_index_is_said_to_be_cut_short(tmp_path: Path, faststart: bool, into: int) -> None:
+    """Cut inside its moov box, an MP4 opens with no video stream (or a broken one): it was refused as having none."""
+    options = {"movflags": "faststart"} if faststart else None  # the index first, else last
+    whole = make_clip(tmp_path / "whole.mp4", audio=False, options=options).read_bytes()
+    index = whole.find(b"moov") - 4
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(whole[: index + into])
+    size = int.from_bytes(whole[index : index + 4], "big")
+    with pytest.raises(VideoError) as caught:
+        probe_video(cut)
+    assert str(caught.value) == (
+        f"cannot read '{cut}': a damaged or cut-short MP4 / MOV (the file ends {size - into:,} bytes before the end of "
+        "its index, the 'moov' box)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("boxes", "damage"),
+    [
+        (b"moov" + b"\0" * 8, None),  # whole
+        (b"mdat", "its index is written last; the file ends before its 'moov' box"),
+        (b"moov\0\0\0\x20moov", "the file ends 24 bytes before the end of its index, the 'moov' box"),
+        (b"mdat\0\0\0\x01mdat" + (1 << 40).to_bytes(8, "big"), "its index is written last; the file ends "
+         f"{(1 << 40) - 16:,} bytes before the end of its 'mdat' box"),  # a 64-bit size
+        (b"moov\0\0\0\x04\xffee\x01", "its '?ee?' box at byte 16 declares an impossible size (4 bytes)"),
+        (b"moov\0\0\0\x01mdat\0\0", "the file ends inside the header of its box at byte 16"),
+    ],
+)  # fmt: skip
+def test_damage_is_read_from_the_top_level_boxes(tmp_path: Path, boxes: bytes, damage: str | None) -> None:
+    """Each box: a 32-bit size and a type; after an 8-byte ``ftyp`` and an 8-byte box of the first type named."""
+    path = tmp_path / "a.mp4"
+    path.write_bytes(b"\0\0\0\x08ftyp\0\0\0\x08" + boxes)
+    found = video_io._damaged_mp4(str(path))
+    assert found == (None if damage is None else f"a damaged or cut-short MP4 / MOV ({damage})")
+
+
 def test_undecodable_first_frames_are_refused(tmp_path: Path) -> None:
     clip = tmp_path / "broken.mkv"
     make_clip(clip, codec="mjpeg", pix_fmt="yuvj420p", corrupt=range(6), audio=False)  # as if encrypted
