@@ -28,6 +28,7 @@ from .filerun import (
     _BatchRun,
     run_in_turn,
 )
+from .files import removing_unused_folders
 from .image_io import is_image_file
 from .inputs import UNSUPPORTED_SUFFIXES, Job, Skips, discover_inputs, is_own_output, own_output_labels
 from .naming import (
@@ -104,29 +105,32 @@ def upscale_files(
     paths = [os.fspath(i) for i in ([inputs] if isinstance(inputs, str | os.PathLike) else inputs)]  # one is one
     parallel = workers is not None and workers.parallel
     jobs, naming = name_batch(paths, output, model, options, writing, recursive, include_outputs)
-    known = None if model.weights is not None and model.scale is None else ScaleOnly(naming.scale, options.outscale)
-    if known is not None and not writing.overwrite and _computes_nothing(jobs, naming, writing, known):
-        # Every output exists (kept or refused): answer without loading the model, which may need the network.
-        return run_batch(jobs, known, naming=naming, writing=writing, on_file_start=events.file_start,
-                         on_file_done=events.file_done, on_note=events.note)  # fmt: skip
-    jobs, naming, upscaler = plan_batch(
-        paths, output, model=model, options=options, writing=writing, recursive=recursive,
-        include_outputs=include_outputs, events=events, on_cpu=parallel, named=(jobs, naming),
-    )  # fmt: skip
-    if workers is not None and parallel:
-        return run_batch_parallel(
-            jobs, upscaler, spec=model, workers=workers, naming=naming, writing=writing, events=events
+    with removing_unused_folders(naming.folders(jobs)):  # made when planned: kept only if written into
+        scale_unknown = model.weights is not None and model.scale is None  # only the loaded weights say it
+        known = None if scale_unknown else ScaleOnly(naming.scale, options.outscale)
+        if known is not None and _computes_nothing(jobs, naming, writing, known):
+            # Every output is kept or refused from the headers alone (it exists, is a folder, ...): answer without
+            # loading the model, which may need the network.
+            return run_batch(jobs, known, naming=naming, writing=writing, on_file_start=events.file_start,
+                             on_file_done=events.file_done, on_note=events.note)  # fmt: skip
+        jobs, naming, upscaler = plan_batch(
+            paths, output, model=model, options=options, writing=writing, recursive=recursive,
+            include_outputs=include_outputs, events=events, on_cpu=parallel, named=(jobs, naming),
+        )  # fmt: skip
+        if workers is not None and parallel:
+            return run_batch_parallel(
+                jobs, upscaler, spec=model, workers=workers, naming=naming, writing=writing, events=events
+            )
+        return run_batch(
+            jobs,
+            upscaler,
+            naming=naming,
+            writing=writing,
+            on_file_start=events.file_start,
+            on_tile=events.tile,
+            on_file_done=events.file_done,
+            on_note=events.note,
         )
-    return run_batch(
-        jobs,
-        upscaler,
-        naming=naming,
-        writing=writing,
-        on_file_start=events.file_start,
-        on_tile=events.tile,
-        on_file_done=events.file_done,
-        on_note=events.note,
-    )
 
 
 def plan_batch(

@@ -14,6 +14,7 @@ from .choices import ALPHA_MODES, BACKENDS, COMPILE_CHOICES, PRECISIONS
 from .errors import ConfigError
 
 MAX_TILE = 1 << 20  # a tile side beyond any picture (a million pixels): the whole image is what it means
+MIN_OUTSCALE = 1 / MAX_TILE  # smaller leaves less than a pixel of any picture's side
 
 _NO_CUDA = "device {name!r} was requested but PyTorch sees no CUDA GPU here; use --device cpu"
 _NO_MPS = (
@@ -97,6 +98,10 @@ def check_running_values(
     check_choice(alpha, ALPHA_MODES, "alpha mode")
     if outscale is not None and not (math.isfinite(outscale) and outscale > 0):
         raise ConfigError(f"outscale must be a positive number, got {outscale}")
+    if outscale is not None and outscale < MIN_OUTSCALE:
+        raise ConfigError(
+            f"outscale {outscale:g} leaves less than 1 px of any picture's side; it must be {MIN_OUTSCALE:.3g} or more"
+        )
     if ig_lambda is not None and not math.isfinite(ig_lambda):
         raise ConfigError(f"ig_lambda must be a finite number, got {ig_lambda}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):

@@ -98,6 +98,7 @@ def upscale_files_ray(
     """
     from .batch import plan_batch
     from .filerun import BatchEvents, BatchInterrupted, BatchResult, FileResult, _BatchRun
+    from .files import removing_unused_folders
 
     ray = _import_ray()
     ray_options = ray_options or RayOptions()
@@ -106,77 +107,78 @@ def upscale_files_ray(
         inputs, output, model=model, options=options, writing=writing, recursive=recursive,
         include_outputs=include_outputs, events=events, on_cpu=True,
     )  # fmt: skip
-    if naming.file is not None and writing.format is None:
-        writing = replace(writing, format=naming.file.suffix.lstrip("."))
-    started = time.perf_counter()
-    run = _BatchRun(planner, naming, writing, None, events.note or (lambda text: None))
-    plans = run.preflight(jobs)
-    total = len(plans)
-    records: dict[int, FileResult] = {}
+    with removing_unused_folders(naming.folders(jobs)):  # made when planned: kept only if written into
+        if naming.file is not None and writing.format is None:
+            writing = replace(writing, format=naming.file.suffix.lstrip("."))
+        started = time.perf_counter()
+        run = _BatchRun(planner, naming, writing, None, events.note or (lambda text: None))
+        plans = run.preflight(jobs)
+        total = len(plans)
+        records: dict[int, FileResult] = {}
 
-    def finish(index: int, record: FileResult, announced: bool) -> None:
-        if not announced and events.file_start is not None:
-            events.file_start(plans[index].job, index, total)
-        records[index] = record
-        if events.file_done is not None:
-            events.file_done(record, index, total)
+        def finish(index: int, record: FileResult, announced: bool) -> None:
+            if not announced and events.file_start is not None:
+                events.file_start(plans[index].job, index, total)
+            records[index] = record
+            if events.file_done is not None:
+                events.file_done(record, index, total)
 
-    def result() -> BatchResult:
-        return BatchResult([records[i] for i in sorted(records)], time.perf_counter() - started)
+        def result() -> BatchResult:
+            return BatchResult([records[i] for i in sorted(records)], time.perf_counter() - started)
 
-    todo: deque[int] = deque()
-    for index, plan in enumerate(plans):
-        if plan.skip is None and plan.failure is None:
-            todo.append(index)
-        else:
-            finish(index, run.one(plan), False)
-    if not todo:
+        todo: deque[int] = deque()
+        for index, plan in enumerate(plans):
+            if plan.skip is None and plan.failure is None:
+                todo.append(index)
+            else:
+                finish(index, run.one(plan), False)
+        if not todo:
+            return result()
+
+        if not ray.is_initialized():
+            ray.init(address=ray_options.address, log_to_driver=False, include_dashboard=False)
+        resources = ray.cluster_resources()
+        gpus = ray_options.gpus_per_actor
+        if gpus is None:
+            gpus = 1.0 if resources.get("GPU", 0) >= 1 and options.device != "cpu" else 0.0
+        count = ray_options.actors or max(1, int(resources.get("GPU", 0) // gpus if gpus else resources.get("CPU", 1)))
+        count = min(count, len(todo))
+        device = "cuda" if gpus else "cpu"
+        actor_class = ray.remote(_Actor).options(num_cpus=1, num_gpus=gpus, max_restarts=1)
+        actor_options = replace(options, device=device)
+        actors = [actor_class.remote(model, actor_options, naming, writing) for _ in range(count)]
+        idle = list(actors)
+        running: dict[Any, tuple[Any, int]] = {}
+        tries: dict[int, int] = {}
+        permanent = _sst_error_names()
+        try:
+            while todo or running:
+                while todo and idle:
+                    actor, index = idle.pop(), todo.popleft()
+                    if index not in tries and events.file_start is not None:
+                        events.file_start(plans[index].job, index, total)
+                    tries[index] = tries.get(index, 0) + 1
+                    running[actor.one.remote(plans[index])] = (actor, index)
+                ready, _ = ray.wait(list(running), num_returns=1)
+                for ref in ready:
+                    actor, index = running.pop(ref)
+                    idle.append(actor)  # a dead actor is restarted by Ray (max_restarts=1)
+                    try:
+                        record = ray.get(ref)
+                        retry = record.status == "failed" and record.error_type not in permanent
+                    except ray.exceptions.RayError as exc:
+                        plan = plans[index]
+                        reason = f"its Ray task failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+                        record = FileResult(plan.job.source, plan.target, "failed", reason, type(exc).__name__)
+                        retry = True
+                    if retry and tries[index] < 2:
+                        todo.append(index)
+                    else:
+                        finish(index, record, True)
+        except KeyboardInterrupt as stop:
+            current = plans[next(iter(running.values()))[1]].job if running else None
+            raise BatchInterrupted(result(), current, total, getattr(stop, "exit_code", 130)) from None
+        finally:
+            for actor in actors:
+                ray.kill(actor)
         return result()
-
-    if not ray.is_initialized():
-        ray.init(address=ray_options.address, log_to_driver=False, include_dashboard=False)
-    resources = ray.cluster_resources()
-    gpus = ray_options.gpus_per_actor
-    if gpus is None:
-        gpus = 1.0 if resources.get("GPU", 0) >= 1 and options.device != "cpu" else 0.0
-    count = ray_options.actors or max(1, int(resources.get("GPU", 0) // gpus if gpus else resources.get("CPU", 1)))
-    count = min(count, len(todo))
-    device = "cuda" if gpus else "cpu"
-    actor_class = ray.remote(_Actor).options(num_cpus=1, num_gpus=gpus, max_restarts=1)
-    actor_options = replace(options, device=device)
-    actors = [actor_class.remote(model, actor_options, naming, writing) for _ in range(count)]
-    idle = list(actors)
-    running: dict[Any, tuple[Any, int]] = {}
-    tries: dict[int, int] = {}
-    permanent = _sst_error_names()
-    try:
-        while todo or running:
-            while todo and idle:
-                actor, index = idle.pop(), todo.popleft()
-                if index not in tries and events.file_start is not None:
-                    events.file_start(plans[index].job, index, total)
-                tries[index] = tries.get(index, 0) + 1
-                running[actor.one.remote(plans[index])] = (actor, index)
-            ready, _ = ray.wait(list(running), num_returns=1)
-            for ref in ready:
-                actor, index = running.pop(ref)
-                idle.append(actor)  # a dead actor is restarted by Ray (max_restarts=1)
-                try:
-                    record = ray.get(ref)
-                    retry = record.status == "failed" and record.error_type not in permanent
-                except ray.exceptions.RayError as exc:
-                    plan = plans[index]
-                    reason = f"its Ray task failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"
-                    record = FileResult(plan.job.source, plan.target, "failed", reason, type(exc).__name__)
-                    retry = True
-                if retry and tries[index] < 2:
-                    todo.append(index)
-                else:
-                    finish(index, record, True)
-    except KeyboardInterrupt as stop:
-        current = plans[next(iter(running.values()))[1]].job if running else None
-        raise BatchInterrupted(result(), current, total, getattr(stop, "exit_code", 130)) from None
-    finally:
-        for actor in actors:
-            ray.kill(actor)
-    return result()

@@ -200,13 +200,13 @@ def check_spared(target: Path, keep: Iterable[Path], what: str) -> None:
 
 
 def check_output_file(target: Path, *, overwrite: bool, inputs: Iterable[Path] = (), option: str = "") -> None:
-    """Refuse (before any work) an output file that is one of ``inputs``, a folder, in no folder, or an existing
-    file ``overwrite`` does not allow replacing. ``option`` names the flag that named it, for the message."""
+    """Refuse (before any work) an output file that is one of ``inputs``, a folder, too long a name, in no folder,
+    or an existing file ``overwrite`` does not allow replacing. ``option`` names the flag that named it, for the
+    message."""
     named = f"{option} '{target}'" if option else f"'{target}'"
     if os.path.realpath(target) in {os.path.realpath(p) for p in inputs}:
         raise OutputIsInput(f"{named} is one of the inputs; refusing to write over it")
-    if target.is_dir():
-        raise WriteError(f"cannot write {named}: it is a folder")
+    check_file_target(target, named)
     if not target.parent.is_dir():
         raise WriteError(f"cannot write {named}: the folder '{target.parent}' does not exist")
     if os.path.lexists(target) and not overwrite:
@@ -214,6 +214,58 @@ def check_output_file(target: Path, *, overwrite: bool, inputs: Iterable[Path] =
     why = unwritable(target.parent)  # read-only, full or not ours: said now, not after the work
     if why is not None:
         raise WriteError(f"cannot write {named}: {why}")
+
+
+def check_file_target(target: Path, named: str) -> None:
+    """Refuse (before any work) an output path no file can take, which writing it would only say after the work:
+    a folder (``--overwrite`` does not replace one), or a name longer than its file system allows. ``named``: the
+    path as the message shows it."""
+    size, limit = len(os.fsencode(target.name)), name_max(target.parent)
+    if size > limit:
+        raise WriteError(
+            f"cannot write {named}: its file name is {size} bytes long, more than the {limit} its file system allows"
+        )
+    if os.path.isdir(target):  # not Path.is_dir: it raises where a folder of the path has too long a name
+        raise WriteError(f"cannot write {named}: it is a folder")
+
+
+def name_max(folder: Path) -> int:
+    """The longest file name, in bytes, that the file system of ``folder`` (or of its nearest existing parent,
+    for a folder not made yet) takes: 255, the common limit, where the system cannot say."""
+    probe = Path(os.path.abspath(folder))
+    while not os.path.exists(probe) and probe != probe.parent:
+        probe = probe.parent
+    try:
+        limit = os.pathconf(probe, "PC_NAME_MAX")
+    except (AttributeError, OSError, ValueError):  # no pathconf (Windows), or no answer for this file system
+        return 255
+    return limit if limit > 0 else 255
+
+
+def missing_folders(folders: Iterable[Path]) -> list[Path]:
+    """Those of ``folders`` and their parents that do not exist yet, deepest first: what a run that writes into
+    ``folders`` makes, and so what it may remove again (``removing_unused_folders``)."""
+    missing: set[Path] = set()
+    for folder in folders:
+        path = Path(os.path.abspath(folder))
+        while path not in missing and not os.path.lexists(path):
+            missing.add(path)
+            path = path.parent
+    return sorted(missing, key=lambda path: len(path.parts), reverse=True)
+
+
+@contextmanager
+def removing_unused_folders(folders: Iterable[Path]) -> Iterator[None]:
+    """Remove, when the block ends (failed or interrupted too), those of ``folders`` and their parents that did
+    not exist when it began and are still empty: a run that wrote nothing leaves no empty output folder behind.
+    A folder that existed before, or that holds anything, is never removed (``rmdir`` takes empty ones only)."""
+    made = missing_folders(folders)
+    try:
+        yield
+    finally:
+        for folder in made:  # deepest first: a parent left empty by its sub-folder's removal goes too
+            with suppress(OSError):
+                folder.rmdir()
 
 
 def _swap_in(temp: Path, target: Path) -> None:

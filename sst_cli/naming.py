@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import string
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -92,14 +92,14 @@ def check_template(template: str) -> None:
             raise ConfigError(f"unknown field {{{field}}} in the name template {template!r}; use {known}")
         if spec or conversion:  # {stem:>8} pads with spaces, {scale!r} quotes: plain fields only
             raise ConfigError(f"the name template {template!r} formats {{{field}}}: use the plain field {{{field}}}")
-    if template.startswith("."):
-        raise ConfigError(f"the name template {template!r} gives hidden files (a leading dot), which folders skip")
     try:
         name = _fill(template, "x", "png", "model", 4, 4.0, "png")
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"the name template {template!r} is not valid: {exc}") from None
-    if "/" in name or "\\" in name or name in (".", ".."):
+    if "/" in name or "\\" in name or name in (".", ".."):  # before the dot: '../x.{ext}' names folders
         raise ConfigError(f"the name template {template!r} must give a plain file name (no folders)")
+    if template.startswith("."):
+        raise ConfigError(f"the name template {template!r} gives hidden files (a leading dot), which folders skip")
     if not template.endswith(".{ext}"):
         raise ConfigError(
             f"the name template {template!r} must end with .{{ext}}, the extension of the format written "
@@ -136,6 +136,12 @@ class Naming:
     def target(self, job: Job, fmt: str) -> Path:
         return self.file if self.file is not None else self.folder_for(job) / self.name(job, EXTENSIONS[fmt])
 
+    def folders(self, jobs: Iterable[Job]) -> set[Path]:
+        """The folders the outputs of ``jobs`` go into: what planning them makes, if missing."""
+        if self.file is not None:
+            return {self.file.parent}
+        return {self.folder_for(job) for job in jobs}
+
 
 def plan_output(
     jobs: Sequence[Job],
@@ -155,13 +161,13 @@ def plan_output(
     if not os.fspath(output).strip():
         raise ConfigError("-o is empty: give an output file or folder")
     out = Path(output)
-    folder = out.is_dir() or os.fspath(output).endswith(("/", os.sep))  # "-o up.png/" means a folder
+    folder = os.path.isdir(out) or os.fspath(output).endswith(("/", os.sep))  # "-o up.png/" means a folder
     if not folder and out.suffix.lower() in UNSUPPORTED_SUFFIXES:
         raise ConfigError(f"cannot write '{out}': name it .png, .jpg, .webp or .tif, or end -o with / for a folder")
     if not folder and is_video_file(out):
         raise ConfigError(f"'{out}' names a video file, but the input is an image: name it .png, .jpg ... or a folder")
     if folder or not is_image_file(out):
-        if out.exists() and not out.is_dir():
+        if os.path.exists(out) and not os.path.isdir(out):
             raise ConfigError(f"-o '{out}' is an existing file, not a folder or an image name")
         return Naming(model, scale, outscale, template, folder=out)
     if len(jobs) != 1 or jobs[0].from_folder:

@@ -1,7 +1,8 @@
 """Preflight of a batch: every output planned from the image headers alone, before any computation.
 
-Unreadable headers, existing targets, two inputs with one output name, folders that cannot be written and
-formats too small for the result are known here, so no result is computed in vain. Nothing here prints.
+Unreadable headers, existing targets, targets no file can take (a folder, too long a name), two inputs with one
+output name, folders that cannot be written and formats too small for the result are known here, so no result is
+computed in vain. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import ImageError, OutputExists, OutputIsInput, SstError, WriteError
-from .files import clean_stale_temporaries, unwritable
+from .files import check_file_target, clean_stale_temporaries, unwritable
 from .image_io import choose_format, named_format, probe_image
 from .inputs import Job
 from .naming import Naming, WriteOptions
@@ -91,7 +92,7 @@ class Preflight:
                 raise ImageError(job.error)
             info = probe_image(job.source, max_pixels=self.writing.max_pixels or None)
             plan.megapixels = info.width * info.height / 1e6
-            out_size = self.sizes.output_size(info.width, info.height)
+            out_size = self.sizes.output_size(info.width, info.height, job.source)
             fmt, why = choose_format(info, self.writing.format, out_size)
             if why and self.naming.file is not None and fmt != self.writing.format:
                 raise ImageError(f"cannot write '{self.naming.file}': {why}; name the output .png")
@@ -141,11 +142,13 @@ class OutputNameClash(OutputExists):
 def claim_output(
     target: Path, source: Path, claimed: dict[str, Path], inputs: Collection[str], writing: WriteOptions
 ) -> bool:
-    """Refuse an output that is an input (``inputs``: real paths) or another source's output (``claimed``: real
-    path -> source, updated here); then apply the existing-file policy. True: it exists and is kept (a skip)."""
+    """Refuse an output that is an input (``inputs``: real paths), that no file can take (a folder, too long a
+    name) or another source's output (``claimed``: real path -> source, updated here); then apply the
+    existing-file policy. True: it exists and is kept (a skip)."""
     key = os.path.realpath(target)
     if key in inputs:
         raise OutputIsInput(f"'{target}' is an input file; refusing to write over it (change -o or --name)")
+    check_file_target(target, f"'{target}'")
     owner = claimed.get(key)
     if owner is not None and owner != source:
         raise OutputNameClash(f"'{target}' is already the output of '{owner}' (change --name or -o)")

@@ -54,11 +54,20 @@ class Upscaled(NamedTuple):
     tile: TileSize
 
 
-def result_size(width: int, height: int, scale: int, outscale: float | None) -> tuple[int, int]:
+def result_size(
+    width: int, height: int, scale: int, outscale: float | None, source: str | os.PathLike[str] | None = None
+) -> tuple[int, int]:
     """(width, height) of the result for an input of that size, ``outscale`` included; refused (when planning,
-    before any work) where the result alone, 4 float32 channels, would not fit this machine's memory."""
+    before any work) where an ``outscale`` leaves less than a pixel on a side (named by ``source``, the input's
+    file, when given), or where the result alone, 4 float32 channels, would not fit this machine's memory."""
     factor = outscale or scale
-    size = max(1, round(width * factor)), max(1, round(height * factor))
+    size = round(width * factor), round(height * factor)
+    if min(size) < 1:
+        what = f"'{os.fspath(source)}' ({width}x{height} px)" if source is not None else f"a {width}x{height} px input"
+        raise ConfigError(
+            f"{what} at --outscale {factor:g} would give a {size[0]}x{size[1]} px result, less than 1 px on a side; "
+            f"use --outscale {1 / max(1, min(width, height)):.3g} or more"
+        )
     if size[0] * size[1] * 16 > total_ram():
         fix = "lower --outscale" if outscale else "use a smaller input or scale"
         raise ConfigError(
@@ -75,8 +84,8 @@ class ScaleOnly:
     scale: int
     outscale: float | None = None
 
-    def output_size(self, width: int, height: int) -> tuple[int, int]:
-        return result_size(width, height, self.scale, self.outscale)
+    def output_size(self, width: int, height: int, source: str | os.PathLike[str] | None = None) -> tuple[int, int]:
+        return result_size(width, height, self.scale, self.outscale, source)
 
 
 class Upscaler:
@@ -373,9 +382,10 @@ class Upscaler:
             )
 
     # ----------------------------------------------------------------- images
-    def output_size(self, width: int, height: int) -> tuple[int, int]:
-        """(width, height) of the result for an input of that size (``result_size``)."""
-        return result_size(width, height, self.scale, self.options.outscale)
+    def output_size(self, width: int, height: int, source: str | os.PathLike[str] | None = None) -> tuple[int, int]:
+        """(width, height) of the result for an input of that size (``result_size``; ``source`` names the input's
+        file in its refusals)."""
+        return result_size(width, height, self.scale, self.options.outscale, source)
 
     def _resize_to_outscale(self, t: torch.Tensor, height: int, width: int) -> torch.Tensor:
         outscale = self.options.outscale
@@ -440,7 +450,7 @@ class Upscaler:
         picture = read_image(source)
         fmt = format or os.path.splitext(os.fspath(target))[1] or picture.format
         width, height = picture.color.shape[1], picture.color.shape[0]
-        chosen, why = choose_format(ImageInfo.of(picture), fmt, self.output_size(width, height))
+        chosen, why = choose_format(ImageInfo.of(picture), fmt, self.output_size(width, height, source))
         if why:
             raise ImageError(f"cannot write '{os.fspath(target)}': {why}; choose another format")
         if not overwrite and os.path.lexists(target):

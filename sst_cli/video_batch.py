@@ -20,13 +20,13 @@ from pathlib import Path
 from .choices import DEFAULT_SCALE
 from .errors import ConfigError, SstError, VideoError
 from .filerun import BatchEvents, BatchResult, FileResult, FileStep, run_in_turn
-from .files import TEMP_SUFFIX, clean_stale_temporaries, unwritable
+from .files import TEMP_SUFFIX, clean_stale_temporaries, removing_unused_folders, unwritable
 from .image_io import is_image_file
 from .inputs import Job, is_glob, is_own_output
 from .loader import ModelSpec
 from .naming import Naming, WriteOptions, model_label
 from .preflight import claim_output
-from .upscaler import UpscaleOptions, Upscaler
+from .upscaler import UpscaleOptions, Upscaler, result_size
 from .video import VideoResult, describe_plan, expected_megapixels, plan_video, upscale_video
 from .video_io import (
     UNCOUNTED_CONTAINERS,
@@ -124,45 +124,48 @@ def upscale_video_files(
     single = _single_target(output, jobs, writing)
     folder = None if output is None or single is not None else Path(output)
     naming = Naming(label, scale, options.outscale, writing.name, folder=folder, file=single)
-    plans = [_VideoPlan(job, skip=job.skip) for job in jobs]
-    claimed: dict[str, Path] = {}
-    inputs = {os.path.realpath(j.source) for j in jobs if j.skip is None}  # earlier outputs are targets
-    for plan in plans:  # probe and name everything before the model is loaded
-        if plan.skip is not None:
-            continue
-        try:
-            plan.info = probe_video(plan.job.source)
-            _check_pixels(plan.info, writing.max_pixels)
-            codec = choose_codec(plan.info, video)
-            if single is not None:
-                target_container(single, video, codec)
-            plan.target = single or _target(naming, plan.job, output_extension(plan.job.source, video, codec))
-            _claim(plan, claimed, inputs, writing)
-        except ConfigError as exc:
-            if single is not None:  # one clip to one named file: the options are what is wrong (exit 2)
-                raise
-            plan.failure = exc
-        except SstError as exc:
-            plan.failure = exc
-    for folder in sorted({p.target.parent for p in plans if p.target is not None and p.failure is None}):
-        clean_stale_temporaries(folder, events.note or (lambda text: None))
-    if all(p.failure is not None or p.skip is not None for p in plans):  # nothing to compute: no model needed
-        return _run(plans, None, video, writing, events)
-    if on_expected is not None:
-        on_expected(sum(p.info.frames for p in plans if p.info is not None and p.failure is None and p.skip is None))
-    upscaler = Upscaler(model, options=options, on_message=events.warning)
-    naming = replace(naming, scale=upscaler.scale)
-    for plan in plans:  # the real scale is known now: rename, and plan each encoding
-        if plan.failure is None and plan.skip is None and single is None and upscaler.scale != scale:
-            assert plan.info is not None and plan.target is not None
-            plan.target = _target(naming, plan.job, plan.target.suffix.lstrip("."))
+    with removing_unused_folders(naming.folders(jobs)):  # made when planned: kept only if written into
+        plans = [_VideoPlan(job, skip=job.skip) for job in jobs]
+        claimed: dict[str, Path] = {}
+        inputs = {os.path.realpath(j.source) for j in jobs if j.skip is None}  # earlier outputs are targets
+        for plan in plans:  # probe and name everything before the model is loaded
+            if plan.skip is not None:
+                continue
             try:
+                plan.info = probe_video(plan.job.source)
+                _check_pixels(plan.info, writing.max_pixels)
+                result_size(plan.info.width, plan.info.height, scale, options.outscale, plan.job.source)
+                codec = choose_codec(plan.info, video)
+                if single is not None:
+                    target_container(single, video, codec)
+                plan.target = single or _target(naming, plan.job, output_extension(plan.job.source, video, codec))
                 _claim(plan, claimed, inputs, writing)
+            except ConfigError as exc:
+                if single is not None:  # one clip to one named file: the options are what is wrong (exit 2)
+                    raise
+                plan.failure = exc
             except SstError as exc:
                 plan.failure = exc
-    if events.ready is not None:
-        events.ready(upscaler, len(plans))
-    return _run(plans, upscaler, video, writing, events)
+        for folder in sorted({p.target.parent for p in plans if p.target is not None and p.failure is None}):
+            clean_stale_temporaries(folder, events.note or (lambda text: None))
+        if all(p.failure is not None or p.skip is not None for p in plans):  # nothing to compute: no model needed
+            return _run(plans, None, video, writing, events)
+        if on_expected is not None:
+            todo = [p for p in plans if p.failure is None and p.skip is None]
+            on_expected(sum(p.info.frames for p in todo if p.info is not None))
+        upscaler = Upscaler(model, options=options, on_message=events.warning)
+        naming = replace(naming, scale=upscaler.scale)
+        for plan in plans:  # the real scale is known now: rename, and plan each encoding
+            if plan.failure is None and plan.skip is None and single is None and upscaler.scale != scale:
+                assert plan.info is not None and plan.target is not None
+                plan.target = _target(naming, plan.job, plan.target.suffix.lstrip("."))
+                try:
+                    _claim(plan, claimed, inputs, writing)
+                except SstError as exc:
+                    plan.failure = exc
+        if events.ready is not None:
+            events.ready(upscaler, len(plans))
+        return _run(plans, upscaler, video, writing, events)
 
 
 def _check_pixels(info: VideoInfo, max_pixels: int) -> None:

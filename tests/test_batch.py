@@ -139,7 +139,13 @@ def test_name_template_fields_and_outscale_default() -> None:
 
 
 @pytest.mark.parametrize(
-    ("template", "message"), [("{stem}_{size}.{ext}", "unknown field"), ("sub/{stem}.{ext}", "no folders")]
+    ("template", "message"),
+    [
+        ("{stem}_{size}.{ext}", "unknown field"),
+        ("sub/{stem}.{ext}", "no folders"),
+        ("../../x.{ext}", "no folders"),  # folders first: it also starts with a dot
+        (".{stem}.{ext}", "hidden files"),
+    ],
 )
 def test_bad_templates_are_refused(template: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -396,3 +402,30 @@ def test_the_nothing_to_do_check_reads_headers_only_up_to_the_first_file_with_wo
         png(Path(f"out/{job.source.stem}_nn_x2.png"))
     probed.clear()
     assert not check.has_work(jobs) and len(probed) == 4
+
+
+def test_an_output_path_no_file_can_take_is_refused_up_front() -> None:
+    from sst_cli.errors import WriteError
+    from sst_cli.files import check_output_file
+
+    Path("report.json").mkdir()
+    with pytest.raises(WriteError, match=r"cannot write --json 'report\.json': it is a folder"):
+        check_output_file(Path("report.json"), overwrite=True, option="--json")
+    with pytest.raises(WriteError, match="its file name is 305 bytes long, more than the 255 its file system allows"):
+        check_output_file(Path("r" * 300 + ".json"), overwrite=False, option="--json")
+
+
+def test_folders_a_run_made_and_left_empty_are_removed_again() -> None:
+    from sst_cli.files import removing_unused_folders
+
+    Path("there").mkdir()
+    with removing_unused_folders([Path("there/a/b"), Path("new/c"), Path("used/d")]):
+        for folder in ("there/a/b", "new/c", "used/d"):
+            Path(folder).mkdir(parents=True)
+        Path("used/d/result.png").write_bytes(b"x")
+    assert Path("there").is_dir() and not Path("there/a").exists()  # there existed: only what was made goes
+    assert not Path("new").exists() and files_under(Path("used")) == ["d/result.png"]
+    with pytest.raises(KeyboardInterrupt), removing_unused_folders([Path("stopped/e")]):
+        Path("stopped/e").mkdir(parents=True)
+        raise KeyboardInterrupt
+    assert not Path("stopped").exists()

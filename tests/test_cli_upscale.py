@@ -450,3 +450,42 @@ def test_the_library_batch_takes_one_path_as_one_input() -> None:
     result = upscale_files("holiday.png", "out", model=spec, options=UpscaleOptions(device="cpu"),
                            writing=WriteOptions())  # fmt: skip
     assert [r.source.name for r in result.files] == ["holiday.png"] and files_under("out") == ["holiday_mini_x3_x3.png"]
+
+
+def test_an_output_no_file_can_take_is_refused_before_the_network(count_upscales: list[int]) -> None:
+    """A folder in the way (--overwrite replaces files, not folders) and a name longer than the file system
+    allows were found only when the result was written, after the network had run."""
+    image("a.png")
+    Path("out/a_mini_x3_x3.png").mkdir(parents=True)
+    folder = sst("a.png", "-o", "out", "--overwrite", "-q")
+    assert folder.exit_code == 1 and count_upscales == []
+    assert "cannot write 'out/a_mini_x3_x3.png': it is a folder" in folder.stderr
+    long = image("b" * 245 + ".png")  # its output name, + "_mini_x3_x3.png", is 260 bytes
+    named = sst(long.name, "-o", "long", "-q")
+    assert named.exit_code == 1 and count_upscales == []
+    assert "its file name is 260 bytes long, more than the 255 its file system allows" in named.stderr
+    assert not Path("long").exists()
+    folder_named = sst("a.png", "-o", "d" * 300 + "/", "-q")  # a traceback when -o was looked up
+    assert folder_named.exit_code == 1 and count_upscales == [] and "File name too long" in folder_named.stderr
+
+
+def test_an_output_folder_the_run_made_is_not_left_empty() -> None:
+    image("a.png")
+    Path("cut.png").write_bytes(Path("a.png").read_bytes()[:300])  # a whole header, a truncated body
+    failed = sst("cut.png", "-o", "new/sub/", "-q")
+    assert failed.exit_code == 1 and "cut.png" in failed.stderr
+    assert not Path("new").exists()  # made when the output was planned, removed with nothing written into it
+    Path("kept").mkdir()
+    assert sst("cut.png", "-o", "kept", "-q").exit_code == 1
+    assert Path("kept").is_dir()  # a folder that was there before stays, empty or not
+    assert sst("cut.png", "a.png", "-o", "some", "-q").exit_code == 1
+    assert files_under("some") == ["a_mini_x3_x3.png"]
+
+
+def test_an_outscale_that_leaves_no_pixel_is_refused_before_the_network(count_upscales: list[int]) -> None:
+    image("a.png", (16, 12))
+    result = sst("a.png", "--outscale", "0.04", "-q")
+    assert result.exit_code == 1 and count_upscales == []
+    said = " ".join(result.stderr.split())
+    assert "'a.png' (16x12 px) at --outscale 0.04 would give a 1x0 px result, less than 1 px on a side" in said
+    assert "use --outscale 0.0833 or more" in said and files_under(".") == ["a.png"]

@@ -278,3 +278,23 @@ def test_image_options_for_videos_only_are_said_and_the_resume_hint_fits_overwri
     stopped = sst("a.mp4", "--overwrite")
     assert stopped.exit_code == 130
     assert "rerun it with --skip-existing instead of --overwrite to resume" in stopped.stderr
+
+
+def test_a_folder_in_the_way_of_the_output_is_refused_before_the_model_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clip("a.mp4", audio=False)
+    Path("a_mini_x3_x3.mp4").mkdir()
+    monkeypatch.setattr(Upscaler, "__init__", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    result = sst("a.mp4", "--overwrite", "--scale", "3")  # the scale known: the output is named before the model loads
+    assert result.exit_code == 1 and "cannot write 'a_mini_x3_x3.mp4': it is a folder" in result.stderr
+
+
+def test_an_outscale_that_leaves_no_pixel_is_refused_before_the_model_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clip("a.mp4", audio=False)  # 16x12 frames
+    monkeypatch.setattr(Upscaler, "__init__", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    result = sst("a.mp4", "-o", "out", "--outscale", "0.04", "--scale", "3")
+    assert result.exit_code == 1 and not Path("out").exists()
+    assert "'a.mp4' (16x12 px) at --outscale 0.04 would give a 1x0 px result" in " ".join(result.stderr.split())

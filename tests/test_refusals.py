@@ -55,6 +55,9 @@ NO_TORCH_NEEDED = [
     (["--name", "{stem}.gif"], "must end with .{ext}"),
     (["--name", "{stem:>8}.{ext}"], "formats {stem}: use the plain field {stem}"),
     (["--name", ".{ext}"], "gives hidden files (a leading dot)"),
+    (["--name", "../../x.{ext}"], "must give a plain file name (no folders)"),
+    (["--outscale", "1e-300"], "outscale 1e-300 leaves less than 1 px of any picture's side"),
+    (["-o", "-"], "-o: - (standard input/output) is not supported: give a file name"),
     (["--overwrite", "--skip-existing"], "overwrite and skip-existing exclude each other"),
     (["--workers", "0"], "--workers must be 1 or more"),
     (["--device", "cuda:0,"], "has an empty entry"),
@@ -92,6 +95,14 @@ OTHER_COMMANDS = [
     ),
     (["train", "--data", ".", "--iters", "9", "--out", "w.pth", "--precision", "fp8"], "precision must be one of"),
     (["train", "--data", ".", "--iters", "9", "--out", "w.pth", "-m", "sst", "--config", "c.json"], "not both"),
+    (["upscale", "-"], "INPUT: - (standard input/output) is not supported: give a file name"),
+    (["eval", "-d", "Set5", "--json", "-"], "--json: - (standard input/output) is not supported"),
+    (["eval", "-d", "Set5", "--csv", "-"], "--csv: - (standard input/output) is not supported"),
+    (["eval", "-d", "Set5", "--report", "-"], "--report: - (standard input/output) is not supported"),
+    (["compare", "photo.png", "--png", "-"], "--png: - (standard input/output) is not supported"),
+    (["compare", "-"], "IMAGES: - (standard input/output) is not supported"),
+    (["bench", "--json", "-"], "--json: - (standard input/output) is not supported"),
+    (["train", "--data", ".", "--iters", "9", "--out", "-"], "--out: - (standard input/output) is not supported"),
 ]
 if sys.platform != "darwin":
     OTHER_COMMANDS.append((["bench", "--device", "mps"], "device 'mps' (Apple GPU) is not available here"))

@@ -7,7 +7,9 @@ Kept free of heavy imports, so that ``--help`` and option errors answer at once.
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
@@ -19,6 +21,7 @@ from ..errors import ConfigError
 if TYPE_CHECKING:
     from ..upscaler import UpscaleOptions
 
+PathText = str | os.PathLike[str]
 SCALE_HELP = f"Upscaling factor (default: what --weights holds, else {DEFAULT_SCALE})."
 WeightsOption = Annotated[
     str | None,
@@ -92,6 +95,15 @@ SeedOption = Annotated[
 _SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(i?b)?", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _WXH = re.compile(r"\s*(\d+)\s*[xX]\s*(\d+)\s*")
+
+
+def refuse_stdio(paths: Mapping[str, PathText | Sequence[PathText] | None]) -> None:
+    """Refuse ``-`` where a path is asked for: sst-cli reads and writes files only, and taken as a name it made a
+    folder or a file called ``-`` (or said no such file). ``paths``: the option's name -> its value, or values."""
+    for option, value in paths.items():
+        values = [value] if value is None or isinstance(value, str | os.PathLike) else value
+        if any(item is not None and os.fspath(item).strip() == "-" for item in values):
+            raise ConfigError(f"{option}: - (standard input/output) is not supported: give a file name")
 
 
 def parse_size(text: str | None, option: str = "--max-memory") -> int | None:

@@ -21,6 +21,7 @@ from ._options import (
     WeightsOption,
     parse_tile,
     parse_wxh,
+    refuse_stdio,
 )
 from .output import console, err_console, handle_errors
 
@@ -261,6 +262,7 @@ def bench(
     1280x720 output, 3 warm-up and 10 timed runs. On the CPU, without --model/--size/--runs, a quick
     check runs instead (sst-light, 320x180, x2 and x4, 3 runs); pass a small --size for CPU runs.
     """
+    refuse_stdio({"--input": input_image, "--json": json_path, "--weights": weights, "--config": config})
     settings, quick = _settings(
         device=device,
         models=model,

@@ -22,6 +22,7 @@ from ._options import (
     TileOverlapOption,
     model_specs,
     parse_crop,
+    refuse_stdio,
     upscale_options,
 )
 from .output import console, count_progress, handle_errors
@@ -90,6 +91,7 @@ def compare(
 
       sst compare photo.png --weights mine.safetensors --crop 120,80,64,64 --png side-by-side.png
     """
+    refuse_stdio({"IMAGES": images, "--report": report, "--png": png, "--weights": weights, "--config": config})
     crop_box = parse_crop(crop)
     options = upscale_options(
         device=device, precision=precision, attention=attention, tile=tile, tile_overlap=tile_overlap,

@@ -28,6 +28,7 @@ from ._options import (
     TileOverlapOption,
     model_specs,
     parse_crop,
+    refuse_stdio,
     upscale_options,
 )
 from .output import console, count_progress, handle_errors
@@ -184,6 +185,18 @@ def eval_command(
     """
     from ..errors import ConfigError, WriteError
 
+    refuse_stdio(
+        {
+            "--dataset": dataset,
+            "--data-root": data_root,
+            "--weights": weights,
+            "--config": config,
+            "--json": json_path,
+            "--csv": csv_path,
+            "--save-images": save_images,
+            "--report": report,
+        }
+    )
     crop_box = parse_crop(crop)
     if crop_by not in ("difference", "error"):
         raise ConfigError(f"--crop-by must be difference or error, got {crop_by!r}")

@@ -13,7 +13,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 
 from ..recipe import EMA_DECAY, MILESTONES, PATCH
-from ._options import DeviceOption
+from ._options import DeviceOption, refuse_stdio
 from .output import console, err_console, fail, handle_errors
 
 if TYPE_CHECKING:
@@ -227,6 +227,9 @@ def train(
     from ..errors import ConfigError
     from ..trainconfig import TrainConfig
 
+    refuse_stdio(
+        {"--data": data, "--out": out, "--config": config, "--init": init, "--resume": resume, "--state": state}
+    )
     if model is not None and config is not None:
         raise ConfigError("give --model or --config, not both")
     if resume is not None and state is not None and resume != state:

@@ -30,6 +30,7 @@ from ._options import (
     TileOverlapOption,
     WeightsOption,
     check_upscale_options,
+    refuse_stdio,
     upscale_options,
 )
 from .output import console, count_progress, debug_enabled, err_console, fail, handle_errors, json_event
@@ -339,6 +340,7 @@ def upscale(
     from ..video_io import VideoOptions
 
     # What can be refused without torch is refused before importing it, so that such an answer comes at once.
+    refuse_stdio({"INPUT": inputs, "-o": output, "--weights": weights, "--config": config})
     running: dict[str, Any] = dict(
         precision=precision, attention=attention, tile=tile, tile_overlap=tile_overlap, exact=exact, batch=batch,
         max_memory=max_memory, alpha=alpha, outscale=outscale, ig_lambda=ig_lambda, seed=seed,
