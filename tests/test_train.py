@@ -296,6 +296,11 @@ def test_cli_trains_end_to_end_and_reports_bad_data_in_one_line(data: Path, tmp_
     assert len(lines) == 1 and lines[0].startswith("error:") and "benchmark test set" in lines[0]
     missing = runner.invoke(app, [*args[:3], "--data", str(tmp_path / "nowhere"), "--iters", "3", "--out", "y.pth"])
     assert missing.exit_code == 2 and "is not a folder" in missing.output
+    config.write_text(json.dumps({**TINY.to_kwargs(), "num_heads": 0}))
+    zero = runner.invoke(app, [*args, "--device", "cpu"])  # it said neither the file nor, at first, the key
+    assert zero.exit_code == 2 and f"error: config {config}: num_heads must be positive" in " ".join(
+        zero.output.split()
+    )
 
 
 def test_bf16_autocast_trains_with_float32_master_weights(data: Path, tmp_path: Path) -> None:

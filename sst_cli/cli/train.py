@@ -271,7 +271,11 @@ def train(
         from ..archs.sst import SSTConfig
         from ..loader import read_config_kwargs
 
-        settings = replace(settings, model=SSTConfig.from_kwargs(read_config_kwargs(config)))
+        kwargs = read_config_kwargs(config)  # its refusals name the file; the keywords' are given its name here
+        try:
+            settings = replace(settings, model=SSTConfig.from_kwargs(kwargs))
+        except ConfigError as exc:
+            raise ConfigError(f"config {config}: {exc}") from exc
     reporter = TrainReporter(quiet=quiet, log_every=log_every)
     with reporter.running(iters):
         try:
