@@ -28,7 +28,7 @@ from .archs import (
     recognise,
 )
 from .checkpoint import check_fit, load_state, read_weights
-from .errors import CheckpointError, ConfigError
+from .errors import CheckpointError, ConfigError, ScaleMismatch
 from .zoo import VARIANTS, Variant, check_model_choice, get_variant
 
 if TYPE_CHECKING:
@@ -193,6 +193,11 @@ def _choose_config(
         cfg = chosen.config(scale if scale is not None else int(inferred[arch.scale_key]))
         stored = _stored_config(arch, metadata, source)
         if stored is not None and stored != cfg:  # the file says how it was built: another build gives other pixels
+            if stored.scale != cfg.scale and stored.scale in chosen.scales and chosen.config(stored.scale) == stored:
+                raise ScaleMismatch(  # the model is right and the scale asked for is not: dropping --model won't do
+                    f"{source} holds x{stored.scale} weights but x{cfg.scale} was requested; "
+                    f"use --scale {stored.scale} or weights for x{cfg.scale}"
+                )
             key, mine, theirs = _first_difference(stored, cfg)
             raise ConfigError(
                 f"{source} records the architecture it was trained with, and {chosen.name} differs ({key}: "

@@ -16,7 +16,7 @@ from sst_cli import load_model
 from sst_cli.archs.sst import SST, SSTConfig
 from sst_cli.archs.sst.infer import infer
 from sst_cli.checkpoint import read_weights
-from sst_cli.errors import CheckpointError, ConfigError, WeightsNotFound
+from sst_cli.errors import CheckpointError, ConfigError, ScaleMismatch, WeightsNotFound
 
 pytestmark = needs_golden
 
@@ -61,6 +61,8 @@ def test_safetensors_with_stored_config_needs_no_variant(tmp_path: Path, light_s
     assert _same(load_model(path, variant="sst-light"), light_state)  # --model that agrees with the file
     with pytest.raises(ConfigError, match=r"records the architecture .* sst-light\+ differs \(window_sizes: "):
         load_model(path, variant="sst-light+")  # same tensors, other windows: other pixels, never silently
+    with pytest.raises(ScaleMismatch, match=r"holds x2 weights but x3 was requested; use --scale 2"):
+        load_model(path, variant="sst-light", scale=3)  # the model is right: "drop --model" would not help
 
 
 @pytest.mark.parametrize(("text", "said"), [("[1, 2]", "an array"), ("null", "null"), ("7", "a number")])
