@@ -190,8 +190,16 @@ def check_pairs(dataset: Dataset, scale: int) -> None:
     for hr in dataset.hr_files:
         width, height = _size(hr)
         smallest = 2 * scale + SSIM_WINDOW  # the SSIM window must fit once the borders are shaved
-        if min(width - width % scale, height - height % scale) < smallest:
-            raise ImageError(f"'{hr}' is {width}x{height}: too small to score at x{scale} (needs {smallest} px)")
+        cropped = width - width % scale, height - height % scale  # the protocol's crop to a multiple of the scale
+        if min(cropped) < smallest:
+            crop = (
+                ""
+                if cropped == (width, height)
+                else f", {cropped[0]}x{cropped[1]} once cropped to a multiple of {scale}"
+            )
+            raise ImageError(
+                f"'{hr}' is {width}x{height}{crop}: too small to score at x{scale} (needs {smallest} px on each side)"
+            )
         lr = dataset.lr_file(hr, scale)
         if lr is None:
             folder = dataset.root / "LR_bicubic" / f"X{scale}"

@@ -113,8 +113,14 @@ def test_unreadable_or_tiny_hr_is_refused_naming_the_file(tmp_path: Path) -> Non
         check_pairs(find_dataset(str(root)), 2)
     (root / "HR" / "b.png").unlink()
     check_pairs(find_dataset(str(root)), 2)
-    with pytest.raises(ImageError, match=r"a\.png' is 16x16: too small to score at x3 \(needs 17 px\)"):
+    with pytest.raises(
+        ImageError,
+        match=r"a\.png' is 16x16, 15x15 once cropped to a multiple of 3: too small to "
+        r"score at x3 \(needs 17 px on each side\)",
+    ):  # it said "16x16 ... needs 17 px"
         check_pairs(find_dataset(str(root)), 3)
+    with pytest.raises(ImageError, match=r"a\.png' is 16x16: too small to score at x4 \(needs 19 px on each side\)"):
+        check_pairs(find_dataset(str(root)), 4)
 
 
 def test_missing_lr_is_made_with_matlab_bicubic(tmp_path: Path) -> None:
