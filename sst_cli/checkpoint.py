@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import stat
 import warnings
 import zipfile
@@ -76,7 +77,15 @@ def _read_pickle(path: Path, kind: str, *, lazy: bool = False) -> Any:
             "could run code. Only plain tensor checkpoints are accepted"
         ) from exc
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, KeyError) as exc:
-        raise CheckpointError(f"{path}: not a readable PyTorch checkpoint (truncated or corrupt?): {exc}") from exc
+        why = _first_sentence(exc)
+        raise CheckpointError(f"{path}: not a readable PyTorch checkpoint (truncated or corrupt?): {why}") from exc
+
+
+def _first_sentence(exc: BaseException) -> str:
+    """An error's first sentence: the rest of torch's zip reader's text ("This is an internal miniz error. If
+    you are seeing this error, ...") is advice to its own developers."""
+    text = str(exc).strip()
+    return re.split(r"(?<=[a-z])\. ", text.splitlines()[0])[0] if text else type(exc).__name__
 
 
 def _torch_zip(path: Path) -> bool:

@@ -22,7 +22,7 @@ import torch
 
 from .archs.sst import SST
 from .checkpoint import read_weights
-from .errors import CheckpointError, ConfigError
+from .errors import CheckpointError, ConfigError, SstError
 from .files import atomic_save
 
 STATE_FORMAT = "sst-cli-train/1"
@@ -163,7 +163,10 @@ def init_from(model: SST, path: str | os.PathLike[str]) -> InitReport:
     upsampler conv whose width depends on the scale is resized sub-pixel by sub-pixel; anything else
     keeps its fresh initialisation. Raises when less than half of the network's tensors fit.
     """
-    state, _ = read_weights(path)
+    try:
+        state, _ = read_weights(path)
+    except SstError as exc:  # named as --resume's refusals are: a run has several files
+        raise type(exc)(f"--init: {exc}") from exc
     target = model.state_dict()
     scale = model.config.scale
     new: dict[str, torch.Tensor] = {}

@@ -144,6 +144,9 @@ def test_truncated_empty_missing_and_unrelated(tmp_path: Path, light_state: dict
                           ("empty.pth", "empty")]:  # fmt: skip
         with pytest.raises(CheckpointError, match=message):
             load_model(tmp_path / name, variant="sst-light")
+    with pytest.raises(CheckpointError) as info:  # torch's own words stop after their first sentence
+        load_model(tmp_path / "cut.pth", variant="sst-light")
+    assert str(info.value).endswith("PytorchStreamReader failed reading zip archive: failed finding central directory")
     with pytest.raises(WeightsNotFound, match="not found"):
         load_model(tmp_path / "nope.pth", variant="sst-light")
     resnet = {"conv1.weight": torch.zeros(64, 3, 7, 7), "fc.weight": torch.zeros(10, 512)}

@@ -221,6 +221,9 @@ def test_init_from_x2_loads_everything_but_resizes_the_upsampler(tmp_path: Path)
         tiny = SST(**TINY.to_kwargs())
         save_file(tiny.state_dict(), str(tmp_path / "tiny.safetensors"))
         init_from(create_model("sst-light", 3), tmp_path / "tiny.safetensors")
+    (tmp_path / "notes.pth").write_text("hi\n")
+    with pytest.raises(CheckpointError, match=r"^--init: .*notes\.pth: not a PyTorch checkpoint: the file is text"):
+        init_from(create_model("sst-light", 3), tmp_path / "notes.pth")
 
 
 @pytest.mark.parametrize("name", ["Set5", "set14", "B100", "BSD100", "Urban100", "manga109", "DIV2K_valid_HR"])
