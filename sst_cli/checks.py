@@ -30,6 +30,12 @@ def check_choice(value: str, choices: tuple[str, ...], what: str) -> str:
     return value
 
 
+def check_scale_type(scale: object) -> None:
+    """An API caller's ``scale="4"`` was told "sst exists at x2 / x3 / x4, not x4"."""
+    if isinstance(scale, bool) or not isinstance(scale, int):
+        raise ConfigError(f"scale must be an integer such as 4, got {scale!r}")
+
+
 def no_cuda(name: str) -> ConfigError:
     return ConfigError(_NO_CUDA.format(name=name))
 

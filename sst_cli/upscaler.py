@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
@@ -16,6 +17,7 @@ from torch import nn
 
 from .archs import ModelDescriptor, SRNetwork, describe, network_of
 from .archs.attention import AttentionReport, describe_attention
+from .checks import check_scale_type
 from .choices import DEFAULT_MODEL, DEFAULT_SCALE
 from .compiling import CompiledNetwork, wants_compile
 from .errors import ConfigError, ImageError, NonFiniteOutput, OutOfMemory, OutputExists, OutputIsInput
@@ -212,8 +214,12 @@ class Upscaler:
         config: ConfigSource | None,
         hub_repo: str | None,
     ) -> nn.Module:
-        if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int)):
-            raise ConfigError(f"scale must be an integer such as 4, got {scale!r}")
+        if scale is not None:
+            check_scale_type(scale)
+        if model is not None and not isinstance(model, str | os.PathLike | ModelSpec | nn.Module):
+            raise ConfigError(
+                f"model must be a zoo name, a weights file, a ModelSpec or a torch module, got {type(model).__name__}"
+            )
         if isinstance(model, os.PathLike):  # a weights file given where a name goes
             if weights is not None:
                 raise ConfigError("pass the weights file once: as the model or as weights=, not both")
@@ -472,6 +478,8 @@ class Upscaler:
                 f"upscale takes an image (PIL or array), not the path {os.fspath(image)!r}: use "
                 "upscale_file(source, target), or Image.open(path)"
             )
+        if image is None:
+            raise ConfigError("upscale takes an image (PIL or array), not None")
         if isinstance(image, Image.Image):
             try:
                 image.load()
@@ -480,9 +488,19 @@ class Upscaler:
             return _to_pil(self.upscale_picture(_picture_from_pil(image), on_tile)[0], image.mode)
         array = np.asarray(image)
         picture = _picture_from_array(array)
-        if picture.clipped:
-            self._say(f"{100 * picture.clipped:.3g}% of the float samples lie outside 0..1: they are clipped to it")
+        self._say_clipped(picture)
         return _to_array(self.upscale_picture(picture, on_tile)[0], array)
+
+    def _say_clipped(self, picture: Picture) -> None:
+        """Float samples outside 0..1 are clipped: said through ``on_message``, else as a warning, since a float
+        array in 0..255 (a common slip) would otherwise come back white without a word."""
+        if not picture.clipped:
+            return
+        text = f"{100 * picture.clipped:.3g}% of the float samples lie outside 0..1: they are clipped to it"
+        if self.on_message is None:
+            warnings.warn(text, stacklevel=3)
+        else:
+            self.on_message(text)
 
     def upscale_batch(self, images: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Upscale same-size arrays (as ``upscale`` takes them), several whole images per forward pass where
@@ -497,6 +515,8 @@ class Upscaler:
         per_pass = self.images_per_pass(*pictures[0].color.shape[:2])
         if per_pass == 1:
             return [self.upscale(array) for array in arrays]
+        for picture in pictures:
+            self._say_clipped(picture)
         results = []
         for start in range(0, len(pictures), per_pass):
             chunk = pictures[start : start + per_pass]

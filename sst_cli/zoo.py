@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from .checks import check_scale_type
 from .errors import ConfigError
 
 if TYPE_CHECKING:  # the networks (torch) load on first use: listing the zoo stays instant
@@ -59,6 +60,7 @@ class Variant:
         """Validated constructor config at ``scale``."""
         from .archs import get_architecture
 
+        check_scale_type(scale)
         if scale not in self.scales:
             raise ConfigError(f"{self.name} exists at x{' / x'.join(map(str, self.scales))}, not x{scale}")
         arch = get_architecture(self.arch)

@@ -11,7 +11,7 @@ import torch
 from conftest import GOLDEN, golden_config, needs_golden, tiny_sst
 from PIL import Image
 
-from sst_cli import SST, Upscaler
+from sst_cli import SST, Upscaler, create_model
 from sst_cli.errors import ConfigError, NonFiniteOutput, OutOfMemory
 from sst_cli.runtime import fp32_mode
 from sst_cli.tiling import plan_tiles, tile_sides, tiling_cost
@@ -465,6 +465,15 @@ def test_float_arrays_out_of_range_are_said_and_nan_refused() -> None:
         up.upscale(values)
     with pytest.raises(ConfigError, match=r"upscale takes an image \(PIL or array\), not the path 'photo.png'"):
         up.upscale("photo.png")  # type: ignore[call-overload]
+    with pytest.raises(ConfigError, match=r"upscale takes an image \(PIL or array\), not None"):
+        up.upscale(None)  # type: ignore[call-overload]
+    values[3, 3, 0] = 0.5
+    quiet = Upscaler(_Bicubic(), device="cpu", tile=0)  # no on_message: an API caller gets a warning
+    with pytest.warns(UserWarning, match="of the float samples lie outside 0..1: they are clipped"):
+        quiet.upscale(values * 255)
+    with pytest.warns(UserWarning, match="of the float samples lie outside 0..1") as caught:
+        quiet.upscale_batch([values * 255, values * 255])
+    assert len(caught) == 2
 
 
 def test_a_shared_module_moved_by_another_upscaler_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -478,6 +487,10 @@ def test_a_shared_module_moved_by_another_upscaler_is_said(monkeypatch: pytest.M
 def test_model_arguments_of_the_wrong_kind_are_refused_or_understood() -> None:
     with pytest.raises(ConfigError, match="scale must be an integer such as 4, got '4'"):
         Upscaler(scale="4")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="scale must be an integer such as 4, got '4'"):
+        create_model("sst", "4")  # type: ignore[arg-type]  # said "sst exists at x2 / x3 / x4, not x4"
+    with pytest.raises(ConfigError, match="model must be a zoo name, a weights file, a ModelSpec or a torch module"):
+        Upscaler(123, device="cpu")  # type: ignore[arg-type]  # met "'int' object has no attribute 'strip'"
     bundled = Path(__file__).parents[1] / "weights" / "sst-light-291_x4.safetensors"
     assert Upscaler(bundled, device="cpu").scale == 4  # a Path is a weights file
 
