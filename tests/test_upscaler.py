@@ -257,6 +257,19 @@ def test_pil_gray_stays_gray_and_outscale_resizes() -> None:
     assert up.upscale(palette).mode == "RGB"  # a palette without transparency gets no alpha
 
 
+def test_result_sizes_round_half_up_and_count_what_finishing_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """round() is half-to-even: 47x33 at 1.5 gave 70x50 (one side down, the other up)."""
+    import sst_cli.upscaler as upscaler
+
+    assert upscaler.result_size(47, 33, 4, 1.5) == (71, 50)
+    assert upscaler.result_size(45, 35, 4, 1.5) == (68, 53)
+    assert upscaler.result_size(47, 33, 4, 0.5) == (24, 17)
+    monkeypatch.setattr(upscaler, "total_ram", lambda: 1000 * 1000 * upscaler.RESULT_BYTES)
+    assert upscaler.result_size(250, 250, 4, None) == (1000, 1000)
+    with pytest.raises(ConfigError, match="the result would be 1004x1000 px, more than this machine's memory"):
+        upscaler.result_size(251, 250, 4, None)
+
+
 def test_bf16_precision_runs_and_stays_close_to_fp32() -> None:
     model = tiny_sst()
     x = _photo(20, 24)
