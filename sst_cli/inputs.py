@@ -115,6 +115,18 @@ def _glob_root(pattern: str) -> Path:
     return Path(*literal) if literal else Path(".")
 
 
+def _through_linked_folder(found: Path, root: Path) -> bool:
+    """Whether a glob match is, or lies below, a linked folder under the pattern's literal root. ``**`` follows
+    such links (one to a parent folder looped 40 levels deep and hid the file's real place); the folder walk
+    does not, and globs now agree with it."""
+    folder = found if found.is_dir() else found.parent
+    try:
+        inner = folder.relative_to(root).parts
+    except ValueError:
+        inner = folder.parts
+    return any(os.path.islink(root.joinpath(*inner[: i + 1])) for i in range(len(inner)))
+
+
 def _expand(item: str, recursive: bool, exclude: Sequence[Path], skips: Skips) -> list[Job]:
     path = Path(item)
     if path.is_dir():
@@ -127,6 +139,8 @@ def _expand(item: str, recursive: bool, exclude: Sequence[Path], skips: Skips) -
     jobs: list[Job] = []
     for match in sorted(glob.glob(item, recursive=True)):
         found = Path(match)
+        if _through_linked_folder(found, root):
+            continue
         if found.is_dir():
             jobs.extend(
                 replace(j, base=root, from_folder=False) for j in _folder_images(found, recursive, exclude, skips)

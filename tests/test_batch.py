@@ -5,6 +5,7 @@ A nearest-neighbour module stands in for the network: these tests are about file
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import IO, Any
 
@@ -103,6 +104,18 @@ def test_glob_keeps_the_tree_below_its_literal_folder() -> None:
     jobs = discover_inputs(["in/**/*.png"], recursive=False)
     assert [(j.base.as_posix(), j.relative.as_posix()) for j in jobs] == [("in", "x/a.png"), ("in", "y/b.png")]
     assert not any(j.from_folder for j in jobs)
+
+
+def test_glob_does_not_follow_linked_folders_as_the_folder_walk_does_not() -> None:
+    """``**`` followed a link to a parent folder some 40 levels deep and kept the file under that path only."""
+    png(Path("lp/sub/z.png"))
+    png(Path("real/y.png"))
+    os.symlink("..", "lp/sub/loop")
+    os.symlink("../real", "lp/linked")
+    for pattern in ("lp/**/*.png", "lp/**"):
+        jobs = discover_inputs([pattern], recursive=True)
+        assert [(j.base.as_posix(), j.relative.as_posix()) for j in jobs] == [("lp", "sub/z.png")], pattern
+    assert [j.source.as_posix() for j in discover_inputs(["**/*.png"])] == ["lp/sub/z.png", "real/y.png"]
 
 
 def test_missing_file_and_unmatched_glob_become_failed_jobs() -> None:
