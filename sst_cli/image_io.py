@@ -621,6 +621,8 @@ def write_image(
                 params["subsampling"] = 0  # 4:4:4, or high quality settings still blur colour edges
             if fmt == "tiff":
                 params["compression"] = "tiff_adobe_deflate"
+                if exif:
+                    params["exif"] = _tiff_exif(exif)
             image = Image.fromarray(samples[..., 0] if samples.shape[2] == 1 else samples)
             image.save(fh, format=fmt.upper(), **params)
 
@@ -630,6 +632,17 @@ def write_image(
         atomic_write(name, lambda fh: fh.write(buffer.getbuffer()), error=ImageError)
     else:
         atomic_write(name, encode, error=ImageError)
+
+
+def _tiff_exif(exif: bytes) -> Image.Exif:
+    """EXIF for a compressed TIFF: its main tags (camera, date, software ...) without the pointers to its Exif,
+    GPS and interoperability sub-directories, which libtiff cannot write there: with them, every camera photo
+    failed to save as TIFF ("Error setting from dictionary")."""
+    main = Image.Exif()
+    main.load(exif)
+    for pointer in (0x8769, 0x8825, 0xA005):
+        main.pop(pointer, None)
+    return main
 
 
 def normalise_format(fmt: str) -> str:

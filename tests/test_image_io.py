@@ -359,14 +359,17 @@ def test_icc_profile_and_exif_are_kept(tmp_path: Path, fmt: str) -> None:
     icc = _srgb_icc()
     exif = Image.Exif()
     exif[0x010F] = "SST camera"
+    exif.get_ifd(0x8769)[0x9003] = "2020:01:01 10:00:00"  # a sub-directory, as every camera writes
     Image.fromarray(_u8(6, 6, 3)).save(tmp_path / "in.png", icc_profile=icc, exif=exif)
     picture = read_image(tmp_path / "in.png")
     assert picture.icc_profile == icc
-    write_image(tmp_path / f"out.{EXTENSIONS[fmt]}", picture)
+    write_image(tmp_path / f"out.{EXTENSIONS[fmt]}", picture)  # a TIFF failed: libtiff cannot write sub-IFDs
     again = read_image(tmp_path / f"out.{EXTENSIONS[fmt]}")
     assert again.icc_profile == icc
     with Image.open(tmp_path / f"out.{EXTENSIONS[fmt]}") as im:
         assert im.getexif()[0x010F] == "SST camera"
+        kept = {} if fmt == "tiff" else {0x9003: "2020:01:01 10:00:00"}  # a compressed TIFF keeps the main tags
+        assert dict(im.getexif().get_ifd(0x8769)) == kept
 
 
 @pytest.mark.parametrize("fmt", ["png", "tiff"])
