@@ -189,6 +189,8 @@ def read_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAULT
             values, maxval, gray, icc = _decode(name, im)
             fmt = _PIL_FORMATS.get(im.format or "", "png")
             exif_bytes = im.info.get("exif") if isinstance(im.info.get("exif"), bytes) else None
+            if exif_bytes is None and fmt == "tiff":
+                exif_bytes = _exif_of_tiff(im)
             try:
                 orientation = int(im.getexif().get(_ORIENTATION, 1))
             except Exception:  # broken EXIF must not make an otherwise fine image unreadable
@@ -400,7 +402,31 @@ def _read_tiff(name: str, max_pixels: int | None) -> Picture:
     color = np.repeat(scaled[..., :1], 3, axis=2) if gray else np.ascontiguousarray(scaled[..., :3])
     alpha = np.ascontiguousarray(scaled[..., -1]) if scaled.shape[2] in (2, 4) else None
     depth = 8 if values.dtype.itemsize == 1 else 16  # int8's 128 levels fit in 8 bits
-    return Picture(color, alpha, gray, depth, icc_bytes, None, "tiff", clipped)
+    exif = None
+    with suppress(Exception), Image.open(name, formats=["TIFF"]) as im:  # Pillow reads the tags of most TIFFs
+        exif = _exif_of_tiff(im)
+    return Picture(color, alpha, gray, depth, icc_bytes, exif, "tiff", clipped)
+
+
+# A TIFF's own tags that say what the picture is, not how it is stored: what EXIF carries to the output.
+_TIFF_DESCRIPTION = (0x010E, 0x010F, 0x0110, 0x0131, 0x0132, 0x013B, 0x8298)  # description ... copyright
+_EXIF_SUB_IFDS = (0x8769, 0x8825)  # Exif, GPS
+
+
+def _exif_of_tiff(im: Image.Image) -> bytes | None:
+    """EXIF for a TIFF input, which keeps it among its own tags (Pillow's ``info`` has none): the descriptive
+    tags and the Exif / GPS sub-directories, without the storage tags (strips, sizes), which would describe
+    the input's layout, and without the orientation, since the pixels are turned upright."""
+    tags = im.getexif()
+    kept = Image.Exif()
+    for tag in _TIFF_DESCRIPTION:
+        if tag in tags:
+            kept[tag] = tags[tag]
+    for pointer in _EXIF_SUB_IFDS:
+        sub = tags.get_ifd(pointer)
+        if sub:
+            kept.get_ifd(pointer).update(sub)
+    return kept.tobytes() if len(kept) or any(kept.get_ifd(p) for p in _EXIF_SUB_IFDS) else None
 
 
 def _tiff_error(name: str, exc: Exception) -> ImageError:
@@ -622,7 +648,7 @@ def write_image(
             if fmt == "tiff":
                 params["compression"] = "tiff_adobe_deflate"
                 if exif:
-                    params["exif"] = _tiff_exif(exif)
+                    params["exif"] = _exif_for_tiff_output(exif)
             image = Image.fromarray(samples[..., 0] if samples.shape[2] == 1 else samples)
             image.save(fh, format=fmt.upper(), **params)
 
@@ -634,7 +660,7 @@ def write_image(
         atomic_write(name, encode, error=ImageError)
 
 
-def _tiff_exif(exif: bytes) -> Image.Exif:
+def _exif_for_tiff_output(exif: bytes) -> Image.Exif:
     """EXIF for a compressed TIFF: its main tags (camera, date, software ...) without the pointers to its Exif,
     GPS and interoperability sub-directories, which libtiff cannot write there: with them, every camera photo
     failed to save as TIFF ("Error setting from dictionary")."""

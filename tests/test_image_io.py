@@ -372,6 +372,22 @@ def test_icc_profile_and_exif_are_kept(tmp_path: Path, fmt: str) -> None:
         assert dict(im.getexif().get_ifd(0x8769)) == kept
 
 
+def test_a_tiff_inputs_exif_is_carried_to_the_output(tmp_path: Path) -> None:
+    """A TIFF keeps EXIF among its own tags, which Pillow's ``info`` does not hold: it was dropped silently."""
+    exif = Image.Exif()
+    exif[0x010F], exif[0x0110], exif[0x0112] = "SST camera", "Model 9", 6
+    exif.get_ifd(0x8769)[0x9003] = "2020:01:01 10:00:00"
+    Image.fromarray(_u8(4, 6, 3)).save(tmp_path / "in.tif", exif=exif.tobytes())  # bytes: sub-IFD written
+    picture = read_image(tmp_path / "in.tif")
+    assert picture.color.shape[:2] == (6, 4)  # turned upright by its orientation
+    write_image(tmp_path / "out.png", picture)
+    with Image.open(tmp_path / "out.png") as im:
+        out = im.getexif()
+        assert (out[0x010F], out[0x0110], out.get(0x0112)) == ("SST camera", "Model 9", None)
+        assert dict(out.get_ifd(0x8769)) == {0x9003: "2020:01:01 10:00:00"}
+        assert 0x0111 not in out and 0x0100 not in out  # the input's strips and sizes stay behind
+
+
 @pytest.mark.parametrize("fmt", ["png", "tiff"])
 def test_icc_profile_kept_in_16bit_output(tmp_path: Path, fmt: str) -> None:
     icc = _srgb_icc()
