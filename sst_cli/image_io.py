@@ -45,6 +45,8 @@ _WRITE_FORMATS = ("png", "jpeg", "webp", "tiff")
 _ALIASES = {"jpg": "jpeg", "jfif": "jpeg", "jpe": "jpeg", "tif": "tiff"}
 _EXIF_HEADER = b"Exif\x00\x00"
 _ORIENTATION = 0x0112
+_EXIF_IFD = 0x8769  # IFD0's pointer to the Exif sub-directory
+_PIXEL_X, _PIXEL_Y = 0xA002, 0xA003  # the Exif sub-directory's image size
 _CODECS = ("zip", "raw", "libtiff", "packbits", "tiff_lzw")  # PNG/TIFF decoders whose raw mode we swap
 
 
@@ -573,22 +575,42 @@ def _orient(values: np.ndarray, orientation: int) -> np.ndarray:
 
 
 def _reset_orientation(exif: bytes) -> bytes:
-    """Set the IFD0 orientation to 1 in place, keeping every other byte (maker notes included)."""
+    """Set the IFD0 orientation to 1 in place (the pixels are upright), keeping every other byte."""
+    return _patch_exif(exif, {_ORIENTATION: 1}, {})
+
+
+def _patch_exif(exif: bytes, main: dict[int, int], sub: dict[int, int]) -> bytes:
+    """Set numbers of IFD0 (``main``) and of the Exif sub-directory (``sub``) in place, keeping every other byte
+    (maker notes, whose offsets a rewrite would break, included). Entries must be SHORT, as the standard says,
+    or LONG, as sloppy writers make them; a value too large for its SHORT is left as it was."""
     tiff = exif[len(_EXIF_HEADER) :]
     if len(tiff) < 8 or tiff[:2] not in (b"II", b"MM"):
         return exif
     order = "<" if tiff[:2] == b"II" else ">"
-    (ifd,) = struct.unpack_from(order + "I", tiff, 4)
-    if ifd + 2 > len(tiff):
-        return exif
-    (count,) = struct.unpack_from(order + "H", tiff, ifd)
-    for entry in range(ifd + 2, min(ifd + 2 + 12 * count, len(tiff) - 11), 12):
+    patched = bytearray(exif)
+
+    def put(kind: int, at: int, value: int) -> None:
+        if (kind == 3 and value <= 0xFFFF) or kind == 4:
+            struct.pack_into(order + ("H" if kind == 3 else "I"), patched, len(_EXIF_HEADER) + at, value)
+
+    for tag, kind, at in _ifd_entries(tiff, order, struct.unpack_from(order + "I", tiff, 4)[0]):
+        if tag in main:
+            put(kind, at, main[tag])
+        elif tag == _EXIF_IFD and kind in (4, 13) and sub:
+            for inner, inner_kind, inner_at in _ifd_entries(tiff, order, struct.unpack_from(order + "I", tiff, at)[0]):
+                if inner in sub:
+                    put(inner_kind, inner_at, sub[inner])
+    return bytes(patched)
+
+
+def _ifd_entries(tiff: bytes, order: str, offset: int) -> Iterator[tuple[int, int, int]]:
+    """(tag, type, offset of the value field) of each entry of the IFD at ``offset``, as far as ``tiff`` holds it."""
+    if offset + 2 > len(tiff):
+        return
+    (count,) = struct.unpack_from(order + "H", tiff, offset)
+    for entry in range(offset + 2, min(offset + 2 + 12 * count, len(tiff) - 11), 12):
         tag, kind = struct.unpack_from(order + "HH", tiff, entry)
-        if tag == _ORIENTATION and kind in (3, 4):  # SHORT as the standard says, LONG from sloppy writers
-            patched = bytearray(exif)
-            struct.pack_into(order + ("H" if kind == 3 else "I"), patched, len(_EXIF_HEADER) + entry + 8, 1)
-            return bytes(patched)
-    return exif
+        yield tag, kind, entry + 8
 
 
 # ----------------------------------------------------------------------------------------------- writing
@@ -627,16 +649,18 @@ def write_image(
     icc = icc if icc and (icc[16:20] == b"GRAY") == gray else None  # mismatched profiles confuse viewers
 
     chunks = [(kind, data) for kind, data in picture.png_chunks if not (icc and kind == b"sRGB")]  # one or other
+    height, width = samples.shape[:2]  # EXIF that still says the input's size confuses the tools that read it
+    exif = _patch_exif(picture.exif, {}, {_PIXEL_X: width, _PIXEL_Y: height}) if picture.exif else None
 
     def encode(fh: IO[bytes]) -> None:
         if fmt == "png":
             resolution = [] if picture.dpi is None else [(b"pHYs", _phys(picture.dpi))]
-            _write_png(fh, samples, icc, picture.exif, resolution + chunks)
+            _write_png(fh, samples, icc, exif, resolution + chunks)
         elif depth == 16:
             _write_tiff16(fh, samples, icc)
         else:
-            exif = picture.exif if fmt != "jpeg" or len(picture.exif or b"") <= 65533 else None
-            params: dict[str, object] = {k: v for k, v in (("icc_profile", icc), ("exif", exif)) if v}
+            fits = fmt != "jpeg" or len(exif or b"") <= 65533
+            params: dict[str, object] = {k: v for k, v in (("icc_profile", icc), ("exif", exif if fits else None)) if v}
             if picture.dpi is not None and fmt in ("jpeg", "tiff"):
                 params["dpi"] = picture.dpi
             if fmt in ("jpeg", "webp"):

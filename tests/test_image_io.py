@@ -360,6 +360,7 @@ def test_icc_profile_and_exif_are_kept(tmp_path: Path, fmt: str) -> None:
     exif = Image.Exif()
     exif[0x010F] = "SST camera"
     exif.get_ifd(0x8769)[0x9003] = "2020:01:01 10:00:00"  # a sub-directory, as every camera writes
+    exif.get_ifd(0x8769)[0xA002], exif.get_ifd(0x8769)[0xA003] = 3, 2  # the input's size, said by the camera
     Image.fromarray(_u8(6, 6, 3)).save(tmp_path / "in.png", icc_profile=icc, exif=exif)
     picture = read_image(tmp_path / "in.png")
     assert picture.icc_profile == icc
@@ -368,7 +369,8 @@ def test_icc_profile_and_exif_are_kept(tmp_path: Path, fmt: str) -> None:
     assert again.icc_profile == icc
     with Image.open(tmp_path / f"out.{EXTENSIONS[fmt]}") as im:
         assert im.getexif()[0x010F] == "SST camera"
-        kept = {} if fmt == "tiff" else {0x9003: "2020:01:01 10:00:00"}  # a compressed TIFF keeps the main tags
+        # a compressed TIFF keeps the main tags; the others say the picture's own size, not the input's
+        kept = {} if fmt == "tiff" else {0x9003: "2020:01:01 10:00:00", 0xA002: 6, 0xA003: 6}
         assert dict(im.getexif().get_ifd(0x8769)) == kept
 
 
