@@ -97,6 +97,8 @@ def check_running_values(
         raise ConfigError(f"tile {tile} px is larger than any picture sst-cli reads; 0 runs the whole image")
     if tile_overlap is not None and tile_overlap < 0:
         raise ConfigError(f"tile overlap must be 0 or more, got {tile_overlap}")
+    if exact and tile_overlap is not None:  # one of them would be ignored without a word
+        raise ConfigError("exact and tile overlap exclude each other: exact sets the overlap to the receptive field")
     if batch < 1:
         raise ConfigError(f"batch must be at least 1, got {batch}")
     if max_memory is not None and max_memory <= 0:

@@ -59,6 +59,7 @@ NO_TORCH_NEEDED = [
     (["--outscale", "1e-300"], "outscale 1e-300 leaves less than 1 px of any picture's side"),
     (["-o", "-"], "-o: - (standard input/output) is not supported: give a file name"),
     (["--overwrite", "--skip-existing"], "overwrite and skip-existing exclude each other"),
+    (["--exact", "--tile-overlap", "0"], "exact and tile overlap exclude each other"),
     (["--workers", "0"], "--workers must be 1 or more"),
     (["--device", "cuda:0,"], "has an empty entry"),
     (["--model", "sst-lite"], "unknown model 'sst-lite'; did you mean sst-light?"),
