@@ -152,8 +152,8 @@ def _stored_config(arch: Architecture, metadata: Mapping[str, str], source: str)
     except ValueError as exc:
         raise CheckpointError(f"{source}: invalid {arch.config_key} metadata: {exc}") from exc
     if not isinstance(kwargs, dict):
-        kind = {list: "an array", str: "a string", bool: "true or false"}.get(type(kwargs), "a number")
-        kind = "null" if kwargs is None else kind
+        kinds = {list: "an array", str: "a string", bool: "true or false", type(None): "null"}
+        kind = kinds.get(type(kwargs), "a number")
         raise CheckpointError(f"{source}: invalid {arch.config_key} metadata: {kind}, not an object of keywords")
     try:
         return arch.make_config(kwargs)
