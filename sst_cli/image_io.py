@@ -427,8 +427,8 @@ def _exif_of_tiff(im: Image.Image) -> bytes | None:
     for pointer in _EXIF_SUB_IFDS:
         sub = tags.get_ifd(pointer)
         if sub:
-            kept.get_ifd(pointer).update(sub)
-    return kept.tobytes() if len(kept) or any(kept.get_ifd(p) for p in _EXIF_SUB_IFDS) else None
+            kept[pointer] = dict(sub)  # a dict value is written as a sub-directory (get_ifd's is not, Pillow < 11)
+    return kept.tobytes() if len(kept) else None
 
 
 def _tiff_error(name: str, exc: Exception) -> ImageError:
