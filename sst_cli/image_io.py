@@ -427,7 +427,7 @@ def _exif_of_tiff(im: Image.Image) -> bytes | None:
     for pointer in _EXIF_SUB_IFDS:
         sub = tags.get_ifd(pointer)
         if sub:
-            kept[pointer] = dict(sub)  # a dict value is written as a sub-directory (get_ifd's is not, Pillow < 11)
+            kept[pointer] = dict(sub)  # a dict value is written as a sub-directory (get_ifd's is not, in Pillow 10.0)
     return kept.tobytes() if len(kept) else None
 
 
