@@ -46,6 +46,7 @@ _ALIASES = {"jpg": "jpeg", "jfif": "jpeg", "jpe": "jpeg", "tif": "tiff"}
 _EXIF_HEADER = b"Exif\x00\x00"
 _ORIENTATION = 0x0112
 _EXIF_IFD = 0x8769  # IFD0's pointer to the Exif sub-directory
+_EXIF_SUB_IFDS = (_EXIF_IFD, 0x8825)  # Exif, GPS (0xA005, interoperability, hangs below Exif)
 _PIXEL_X, _PIXEL_Y = 0xA002, 0xA003  # the Exif sub-directory's image size
 _CODECS = ("zip", "raw", "libtiff", "packbits", "tiff_lzw")  # PNG/TIFF decoders whose raw mode we swap
 
@@ -412,7 +413,6 @@ def _read_tiff(name: str, max_pixels: int | None) -> Picture:
 
 # A TIFF's own tags that say what the picture is, not how it is stored: what EXIF carries to the output.
 _TIFF_DESCRIPTION = (0x010E, 0x010F, 0x0110, 0x0131, 0x0132, 0x013B, 0x8298)  # description ... copyright
-_EXIF_SUB_IFDS = (0x8769, 0x8825)  # Exif, GPS
 
 
 def _exif_of_tiff(im: Image.Image) -> bytes | None:
@@ -690,7 +690,7 @@ def _exif_for_tiff_output(exif: bytes) -> Image.Exif:
     failed to save as TIFF ("Error setting from dictionary")."""
     main = Image.Exif()
     main.load(exif)
-    for pointer in (0x8769, 0x8825, 0xA005):
+    for pointer in (*_EXIF_SUB_IFDS, 0xA005):
         main.pop(pointer, None)
     return main
 
