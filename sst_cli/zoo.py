@@ -220,8 +220,10 @@ def check_model_choice(
         raise ConfigError("--config and --model both say which architecture to build: give one of them")
     if hub_repo is not None and weights is not None:
         raise ConfigError("--hub-repo says where zoo weights come from; --weights names the file itself: drop one")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int) or scale < 1):
-        raise ConfigError(f"scale must be a positive integer, got {scale!r}")
+    if scale is not None:
+        check_scale_type(scale)
+        if scale < 1:
+            raise ConfigError(f"scale must be a positive integer, got {scale!r}")
     if model is not None and config is None:
         variant = get_variant(model)  # unknown names fail here, naming the zoo
         if scale is not None:
