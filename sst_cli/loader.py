@@ -46,8 +46,9 @@ def read_config_kwargs(config: ConfigSource) -> dict[str, Any]:
     try:
         if not path.is_file():  # a folder, a device or a pipe (``/dev/zero`` would be read without end)
             raise ConfigError(f"config {path} is not a file" if path.exists() else f"config {path} does not exist")
-        if path.stat().st_size > CONFIG_BYTES:
-            raise ConfigError(f"config {path} is {path.stat().st_size:,} bytes: not a config of keywords (weights?)")
+        size = path.stat().st_size
+        if size > CONFIG_BYTES:
+            raise ConfigError(f"config {path} is {size:,} bytes: not a config of keywords (weights?)")
         kwargs = json.loads(path.read_text(encoding="utf-8-sig"))  # a BOM, as Windows editors write, is fine
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from exc
