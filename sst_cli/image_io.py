@@ -64,7 +64,7 @@ class Picture:
     format: str  # source format, lower-case: "png", "jpeg", "webp", "tiff", "bmp"
     clipped: float = 0.0  # share of float samples outside [0, 1], clipped on reading (float TIFFs)
     lossless: bool = False  # a lossless WebP source, written back lossless (a lossy copy would lose detail)
-    dpi: tuple[float, float] | None = None  # resolution, kept as it is (PNG, JPEG and 8-bit TIFF outputs)
+    dpi: tuple[float, float] | None = None  # resolution, kept as it is (PNG, JPEG and TIFF outputs)
     png_chunks: tuple[tuple[bytes, bytes], ...] = ()  # a PNG's gamma, chromaticities and text, for PNG outputs
 
 
@@ -405,10 +405,11 @@ def _read_tiff(name: str, max_pixels: int | None) -> Picture:
     color = np.repeat(scaled[..., :1], 3, axis=2) if gray else np.ascontiguousarray(scaled[..., :3])
     alpha = np.ascontiguousarray(scaled[..., -1]) if scaled.shape[2] in (2, 4) else None
     depth = 8 if values.dtype.itemsize == 1 else 16  # int8's 128 levels fit in 8 bits
-    exif = None
+    exif, dpi = None, None
     with suppress(Exception), Image.open(name, formats=["TIFF"]) as im:  # Pillow reads the tags of most TIFFs
         exif = _exif_of_tiff(im)
-    return Picture(color, alpha, gray, depth, icc_bytes, exif, "tiff", clipped)
+        dpi = _dpi(im.info.get("dpi"), turned=orientation in (5, 6, 7, 8))
+    return Picture(color, alpha, gray, depth, icc_bytes, exif, "tiff", clipped, dpi=dpi)
 
 
 # A TIFF's own tags that say what the picture is, not how it is stored: what EXIF carries to the output.
@@ -628,8 +629,8 @@ def write_image(
 
     16-bit pictures stay 16-bit in PNG and TIFF; JPEG and WebP get 8 bits. Grayscale pictures are
     written as gray (mean of the channels). JPEG with alpha is refused rather than flattened onto a
-    colour the user did not choose. 16-bit TIFFs carry the ICC profile but not EXIF; EXIF too long for a
-    JPEG segment (64 KiB) is dropped rather than failing the write.
+    colour the user did not choose. TIFFs carry EXIF's main tags only (no sub-directories); EXIF too long
+    for a JPEG segment (64 KiB) is dropped rather than failing the write.
     """
     name = os.fspath(path)
     if not overwrite and os.path.lexists(name):
@@ -656,38 +657,30 @@ def write_image(
         if fmt == "png":
             resolution = [] if picture.dpi is None else [(b"pHYs", _phys(picture.dpi))]
             _write_png(fh, samples, icc, exif, resolution + chunks)
-        elif depth == 16:
-            _write_tiff16(fh, samples, icc)
+        elif fmt == "tiff":  # tifffile mistakes a file opened from a descriptor (named by a number) for a path
+            buffer = io.BytesIO()
+            _write_tiff(buffer, samples, icc, picture.dpi, exif)
+            fh.write(buffer.getbuffer())
         else:
             fits = fmt != "jpeg" or len(exif or b"") <= 65533
             params: dict[str, object] = {k: v for k, v in (("icc_profile", icc), ("exif", exif if fits else None)) if v}
-            if picture.dpi is not None and fmt in ("jpeg", "tiff"):
+            if picture.dpi is not None:
                 params["dpi"] = picture.dpi
-            if fmt in ("jpeg", "webp"):
-                params["quality"] = quality
+            params["quality"] = quality
             if fmt == "webp" and picture.lossless:
                 params["lossless"] = True  # quality is then the effort spent compressing
             if fmt == "jpeg" and quality >= 90:
                 params["subsampling"] = 0  # 4:4:4, or high quality settings still blur colour edges
-            if fmt == "tiff":
-                params["compression"] = "tiff_adobe_deflate"
-                if exif:
-                    params["exif"] = _exif_for_tiff_output(exif)
             image = Image.fromarray(samples[..., 0] if samples.shape[2] == 1 else samples)
             image.save(fh, format=fmt.upper(), **params)
 
-    if fmt == "tiff":  # libtiff reports a full disk as "encoder error -2" on stderr: encode in memory first
-        buffer = io.BytesIO()
-        encode(buffer)
-        atomic_write(name, lambda fh: fh.write(buffer.getbuffer()), error=ImageError)
-    else:
-        atomic_write(name, encode, error=ImageError)
+    atomic_write(name, encode, error=ImageError)
 
 
-def _exif_for_tiff_output(exif: bytes) -> Image.Exif:
-    """EXIF for a compressed TIFF: its main tags (camera, date, software ...) without the pointers to its Exif,
-    GPS and interoperability sub-directories, which libtiff cannot write there: with them, every camera photo
-    failed to save as TIFF ("Error setting from dictionary")."""
+def _exif_main_tags(exif: bytes) -> Image.Exif:
+    """EXIF's main tags (camera, date, software ...) without the pointers to its Exif, GPS and interoperability
+    sub-directories, for TIFF outputs: tifffile writes tags, not sub-directories (and Pillow's libtiff writer
+    failed on every camera photo with them: "Error setting from dictionary")."""
     main = Image.Exif()
     main.load(exif)
     for pointer in (*_EXIF_SUB_IFDS, 0xA005):
@@ -834,53 +827,61 @@ def _adler32_joined(first: int, second: int, second_length: int) -> int:
     return a | b << 16
 
 
-def _write_tiff16(fh: IO[bytes], samples: np.ndarray, icc: bytes | None) -> None:
-    """Minimal little-endian 16-bit TIFF encoder (deflate + horizontal predictor), gray, RGB or RGBA."""
-    height, width, channels = samples.shape
-    rows = max(1, (1 << 20) // (width * channels * 2))
-    fh.write(b"II*\x00\x00\x00\x00\x00")
-    offsets: list[int] = []
-    counts: list[int] = []
-    for top in range(0, height, rows):
-        block = samples[top : top + rows]
-        diff = block.copy()
-        diff[:, 1:] -= block[:, :-1]  # predictor 2, in uint16 modulo arithmetic
-        data = zlib.compress(diff.astype("<u2").tobytes(), 6)
-        offsets.append(fh.tell())
-        counts.append(len(data))
-        fh.write(data)
-        if fh.tell() > 0xFFFF0000:
-            raise ImageError("the image is too large for a TIFF file (4 GiB); write PNG instead")
-    tags: dict[int, tuple[int, list[int] | bytes]] = {
-        256: (4, [width]),
-        257: (4, [height]),
-        258: (3, [16] * channels),
-        259: (3, [8]),
-        262: (3, [2 if channels >= 3 else 1]),
-        273: (4, offsets),
-        277: (3, [channels]),
-        278: (4, [rows]),
-        279: (4, counts),
-        284: (3, [1]),
-        317: (3, [2]),
-    }
-    if channels == 4:
-        tags[338] = (3, [2])  # unassociated alpha
+def _write_tiff(
+    fh: IO[bytes], samples: np.ndarray, icc: bytes | None, dpi: tuple[float, float] | None, exif: bytes | None
+) -> None:
+    """TIFF through tifffile, 8 or 16 bits (Pillow has no 16-bit colour mode, and its libtiff writer failed on
+    some EXIF tags): deflate with the horizontal predictor, gray, gray + alpha, RGB or RGBA (unassociated
+    alpha), with the ICC profile, the resolution and EXIF's main tags."""
+    import tifffile
+
+    tags = _exif_as_tiff_tags(exif) if exif else []
     if icc:
-        tags[34675] = (7, icc)
-    entries = b""
-    for tag, (kind, value) in sorted(tags.items()):
-        raw = value if isinstance(value, bytes) else struct.pack(f"<{len(value)}{'H' if kind == 3 else 'I'}", *value)
-        if len(raw) > 4:
-            fh.write(b"\x00" * (fh.tell() % 2))
-            field = struct.pack("<I", fh.tell())
-            fh.write(raw)
-        else:
-            field = raw.ljust(4, b"\x00")
-        entries += struct.pack("<HHI", tag, kind, len(value)) + field
-    fh.write(b"\x00" * (fh.tell() % 2))
-    ifd = fh.tell()
-    fh.write(struct.pack("<H", len(tags)) + entries + b"\x00\x00\x00\x00")
-    fh.seek(4)
-    fh.write(struct.pack("<I", ifd))
-    fh.seek(0, os.SEEK_END)
+        tags.append((34675, 7, len(icc), icc, True))  # as a tag: tifffile's iccprofile= came after 2023.1
+    tifffile.imwrite(
+        fh,
+        samples if samples.shape[2] > 1 else samples[..., 0],
+        photometric="rgb" if samples.shape[2] >= 3 else "minisblack",
+        extrasamples=["unassalpha"] if samples.shape[2] in (2, 4) else None,
+        compression="zlib",
+        predictor=True,
+        resolution=dpi,
+        resolutionunit="INCH" if dpi else None,
+        metadata=None,  # no tifffile description of its own
+        software=False,
+        extratags=tags,
+    )
+
+
+#: Tags the TIFF writer sets from the pixels themselves (layout, storage, resolution, ICC): an input's EXIF may
+#: hold some of them, which must not be written twice or contradict the file.
+_TIFF_LAYOUT_TAGS = frozenset(
+    {254, 255, 256, 257, 258, 259, 262, 263, 266, 273, 277, 278, 279, 280, 281, 282, 283, 284, 296, 317, 320}
+    | {322, 323, 324, 325, 338, 339, 340, 341, 530, 531, 532, 34675}
+)
+
+
+def _exif_as_tiff_tags(exif: bytes) -> list[tuple[int, int, int, object, bool]]:
+    """EXIF's main tags as tifffile ``extratags`` (code, type, count, value, once), typed as Pillow's tag table
+    declares them, else from the value."""
+    from PIL import TiffTags
+
+    tags: list[tuple[int, int, int, object, bool]] = []
+    for code, value in _exif_main_tags(exif).items():
+        declared = TiffTags.lookup(code).type
+        values = value if isinstance(value, tuple) else (value,)
+        if code in _TIFF_LAYOUT_TAGS or not values:
+            continue
+        if isinstance(value, str):
+            tags.append((code, 2, 0, value.encode("ascii", "replace"), True))  # tifffile adds the NUL and count
+        elif isinstance(value, bytes):
+            tags.append((code, 1 if declared == 1 else 7, len(value), value, True))
+        elif all(isinstance(v, int) for v in values):
+            kind = 3 if declared == 3 and all(0 <= v <= 0xFFFF for v in values) else 4
+            if all(v >= 0 for v in values):
+                tags.append((code, kind, len(values), values, True))
+        elif all(hasattr(v, "numerator") and hasattr(v, "denominator") for v in values):
+            pairs = [int(part) for v in values for part in (v.numerator, v.denominator)]
+            if all(0 <= v <= 0xFFFFFFFF for v in pairs):
+                tags.append((code, 5, len(values), tuple(pairs), True))
+    return tags

@@ -354,21 +354,24 @@ def test_exif_rotated_jpeg_is_upright_and_orientation_reset(tmp_path: Path) -> N
         assert im.getexif()[0x010F] == "SST camera"
 
 
-@pytest.mark.parametrize("fmt", ["png", "jpeg", "webp", "tiff"])
-def test_icc_profile_and_exif_are_kept(tmp_path: Path, fmt: str) -> None:
+@pytest.mark.parametrize(("fmt", "depth"), [("png", 8), ("jpeg", 8), ("webp", 8), ("tiff", 8), ("tiff", 16)])
+def test_icc_profile_and_exif_are_kept(tmp_path: Path, fmt: str, depth: int) -> None:
     icc = _srgb_icc()
     exif = Image.Exif()
-    exif[0x010F] = "SST camera"
+    exif[0x010F], exif[0x0132], exif[0x4746] = "SST camera", "2021:02:03 04:05:06", 4  # 0x4746: a rating
+    exif[0x013E] = (0.3125, 0.328125)  # the white point: two rationals
     # a sub-directory, as every camera writes, with the input's size as the camera said it
     exif[0x8769] = {0x9003: "2020:01:01 10:00:00", 0xA002: 3, 0xA003: 2}
     Image.fromarray(_u8(6, 6, 3)).save(tmp_path / "in.png", icc_profile=icc, exif=exif)
-    picture = read_image(tmp_path / "in.png")
+    picture = replace(read_image(tmp_path / "in.png"), bit_depth=depth)
     assert picture.icc_profile == icc
     write_image(tmp_path / f"out.{EXTENSIONS[fmt]}", picture)  # a TIFF failed: libtiff cannot write sub-IFDs
     again = read_image(tmp_path / f"out.{EXTENSIONS[fmt]}")
-    assert again.icc_profile == icc
-    with Image.open(tmp_path / f"out.{EXTENSIONS[fmt]}") as im:
-        assert im.getexif()[0x010F] == "SST camera"
+    assert again.icc_profile == icc and again.bit_depth == depth
+    with Image.open(tmp_path / f"out.{EXTENSIONS[fmt]}") as im:  # a 16-bit TIFF had no EXIF at all
+        main = im.getexif()
+        assert (main[0x010F], main[0x0132], main[0x4746]) == ("SST camera", "2021:02:03 04:05:06", 4)
+        assert tuple(map(float, main[0x013E])) == (0.3125, 0.328125)
         # a compressed TIFF keeps the main tags; the others say the picture's own size, not the input's
         kept = {} if fmt == "tiff" else {0x9003: "2020:01:01 10:00:00", 0xA002: 6, 0xA003: 6}
         assert dict(im.getexif().get_ifd(0x8769)) == kept
@@ -658,6 +661,25 @@ def test_resolution_gamma_and_text_are_kept(tmp_path: Path, depth: int) -> None:
     write_image(tmp_path / "out.jpg", replace(picture, bit_depth=8))  # another format: the resolution only
     with Image.open(tmp_path / "out.jpg") as out:
         assert out.info["dpi"] == pytest.approx((300, 150), abs=0.5) and "Title" not in out.info
+
+
+@pytest.mark.parametrize("channels", [1, 3, 4])
+def test_a_16_bit_tiff_keeps_its_resolution(tmp_path: Path, channels: int) -> None:
+    """16-bit TIFFs lost it both ways: written without one, and read without one where tifffile decodes them."""
+    values = _u16(5, 7, channels)
+    tifffile = pytest.importorskip("tifffile")  # planar colour: one of the layouts read through tifffile
+    layout = {"photometric": "rgb", "planarconfig": "separate"} if channels > 1 else {}
+    tifffile.imwrite(tmp_path / "in.tif", np.moveaxis(values, -1, 0) if layout else values[..., 0], **layout,
+                     resolution=(300, 150), resolutionunit="INCH",
+                     extrasamples=["unassalpha"] if channels == 4 else None)  # fmt: skip
+    picture = read_image(tmp_path / "in.tif")
+    assert picture.bit_depth == 16 and picture.dpi == pytest.approx((300, 150))
+    write_image(tmp_path / "out.tif", picture)
+    with Image.open(tmp_path / "out.tif") as out:
+        assert out.info["dpi"] == pytest.approx((300, 150))
+    again = read_image(tmp_path / "out.tif")
+    assert again.bit_depth == 16 and again.dpi == pytest.approx((300, 150))
+    np.testing.assert_array_equal(again.color, picture.color)
 
 
 def test_a_turned_photo_turns_its_resolution_and_an_icc_profile_replaces_srgb(tmp_path: Path) -> None:
