@@ -2,8 +2,8 @@
 
 Pillow does the decoding and 8-bit encoding. Pillow cannot hold 16-bit RGB(A) or 16-bit gray+alpha in an
 ``Image``, so those are decoded by running Pillow's own PNG/TIFF decoder twice with byte-order-swapped raw
-modes (one pass yields the high bytes, the other the low bytes), and written by the small PNG/TIFF encoders
-at the bottom of this module. Orientation is applied in numpy so every mode and bit depth is treated alike.
+modes (one pass yields the high bytes, the other the low bytes), and written by sst-cli's own encoders
+(``encoders.py``). Orientation is applied in numpy so every mode and bit depth is treated alike.
 """
 
 from __future__ import annotations
@@ -12,12 +12,9 @@ import io
 import os
 import re
 import stat
-import struct
 import sys
 import threading
-import zlib
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from typing import IO, Any
@@ -25,8 +22,9 @@ from typing import IO, Any
 import numpy as np
 from PIL import Image, ImageCms, UnidentifiedImageError
 
-from sst_cli.cores import usable_cores
+from sst_cli.encoders import write_png, write_tiff
 from sst_cli.errors import ConfigError, ImageError, OutputExists, SstError
+from sst_cli.exif import EXIF_HEADER, ORIENTATION, exif_of_tiff, reset_orientation, with_image_size
 from sst_cli.files import atomic_write
 
 #: Largest input accepted by default, in pixels: Pillow's own decompression-bomb error threshold
@@ -43,11 +41,6 @@ _PIL_FORMATS = {"PNG": "png", "JPEG": "jpeg", "MPO": "jpeg", "WEBP": "webp", "TI
 _OPEN_FORMATS = ["PNG", "JPEG", "WEBP", "TIFF", "BMP", "GIF"]  # MPO (multi-picture JPEG) comes via JPEG
 _WRITE_FORMATS = ("png", "jpeg", "webp", "tiff")
 _ALIASES = {"jpg": "jpeg", "jfif": "jpeg", "jpe": "jpeg", "tif": "tiff"}
-_EXIF_HEADER = b"Exif\x00\x00"
-_ORIENTATION = 0x0112
-_EXIF_IFD = 0x8769  # IFD0's pointer to the Exif sub-directory
-_EXIF_SUB_IFDS = (_EXIF_IFD, 0x8825)  # Exif, GPS (0xA005, interoperability, hangs below Exif)
-_PIXEL_X, _PIXEL_Y = 0xA002, 0xA003  # the Exif sub-directory's image size
 _CODECS = ("zip", "raw", "libtiff", "packbits", "tiff_lzw")  # PNG/TIFF decoders whose raw mode we swap
 
 
@@ -193,9 +186,9 @@ def read_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAULT
             fmt = _PIL_FORMATS.get(im.format or "", "png")
             exif_bytes = im.info.get("exif") if isinstance(im.info.get("exif"), bytes) else None
             if exif_bytes is None and fmt == "tiff":
-                exif_bytes = _exif_of_tiff(im)
+                exif_bytes = exif_of_tiff(im)
             try:
-                orientation = int(im.getexif().get(_ORIENTATION, 1))
+                orientation = int(im.getexif().get(ORIENTATION, 1))
             except Exception:  # broken EXIF must not make an otherwise fine image unreadable
                 orientation = 1
             dpi = _dpi(im.info.get("dpi"), turned=orientation in (5, 6, 7, 8))
@@ -216,9 +209,7 @@ def read_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAULT
 
     values = _orient(values, orientation)
     if exif_bytes:
-        exif_bytes = _reset_orientation(
-            exif_bytes if exif_bytes.startswith(_EXIF_HEADER) else _EXIF_HEADER + exif_bytes
-        )
+        exif_bytes = reset_orientation(exif_bytes if exif_bytes.startswith(EXIF_HEADER) else EXIF_HEADER + exif_bytes)
     scaled = values.astype(np.float32)
     if maxval != 1:
         scaled /= np.float32(maxval)
@@ -407,29 +398,9 @@ def _read_tiff(name: str, max_pixels: int | None) -> Picture:
     depth = 8 if values.dtype.itemsize == 1 else 16  # int8's 128 levels fit in 8 bits
     exif, dpi = None, None
     with suppress(Exception), Image.open(name, formats=["TIFF"]) as im:  # Pillow reads the tags of most TIFFs
-        exif = _exif_of_tiff(im)
+        exif = exif_of_tiff(im)
         dpi = _dpi(im.info.get("dpi"), turned=orientation in (5, 6, 7, 8))
     return Picture(color, alpha, gray, depth, icc_bytes, exif, "tiff", clipped, dpi=dpi)
-
-
-# A TIFF's own tags that say what the picture is, not how it is stored: what EXIF carries to the output.
-_TIFF_DESCRIPTION = (0x010E, 0x010F, 0x0110, 0x0131, 0x0132, 0x013B, 0x8298)  # description ... copyright
-
-
-def _exif_of_tiff(im: Image.Image) -> bytes | None:
-    """EXIF for a TIFF input, which keeps it among its own tags (Pillow's ``info`` has none): the descriptive
-    tags and the Exif / GPS sub-directories, without the storage tags (strips, sizes), which would describe
-    the input's layout, and without the orientation, since the pixels are turned upright."""
-    tags = im.getexif()
-    kept = Image.Exif()
-    for tag in _TIFF_DESCRIPTION:
-        if tag in tags:
-            kept[tag] = tags[tag]
-    for pointer in _EXIF_SUB_IFDS:
-        sub = tags.get_ifd(pointer)
-        if sub:
-            kept[pointer] = dict(sub)  # a dict value is written as a sub-directory (get_ifd's is not, in Pillow 10.0)
-    return kept.tobytes() if len(kept) else None
 
 
 def _tiff_error(name: str, exc: Exception) -> ImageError:
@@ -575,45 +546,6 @@ def _orient(values: np.ndarray, orientation: int) -> np.ndarray:
     return np.ascontiguousarray(transforms[orientation](values)) if orientation in transforms else values
 
 
-def _reset_orientation(exif: bytes) -> bytes:
-    """Set the IFD0 orientation to 1 in place (the pixels are upright), keeping every other byte."""
-    return _patch_exif(exif, {_ORIENTATION: 1}, {})
-
-
-def _patch_exif(exif: bytes, main: dict[int, int], sub: dict[int, int]) -> bytes:
-    """Set numbers of IFD0 (``main``) and of the Exif sub-directory (``sub``) in place, keeping every other byte
-    (maker notes, whose offsets a rewrite would break, included). Entries must be SHORT, as the standard says,
-    or LONG, as sloppy writers make them; a value too large for its SHORT is left as it was."""
-    tiff = exif[len(_EXIF_HEADER) :]
-    if len(tiff) < 8 or tiff[:2] not in (b"II", b"MM"):
-        return exif
-    order = "<" if tiff[:2] == b"II" else ">"
-    patched = bytearray(exif)
-
-    def put(kind: int, at: int, value: int) -> None:
-        if (kind == 3 and value <= 0xFFFF) or kind == 4:
-            struct.pack_into(order + ("H" if kind == 3 else "I"), patched, len(_EXIF_HEADER) + at, value)
-
-    for tag, kind, at in _ifd_entries(tiff, order, struct.unpack_from(order + "I", tiff, 4)[0]):
-        if tag in main:
-            put(kind, at, main[tag])
-        elif tag == _EXIF_IFD and kind in (4, 13) and sub:
-            for inner, inner_kind, inner_at in _ifd_entries(tiff, order, struct.unpack_from(order + "I", tiff, at)[0]):
-                if inner in sub:
-                    put(inner_kind, inner_at, sub[inner])
-    return bytes(patched)
-
-
-def _ifd_entries(tiff: bytes, order: str, offset: int) -> Iterator[tuple[int, int, int]]:
-    """(tag, type, offset of the value field) of each entry of the IFD at ``offset``, as far as ``tiff`` holds it."""
-    if offset + 2 > len(tiff):
-        return
-    (count,) = struct.unpack_from(order + "H", tiff, offset)
-    for entry in range(offset + 2, min(offset + 2 + 12 * count, len(tiff) - 11), 12):
-        tag, kind = struct.unpack_from(order + "HH", tiff, entry)
-        yield tag, kind, entry + 8
-
-
 # ----------------------------------------------------------------------------------------------- writing
 
 
@@ -649,18 +581,15 @@ def write_image(
     icc = picture.icc_profile
     icc = icc if icc and (icc[16:20] == b"GRAY") == gray else None  # mismatched profiles confuse viewers
 
-    chunks = [(kind, data) for kind, data in picture.png_chunks if not (icc and kind == b"sRGB")]  # one or other
-    height, width = samples.shape[:2]  # EXIF that still says the input's size confuses the tools that read it
-    exif = _patch_exif(picture.exif, {}, {_PIXEL_X: width, _PIXEL_Y: height}) if picture.exif else None
+    chunks = tuple((kind, data) for kind, data in picture.png_chunks if not (icc and kind == b"sRGB"))  # one or other
+    height, width = samples.shape[:2]
+    exif = with_image_size(picture.exif, width, height) if picture.exif else None
 
     def encode(fh: IO[bytes]) -> None:
         if fmt == "png":
-            resolution = [] if picture.dpi is None else [(b"pHYs", _phys(picture.dpi))]
-            _write_png(fh, samples, icc, exif, resolution + chunks)
-        elif fmt == "tiff":  # tifffile mistakes a file opened from a descriptor (named by a number) for a path
-            buffer = io.BytesIO()
-            _write_tiff(buffer, samples, icc, picture.dpi, exif)
-            fh.write(buffer.getbuffer())
+            write_png(fh, samples, icc=icc, exif=exif, dpi=picture.dpi, chunks=chunks)
+        elif fmt == "tiff":
+            write_tiff(fh, samples, icc=icc, exif=exif, dpi=picture.dpi)
         else:
             fits = fmt != "jpeg" or len(exif or b"") <= 65533
             params: dict[str, object] = {k: v for k, v in (("icc_profile", icc), ("exif", exif if fits else None)) if v}
@@ -675,17 +604,6 @@ def write_image(
             image.save(fh, format=fmt.upper(), **params)
 
     atomic_write(name, encode, error=ImageError)
-
-
-def _exif_main_tags(exif: bytes) -> Image.Exif:
-    """EXIF's main tags (camera, date, software ...) without the pointers to its Exif, GPS and interoperability
-    sub-directories, for TIFF outputs: tifffile writes tags, not sub-directories (and Pillow's libtiff writer
-    failed on every camera photo with them: "Error setting from dictionary")."""
-    main = Image.Exif()
-    main.load(exif)
-    for pointer in (*_EXIF_SUB_IFDS, 0xA005):
-        main.pop(pointer, None)
-    return main
 
 
 def normalise_format(fmt: str) -> str:
@@ -726,162 +644,3 @@ def _quantise(picture: Picture, depth: int, name: str) -> np.ndarray:
     values *= full
     np.rint(values, out=values)
     return values.astype(np.uint8 if depth == 8 else np.uint16)
-
-
-def _png_chunk(kind: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-
-def _phys(dpi: tuple[float, float]) -> bytes:
-    """A PNG pHYs chunk's data: pixels per metre, x then y."""
-    return struct.pack(">IIB", round(dpi[0] / 0.0254), round(dpi[1] / 0.0254), 1)
-
-
-#: Raw bytes of one slice of rows filtered and compressed by one thread; the filter's int16 steps take about 20
-#: times that while a slice runs, so at most ``_PNG_THREADS`` slices run at once (about 160 MB).
-_PNG_SLICE_BYTES = 1 << 20
-_PNG_THREADS = 8
-_ADLER_MOD = 65521
-
-
-def _write_png(
-    fh: IO[bytes],
-    samples: np.ndarray,
-    icc: bytes | None,
-    exif: bytes | None,
-    chunks: list[tuple[bytes, bytes]] | None = None,
-) -> None:
-    """PNG encoder for uint8 and uint16 samples (gray, gray+alpha, RGB, RGBA), compressed on several cores.
-
-    zlib level 6, as Pillow, but in slices of rows, each filtered and deflated by its own thread (zlib and
-    numpy release the GIL) and joined into one zlib stream. Pillow encodes on one core: a 4096x2736 RGB
-    result took 2.4 s of a 20.9 s `sst upscale` on an H100 machine; on 2 cores here 2.0 s against 0.9 s.
-    Every row uses the Paeth filter (Pillow picks a filter per row: its files measured 1-3% smaller).
-    """
-    height, width, channels = samples.shape
-    depth = samples.dtype.itemsize * 8
-    color_type = {1: 0, 2: 4, 3: 2, 4: 6}[channels]
-    fh.write(
-        b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, depth, color_type, 0, 0, 0))
-    )
-    if icc:
-        fh.write(_png_chunk(b"iCCP", b"ICC profile\x00\x00" + zlib.compress(icc)))
-    if exif:
-        fh.write(_png_chunk(b"eXIf", exif.removeprefix(_EXIF_HEADER)))
-    for kind, data in chunks or ():
-        fh.write(_png_chunk(kind, data))
-    lines = samples.astype(samples.dtype.newbyteorder(">"), copy=False).reshape(height, -1).view(np.uint8)
-    pixel = channels * samples.dtype.itemsize  # the filter's "bpp": bytes of one pixel
-    rows = max(1, _PNG_SLICE_BYTES // lines.shape[1])
-    tops = range(0, height, rows)
-
-    def deflated(top: int) -> tuple[bytes, int, int]:
-        above = lines[top - 1] if top else np.zeros(lines.shape[1], np.uint8)
-        raw = _paeth_rows(lines[top : top + rows], above, pixel).tobytes()
-        packer = zlib.compressobj(6, zlib.DEFLATED, -15)  # raw deflate: one zlib header for the whole stream
-        last = top + rows >= height
-        return (
-            packer.compress(raw) + packer.flush(zlib.Z_FINISH if last else zlib.Z_FULL_FLUSH),
-            zlib.adler32(raw),
-            len(raw),
-        )
-
-    workers = min(len(tops), usable_cores(), _PNG_THREADS)
-    if workers > 1:
-        with ThreadPoolExecutor(workers, thread_name_prefix="sst-png") as pool:
-            parts = list(pool.map(deflated, tops))
-    else:
-        parts = [deflated(top) for top in tops]
-    checksum = 1
-    for i, (data, adler, size) in enumerate(parts):
-        checksum = _adler32_joined(checksum, adler, size)
-        fh.write(_png_chunk(b"IDAT", (b"\x78\x9c" if i == 0 else b"") + data))
-    fh.write(_png_chunk(b"IDAT", struct.pack(">I", checksum)) + _png_chunk(b"IEND", b""))
-
-
-def _paeth_rows(lines: np.ndarray, above: np.ndarray, pixel: int) -> np.ndarray:
-    """Rows of bytes filtered with PNG's Paeth filter, each led by its filter type (4). ``above``: the row
-    before the first (zeros at the image's top); ``pixel``: bytes per pixel, the distance to the left byte."""
-    x = lines.astype(np.int16)
-    up = np.concatenate([above[None].astype(np.int16), x[:-1]])
-    left = np.zeros_like(x)
-    left[:, pixel:] = x[:, :-pixel]
-    corner = np.zeros_like(x)
-    corner[:, pixel:] = up[:, :-pixel]
-    estimate = left + up - corner
-    to_left, to_up, to_corner = np.abs(estimate - left), np.abs(estimate - up), np.abs(estimate - corner)
-    predicted = np.where((to_left <= to_up) & (to_left <= to_corner), left, np.where(to_up <= to_corner, up, corner))
-    out = np.empty((x.shape[0], x.shape[1] + 1), np.uint8)
-    out[:, 0] = 4
-    out[:, 1:] = (x - predicted) & 0xFF  # PNG's arithmetic is modulo 256
-    return out
-
-
-def _adler32_joined(first: int, second: int, second_length: int) -> int:
-    """Adler-32 of two byte strings one after the other, from theirs: running the second from the first's
-    sum A instead of 1 adds A - 1 to A and to each of its ``second_length`` running sums B."""
-    a1, b1 = first & 0xFFFF, first >> 16
-    a2, b2 = second & 0xFFFF, second >> 16
-    a = (a1 + a2 - 1) % _ADLER_MOD
-    b = (b1 + b2 + second_length * (a1 - 1)) % _ADLER_MOD
-    return a | b << 16
-
-
-def _write_tiff(
-    fh: IO[bytes], samples: np.ndarray, icc: bytes | None, dpi: tuple[float, float] | None, exif: bytes | None
-) -> None:
-    """TIFF through tifffile, 8 or 16 bits (Pillow has no 16-bit colour mode, and its libtiff writer failed on
-    some EXIF tags): deflate with the horizontal predictor, gray, gray + alpha, RGB or RGBA (unassociated
-    alpha), with the ICC profile, the resolution and EXIF's main tags."""
-    import tifffile
-
-    tags = _exif_as_tiff_tags(exif) if exif else []
-    if icc:
-        tags.append((34675, 7, len(icc), icc, True))  # as a tag: tifffile's iccprofile= came after 2023.1
-    tifffile.imwrite(
-        fh,
-        samples if samples.shape[2] > 1 else samples[..., 0],
-        photometric="rgb" if samples.shape[2] >= 3 else "minisblack",
-        extrasamples=["unassalpha"] if samples.shape[2] in (2, 4) else None,
-        compression="zlib",
-        predictor=True,
-        resolution=dpi,
-        resolutionunit="INCH" if dpi else None,
-        metadata=None,  # no tifffile description of its own
-        software=False,
-        extratags=tags,
-    )
-
-
-#: Tags the TIFF writer sets from the pixels themselves (layout, storage, resolution, ICC): an input's EXIF may
-#: hold some of them, which must not be written twice or contradict the file.
-_TIFF_LAYOUT_TAGS = frozenset(
-    {254, 255, 256, 257, 258, 259, 262, 263, 266, 273, 277, 278, 279, 280, 281, 282, 283, 284, 296, 317, 320}
-    | {322, 323, 324, 325, 338, 339, 340, 341, 530, 531, 532, 34675}
-)
-
-
-def _exif_as_tiff_tags(exif: bytes) -> list[tuple[int, int, int, object, bool]]:
-    """EXIF's main tags as tifffile ``extratags`` (code, type, count, value, once), typed as Pillow's tag table
-    declares them, else from the value."""
-    from PIL import TiffTags
-
-    tags: list[tuple[int, int, int, object, bool]] = []
-    for code, value in _exif_main_tags(exif).items():
-        declared = TiffTags.lookup(code).type
-        values = value if isinstance(value, tuple) else (value,)
-        if code in _TIFF_LAYOUT_TAGS or not values:
-            continue
-        if isinstance(value, str):
-            tags.append((code, 2, 0, value.encode("ascii", "replace"), True))  # tifffile adds the NUL and count
-        elif isinstance(value, bytes):
-            tags.append((code, 1 if declared == 1 else 7, len(value), value, True))
-        elif all(isinstance(v, int) for v in values):
-            kind = 3 if declared == 3 and all(0 <= v <= 0xFFFF for v in values) else 4
-            if all(v >= 0 for v in values):
-                tags.append((code, kind, len(values), values, True))
-        elif all(hasattr(v, "numerator") and hasattr(v, "denominator") for v in values):
-            pairs = [int(part) for v in values for part in (v.numerator, v.denominator)]
-            if all(0 <= v <= 0xFFFFFFFF for v in pairs):
-                tags.append((code, 5, len(values), tuple(pairs), True))
-    return tags

@@ -258,17 +258,17 @@ def test_interrupt_while_writing_leaves_no_partial_or_temp_file(
 ) -> None:
     for name in ("a.png", "b.png", "c.png"):
         png(Path("in", name))
-    real_write = image_io._write_png
+    real_write = image_io.write_png
     calls = []
 
-    def write(fh: IO[bytes], *args: Any) -> None:  # sst-cli's PNG encoder, interrupted on the second file
+    def write(fh: IO[bytes], *args: Any, **kwargs: Any) -> None:  # sst-cli's PNG encoder, stopped in the 2nd file
         calls.append(fh)
         if len(calls) == 2:
             fh.write(b"\x89PNG partial")
             raise KeyboardInterrupt
-        real_write(fh, *args)
+        real_write(fh, *args, **kwargs)
 
-    monkeypatch.setattr(image_io, "_write_png", write)
+    monkeypatch.setattr(image_io, "write_png", write)
     seen: list[str] = []
     with pytest.raises(BatchInterrupted) as info:
         run_batch(

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageCms, ImageFile, ImageOps
 
-from sst_cli import image_io
+from sst_cli import encoders
 from sst_cli.errors import ConfigError, ImageError, OutputExists
 from sst_cli.image_io import (
     EXTENSIONS,
@@ -529,7 +529,7 @@ def test_failed_write_leaves_nothing_behind(
         raise error
 
     monkeypatch.setattr(ImageFile, "_save", explode)  # Pillow's encoders (JPEG here)
-    monkeypatch.setattr(image_io, "_paeth_rows", explode_png)
+    monkeypatch.setattr(encoders, "_paeth_rows", explode_png)
     (tmp_path / "old.png").write_bytes(b"old")
     for name in ("new.png", "new.jpg"):
         with pytest.raises(type(error)):
@@ -553,7 +553,7 @@ def test_failed_16bit_write_leaves_nothing_behind(tmp_path: Path, monkeypatch: p
             raise KeyboardInterrupt
         return b"x" * 10
 
-    monkeypatch.setattr(image_io, "_png_chunk", chunk)
+    monkeypatch.setattr(encoders, "_png_chunk", chunk)
     with pytest.raises(KeyboardInterrupt):
         write_image(tmp_path / "out.png", _picture(bit_depth=16))
     assert calls[0] == b"IHDR" and os.listdir(tmp_path) == []
@@ -726,8 +726,8 @@ def test_png_slices_from_several_threads_make_one_exact_stream(
 ) -> None:
     """Slices of a few rows each, filtered and deflated by 4 threads, read back exactly, and zlib (which checks
     the Adler-32 the writer joined from the slices') decodes the whole stream."""
-    monkeypatch.setattr(image_io, "_PNG_SLICE_BYTES", 200)
-    monkeypatch.setattr(image_io, "usable_cores", lambda: 4)
+    monkeypatch.setattr(encoders, "_PNG_SLICE_BYTES", 200)
+    monkeypatch.setattr(encoders, "usable_cores", lambda: 4)
     full = 65535 if bit_depth == 16 else 255
     rng = np.random.default_rng(channels)
     values = rng.integers(0, full + 1, (37, 29, channels)).astype(np.float32)
@@ -756,7 +756,7 @@ def test_adler32_of_joined_slices() -> None:
     for cuts in ([0, 100_000], [0, 0, 5, 70_000, 100_000], [0, 1, 99_999, 100_000]):
         checksum = 1
         for start, end in itertools.pairwise(cuts):
-            checksum = image_io._adler32_joined(checksum, zlib.adler32(data[start:end]), end - start)
+            checksum = encoders._adler32_joined(checksum, zlib.adler32(data[start:end]), end - start)
         assert checksum == zlib.adler32(data)
 
 
@@ -773,9 +773,9 @@ def test_png_files_are_about_as_small_as_pillows(tmp_path: Path) -> None:
 def test_an_interrupted_png_encode_stops_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C while the slices are encoded: the slices not yet started are dropped (``Executor.map`` cancels
     them when its results stop being read), and no file is left."""
-    monkeypatch.setattr(image_io, "_PNG_SLICE_BYTES", 64)
-    monkeypatch.setattr(image_io, "usable_cores", lambda: 2)
-    real = image_io._paeth_rows
+    monkeypatch.setattr(encoders, "_PNG_SLICE_BYTES", 64)
+    monkeypatch.setattr(encoders, "usable_cores", lambda: 2)
+    real = encoders._paeth_rows
     calls: list[int] = []
 
     def paeth(*args: np.ndarray | int) -> np.ndarray:
@@ -785,7 +785,7 @@ def test_an_interrupted_png_encode_stops_at_once(tmp_path: Path, monkeypatch: py
         time.sleep(0.05)  # a slice's real work, so that the interrupt is seen while most slices wait
         return real(*args)
 
-    monkeypatch.setattr(image_io, "_paeth_rows", paeth)
+    monkeypatch.setattr(encoders, "_paeth_rows", paeth)
     with pytest.raises(KeyboardInterrupt):
         write_image(tmp_path / "out.png", _picture(color=np.zeros((200, 20, 3), np.float32)))
     assert len(calls) < 20  # of 200 one-row slices (all 200: 5 s)
