@@ -306,9 +306,9 @@ def _is_tiff(name: str) -> bool:
 
 def _tifffile_reads(im: Image.Image) -> bool:
     """TIFFs read through tifffile: Pillow decodes planar layouts of more than 8 bits with wrong colours, 32-bit
-    integers clipped to 16 bits, 16-bit colour with associated alpha as 8 bits, signed 8-bit samples as unsigned,
-    and float colour not at all. The 16-bit layouts Pillow reads right stay with it (tifffile needs imagecodecs
-    for LZW, which Pillow has)."""
+    integers clipped to 16 bits, 16-bit colour with associated alpha as 8 bits, 16-bit min-is-white gray as a
+    negative, signed 8-bit samples as unsigned, and float colour not at all. The 16-bit layouts Pillow reads
+    right stay with it (tifffile needs imagecodecs for LZW, which Pillow has)."""
     if im.format != "TIFF":
         return False
     tags = getattr(im, "tag_v2", {})
@@ -319,7 +319,10 @@ def _tifffile_reads(im: Image.Image) -> bool:
         bool(re.fullmatch(r"(RGBA?|RGBX);16[BLN]", rawmode)) or rawmode == "LA;16B" or im.mode.startswith("I;16")
     )
     turned = tags.get(274, 1) != 1  # Pillow's 16-bit gray comes out of its orientation scrambled
-    deep_wrong = deep and (tags.get(284, 1) == 2 or turned or not pillow_reads)
+    inverted = tags.get(262, 1) == 0  # min-is-white: Pillow's 16-bit gray is not turned positive
+    extras = tags.get(338, (2,))
+    not_plain_alpha = (extras if isinstance(extras, tuple) else (extras,))[:1] != (2,)  # Pillow 10: any is alpha
+    deep_wrong = deep and (tags.get(284, 1) == 2 or turned or inverted or not_plain_alpha or not pillow_reads)
     return im.mode in ("F", "I") or deep_wrong or _signed_samples(tags)
 
 
@@ -340,14 +343,36 @@ def _probe_tiff(name: str, max_pixels: int | None) -> ImageInfo:
             page = tif.pages[0]
             width, height = int(page.imagewidth), int(page.imagelength)
             _check_size(name, width, height, max_pixels)
-            dtype, samples, frames = page.dtype, int(page.samplesperpixel), len(tif.pages)
+            dtype, frames = page.dtype, len(tif.pages)
+            _, alpha, _ = _tiff_layout(name, page)
     except SstError:
         raise
     except Exception as exc:  # tifffile raises its own TiffFileError, ValueError ... on bad data
         raise ImageError(f"cannot read '{name}': the TIFF is damaged or unsupported ({exc})") from exc
     if dtype is None or dtype.kind in "fi":
         return replace(ImageInfo.of(_read_tiff(name, max_pixels)), frames=frames)
-    return ImageInfo(width, height, "tiff", samples in (2, 4), 8 if dtype == np.uint8 else 16, frames)
+    return ImageInfo(width, height, "tiff", alpha, 8 if dtype == np.uint8 else 16, frames)
+
+
+#: Colour samples per pixel of the TIFF colour spaces (PhotometricInterpretation) read through tifffile:
+#: min-is-white gray, min-is-black gray, RGB, CMYK ("separated"). Pillow reads the others at 8 bits.
+_TIFF_COLOUR_SAMPLES = {0: 1, 1: 1, 2: 3, 5: 4}
+
+
+def _tiff_layout(name: str, page: Any) -> tuple[int, bool, bool]:
+    """(colour samples, alpha, alpha premultiplied) of a TIFF page tifffile reads. Alpha is the first extra
+    sample when the file says so; other extra samples (spot colours, masks) are left out. tifffile hands the
+    samples as stored, so colour spaces it does not convert are refused rather than read as RGB."""
+    photometric = int(page.photometric)
+    colour = _TIFF_COLOUR_SAMPLES.get(photometric)
+    if colour is None:
+        space = getattr(page.photometric, "name", str(photometric))
+        raise ImageError(
+            f"cannot read '{name}': its colour space ({space}) is read only from 8-bit TIFFs; save it as RGB or gray"
+        )
+    extras = tuple(page.extrasamples or ())
+    alpha = int(page.samplesperpixel) > colour and bool(extras) and extras[0] in (1, 2)  # 0: not transparency
+    return colour, alpha, alpha and extras[0] == 1
 
 
 def _read_tiff(name: str, max_pixels: int | None) -> Picture:
@@ -364,6 +389,8 @@ def _read_tiff(name: str, max_pixels: int | None) -> Picture:
             page = tif.pages[0]
             height, width = int(page.imagelength), int(page.imagewidth)
             _check_size(name, width, height, max_pixels)
+            colour, has_alpha, premultiplied = _tiff_layout(name, page)
+            photometric = int(page.photometric)
             values = page.asarray()
             axes = page.axes
             icc = page.tags.get("InterColorProfile")
@@ -377,8 +404,9 @@ def _read_tiff(name: str, max_pixels: int | None) -> Picture:
     if axes.startswith("S"):
         values = np.moveaxis(values, 0, -1)  # planar: channels first in the file
     values = values if values.ndim == 3 else values[..., None]
-    if values.ndim != 3 or values.shape[2] not in (1, 2, 3, 4):
+    if values.ndim != 3 or values.shape[2] < colour + has_alpha:
         raise ImageError(f"cannot read '{name}': a TIFF with shape {values.shape} ({axes}) is not an image")
+    values = values[..., : colour + has_alpha]
     clipped = 0.0
     if values.dtype.kind == "f":
         floats = values.astype(np.float32)
@@ -391,6 +419,14 @@ def _read_tiff(name: str, max_pixels: int | None) -> Picture:
         scaled = np.clip(values.astype(np.float32) / np.float32(np.iinfo(values.dtype).max), 0.0, 1.0)
     else:
         raise ImageError(f"cannot read '{name}': TIFF samples of type {values.dtype} are not supported")
+    if premultiplied:  # colour stored multiplied by alpha: divided out, as Pillow does for 8-bit files
+        weight = scaled[..., -1:]
+        np.divide(scaled[..., :-1], weight, out=scaled[..., :-1], where=weight > 0)
+        np.clip(scaled, 0.0, 1.0, out=scaled)
+    if photometric == 0:  # min-is-white
+        scaled[..., :1] = 1.0 - scaled[..., :1]
+    elif photometric == 5:  # CMYK
+        scaled, icc_bytes = _cmyk_samples_to_rgb(scaled, icc_bytes), None
     scaled = _orient(scaled, orientation)
     gray = scaled.shape[2] in (1, 2)
     color = np.repeat(scaled[..., :1], 3, axis=2) if gray else np.ascontiguousarray(scaled[..., :3])
@@ -401,6 +437,18 @@ def _read_tiff(name: str, max_pixels: int | None) -> Picture:
         exif = exif_of_tiff(im)
         dpi = _dpi(im.info.get("dpi"), turned=orientation in (5, 6, 7, 8))
     return Picture(color, alpha, gray, depth, icc_bytes, exif, "tiff", clipped, dpi=dpi)
+
+
+def _cmyk_samples_to_rgb(cmyk: np.ndarray, icc: bytes | None) -> np.ndarray:
+    """CMYK(A) samples in [0, 1] -> RGB(A), as ``cmyk_to_rgb`` for 8-bit images: through the embedded profile
+    (at 8 bits, Pillow's colour management has no deeper CMYK mode), else Pillow's formula in full precision."""
+    if icc:
+        stored = np.rint(cmyk[..., :4] * 255).astype(np.uint8)
+        eight = Image.frombytes("CMYK", stored.shape[1::-1], stored.tobytes())
+        rgb = np.asarray(cmyk_to_rgb(eight, icc), np.float32) / np.float32(255)
+    else:
+        rgb = (1.0 - cmyk[..., :3]) * (1.0 - cmyk[..., 3:4])
+    return np.concatenate([rgb, cmyk[..., 4:]], axis=2, dtype=np.float32)
 
 
 def _tiff_error(name: str, exc: Exception) -> ImageError:

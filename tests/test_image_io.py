@@ -302,6 +302,55 @@ def test_a_deep_tiff_is_turned_upright(tmp_path: Path) -> None:
     assert (info.width, info.height, info.bit_depth) == (4, 3, 16)
 
 
+def _deep_tiff_cases() -> dict[str, tuple[dict[str, object], np.ndarray, np.ndarray, np.ndarray | None]]:
+    """name -> (tifffile.imwrite keywords, stored samples, expected colour, expected alpha), colours in [0, 1]."""
+    rgb = _u8(6, 8, 3)
+    alpha = np.maximum(_u8(6, 8), 64)  # premultiplied 16-bit samples keep colour within 0.5 / (64 * 257)
+    alpha[:, 0] = 0
+    cmyk = np.asarray(Image.fromarray(rgb).convert("CMYK"))
+    gray = rgb[..., 0]
+    wide = (rgb.astype(np.uint16) * 257, alpha.astype(np.uint16) * 257, gray.astype(np.uint16) * 257)
+    rgb16, a16, g16 = wide
+    kept = alpha[..., None] > 0
+    premultiplied = np.rint(rgb16 * (a16[..., None] / 65535)).astype(np.uint16)
+    floats = (rgb / 255 * alpha[..., None] / 255).astype(np.float32)
+    naive = np.asarray(Image.fromarray(cmyk, "CMYK").convert("RGB")) / 255  # Pillow's formula, as for 8-bit files
+    return {
+        "cmyk": ({"photometric": "separated"}, cmyk.astype(np.uint16) * 257, naive, None),
+        "min-is-white": ({"photometric": "miniswhite"}, 65535 - g16, np.repeat(gray[..., None] / 255, 3, 2), None),
+        "premultiplied": ({"photometric": "rgb", "extrasamples": [1]}, np.dstack([premultiplied, a16]),
+                          np.where(kept, rgb / 255, 0), alpha / 255),
+        "premultiplied float": ({"photometric": "rgb", "extrasamples": [1]}, np.dstack([floats, alpha / 255]).astype(
+            np.float32), np.where(kept, rgb / 255, 0), alpha / 255),
+        "alpha and a spot channel": ({"photometric": "rgb", "extrasamples": [2, 0]}, np.dstack([rgb16, a16, g16]),
+                                     rgb / 255, alpha / 255),
+        "a channel that is not alpha": ({"photometric": "rgb", "extrasamples": [0]}, np.dstack([rgb16, a16]),
+                                        rgb / 255, None),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(_deep_tiff_cases()))
+def test_deep_tiffs_are_read_in_their_colour_space(tmp_path: Path, case: str) -> None:
+    """16-bit and float TIFFs go through tifffile, which hands samples as stored: CMYK came out as RGB with K as
+    alpha, min-is-white as a negative, premultiplied colour darkened, and an extra channel was 'not an image'."""
+    tifffile = pytest.importorskip("tifffile")
+    options, stored, colour, alpha = _deep_tiff_cases()[case]
+    tifffile.imwrite(tmp_path / "in.tif", stored, **options)
+    picture = read_image(tmp_path / "in.tif")
+    np.testing.assert_allclose(picture.color, colour, atol=4e-5 if case == "premultiplied" else 1e-6)
+    assert (picture.alpha is None) == (alpha is None) == (not probe_image(tmp_path / "in.tif").alpha)
+    if alpha is not None:
+        np.testing.assert_allclose(picture.alpha, alpha, atol=1e-6)
+
+
+def test_a_deep_tiff_in_a_colour_space_tifffile_does_not_convert_is_refused(tmp_path: Path) -> None:
+    tifffile = pytest.importorskip("tifffile")
+    tifffile.imwrite(tmp_path / "lab.tif", _u16(4, 5, 3), photometric="cielab")
+    for read in (read_image, probe_image):  # the probe too: found before any work is done
+        with pytest.raises(ImageError, match=r"lab\.tif.*colour space \(CIELAB\) is read only from 8-bit TIFFs"):
+            read(tmp_path / "lab.tif")
+
+
 def test_cmyk_jpeg_becomes_rgb(tmp_path: Path) -> None:
     Image.new("CMYK", (8, 8), (0, 255, 255, 0)).save(tmp_path / "in.jpg")
     picture = read_image(tmp_path / "in.jpg")
