@@ -14,6 +14,7 @@ import re
 import stat
 import sys
 import threading
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
@@ -187,12 +188,14 @@ def read_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAULT
             exif_bytes = im.info.get("exif") if isinstance(im.info.get("exif"), bytes) else None
             if exif_bytes is None and fmt == "tiff":
                 exif_bytes = exif_of_tiff(im)
+            text_exif = _png_text_exif(im.info) if exif_bytes is None and fmt == "png" else None
+            exif_bytes = exif_bytes or text_exif
             try:
-                orientation = int(im.getexif().get(ORIENTATION, 1))
+                orientation = int((_exif_of(text_exif) if text_exif else im.getexif()).get(ORIENTATION, 1))
             except Exception:  # broken EXIF must not make an otherwise fine image unreadable
                 orientation = 1
             dpi = _dpi(im.info.get("dpi"), turned=orientation in (5, 6, 7, 8))
-            chunks = _kept_png_chunks(name) if fmt == "png" else ()
+            chunks = _upright_png_chunks(_kept_png_chunks(name), orientation) if fmt == "png" else ()
     except SstError:
         raise
     except UnidentifiedImageError:
@@ -252,6 +255,61 @@ def _kept_png_chunks(name: str) -> tuple[tuple[bytes, bytes], ...]:
             else:
                 fh.seek(size + 4, os.SEEK_CUR)
     return tuple(kept)
+
+
+#: Text chunks that hold EXIF (ImageMagick's, exiftool's): Pillow reads them as the PNG's EXIF, which the result
+#: carries as an eXIf chunk, upright and with its own size; the text copies would still say the input's.
+_PNG_RAW_EXIF = ("Raw profile type exif", "Raw profile type APP1")
+_XMP_KEY = b"XML:com.adobe.xmp"
+_XMP_ORIENTATION = re.compile(rb"(tiff:Orientation\s*=\s*[\"']|<tiff:Orientation>\s*)[1-8]")
+
+
+def _png_text_exif(info: dict[str, Any]) -> bytes | None:
+    """EXIF a PNG holds in an EXIF text chunk (a line "exif", a line with the length, then hex digits), which
+    Pillow reads only in recent versions; None without one or where it cannot be read."""
+    for key in _PNG_RAW_EXIF:
+        text = info.get(key)
+        with suppress(ValueError):
+            data = bytes.fromhex("".join(text.split("\n")[3:])) if isinstance(text, str) else b""
+            while data.startswith(EXIF_HEADER):  # some writers put the header in twice
+                data = data[len(EXIF_HEADER) :]
+            if data:
+                return EXIF_HEADER + data
+    return None
+
+
+def _exif_of(data: bytes) -> Image.Exif:
+    exif = Image.Exif()
+    exif.load(data)
+    return exif
+
+
+def _upright_png_chunks(chunks: tuple[tuple[bytes, bytes], ...], orientation: int) -> tuple[tuple[bytes, bytes], ...]:
+    """The kept chunks of a picture the reader turned upright (or not, ``orientation`` 1): without the EXIF text
+    chunks, and with the XMP packet's orientation set to 1, so that no viewer turns the result a second time."""
+    raw_exif = tuple(key.encode() + b"\0" for key in _PNG_RAW_EXIF)
+    kept = []
+    for kind, data in chunks:
+        if kind in (b"tEXt", b"zTXt", b"iTXt") and data.startswith(raw_exif):
+            continue
+        if orientation != 1 and kind == b"iTXt" and data.startswith(_XMP_KEY + b"\0"):
+            data = _upright_xmp(data)
+        kept.append((kind, data))
+    return tuple(kept)
+
+
+def _upright_xmp(itxt: bytes) -> bytes:
+    """An XMP iTXt chunk's data (keyword, compression flag and method, language, translated keyword, text) with
+    ``tiff:Orientation`` set to 1; left as it is where it cannot be read."""
+    head_end = len(_XMP_KEY) + 3  # keyword, its NUL, the compression flag and method
+    try:
+        compressed = itxt[head_end - 2] == 1
+        text_at = itxt.index(b"\0", itxt.index(b"\0", head_end) + 1) + 1
+        text = zlib.decompress(itxt[text_at:]) if compressed else itxt[text_at:]
+    except (IndexError, ValueError, zlib.error):
+        return itxt
+    text = _XMP_ORIENTATION.sub(rb"\g<1>1", text)
+    return itxt[:text_at] + (zlib.compress(text) if compressed else text)
 
 
 def _lossless_webp(name: str) -> bool:

@@ -731,6 +731,38 @@ def test_a_16_bit_tiff_keeps_its_resolution(tmp_path: Path, channels: int) -> No
     np.testing.assert_array_equal(again.color, picture.color)
 
 
+@pytest.mark.parametrize("where", ["text", "xmp", "zipped xmp"])
+def test_an_orientation_a_png_keeps_outside_exif_is_reset_too(tmp_path: Path, where: str) -> None:
+    """Pillow turns a PNG by the orientation in ImageMagick's EXIF text chunk or in XMP; both were copied to the
+    output as they were, still saying 6, so viewers turned the upright result a second time."""
+    from PIL import PngImagePlugin
+
+    stored = Image.fromarray(_u8(4, 6, 3))  # shown turned 90° clockwise: 6 wide, 4 high
+    info = PngImagePlugin.PngInfo()
+    if where == "text":
+        exif = Image.Exif()
+        exif[0x0112], exif[0x010F] = 6, "SST camera"
+        raw = exif.tobytes().hex()  # "Exif\0\0" and the TIFF structure
+        info.add_text("Raw profile type exif", f"\nexif\n{len(raw) // 2:8d}\n{raw}\n", zip=True)
+    else:
+        xmp = ('<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#">'
+               '<rdf:Description xmlns:tiff="http://ns.adobe.com/tiff/1.0/" tiff:Orientation="6" tiff:Make="SST"/>'
+               "</rdf:RDF></x:xmpmeta>")  # fmt: skip
+        info.add_itxt("XML:com.adobe.xmp", xmp, zip=where == "zipped xmp")
+    stored.save(tmp_path / "in.png", pnginfo=info)
+    picture = read_image(tmp_path / "in.png")
+    assert picture.color.shape[:2] == (6, 4)
+    write_image(tmp_path / "out.png", picture)
+    with Image.open(tmp_path / "out.png") as out:
+        out.load()
+        assert ImageOps.exif_transpose(out).size == (4, 6)  # as stored: upright already
+        if where == "text":
+            assert out.getexif()[0x010F] == "SST camera" and "Raw profile type exif" not in out.info
+        else:
+            xmp = out.info["XML:com.adobe.xmp"]
+            assert 'tiff:Orientation="1"' in xmp and 'tiff:Make="SST"' in xmp
+
+
 def test_a_turned_photo_turns_its_resolution_and_an_icc_profile_replaces_srgb(tmp_path: Path) -> None:
     from PIL import PngImagePlugin
 
