@@ -166,6 +166,28 @@ def check_inputs_exist(items: Sequence[str]) -> None:
     raise ConfigError(f"nothing to upscale: none of {names} exists (no such file, folder or match)")
 
 
+def _one_job_per_file(found: list[Job]) -> list[Job]:
+    """``found`` without repeats of a name, and with one job per real file: where two names (a file and a link
+    to it) reach one file, the file's own name is upscaled and the other is listed as skipped, saying why."""
+    real = {id(job): os.path.realpath(job.source) for job in found if job.error is None and job.skip is None}
+    upscaled: dict[str, Job] = {}
+    for job in found:
+        key = real.get(id(job))
+        if key is not None and (key not in upscaled or upscaled[key].source.is_symlink() > job.source.is_symlink()):
+            upscaled[key] = job
+    jobs: list[Job] = []
+    named: set[Path] = set()
+    for job in found:
+        if job.source in named:
+            continue  # the same name twice: once is enough
+        named.add(job.source)
+        key = real.get(id(job))
+        if key is not None and upscaled[key].source != job.source:
+            job = replace(job, skip=f"the same file as {upscaled[key].source}, which is upscaled")
+        jobs.append(job)
+    return jobs
+
+
 def discover_inputs(
     inputs: Iterable[str], recursive: bool = False, *, exclude: Sequence[Path] = (), skips: Skips | None = None
 ) -> list[Job]:
@@ -179,14 +201,7 @@ def discover_inputs(
     if not items:
         raise ConfigError("no inputs given: name image files, folders or globs")
     check_inputs_exist(items)
-    jobs: list[Job] = []
-    seen: set[str] = set()
-    for item in items:
-        for job in _expand(item, recursive, exclude, skips or Skips()):
-            key = os.path.realpath(job.source) if job.error is None else f"missing:{job.source}"
-            if key not in seen:
-                seen.add(key)
-                jobs.append(job)
+    jobs = _one_job_per_file([job for item in items for job in _expand(item, recursive, exclude, skips or Skips())])
     if not any(job.skip is None for job in jobs):
         if jobs:
             reasons = "; ".join(sorted({f"{j.source.name}: {j.skip}" for j in jobs})[:3])

@@ -98,6 +98,19 @@ def test_duplicates_are_dropped_and_argument_order_kept() -> None:
     assert [j.source.as_posix() for j in jobs] == ["z.png", "in/a.png"]
 
 
+def test_a_file_reached_through_a_link_is_upscaled_under_its_own_name_and_the_link_listed() -> None:
+    """A link sorting before its file made the file vanish from the run: no output, no line, no count."""
+    png(Path("in/zebra.png"))
+    png(Path("in/other.png"))
+    os.symlink("zebra.png", "in/alias.png")
+    jobs = discover_inputs(["in"], recursive=False)
+    assert [(j.source.name, j.skip) for j in jobs] == [
+        ("alias.png", "the same file as in/zebra.png, which is upscaled"),
+        ("other.png", None),
+        ("zebra.png", None),
+    ]
+
+
 def test_glob_keeps_the_tree_below_its_literal_folder() -> None:
     png(Path("in/x/a.png"))
     png(Path("in/y/b.png"))
