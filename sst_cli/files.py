@@ -313,12 +313,16 @@ def clean_stale_temporaries(folder: Path, note: Callable[[str], None] = lambda t
 
 
 def unwritable(folder: Path) -> str | None:
-    """Why files cannot be written in ``folder`` (made if missing), or None; tried with a real file."""
+    """Why files cannot be written in ``folder`` (made if missing), or None; tried with a real file holding a
+    byte (an empty file is made even on a full disk)."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".write-test.", suffix=TEMP_SUFFIX, dir=folder)
-        os.close(fd)
-        os.unlink(probe)
+        try:
+            os.write(fd, b"\0")
+        finally:
+            os.close(fd)
+            os.unlink(probe)
     except FileExistsError:
         return "a file of that name is in the way"
     except OSError as exc:

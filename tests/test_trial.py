@@ -12,8 +12,10 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -103,6 +105,32 @@ def test_unwritable_output_folder_is_one_sentence_and_nothing_is_computed(monkey
     result, net = batch(["in"])
     assert result.files[0].status == "failed" and net.calls == 0
     assert result.files[0].reason == "cannot write into 'out': the file system is read-only"
+
+
+def test_a_full_output_file_system_is_found_before_anything_is_computed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The write test made an empty file, which a full file system still allows: each file was upscaled, then
+    failed to be written."""
+    save("in/a.png")
+    Path("out").mkdir()
+    real_write, real_mkstemp = os.write, tempfile.mkstemp
+    probes: set[int] = set()
+
+    def probe(*args: Any, **kwargs: Any) -> tuple[int, str]:
+        fd, name = real_mkstemp(*args, **kwargs)
+        probes.add(fd)
+        return fd, name
+
+    def full(fd: int, data: bytes) -> int:  # what a full file system answers to the first byte of a file
+        if fd in probes:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(tempfile, "mkstemp", probe)
+    monkeypatch.setattr(os, "write", full)
+    result, net = batch(["in"])
+    assert result.files[0].status == "failed" and net.calls == 0
+    assert result.files[0].reason == "cannot write into 'out': no space left on device"
+    assert os.listdir("out") == []
 
 
 def test_a_file_where_the_output_folder_should_be() -> None:
