@@ -206,6 +206,25 @@ def test_library_remarks_about_skipped_metadata_stay_off_the_terminal() -> None:
         assert ("Corrupt EXIF" in done.stderr) is shown, done.stderr
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, a device that is always full (Linux)")
+@pytest.mark.parametrize("log", [[], ["--json-log"]])
+def test_a_full_standard_output_is_one_warning_not_a_traceback(log: list[str]) -> None:
+    """A table or a JSON log written to a full disk (or a closed pipe) ended in a traceback and exit 1, after the
+    file had been written (with --json-log: before anything was done)."""
+    import subprocess
+    import sys
+
+    image("a.png")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    command = [sys.executable, "-m", "sst_cli", "upscale", "a.png", "-o", "out", *log, *MODEL]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    said = " ".join(done.stderr.split())
+    assert "warning: could not write to standard output (no space left on device)" in said
+    assert os.listdir("out") == ["a_mini_x3_x3.png"]
+
+
 def test_never_writes_over_an_input() -> None:
     image("in/a.png")
     before = Path("in/a.png").read_bytes()

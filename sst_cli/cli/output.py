@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import sys
 from collections.abc import Callable
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
@@ -16,8 +19,44 @@ from ..signals import stop_on_signals
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+
+class _Guarded:
+    """Standard output or error as the current ``sys`` stream (test runners swap it), which a full disk or a
+    closed pipe cannot turn into a traceback: the first failure is kept (``handle_errors`` says it once, on
+    stderr), what follows is dropped, and the stream is pointed at the null device so that Python's own flush
+    at exit does not fail again. Everything else (isatty, fileno, encoding) is the stream's own."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self.failure: OSError | None = None
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(getattr(sys, self._name), attribute)
+
+    def write(self, text: str) -> int:
+        self._guard(lambda stream: stream.write(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._guard(lambda stream: stream.flush())
+
+    def _guard(self, action: Callable[[Any], object]) -> None:
+        if self.failure is not None:
+            return
+        stream = getattr(sys, self._name)
+        try:
+            action(stream)
+        except OSError as exc:
+            self.failure = exc
+            with suppress(Exception):
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, stream.fileno())
+                os.close(null)
+
+
+stdout, stderr = _Guarded("stdout"), _Guarded("stderr")
+console = Console(file=stdout, highlight=False)  # type: ignore[arg-type]
+err_console = Console(file=stderr, highlight=False)  # type: ignore[arg-type]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,7 +85,7 @@ def count_progress(*, disable: bool = False, **options: Any) -> Progress:
 
 def json_event(event: str, **fields: Any) -> None:
     """One ``--json-log`` line on stdout: a JSON object whose ``event`` names what happened."""
-    print(json.dumps({"event": event, **fields}), flush=True)
+    print(json.dumps({"event": event, **fields}), file=stdout, flush=True)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -61,6 +100,7 @@ def handle_errors(command: F) -> F:
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        stdout.failure = stderr.failure = None  # a command of its own (tests run many in one process)
         try:
             with stop_on_signals():
                 return command(*args, **kwargs)
@@ -73,6 +113,15 @@ def handle_errors(command: F) -> F:
         except KeyboardInterrupt as exc:
             code = getattr(exc, "exit_code", 130)
             raise fail("interrupted" if code == 130 else f"stopped by signal {code - 128}", code) from None
+        finally:
+            if stdout.failure is not None:
+                said = stdout.failure.strerror or str(stdout.failure)
+                reason = said[:1].lower() + said[1:]
+                err_console.print(
+                    f"[yellow]warning:[/] could not write to standard output ({_escape(reason)}): what it shows is "
+                    "cut short",
+                    soft_wrap=True,
+                )
 
     return wrapper  # type: ignore[return-value]
 
