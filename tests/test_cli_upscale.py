@@ -277,6 +277,21 @@ def test_a_fatal_error_is_a_json_event_too() -> None:
     }  # fmt: skip
 
 
+def test_an_interrupt_before_the_batch_is_a_json_event_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stopped while the model loaded, a --json-log run printed nothing at all on stdout."""
+    image("a.png")
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Upscaler, "__init__", interrupted)
+    result = sst("a.png", "--json-log")
+    assert result.exit_code == 130 and "interrupted" in result.stderr
+    assert [json.loads(line) for line in result.stdout.splitlines()][-1] == {
+        "event": "error", "message": "interrupted", "exit_code": 130, "interrupted": True,
+    }  # fmt: skip
+
+
 def test_a_resume_with_nothing_left_still_clears_a_killed_runs_temporaries() -> None:
     image("a.png")
     assert sst("a.png", "-q").exit_code == 0

@@ -110,9 +110,12 @@ def handle_errors(command: F) -> F:
             if kwargs.get("json_log"):
                 json_event("error", message=str(exc), exit_code=exc.exit_code)
             raise fail(_escape(str(exc)), exc.exit_code) from None
-        except KeyboardInterrupt as exc:
+        except KeyboardInterrupt as exc:  # before a command's own handling (a batch's summary) begins
             code = getattr(exc, "exit_code", 130)
-            raise fail("interrupted" if code == 130 else f"stopped by signal {code - 128}", code) from None
+            message = "interrupted" if code == 130 else f"stopped by signal {code - 128}"
+            if kwargs.get("json_log"):
+                json_event("error", message=message, exit_code=code, interrupted=True)
+            raise fail(message, code) from None
         finally:
             if stdout.failure is not None:
                 said = stdout.failure.strerror or str(stdout.failure)
