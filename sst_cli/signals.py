@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -31,3 +32,17 @@ def stop_on_signals() -> Iterator[None]:
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+
+
+def second_interrupt_exits_at_once() -> None:
+    """Ctrl-C raises KeyboardInterrupt once, which stops the run cleanly; a second one (pressed while that
+    clean-up or Python's own shutdown runs) ends the process at once with the same exit code, instead of
+    breaking the shutdown with a traceback. Temporaries it leaves are removed by the next run in that folder.
+    For the command-line process only (a library must not take over its host's Ctrl-C)."""
+
+    def first(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, first)

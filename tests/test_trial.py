@@ -191,6 +191,26 @@ def test_sigterm_stops_like_ctrl_c_with_exit_143_and_no_temporary(tmp_path: Path
     assert not [p for p in (tmp_path / "out").iterdir() if p.name.endswith(".sst-tmp")]
 
 
+def test_a_second_ctrl_c_during_the_clean_up_ends_the_process_quietly() -> None:
+    """A second Ctrl-C pressed while the first one's clean-up ran broke Python's shutdown with a traceback."""
+    code = (
+        "import os, signal, time\n"
+        "from sst_cli.signals import second_interrupt_exits_at_once\n"
+        "second_interrupt_exits_at_once()\n"
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGINT); time.sleep(30)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('cleaning up', flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGINT); time.sleep(30)\n"
+        "print('not reached')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (130, "cleaning up\n", "")
+    assert time.monotonic() - started < 20
+
+
 def test_stale_temporaries_of_a_killed_run_are_removed_with_a_notice() -> None:
     save("in/a.png")
     Path("out").mkdir()

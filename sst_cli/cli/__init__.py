@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__
+from ..signals import second_interrupt_exits_at_once
 from . import bench, compare, evaluate, models, train, upscale
 from .output import console, set_debug
 
@@ -84,4 +85,5 @@ def quiet_decoders() -> None:
 
 
 def main() -> None:
+    second_interrupt_exits_at_once()
     app()
