@@ -52,6 +52,24 @@ def _replace(source: Path, target: Path) -> None:
             time.sleep(0.05 * (attempt + 1))
 
 
+def _place_new(temp: Path, target: Path) -> None:
+    """Give ``temp`` the name ``target`` unless that name was taken meanwhile: a hard link fails on a taken name,
+    which a rename would replace. Where the file system has no hard links (FAT, some network shares), the name
+    is checked just before the rename."""
+    taken = OutputExists(f"refusing to overwrite '{target}': it already exists (written while this run worked)")
+    try:
+        os.link(temp, target)
+    except FileExistsError:
+        raise taken from None
+    except OSError:
+        if os.path.lexists(target):
+            raise taken from None
+        _replace(temp, target)
+    else:
+        with suppress(OSError):
+            temp.unlink()
+
+
 def _default_mode() -> int:
     """The permissions a plain new file gets here (0666 less the umask), for writers that make it private."""
     umask = os.umask(0)
@@ -86,12 +104,17 @@ def _nearly_full(folder: Path) -> bool:
 
 
 def atomic_save(
-    path: str | os.PathLike[str], save: Callable[[Path], None], *, error: type[SstError] = WriteError
+    path: str | os.PathLike[str],
+    save: Callable[[Path], None],
+    *,
+    error: type[SstError] = WriteError,
+    overwrite: bool = True,
 ) -> None:
     """Run ``save(temporary_path)`` and rename the result over ``path`` (for libraries that take a file name).
 
     Failures become ``error`` ("cannot write 'path': reason"); library errors (SstError) and interrupts pass
-    through unchanged. The temporary file is removed in every case.
+    through unchanged. The temporary file is removed in every case. Without ``overwrite``, a file another
+    process put at ``path`` while this one worked is kept (``OutputExists``), not replaced.
     """
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
@@ -103,7 +126,10 @@ def atomic_save(
         with suppress(OSError):  # some writers (safetensors) create private files: give the usual permissions
             if stat.S_IMODE(temp.stat().st_mode) != _default_mode():
                 os.chmod(temp, _default_mode())
-        _replace(temp, target)
+        if overwrite:
+            _replace(temp, target)
+        else:
+            _place_new(temp, target)
     except BaseException as exc:
         with suppress(OSError):
             temp.unlink()
@@ -113,9 +139,14 @@ def atomic_save(
 
 
 def atomic_write(
-    path: str | os.PathLike[str], encode: Callable[[IO[bytes]], object], *, error: type[SstError] = WriteError
+    path: str | os.PathLike[str],
+    encode: Callable[[IO[bytes]], object],
+    *,
+    error: type[SstError] = WriteError,
+    overwrite: bool = True,
 ) -> None:
-    """Write the bytes ``encode(fh)`` produces to ``path`` atomically, flushed to disk before the rename."""
+    """Write the bytes ``encode(fh)`` produces to ``path`` atomically, flushed to disk before the rename
+    (``overwrite``: as for ``atomic_save``)."""
 
     def save(temp: Path) -> None:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
@@ -124,7 +155,7 @@ def atomic_write(
             fh.flush()
             os.fsync(fh.fileno())
 
-    atomic_save(path, save, error=error)
+    atomic_save(path, save, error=error, overwrite=overwrite)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str, *, error: type[SstError] = WriteError) -> None:

@@ -709,7 +709,7 @@ def write_image(
             image = Image.fromarray(samples[..., 0] if samples.shape[2] == 1 else samples)
             image.save(fh, format=fmt.upper(), **params)
 
-    atomic_write(name, encode, error=ImageError)
+    atomic_write(name, encode, error=ImageError, overwrite=overwrite)
 
 
 def normalise_format(fmt: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import itertools
 import os
@@ -11,12 +12,13 @@ import warnings
 import zlib
 from dataclasses import replace
 from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 import pytest
 from PIL import Image, ImageCms, ImageFile, ImageOps
 
-from sst_cli import encoders
+from sst_cli import encoders, image_io
 from sst_cli.errors import ConfigError, ImageError, OutputExists
 from sst_cli.image_io import (
     EXTENSIONS,
@@ -608,17 +610,40 @@ def test_failed_16bit_write_leaves_nothing_behind(tmp_path: Path, monkeypatch: p
     assert calls[0] == b"IHDR" and os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("links", [True, False])
+def test_a_file_written_meanwhile_is_not_replaced_without_overwrite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, links: bool
+) -> None:
+    """The name was checked before encoding and the rename replaced whatever was there by then: another run
+    writing the same output meanwhile lost its file without --overwrite."""
+    real_png = encoders.write_png
+
+    def slow_encode(fh: IO[bytes], *args: Any, **kwargs: Any) -> None:
+        (tmp_path / "out.png").write_bytes(b"another run's result")
+        real_png(fh, *args, **kwargs)
+
+    monkeypatch.setattr(image_io, "write_png", slow_encode)
+    if not links:  # a file system without hard links: the name is checked again just before the rename
+        monkeypatch.setattr(os, "link", lambda *args: (_ for _ in ()).throw(OSError(errno.EPERM, "no links")))
+    with pytest.raises(OutputExists, match=r"out\.png': it already exists \(written while this run worked\)"):
+        write_image(tmp_path / "out.png", _picture())
+    assert os.listdir(tmp_path) == ["out.png"] and (tmp_path / "out.png").read_bytes() == b"another run's result"
+    write_image(tmp_path / "out.png", _picture(), overwrite=True)
+    assert read_image(tmp_path / "out.png").color.shape == (4, 5, 3)
+
+
 def test_temporary_file_is_hidden_beside_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[tuple[str, str]] = []
-    real_replace = os.replace
+    real_link = os.link
 
-    def spy(src: str, dst: str) -> None:
+    def spy(src: str, dst: str) -> None:  # a new name: linked (replacing only with overwrite)
         seen.append((src, dst))
-        real_replace(src, dst)
+        real_link(src, dst)
 
-    monkeypatch.setattr(os, "replace", spy)
+    monkeypatch.setattr(os, "link", spy)
     write_image(tmp_path / "out.png", _picture())
     ((src, dst),) = seen
+    assert os.listdir(tmp_path) == ["out.png"]
     assert os.path.dirname(src) == str(tmp_path) and os.path.basename(src).startswith(".")
     assert os.path.basename(src).endswith(".sst-tmp") and os.fspath(dst) == str(tmp_path / "out.png")
 
