@@ -53,7 +53,9 @@ class VideoResult:
     lost: int = 0  # packets that failed to decode: their frames are missing from the result
     concealed: int = 0  # frames the decoder flagged as damaged but repaired: upscaled as they came
     copied: list[str] = field(default_factory=list)
-    dropped: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)  # streams the output container cannot hold
+    unused: list[str] = field(default_factory=list)  # video streams after the first, which is the one upscaled
+    seconds: float = 0.0  # from the first frame read to the end of the last: what a truncated file lacks
 
 
 def plan_video(
@@ -87,7 +89,7 @@ def upscale_video(
     result = VideoResult()
     per_pass = upscaler.images_per_pass(info.height, info.width, limit=options.most_per_pass)
     save = lambda temp: _transcode(upscaler, info, plan, per_pass, temp, result, on_frame)  # noqa: E731
-    atomic_save(target, save, error=VideoError)
+    atomic_save(target, save, error=VideoError, overwrite=overwrite)
     return result
 
 
@@ -134,8 +136,6 @@ def _transcode(
                 if item[0] == "packet":
                     upscaled.put(item, writer)
                     continue
-                if pending and item[1].shape != pending[0][0].shape:
-                    _upscale(upscaler, pending, upscaled, writer, result, on_frame, info.frames)
                 pending.append(item[1:])
                 if len(pending) >= per_pass:
                     _upscale(upscaler, pending, upscaled, writer, result, on_frame, info.frames)
@@ -155,7 +155,9 @@ def _decode(source: Any, streams: list[Any], decode: Callable[[Any], list[Any]],
     av = require_av()
     video = streams[0]
     step = _frame_step(info)
+    first_pts: int | None = None
     last_pts: int | None = None
+    count = 0
     for packet in source.demux(streams):
         if packet.stream.index != video.index:
             if packet.size and packet.dts is not None:
@@ -167,10 +169,18 @@ def _decode(source: Any, streams: list[Any], decode: Callable[[Any], list[Any]],
             result.lost += 1
             continue
         for frame in frames:
+            count += 1
+            if (frame.width, frame.height) != (info.width, info.height):
+                raise VideoError(
+                    f"cannot upscale '{info.path}': its frame {count} is {frame.width}x{frame.height}, but its "
+                    f"first is {info.width}x{info.height} (sst-cli upscales clips of one frame size only)"
+                )
             pts = frame.pts
             if pts is None or (last_pts is not None and pts <= last_pts):
                 pts = 0 if last_pts is None else last_pts + step  # containers without timestamps (raw, AVI)
+            first_pts = pts if first_pts is None else first_pts
             last_pts = pts
+            result.seconds = float((pts + (frame.duration or step) - first_pts) * info.time_base)
             result.concealed += bool(frame.is_corrupt)
             out.put(("frame", frame_to_array(frame, plan.rgb_depth, plan.alpha), pts, frame))
     out.put(_END)
@@ -214,9 +224,10 @@ def _frame_step(info: VideoInfo) -> int:
 
 
 def _copy_streams(source: Any, video: Any, output: Any, encoder: Any, result: VideoResult) -> dict[int, Any]:
-    """Output streams for the input's audio, subtitle and data streams that the output container can hold, with
-    their tags and flags (and the container's and the video's: ``video_tags.py``); a timecode track (MOV / MP4
-    ``tmcd``) is kept as the video stream's timecode, which the muxer writes anew."""
+    """Output streams for the input's audio, subtitle and data streams that the output container can hold (and its
+    attachments, in Matroska), with their tags and flags (and the container's and the video's: ``video_tags.py``);
+    a timecode track (MOV / MP4 ``tmcd``) is kept as the video stream's timecode, which the muxer writes anew.
+    Video streams after the first are left out (``result.unused``)."""
     copies: dict[int, Any] = {}
     keep_container_labels(source, output)
     keep_labels(video, encoder, reencoded=True)
@@ -229,6 +240,13 @@ def _copy_streams(source: Any, video: Any, output: Any, encoder: Any, result: Vi
             result.copied.append(f"timecode {timecode}")
             continue
         label = f"{stream.type} {stream_codec(stream)}"
+        if stream.type == "video":
+            result.unused.append(label)
+            continue
+        if stream.type == "attachment" and output.format.name == "matroska":  # fonts of ASS subtitles, cover art
+            output.add_attachment(stream.name, stream.mimetype or "application/octet-stream", stream.data)
+            result.copied.append(label)
+            continue
         if stream.type not in _COPIED or not _muxer_takes(output.format.name, stream):
             result.dropped.append(label)
             continue

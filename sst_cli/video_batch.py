@@ -254,10 +254,7 @@ def _one(plan: _VideoPlan, upscaler: Upscaler | None, video: VideoOptions, writi
 def _damage(source: Path, done: VideoResult, info: VideoInfo) -> list[str]:
     lines = []
     decoded = done.frames + done.lost
-    # A listed count is exact; an estimate (duration x rate) is trusted to within a tenth and two frames.
-    short = decoded < info.frames if info.frames_listed else decoded < 0.9 * info.frames - 2
-    short = short and info.container not in UNCOUNTED_CONTAINERS
-    if short:
+    if _ends_early(done, info):
         how = "its container lists" if info.frames_listed else "its duration suggests about"
         lines.append(
             f"{source}: ends early: {decoded} frame(s) where {how} {info.frames} (a truncated file?); the result "
@@ -272,4 +269,18 @@ def _damage(source: Path, done: VideoResult, info: VideoInfo) -> list[str]:
         lines.append(f"{source}: {done.concealed} damaged frame(s) were repaired by the decoder and upscaled as such")
     if done.dropped:
         lines.append(f"{source}: left out {', '.join(done.dropped)} (the output container cannot hold them)")
+    if done.unused:
+        lines.append(f"{source}: left out {', '.join(done.unused)} (only the first video stream is upscaled)")
     return lines
+
+
+def _ends_early(done: VideoResult, info: VideoInfo) -> bool:
+    """Whether fewer frames were read than the clip holds. A listed count is exact; otherwise the frames' own
+    timestamps are compared with the video's duration, to within a tenth and two frames (a count estimated from
+    duration x nominal rate would call a complete variable-frame-rate clip short)."""
+    if info.container in UNCOUNTED_CONTAINERS:
+        return False
+    if info.frames_listed:
+        return done.frames + done.lost < info.frames
+    frame = 1 / float(info.rate) if info.rate else 0.0
+    return info.frames > 0 and done.seconds < 0.9 * info.seconds - 2 * frame

@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 
 #: Extensions taken for video; folders are searched for these (no PyAV needed to tell).
 VIDEO_EXTENSIONS = frozenset(
-    {".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".ts", ".mts", ".m2ts", ".mpg", ".mpeg", ".wmv", ".flv", ".ogv"}
-)
+    {".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".ts", ".mts", ".m2ts", ".mpg", ".mpeg", ".wmv", ".flv", ".ogv",
+     ".3gp", ".3g2"}
+)  # fmt: skip
 #: Containers written as themselves; anything else becomes Matroska (or MOV for the codecs it lacks: PNG, QTRLE).
 _MUXERS = {"mp4": "mp4", "m4v": "mp4", "mov": "mov", "mkv": "matroska", "webm": "webm", "ts": "mpegts"}
 #: Encoders of each decoder family, in order of preference, used when the wheel's FFmpeg has them.
@@ -46,6 +47,12 @@ _FALLBACK = ("libx264", "mpeg4")  # families without an encoder here (e.g. mpeg2
 _TS_VIDEO = frozenset({"libx264", "libx265", "mpeg4"})  # MPEG-TS keeps KLV and other data streams; MKV cannot
 #: MOV's muxer lists these, then refuses them as experimental.
 _MOV_REFUSES = frozenset({"libvpx", "libvpx-vp9", "libsvtav1", "libaom-av1"})
+#: Muxers that store the sample aspect ratio themselves; elsewhere only these encoders keep it, in their bitstream
+#: (PyAV cannot set the stream's own ratio, which Matroska and WebM write).
+_SAR_MUXERS = frozenset({"mp4", "mov"})
+_SAR_ENCODERS = frozenset({"libx264", "libx265", "mpeg4", "mjpeg"})
+#: Muxers that store a display rotation (MPEG-TS has no place for it).
+_ROTATION_MUXERS = frozenset({"mp4", "mov", "matroska", "webm"})
 #: Demuxers whose frame counts are upper bounds: a variable-rate AVI stores an empty packet per skipped tick.
 UNCOUNTED_CONTAINERS = frozenset({"avi"})
 #: FFmpeg's demuxers of single images: a picture named .mp4 opens through them as a one-frame "video".
@@ -125,6 +132,8 @@ class VideoInfo:
     others: tuple[str, ...]  # the other streams: "audio aac", "subtitle mov_text", ...
     alpha: bool = False  # frames carry transparency
     frames_listed: bool = False  # ``frames`` is the container's own count (MP4, MOV), not an estimate
+    seconds: float = 0.0  # the video's duration (``_seconds``), 0 when unknown
+    aspect: Fraction | None = None  # sample (pixel) aspect ratio when not square, e.g. 4/3 for anamorphic video
 
 
 def probe_video(path: str | os.PathLike[str]) -> VideoInfo:
@@ -155,13 +164,15 @@ def probe_video(path: str | os.PathLike[str]) -> VideoInfo:
         rate = stream.average_rate or stream.guessed_rate
         frames = int(stream.frames or 0)
         listed = frames > 0
+        seconds = _seconds(stream, container)
         if not frames and rate:
-            frames = round(_seconds(stream, container) * float(rate))
+            frames = round(seconds * float(rate))
         others = tuple(f"{s.type} {stream_codec(s)}" for s in container.streams if s.index != stream.index)
+        aspect = stream.sample_aspect_ratio  # the container's, else the codec's
         return VideoInfo(
             Path(name), first.width, first.height, ctx.codec.name, first.format.name, depth, frames,
             Fraction(stream.time_base), Fraction(rate) if rate else None, rotation, container.format.name, others,
-            alpha, listed,
+            alpha, listed, seconds, Fraction(aspect) if aspect and aspect != 1 else None,
         )  # fmt: skip
 
 
@@ -480,6 +491,8 @@ def plan_encoding(
             f"'{info.path}' has an alpha channel (transparency), which is dropped: {why} (--codec ffv1, prores_ks, "
             "libvpx-vp9, png or qtrle, or --lossless, keep it)"
         )
+    muxer = _MUXERS.get(ext, "matroska")
+    warnings.extend(_lost_geometry(info, codec, muxer, ext))
     notes: list[str] = []
     if deep and _depth(pix_fmt) <= 8 and options.pix_fmt is None:  # a --pix-fmt chose 8 bits: nothing to say
         notes.append(f"{codec} cannot store {info.bit_depth}-bit samples: writing 8-bit {pix_fmt}")
@@ -510,9 +523,25 @@ def plan_encoding(
     if codec == "libsvtav1":
         os.environ.setdefault("SVT_LOG", "1")  # errors only: SVT-AV1 prints ~20 lines of its settings otherwise
     depth = 16 if deep and (options.lossless or _depth(pix_fmt) > 8) else 8
-    muxer = _MUXERS.get(ext, "matroska")
     _try_encoder(codec, pix_fmt, width, height, opts)
     return EncodePlan(codec, pix_fmt, muxer, ext, width, height, depth, opts, tuple(notes), alpha, tuple(warnings))
+
+
+def _lost_geometry(info: VideoInfo, codec: str, muxer: str, ext: str) -> list[str]:
+    """Warnings for a display rotation or non-square pixels that the result cannot store, so that a picture shown
+    turned or stretched differently from its source is never a surprise."""
+    lost = []
+    if info.rotation and muxer not in _ROTATION_MUXERS:
+        lost.append(
+            f"'{info.path}' is displayed rotated by {info.rotation} degrees, which .{ext} cannot store: the result "
+            "plays unrotated (.mp4, .mov or .mkv keep it)"
+        )
+    if info.aspect and muxer not in _SAR_MUXERS and codec not in _SAR_ENCODERS:
+        lost.append(
+            f"'{info.path}' has non-square pixels (aspect ratio {info.aspect}), which {codec} in .{ext} cannot store: "
+            "the result plays with square pixels (.mp4 or .mov keep it)"
+        )
+    return lost
 
 
 def _try_encoder(codec: str, pix_fmt: str, width: int, height: int, opts: dict[str, str]) -> None:
@@ -569,10 +598,14 @@ def open_output_stream(output: Any, info: VideoInfo, source_stream: Any, plan: E
     ctx = stream.codec_context
     ctx.time_base = info.time_base
     ctx.thread_count = threads
+    if info.aspect:
+        ctx.sample_aspect_ratio = info.aspect  # unchanged by upscaling: both sides grow alike
     source = source_stream.codec_context
     if not _is_rgb(plan.pix_fmt):
         for key in ("color_primaries", "color_trc", "colorspace", "color_range"):
             setattr(ctx, key, getattr(source, key))
+        if _is_rgb(info.pix_fmt) and _matrix(source) is None:
+            ctx.colorspace = _BT601  # RGB names no YUV matrix: array_to_frame converted with swscale's default
     else:
         for key in ("color_primaries", "color_trc"):
             setattr(ctx, key, getattr(source, key))
@@ -605,6 +638,7 @@ def array_to_frame(array: Any, plan: EncodePlan, like: Any) -> av.VideoFrame:
 
 #: Colour matrices (AVColorSpace) -> the ones swscale converts with; others (unspecified) fall back to BT.601.
 _MATRICES = {1: 1, 4: 4, 5: 5, 6: 5, 7: 7, 9: 9, 10: 9}
+_BT601 = 6  # AVCOL_SPC_SMPTE170M: the tag PyAV gives its BT.601 conversions
 
 
 def _is_rgb(pix_fmt: str) -> bool:
@@ -613,4 +647,5 @@ def _is_rgb(pix_fmt: str) -> bool:
 
 
 def _matrix(frame: Any) -> int | None:
+    """The swscale matrix of a frame's (or codec context's) colour matrix; None: swscale's default, BT.601."""
     return _MATRICES.get(int(frame.colorspace or 2))

@@ -298,3 +298,12 @@ def test_an_outscale_that_leaves_no_pixel_is_refused_before_the_model_loads(
     result = sst("a.mp4", "-o", "out", "--outscale", "0.04", "--scale", "3")
     assert result.exit_code == 1 and not Path("out").exists()
     assert "'a.mp4' (16x12 px) at --outscale 0.04 would give a 1x0 px result" in " ".join(result.stderr.split())
+
+
+def test_3gp_and_3g2_phone_clips_are_video(tmp_path: Path) -> None:
+    """A 3GP clip was taken for an image ("not a PNG, JPEG, WebP, TIFF, BMP or GIF image")."""
+    clip("phone.3gp", audio=False)
+    clip("old.3g2", audio=False)
+    result = sst("phone.3gp", "old.3g2")
+    assert result.exit_code == 0, result.output
+    assert Path("phone_mini_x3_x3.mkv").is_file() and Path("old_mini_x3_x3.mkv").is_file()  # MKV: sst-cli writes no 3GP

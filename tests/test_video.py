@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import tiny_sst
-from videoclips import CHAPTERS, LABELS, audio_packets, decoded, make_clip, seconds
+from videoclips import CHAPTERS, LABELS, audio_packets, decoded, make_clip, resized_ts, seconds
 
 from sst_cli import Upscaler
 from sst_cli.errors import ConfigError, OutputExists, Terminated, VideoError
@@ -527,3 +527,87 @@ def test_mjpeg_takes_the_inputs_limited_range_format(tmp_path: Path) -> None:
     assert result.frames == 2
     with av.open(str(tmp_path / "a_x2.mkv")) as c:
         assert (c.streams.video[0].codec_context.name, c.streams.video[0].format.name) == ("mjpeg", "yuv420p")
+
+
+def test_non_square_pixels_are_kept_and_said_where_they_cannot_be(tmp_path: Path) -> None:
+    """An anamorphic clip (4/3 pixels) came out with square ones: a picture squeezed on playback."""
+    up = Upscaler(_Nearest(), device="cpu", tile=0)
+    clip = make_clip(tmp_path / "wide.mp4", aspect=Fraction(4, 3), pts_ms=(0, 40), audio=False)
+    info = probe_video(clip)
+    assert info.aspect == Fraction(4, 3)
+    for ext in ("mp4", "mkv", "ts"):  # MP4's own box; H.264's bitstream in MKV and MPEG-TS
+        upscale_video(up, clip, tmp_path / f"wide_x2.{ext}")
+        with av.open(str(tmp_path / f"wide_x2.{ext}")) as c:
+            assert c.streams.video[0].sample_aspect_ratio == Fraction(4, 3), ext
+    assert plan_encoding(info, 64, 48, VideoOptions()).warnings == ()
+    assert plan_encoding(info, 64, 48, VideoOptions(lossless=True)).warnings == (
+        f"'{clip}' has non-square pixels (aspect ratio 4/3), which ffv1 in .mkv cannot store: the result plays with "
+        "square pixels (.mp4 or .mov keep it)",
+    )
+
+
+def test_a_change_of_frame_size_fails_the_clip_and_leaves_nothing(tmp_path: Path) -> None:
+    """Frames after a change of size were cropped to the first size, silently."""
+    clip = resized_ts(tmp_path / "tv.ts")
+    out = tmp_path / "tv_x2.ts"
+    with pytest.raises(VideoError) as caught:
+        upscale_video(Upscaler(_Nearest(), device="cpu", tile=0), clip, out)
+    assert str(caught.value) == (
+        f"cannot upscale '{clip}': its frame 4 is 48x32, but its first is 32x24 (sst-cli upscales clips of one frame "
+        "size only)"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tv.ts"] and _no_video_threads()
+
+
+def test_a_rotation_the_container_cannot_store_is_said(tmp_path: Path) -> None:
+    info = probe_video(make_clip(tmp_path / "phone.mp4", rotation=90, pts_ms=(0,), audio=False))
+    assert plan_encoding(info, 64, 48, VideoOptions(), tmp_path / "up.mp4").warnings == ()
+    assert plan_encoding(info, 64, 48, VideoOptions(), tmp_path / "up.ts").warnings == (
+        f"'{info.path}' is displayed rotated by 90 degrees, which .ts cannot store: the result plays unrotated "
+        "(.mp4, .mov or .mkv keep it)",
+    )
+
+
+def test_attachments_are_copied_into_matroska_and_other_video_streams_are_named(tmp_path: Path) -> None:
+    """Fonts were left out of an MKV result, and they and a second video stream were said not to fit in it."""
+    from sst_cli.video_batch import _damage
+
+    up = Upscaler(_Nearest(), device="cpu", tile=0)
+    font = ("sign.ttf", "font/ttf", b"\0\1 glyphs")
+    clip = make_clip(tmp_path / "film.mkv", attachment=font, second_video=True, pts_ms=(0, 40), audio=False)
+    info = probe_video(clip)
+    result = upscale_video(up, clip, tmp_path / "film_x2.mkv", info=info)
+    assert (result.copied, result.dropped, result.unused) == (["attachment sign.ttf"], [], ["video h264"])
+    with av.open(str(tmp_path / "film_x2.mkv")) as c:
+        (kept,) = c.streams.attachments
+        assert (kept.name, kept.mimetype, bytes(kept.data)) == font
+    assert _damage(clip, result, info) == [f"{clip}: left out video h264 (only the first video stream is upscaled)"]
+    result = upscale_video(up, clip, tmp_path / "film_x2.mp4", info=info)
+    assert (result.copied, result.dropped) == ([], ["attachment sign.ttf"])
+
+
+def test_a_complete_variable_rate_clip_is_not_called_truncated(tmp_path: Path) -> None:
+    """Six frames in 0.373 s at a nominal 25 frames/s were said to be a truncated file of about 9."""
+    from sst_cli.video_batch import _damage
+
+    clip = make_clip(tmp_path / "vfr.mkv", pts_ms=(0, 40, 120, 130, 300, 333), audio=False)
+    info = probe_video(clip)
+    assert info.frames == 9 and not info.frames_listed  # 0.373 s x 25
+    result = upscale_video(Upscaler(_Nearest(), device="cpu", tile=0), clip, tmp_path / "vfr_x2.mkv", info=info)
+    assert result.frames == 6 and result.seconds == pytest.approx(0.373)
+    assert _damage(clip, result, info) == []
+
+
+def test_an_rgb_source_encoded_as_yuv_is_tagged_with_the_matrix_used(tmp_path: Path) -> None:
+    """PNG frames (matrix "RGB") written as H.264 kept that tag, which no YUV stream can have."""
+    clip = make_clip(tmp_path / "art.mov", codec="png", pix_fmt="rgb24", colour=(200, 40, 60), pts_ms=(0, 40),
+                     audio=False, bt709=False)  # fmt: skip
+    with av.open(str(clip)) as c:
+        assert c.streams.video[0].codec_context.colorspace == 0  # RGB
+    out = tmp_path / "art_x2.mp4"
+    upscale_video(Upscaler(_Nearest(), device="cpu", tile=0), clip, out, options=VideoOptions(codec="libx264"))
+    with av.open(str(out)) as c:
+        assert c.streams.video[0].codec_context.colorspace == 6  # SMPTE 170M: BT.601, swscale's default
+    before = decoded(clip)[0][1].to_ndarray(format="rgb24").astype(int)
+    after = decoded(out)[0][1].to_ndarray(format="rgb24", src_colorspace=5).astype(int)  # read as BT.601
+    assert np.abs(after[::2, ::2] - before).max() <= 3

@@ -41,13 +41,17 @@ def make_clip(
     data: str | None = None,
     timecode: str | None = None,
     labels: bool = False,
+    aspect: Fraction | None = None,
+    attachment: tuple[str, str, bytes] | None = None,
+    second_video: bool = False,
 ) -> Path:
     """Write a clip; ``corrupt`` replaces those frames' packets with garbage bytes (an intra-only codec keeps the
     damage to that one frame); a ``pix_fmt`` with alpha gets random transparency; ``options`` go to the muxer;
     ``tags``: colour primaries, transfer, matrix and range (instead of BT.709 limited); ``data``: a data stream
     of that codec (MPEG-TS: ``klv``) with one packet b"data i" per frame; ``timecode``: the video's start
     timecode (MOV / MP4 write it as a ``tmcd`` track); ``labels``: the tags and flags of ``LABELS`` on the container
-    and streams."""
+    and streams; ``aspect``: the sample (pixel) aspect ratio; ``attachment``: (name, mimetype, data) of a Matroska
+    attachment; ``second_video``: a second video stream of the same frames."""
     import av
 
     rng = np.random.default_rng(seed)
@@ -57,6 +61,7 @@ def make_clip(
             out.metadata.update(LABELS["container"])
             out.set_chapters([dict(c, time_base=Fraction(1, 1000)) for c in CHAPTERS])
         streams = []
+        extra = None
         if video:
             vs = out.add_stream(codec, rate=25)
             vs.width, vs.height, vs.pix_fmt = size[0], size[1], pix_fmt
@@ -71,7 +76,16 @@ def make_clip(
                 vs.set_display_rotation(rotation)
             if labels:
                 vs.metadata.update(LABELS["video"])
+            if aspect:
+                vs.codec_context.sample_aspect_ratio = aspect
             streams.append(vs)
+            if second_video:
+                extra = out.add_stream(codec, rate=25)
+                extra.width, extra.height, extra.pix_fmt = size[0], size[1], pix_fmt
+                extra.time_base = extra.codec_context.time_base = Fraction(1, 1000)
+                streams.append(extra)
+        if attachment:
+            out.add_attachment(*attachment)
         if audio:
             sound = out.add_stream("aac", rate=8000)
             sound.layout = "mono"
@@ -111,6 +125,8 @@ def make_clip(
                     blob = av.Packet(f"data {i}".encode())
                     blob.pts, blob.dts, blob.time_base, blob.stream = pts, pts, Fraction(1, 1000), ds
                     out.mux(blob)
+                if extra is not None:
+                    out.mux(extra.encode(frame))
                 for packet in vs.encode(frame):
                     if i in corrupt:
                         bad = av.Packet(bytes(rng.integers(0, 256, packet.size, dtype=np.uint8)))
@@ -118,6 +134,8 @@ def make_clip(
                         packet = bad
                     out.mux(packet)
             out.mux(vs.encode(None))
+            if extra is not None:
+                out.mux(extra.encode(None))
         if audio:
             for i in range(4):
                 wave = np.sin(np.arange(1024, dtype=np.float32)[None] * 0.05 * (i + 1))
@@ -125,6 +143,17 @@ def make_clip(
                 chunk.sample_rate, chunk.pts = 8000, i * 1024
                 out.mux(sound.encode(chunk))
             out.mux(sound.encode(None))
+    return path
+
+
+def resized_ts(path: Path) -> Path:
+    """An MPEG-TS whose frames change size mid-stream: three 32x24 frames, then three 48x32 (as broadcast
+    recordings do when the programme changes)."""
+    first = make_clip(path.with_name("first.ts"), pts_ms=(0, 40, 80), audio=False)
+    second = make_clip(path.with_name("second.ts"), size=(48, 32), pts_ms=(120, 160, 200), audio=False, seed=1)
+    path.write_bytes(first.read_bytes() + second.read_bytes())
+    first.unlink()
+    second.unlink()
     return path
 
 
