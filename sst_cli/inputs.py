@@ -173,7 +173,9 @@ def _one_job_per_file(found: list[Job]) -> list[Job]:
     upscaled: dict[str, Job] = {}
     for job in found:
         key = real.get(id(job))
-        if key is not None and (key not in upscaled or upscaled[key].source.is_symlink() > job.source.is_symlink()):
+        if key is None:
+            continue
+        if key not in upscaled or (upscaled[key].source.is_symlink() and not job.source.is_symlink()):
             upscaled[key] = job
     jobs: list[Job] = []
     named: set[Path] = set()

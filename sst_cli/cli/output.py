@@ -54,9 +54,9 @@ class _Guarded:
                 os.close(null)
 
 
-stdout, stderr = _Guarded("stdout"), _Guarded("stderr")
-console = Console(file=stdout, highlight=False)  # type: ignore[arg-type]
-err_console = Console(file=stderr, highlight=False)  # type: ignore[arg-type]
+_stdout, _stderr = _Guarded("stdout"), _Guarded("stderr")
+console = Console(file=_stdout, highlight=False)  # type: ignore[arg-type]
+err_console = Console(file=_stderr, highlight=False)  # type: ignore[arg-type]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -85,7 +85,7 @@ def count_progress(*, disable: bool = False, **options: Any) -> Progress:
 
 def json_event(event: str, **fields: Any) -> None:
     """One ``--json-log`` line on stdout: a JSON object whose ``event`` names what happened."""
-    print(json.dumps({"event": event, **fields}), file=stdout, flush=True)
+    print(json.dumps({"event": event, **fields}), file=_stdout, flush=True)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -100,7 +100,7 @@ def handle_errors(command: F) -> F:
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        stdout.failure = stderr.failure = None  # a command of its own (tests run many in one process)
+        _stdout.failure = _stderr.failure = None  # a command of its own (tests run many in one process)
         try:
             with stop_on_signals():
                 return command(*args, **kwargs)
@@ -117,8 +117,8 @@ def handle_errors(command: F) -> F:
                 json_event("error", message=message, exit_code=code, interrupted=True)
             raise fail(message, code) from None
         finally:
-            if stdout.failure is not None:
-                said = stdout.failure.strerror or str(stdout.failure)
+            if _stdout.failure is not None:
+                said = _stdout.failure.strerror or str(_stdout.failure)
                 reason = said[:1].lower() + said[1:]
                 err_console.print(
                     f"[yellow]warning:[/] could not write to standard output ({_escape(reason)}): what it shows is "
