@@ -379,7 +379,7 @@ def _tifffile_reads(im: Image.Image) -> bool:
     turned = tags.get(274, 1) != 1  # Pillow's 16-bit gray comes out of its orientation scrambled
     inverted = tags.get(262, 1) == 0  # min-is-white: Pillow's 16-bit gray is not turned positive
     extras = tags.get(338, (2,))
-    not_plain_alpha = (extras if isinstance(extras, tuple) else (extras,))[:1] != (2,)  # Pillow 10: any is alpha
+    not_plain_alpha = (extras if isinstance(extras, tuple) else (extras,))[:1] != (2,)  # Pillow 10: all alpha
     deep_wrong = deep and (tags.get(284, 1) == 2 or turned or inverted or not_plain_alpha or not pillow_reads)
     return im.mode in ("F", "I") or deep_wrong or _signed_samples(tags)
 
