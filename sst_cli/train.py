@@ -519,19 +519,22 @@ def _train(
                     on_progress(TrainProgress(run.iteration, config.iters, mean, lr, run.elapsed(), rate))
             by_steps = config.checkpoint_iters > 0 and run.iteration % config.checkpoint_iters == 0
             if (by_steps or time.monotonic() - last_save >= config.checkpoint_every) and run.iteration < config.iters:
-                run.save_state()
-                say(f"checkpoint: iteration {run.iteration}, state saved to {state_file}")
+                try:
+                    run.save_state()
+                    say(f"checkpoint: iteration {run.iteration}, state saved to {state_file}")
+                except WriteError as exc:  # a full disk must not end hours of training: the weights still come
+                    say(f"checkpoint at iteration {run.iteration} not saved ({exc}); training goes on and tries again")
                 last_save = time.monotonic()
     if pending:
         losses += torch.stack(pending).tolist()
         _check_finite(losses[-len(pending) :], run.iteration, run.lr(), state_file)
-    kept_state: WriteError | None = None
+    state_error: WriteError | None = None
     try:
         run.save_state()
     except WriteError as exc:
         if stopped_by == "interrupted":
             raise
-        kept_state = WriteError(f"{exc}; the weights were written to {config.out}, the state for --resume was not")
+        state_error = exc
     result = TrainResult(
         out=None,
         state=state_file,
@@ -546,7 +549,15 @@ def _train(
     )
     if stopped_by == "interrupted":
         raise TrainingInterrupted(result)
-    run.save_weights(len(images))
-    if kept_state is not None:  # the weights are written; only the state for a later --resume is missing
-        raise kept_state
+    try:
+        run.save_weights(len(images))
+    except WriteError as exc:
+        saved_state = (
+            f"the state for --resume was saved to {state_file}"
+            if state_error is None
+            else ("the state for --resume could not be written either: nothing of this run was saved")
+        )
+        raise WriteError(f"{exc}; {saved_state}") from None
+    if state_error is not None:  # the weights are written; only the state for a later --resume is missing
+        raise WriteError(f"{state_error}; the weights were written to {config.out}, the state for --resume was not")
     return replace(result, out=config.out)

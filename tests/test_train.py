@@ -468,6 +468,48 @@ def test_folders_that_cannot_be_written_are_refused_first_and_a_lost_state_keeps
     assert config.out.is_file()
 
 
+def test_a_checkpoint_that_cannot_be_written_does_not_end_the_run(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk at a periodic checkpoint ended the run with nothing saved, even the weights."""
+    import sst_cli.train as training
+    from sst_cli.errors import WriteError
+
+    real = training._TrainingRun.save_state
+    calls: list[int] = []
+
+    def full_once(self: training._TrainingRun) -> None:
+        calls.append(self.iteration)
+        if len(calls) == 1:
+            raise WriteError("cannot write 'w.state.pth': no space left on device")
+        real(self)
+
+    monkeypatch.setattr(training._TrainingRun, "save_state", full_once)
+    said: list[str] = []
+    result = train(_config(data, tmp_path / "w.safetensors", iters=3, checkpoint_iters=1), on_message=said.append)
+    assert result.finished and result.out is not None and result.out.is_file() and calls == [1, 2, 3]
+    assert (
+        "checkpoint at iteration 1 not saved (cannot write 'w.state.pth': no space left on device); training "
+        "goes on and tries again" in said
+    )
+    assert "checkpoint: iteration 2, state saved to " + str(result.state) in said
+
+
+def test_when_neither_weights_nor_state_can_be_written_the_message_says_so(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sst_cli.train as training
+    from sst_cli.errors import WriteError
+
+    def full(*args: object) -> None:
+        raise WriteError("cannot write there: no space left on device")
+
+    monkeypatch.setattr(training._TrainingRun, "save_state", full)
+    monkeypatch.setattr(training._TrainingRun, "save_weights", full)
+    with pytest.raises(WriteError, match=r"could not be written either: nothing of this run was saved$"):
+        train(_config(data, tmp_path / "w.safetensors", iters=2))
+
+
 def test_torch_save_failures_are_said_in_plain_words(tmp_path: Path) -> None:
     from sst_cli.errors import WriteError
     from sst_cli.files import atomic_save
