@@ -56,7 +56,7 @@ from .recipe import (
 )
 from .runtime import is_out_of_memory, package_version, resolve_device
 from .trainconfig import TrainConfig, state_path
-from .trainset import Message, PatchSampler, find_images, load_images
+from .trainset import Message, PatchSampler, find_images, fingerprint, load_images
 from .trainstate import (
     InitReport,
     capture_rng,
@@ -405,7 +405,8 @@ def _prepare(config: TrainConfig, settings: dict[str, Any], say: Message) -> dic
             settings[key] = saved["settings"][key]
     changed = check_resume(saved, settings, state_file)
     if changed:
-        say(f"resuming with changed {', '.join(changed)}: the run continues, but not exactly as planned")
+        named = ", ".join("data" if key == "data_files" else key for key in changed)
+        say(f"resuming with changed {named}: the run continues, but not exactly as planned")
     if int(saved["iteration"]) >= config.iters:
         say(f"{state_file} already reached iteration {saved['iteration']} of --iters {config.iters}: nothing is "
             "left to train (a larger --iters goes on); the weights are written again")  # fmt: skip
@@ -474,12 +475,14 @@ def _train(
     settings = planned_settings(config)
     device = torch.device(settings["device"])
     state_file = config.state_file
+    files = find_images(config.data)
+    settings["data_files"] = fingerprint(files)
     saved = _prepare(config, settings, say)
     if settings["warmup"] >= config.iters:
         say(f"--warmup {settings['warmup']} is not shorter than --iters {config.iters}: the peak lr is never reached")
     for folder in dict.fromkeys((config.out.parent, state_file.parent)):
         clean_stale_temporaries(folder, say)  # what a killed run left half-written there
-    images = load_images(find_images(config.data), config.patch * settings["scale"], say)
+    images = load_images(files, config.patch * settings["scale"], say)
     run = _TrainingRun(config, SSTConfig.from_kwargs(settings["sst_config"]), settings, device, images, saved, say)
     if on_start is not None:
         on_start({**settings, "images": len(images), "iteration": run.iteration, "state": str(state_file)})

@@ -7,6 +7,7 @@ uint8 HR crop, rounded after each pass.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -31,6 +32,15 @@ def benchmark_in_path(path: str | os.PathLike[str]) -> str | None:
         if key in TEST_SETS or key.startswith("div2kvalid"):
             return part
     return None
+
+
+def fingerprint(files: Sequence[Path]) -> str:
+    """What a resumed run must find again to go on bit for bit: each image's name and size, in the order they are
+    drawn from; not the folders' paths, which may be written another way or moved."""
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(f"{path.name}\0{path.stat().st_size}\n".encode())
+    return digest.hexdigest()[:16]
 
 
 def find_images(folders: Sequence[str | os.PathLike[str]]) -> list[Path]:

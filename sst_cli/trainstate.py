@@ -28,8 +28,9 @@ from .files import atomic_save
 STATE_FORMAT = "sst-cli-train/1"
 REQUIRED = ("params", "params_ema", "optimizer", "iteration", "elapsed", "rng", "settings")
 MIN_INIT_FRACTION = 0.5  # --init must fill at least this share of the network's tensors
-# Settings that may change on resume (with a note); the network, scale and seed may not.
-MAY_CHANGE = ("iters", "batch", "patch", "lr", "warmup", "ema_decay", "data", "precision", "device")
+# Settings that may change on resume (with a note); the network, scale and seed may not. The data is compared by
+# what the folders hold (``trainset.fingerprint``), not by how their paths are written.
+MAY_CHANGE = ("iters", "batch", "patch", "lr", "warmup", "ema_decay", "data_files", "precision", "device")
 
 
 def to_cpu(obj: Any) -> Any:

@@ -104,6 +104,28 @@ def test_a_state_of_another_network_scale_or_seed_is_refused(run: TrainConfig) -
     assert notes == ["resuming with changed iters: the run continues, but not exactly as planned"]
 
 
+def test_resuming_judges_the_data_by_what_it_holds_not_how_its_path_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same folder named another way was 'changed data'; images added to it were not."""
+    _write_images(tmp_path / "images")
+    monkeypatch.chdir(tmp_path)
+    first = TrainConfig(
+        data=(Path("images"),), out=tmp_path / "r.safetensors", iters=2, model=TINY, patch=8, batch=2, device="cpu",
+        report_every=1,
+    )  # fmt: skip
+    train(first)
+    notes: list[str] = []
+    resumed = replace(first, data=(tmp_path / "images",), resume=True, iters=3)
+    train(resumed, on_message=notes.append)
+    assert [n for n in notes if "changed" in n] == ["resuming with changed iters: the run continues, but not exactly "
+                                                    "as planned"]  # fmt: skip
+    _write_images(tmp_path / "images", count=5)  # one image more
+    notes.clear()
+    train(replace(resumed, iters=4), on_message=notes.append)
+    assert "resuming with changed iters, data: the run continues, but not exactly as planned" in notes
+
+
 def test_sst_light_state_fits_through_the_device_tool(tmp_path: Path) -> None:
     """params + EMA + two AdamW moments of SST-light x4: about 14.6 MB, under the 16 MiB a file may come back."""
     model = create_model("sst-light", 4)
