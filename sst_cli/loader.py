@@ -313,11 +313,12 @@ def load_model(
     except (CheckpointError, ConfigError) as exc:
         if hub.manifest_entry(zoo_variant.name, int(scale or 0)).bundled and hub_repo is None:
             raise
-        hub.forget(zoo_variant.name, int(scale or 0), repo_id=hub_repo)  # the next run looks for them again
+        removed = hub.forget(zoo_variant.name, int(scale or 0), repo_id=hub_repo)  # the next run looks again
         problem = str(exc).split("; ", 1)[0]  # its advice (--scale, another file) is for a file the user chose
+        gone = "was removed from the cache and is no longer pinned" if removed else "is no longer pinned"
         raise CheckpointError(
-            f"{problem} (the file found for {zoo_variant.name} x{scale} does not hold them; it is no longer pinned: "
-            "delete it, or pass --weights with the right file)"
+            f"{problem} (the file found for {zoo_variant.name} x{scale} does not hold them and {gone}: pass --weights "
+            "with the right file, or --hub-repo OWNER/REPO for a repository that holds them)"
         ) from None
 
 

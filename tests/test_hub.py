@@ -128,6 +128,37 @@ def test_sha256_verified(cache: Path) -> None:
     assert FILE in msg and bad in msg and good in msg
 
 
+def test_damaged_cached_lfs_file_is_refused_offline(cache: Path) -> None:
+    """A cached file was used as it was (the wrong picture, exit 0): its blob's name is its LFS sha256."""
+    path = hub.download(hub.HubFile(REPO, FILE))
+    blob = path.resolve()
+    blob.write_bytes(b"damaged on disk")
+    with pytest.raises(CheckpointError) as info:
+        hub.download(hub.HubFile(REPO, FILE), pull_hint="sst models pull sst --scale 4 --hub-repo tester/sst-fake")
+    msg = str(info.value)
+    assert "\n" not in msg and f"the cached {FILE} from {REPO} ({path}) has sha256" in msg
+    assert hashlib.sha256(DATA_A).hexdigest() in msg and "was removed from the cache" in msg
+    assert "run `sst models pull sst --scale 4 --hub-repo tester/sst-fake` with network access" in msg
+    assert not blob.exists() and not path.exists()
+    add_to_cache(cache, REPO, COMMIT_A, {FILE: DATA_A})
+    path.resolve().write_bytes(b"damaged again")
+    with pytest.raises(CheckpointError, match="removed from the cache: HF_HUB_OFFLINE is set; unset it"):
+        hub.pull("sst", 4, repo_id=REPO)  # the --hub-repo zoo path, as `sst models pull` runs it
+    with pytest.raises(WeightsNotFound, match="not in the Hugging Face cache"):
+        hub.resolve_pretrained("sst", 4, repo_id=REPO)  # the --hub-repo zoo path: gone, never used
+
+
+def test_cached_file_outside_lfs_is_not_misjudged(cache: Path) -> None:
+    """A file kept in git has a git sha1 as its blob name, not a sha256: nothing to check it against."""
+    repo_dir = cache / f"models--{REPO.replace('/', '--')}"
+    blob = repo_dir / "blobs" / hashlib.sha1(b"a config").hexdigest()
+    blob.write_bytes(b"a config")
+    (repo_dir / "snapshots" / COMMIT_A / "config.json").symlink_to(
+        os.path.relpath(blob, repo_dir / "snapshots" / COMMIT_A)
+    )
+    assert hub.download(hub.HubFile(REPO, "config.json")).read_bytes() == b"a config"
+
+
 def test_invalid_sha256_rejected() -> None:
     with pytest.raises(ConfigError, match="64 lowercase hex"):
         hub.HubFile(REPO, FILE, sha256="abc")
@@ -344,32 +375,48 @@ def _bare(cls: type[Exception], status: int | None = None) -> Exception:
     return exc
 
 
+_CHECK_REPO = "check the repository (--hub-repo, SST_HUB_REPO or the hf:// reference), or pass --weights PATH"
+_TOKEN = f"set HF_TOKEN to a token that can read {REPO} (and accept its terms on hub.example if it is gated), or " \
+    "pass --weights PATH"  # fmt: skip
+_LATER = "try again later, or pass --weights PATH"
+
+
 @pytest.mark.parametrize(
-    ("error", "fragment"),
+    ("error", "fragment", "step"),
     [
-        (_bare(GatedRepoError, 403), "HF_TOKEN"),
-        (_bare(RepositoryNotFoundError, 401), "the repository does not exist (or is private: set HF_TOKEN)"),
-        (_bare(RevisionNotFoundError, 404), "the revision does not exist"),
-        (_bare(EntryNotFoundError), "the file does not exist there"),
-        (_bare(HfHubHTTPError, 401), "gated or unauthorised"),
-        (_bare(HfHubHTTPError, 503), "HTTP 503"),
-        (LocalEntryNotFoundError("connection refused"), "the server could not be reached"),
-        (ConnectionError("boom"), "ConnectionError: boom"),
+        (_bare(GatedRepoError, 403), f"access to {REPO} is gated or unauthorised (HTTP 403)", _TOKEN),
+        (
+            _bare(RepositoryNotFoundError, 401),
+            "the repository does not exist (or is private: set HF_TOKEN)",
+            _CHECK_REPO,
+        ),
+        (_bare(RevisionNotFoundError, 404), "the revision does not exist", _CHECK_REPO),
+        (_bare(EntryNotFoundError), "the file does not exist there", _CHECK_REPO),
+        (_bare(HfHubHTTPError, 401), f"access to {REPO} is gated or unauthorised (HTTP 401)", _TOKEN),
+        (_bare(HfHubHTTPError, 503), "HTTP 503", _LATER),
+        (LocalEntryNotFoundError("connection refused"), "the server could not be reached", _LATER),
+        (ConnectionError("boom"), "ConnectionError: boom", _LATER),
     ],
 )
-def test_online_errors_are_one_sentence(monkeypatch: pytest.MonkeyPatch, error: Exception, fragment: str) -> None:
+def test_online_errors_are_one_sentence(
+    monkeypatch: pytest.MonkeyPatch, error: Exception, fragment: str, step: str
+) -> None:
+    """Each failure says its own next step: a server error is no sign of a wrong reference, and a refused access
+    names the repository (and the Hub asked, not huggingface.co when HF_ENDPOINT is another)."""
+
     def fake_download(*args: object, **kwargs: object) -> str:
         raise error
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "https://hub.example")  # a mirror: named instead of huggingface.co
+    monkeypatch.setattr(hub.library, "RETRY_WAITS", (0.0, 0.0))
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
     monkeypatch.setattr(hub.net, "reachable", lambda url, timeout=None: True)
     with pytest.raises(WeightsNotFound) as info:
         hub.download(hub.HubFile(REPO, FILE, revision="v2"))
     msg = str(info.value)
-    assert fragment in msg and "\n" not in msg
+    assert fragment in msg and msg.endswith(f"; {step}") and "\n" not in msg
     assert msg.startswith(f"cannot download {FILE} from {REPO}@v2: ")
-    assert "SST_HUB_REPO" in msg and "--hub-repo" in msg and "--weights PATH" in msg
 
 
 def test_env_vars_honoured_in_fresh_process(tmp_path: Path) -> None:

@@ -231,6 +231,20 @@ def test_pull_downloads_a_cached_file_changed_on_disk_again(fake: FakeHub) -> No
     assert hub.read_pins()[LIGHT2].sha256 == hashlib.sha256(b"weights").hexdigest()
 
 
+def test_pull_hashes_a_file_damaged_in_place(fake: FakeHub) -> None:
+    """Damage that keeps the size and mtime (a disk error, a byte flipped in place) was reported good by pull."""
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
+    blob = hub.resolve_pretrained("sst-light", 2).resolve()
+    before = blob.stat()
+    blob.write_bytes(b"weightZ")
+    os.utime(blob, ns=(before.st_atime_ns, before.st_mtime_ns))
+    recorder = _Recorder()
+    with hub.show_downloads(recorder):
+        location = hub.pull("sst-light", 2)
+    assert location.path is not None and location.path.read_bytes() == b"weights"
+    assert any("were removed: downloading them again" in e[1] for e in recorder.events if e[0] == "note")
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Rejections and failures
 
@@ -453,6 +467,27 @@ def test_hf_reference_over_http_then_offline(fake: FakeHub, monkeypatch: pytest.
         hub.download(hub.HubFile("someone/weights", "other.pth"))
 
 
+def test_a_damaged_cached_file_is_downloaded_again_online(fake: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    """hf:// and --hub-repo used a damaged cached file silently (the library finds the blob by its name)."""
+    fake.add_repo("someone/mirror", {"w.safetensors": b"tensors", LIGHT2: b"mirror weights"})
+    ref = hub.parse_hf_reference("hf://someone/mirror/w.safetensors")
+    path = hub.download(ref)
+    path.resolve().write_bytes(b"tensorZ")  # same size, other bytes
+    recorder = _Recorder()
+    with hub.show_downloads(recorder):
+        assert hub.download(ref).read_bytes() == b"tensors"
+    notes = [e[1] for e in recorder.events if e[0] == "note"]
+    assert any("w.safetensors from someone/mirror" in n and "downloading it again" in n for n in notes), notes
+    zoo = hub.resolve_pretrained("sst-light", 2, repo_id="someone/mirror")
+    zoo.resolve().write_bytes(b"damaged")
+    assert hub.resolve_pretrained("sst-light", 2, repo_id="someone/mirror").read_bytes() == b"mirror weights"
+    _point_at(monkeypatch, f"http://127.0.0.1:{_closed_port()}", "off")  # the Hub out of reach: not used either
+    zoo.resolve().write_bytes(b"damaged")
+    with pytest.raises(WeightsNotFound, match="no network"):
+        hub.resolve_pretrained("sst-light", 2, repo_id="someone/mirror")
+    assert not zoo.exists()
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Progress display and the CLI
 
@@ -561,7 +596,20 @@ def test_a_damaged_download_is_not_listed_as_cached(fake: FakeHub) -> None:
     assert _table_row(table.output, "sst-light", (4,))[0] == "changed"
     info = runner.invoke(app, ["models", "info", "sst-light", "--scale", "2"], env={"COLUMNS": "300"})
     text = " ".join(info.output.split())
-    assert "the file no longer has this sha256 (changed or damaged): its next use removes it" in text
+    assert "the file no longer has this sha256 (changed or damaged): run `sst models pull sst-light --scale 2`" in text
+
+
+def test_models_info_hashes_a_file_damaged_in_place(fake: FakeHub) -> None:
+    """info printed the recorded sha256 as the file's (to paste into a manifest) when size and mtime were kept."""
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
+    blob = hub.resolve_pretrained("sst-light", 2).resolve()
+    before = blob.stat()
+    blob.write_bytes(b"weightZ")
+    os.utime(blob, ns=(before.st_atime_ns, before.st_mtime_ns))
+    info = runner.invoke(app, ["models", "info", "sst-light", "--scale", "2"], env={"COLUMNS": "300"})
+    assert info.exit_code == 0, info.output
+    text = " ".join(info.output.split())
+    assert "the file no longer has this sha256 (changed or damaged): run `sst models pull sst-light --scale 2`" in text
 
 
 def test_a_hub_file_that_is_not_the_model_is_named_unpinned_and_pull_refuses_it(fake: FakeHub) -> None:
@@ -571,11 +619,31 @@ def test_a_hub_file_that_is_not_the_model_is_named_unpinned_and_pull_refuses_it(
     assert result.exit_code == 1
     text = " ".join(result.output.split())
     assert "sst-light x2 weights (" in text and f"{LIGHT2}) holds x4 weights but x2 was requested" in text
-    assert "it is no longer pinned" in text and LIGHT2 not in hub.read_pins()
+    assert "does not hold them and was removed from the cache and is no longer pinned" in text
+    assert LIGHT2 not in hub.read_pins()
     assert "--scale 4" not in text  # the user asked for sst-light x2: another scale is not the answer
     fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X3", {"SSTlight_DFLIP_X3.pth": b"<html>sign in</html>"})
     page = runner.invoke(app, ["models", "pull", "sst-light", "--scale", "3"], env={"COLUMNS": "300"})
     assert page.exit_code == 1 and "not a PyTorch checkpoint: the file is an HTML or XML page" in page.output
+
+
+def test_a_file_proven_not_to_be_the_model_is_removed_and_not_listed(fake: FakeHub) -> None:
+    """Another scale's weights from the Hub, a web page from the release: refused, but left in the cache and
+    listed as "cached" by `sst models` (the cached copy was even adopted and pinned again by the next run)."""
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: _checkpoint("sst-light", 4)})
+    fake.release[SST4] = b"<html>sign in</html>"
+    for name, scale in (("sst-light", 2), ("sst", 4)):
+        result = runner.invoke(app, ["models", "pull", name, "--scale", str(scale)], env={"COLUMNS": "300"})
+        assert result.exit_code == 1, result.output
+        assert not hub.locate(name, scale).cached and hub.read_pins() == {}
+    assert _cache_files() == []  # the Hub blob, its snapshot entry and the release file are gone
+    table = runner.invoke(app, ["models"], env={"COLUMNS": "300"})
+    assert _table_row(table.output, "sst-light", (4,))[0] == "not cached"
+    mirror = fake.add_repo("someone/mirror", {LIGHT2: _checkpoint("sst-light", 4)})
+    hub.resolve("sst-light", 2)  # the authors' pin, which a wrong --hub-repo file must not cost
+    result = runner.invoke(app, ["models", "pull", "sst-light", "--scale", "2", "--hub-repo", mirror.repo_id])
+    assert result.exit_code == 1
+    assert hub.cached_path(hub.HubFile(mirror.repo_id, LIGHT2)) is None and LIGHT2 in hub.read_pins()
 
 
 def test_a_pin_that_cannot_be_written(fake: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -682,6 +750,32 @@ def test_repositories_that_refuse_access_are_said(fake: FakeHub) -> None:
     assert "HF_TOKEN" in message and "try again later" not in message
 
 
+@pytest.mark.parametrize("status", [401, 403])
+def test_access_refused_to_a_file_names_the_repository_and_the_hub_asked(fake: FakeHub, status: int) -> None:
+    """It said "try again later" and "accept the terms on huggingface.co" (HF_ENDPOINT was another Hub), and
+    never which repository refused."""
+    repo = fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
+    fake.fail(1000, status, match="/resolve/")
+    with pytest.raises(WeightsNotFound) as info:
+        hub.resolve("sst-light", 2)
+    message = str(info.value)
+    _one_sentence(message)
+    host = fake.url.split("://", 1)[1]
+    assert f"the Hub failed: access to {repo.repo_id} is gated or unauthorised (HTTP {status})" in message
+    assert f"set HF_TOKEN to a token that can read {repo.repo_id} (and accept its terms on {host} if" in message
+    assert "try again later" not in message and "huggingface.co" not in message
+
+
+def test_a_server_error_on_an_hf_file_is_not_blamed_on_the_reference(fake: FakeHub) -> None:
+    fake.add_repo("someone/weights", {"model.safetensors": b"tensors"})
+    fake.fail(1000, 500, match="/resolve/")
+    with pytest.raises(WeightsNotFound) as info:
+        hub.download(hub.parse_hf_reference("hf://someone/weights/model.safetensors"))
+    message = str(info.value)
+    assert message.startswith("cannot download model.safetensors from someone/weights: the server answered HTTP 500")
+    assert message.endswith("; try again later, or pass --weights PATH") and "check the repository" not in message
+
+
 def test_a_cache_that_cannot_be_written_is_said_not_blamed_on_the_hub(
     fake: FakeHub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -709,6 +803,19 @@ def test_partial_downloads_a_killed_process_left_are_removed(fake: FakeHub) -> N
     recent.write_bytes(b"y" * 10)  # perhaps another process's transfer in progress: kept
     os.utime(old, (time.time() - 2 * library.STALE_PARTIAL_S,) * 2)
     assert hub.resolve_pretrained("sst-light", 2).read_bytes() == b"weights"
+    assert not old.exists() and recent.exists()
+
+
+def test_partial_release_downloads_a_killed_process_left_are_removed(fake: FakeHub) -> None:
+    """A killed release download left ``.NAME.<hex>.incomplete`` in the release folder for good."""
+    fake.release[SST4] = b"from the release"
+    folder = hub.release_dir()
+    folder.mkdir(parents=True)
+    old, recent = folder / f".{SST4}.0123abcd.incomplete", folder / f".{SST4}.4567cdef.incomplete"
+    old.write_bytes(b"x" * 10)
+    recent.write_bytes(b"y" * 10)  # perhaps another process's transfer in progress: kept
+    os.utime(old, (time.time() - 2 * library.STALE_PARTIAL_S,) * 2)
+    assert hub.resolve_pretrained("sst", 4).read_bytes() == b"from the release"
     assert not old.exists() and recent.exists()
 
 

@@ -111,17 +111,19 @@ def _describe(v_name: str, scale: int, hub_repo: str | None) -> list[str]:
         lines.append(f"repo    {location.repo_id} @ {location.commit}")
     elif location.source == "release":
         lines.append(f"url     {location.url}")
+    again = f" --hub-repo {hub_repo}" if hub_repo else ""
     if location.cached:
         assert location.path is not None
         lines.append(f"path    {location.path}")
         lines.append(f"sha256  {location.sha256 or hub.sha256_of(location.path)}")
+        # Hashed for real, not judged by size and mtime: damage in place keeps both, and this sha256 is pasted
+        # into manifests.
         if location.source == "bundled" and not _intact(location):
             lines.append("        the file no longer has this sha256 (changed or damaged): reinstall sst-cli")
-        elif location.changed and not _intact(location):
-            lines.append("        the file no longer has this sha256 (changed or damaged): its next use removes it, "
-                         f"then `sst models pull {v_name} --scale {scale}` downloads it again")  # fmt: skip
+        elif not _intact(location):
+            lines.append("        the file no longer has this sha256 (changed or damaged): run "
+                         f"`sst models pull {v_name} --scale {scale}{again}` to download it again")  # fmt: skip
     else:
-        again = f" --hub-repo {hub_repo}" if hub_repo else ""
         lines.append(f"path    not downloaded: `sst models pull {v_name} --scale {scale}{again}`")
         lines.append(f"sha256  {location.sha256 or 'recorded on download'}")
     return lines

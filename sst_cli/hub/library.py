@@ -143,7 +143,7 @@ def hub_download(repo_id: str, filename: str, revision: str | None) -> Path:
 
     blobs = Path(cache_dir()) / f"models--{repo_id.replace('/', '--')}" / "blobs"
     started = time.time() - 1.0
-    _remove_partials(blobs, lambda mtime: mtime < started - STALE_PARTIAL_S)
+    remove_stale_partials(blobs)
     if any(_held(lock) for lock in _locks_of(blobs).glob("*.lock")):
         note(f"another download from {repo_id} into {cache_dir()} is in progress: one of the same file waits for it")
     try:
@@ -162,6 +162,12 @@ def hub_download(repo_id: str, filename: str, revision: str | None) -> Path:
     except BaseException:
         _remove_partials(blobs, lambda mtime: mtime >= started)
         raise
+
+
+def remove_stale_partials(folder: Path) -> None:
+    """Remove the ``.incomplete`` files a killed process left in ``folder`` (a repository's blobs, or the release
+    folder): those untouched for STALE_PARTIAL_S, since a transfer in progress writes to its own all the time."""
+    _remove_partials(folder, lambda mtime: mtime < time.time() - 1.0 - STALE_PARTIAL_S)
 
 
 def _remove_partials(blobs: Path, chosen: Callable[[float], bool]) -> None:

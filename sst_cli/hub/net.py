@@ -13,7 +13,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..errors import CheckpointError, ConfigError, WeightsNotFound, WriteError
-from .library import NETWORK_MODULES, progress
+from .library import NETWORK_MODULES, progress, remove_stale_partials
 from .library import endpoint as endpoint
 from .refs import sha256_of
 
@@ -85,11 +85,11 @@ def clean(text: object, limit: int = 200) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def reason(exc: BaseException) -> str:
-    """A short phrase for what went wrong in a request (no trailing advice: the caller adds what to do)."""
+def reason(exc: BaseException, repo_id: str | None = None) -> str:
+    """A short phrase for what went wrong in a request (no trailing advice: the caller adds what to do);
+    ``repo_id``: the repository asked, named where access was refused."""
     from huggingface_hub.utils import (
         EntryNotFoundError,
-        GatedRepoError,
         HfHubHTTPError,
         LocalEntryNotFoundError,
         OfflineModeIsEnabled,
@@ -107,9 +107,10 @@ def reason(exc: BaseException) -> str:
         return "HF_HUB_OFFLINE is set"
     if isinstance(exc, LocalEntryNotFoundError):  # a subclass of EntryNotFoundError: test it first
         answer = _answer_behind(exc)  # the library wraps a failed HEAD of the file in "could not be reached"
-        return reason(answer) if answer is not None else "the server could not be reached"
-    if isinstance(exc, GatedRepoError) or (status in (401, 403) and not isinstance(exc, RepositoryNotFoundError)):
-        return "access is gated or unauthorised (accept the terms on huggingface.co and set HF_TOKEN)"
+        return reason(answer, repo_id) if answer is not None else "the server could not be reached"
+    if denied(exc):
+        code = f" (HTTP {status})" if status else ""
+        return f"access{f' to {repo_id}' if repo_id else ''} is gated or unauthorised{code}"
     if isinstance(exc, RepositoryNotFoundError):
         return "the repository does not exist (or is private: set HF_TOKEN)"
     if isinstance(exc, RevisionNotFoundError):
@@ -124,6 +125,26 @@ def reason(exc: BaseException) -> str:
     if isinstance(exc, OSError) and "Consistency check failed" in str(exc):
         return "the download was incomplete (the server sent fewer bytes than announced)"
     return f"{type(exc).__name__}: {clean(exc, 120)}"
+
+
+def denied(exc: BaseException) -> bool:
+    """True when the server refused access (HTTP 401 / 403, a gated repository): the next step is a token or
+    accepting terms, not trying again later. A private repository answered as "not found" is not counted here."""
+    from huggingface_hub.utils import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    if isinstance(exc, LocalEntryNotFoundError):
+        answer = _answer_behind(exc)
+        return answer is not None and denied(answer)
+    if isinstance(exc, GatedRepoError):
+        return True
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    return status in (401, 403) and not isinstance(exc, RepositoryNotFoundError)
+
+
+def access_advice(repo_id: str) -> str:
+    """What to do when ``repo_id`` refused access, naming the Hub actually asked (HF_ENDPOINT may be a mirror)."""
+    host = host_of(endpoint())
+    return f"set HF_TOKEN to a token that can read {repo_id} (and accept its terms on {host} if it is gated)"
 
 
 def _answer_behind(exc: BaseException) -> BaseException | None:
@@ -190,11 +211,13 @@ def download_url(url: str, destination: Path, *, expected_sha256: str | None = N
     huggingface_hub's ``http_get`` does the transfer (retries and resumes with Range requests on dropped
     connections, progress to the current display). The bytes go to a unique temporary file beside the
     destination, are hashed, checked against ``expected_sha256`` when known, and only then renamed into place:
-    a failed or rejected download leaves nothing behind. Raises the transfer's exception, or CheckpointError.
+    a failed or rejected download leaves nothing behind, and one a killed process left is removed an hour later
+    (by the next download into that folder). Raises the transfer's exception, or CheckpointError.
     """
     from huggingface_hub.file_download import http_get
 
     destination.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_partials(destination.parent)  # left by killed downloads: nothing else would ever remove them
     temp = destination.with_name(f".{destination.name}.{secrets.token_hex(4)}.incomplete")
     try:
         with temp.open("wb") as fh, progress(http_get) as kwargs:

@@ -222,11 +222,12 @@ def _adopt_cached(entry: Entry, key: str) -> Location | None:
 
 
 def _checked_cached(entry: Entry, key: str, pin: Pin, location: Location, *, pulling: bool) -> Location | None:
-    """A pinned, cached file, hashed again only when its size or mtime changed since it was verified; a damaged
-    one is removed (None when ``pulling``: the caller downloads it again)."""
+    """A pinned, cached file, hashed again when its size or mtime changed since it was verified, and always when
+    ``pulling`` (what users run to repair: damage in place keeps both); a damaged one is removed (None when
+    ``pulling``: the caller downloads it again)."""
     path = location.path
     assert path is not None
-    if pin.unchanged(path):
+    if pin.unchanged(path) and not pulling:
         return location
     actual = sha256_of(path)
     if actual != pin.sha256:
@@ -301,9 +302,11 @@ def _find_and_fetch(entry: Entry, key: str, pin: Pin | None, *, release: bool, p
     problems: list[str] = []
     unreachable: list[str] = []
     transient = False  # a failure that may pass (server error, broken transfer): worth trying again
+    refused_by: str | None = None  # the repository that refused access: a token is the next step
     hub = net.endpoint()
     host = net.host_of(hub)
     if net.reachable(hub):
+        found: discover.Found | None = None
         try:
             found = library.retried(lambda: library.answered(lambda: _find_on_hub(entry, pin), host))
             if found is not None:
@@ -318,8 +321,12 @@ def _find_and_fetch(entry: Entry, key: str, pin: Pin | None, *, release: bool, p
             if pin is not None and net.is_missing(exc):  # the pinned commit is gone: look again
                 drop_pin(key)
                 return _find_and_fetch(entry, key, None, release=release, pulling=pulling)
-            problems.append(f"the Hub failed: {net.reason(exc)}")
-            transient = transient or not (net.is_missing(exc) or isinstance(exc, discover.Refused))
+            repo = found.repo_id if found is not None else entry.repo_id
+            problems.append(f"the Hub failed: {net.reason(exc, repo)}")
+            if net.denied(exc) and repo:
+                refused_by = repo
+            elif not (net.is_missing(exc) or net.denied(exc) or isinstance(exc, discover.Refused)):
+                transient = True
     else:
         unreachable.append(net.host_of(hub))
         problems.append(f"cannot reach {net.host_of(hub)}")
@@ -344,9 +351,12 @@ def _find_and_fetch(entry: Entry, key: str, pin: Pin | None, *, release: bool, p
             problems.append(f"cannot reach {net.host_of(url)}")
     if unreachable and len(unreachable) == 1 + (url is not None):
         raise net.no_network(unreachable, f"{entry.label} weights ({entry.what})", entry.pull_hint, pulling=pulling)
-    again = "try again later, " if transient or unreachable else ""
+    steps = ["try again later"] if transient or unreachable else []
+    steps += [net.access_advice(refused_by)] if refused_by else []
     raise WeightsNotFound(
-        f"{entry.label} weights ({entry.what}) could not be downloaded: {'; '.join(problems)}: {again}{_DO_INSTEAD}"
+        f"{entry.label} weights ({entry.what}) could not be downloaded: {'; '.join(problems)}: "
+        + "".join(f"{step}, " for step in steps)
+        + _DO_INSTEAD
     )
 
 
@@ -419,13 +429,19 @@ def pull(name: str, scale: int, *, repo_id: str | None = None) -> Location:
     return location
 
 
-def forget(name: str, scale: int, *, repo_id: str | None = None) -> None:
-    """Drop the pin of ``name`` x``scale``: its file proved unusable, so the next run looks for it again."""
+def forget(name: str, scale: int, *, repo_id: str | None = None) -> Path | None:
+    """Drop ``name`` x``scale``'s downloaded file and its pin: the file proved not to hold the model (another
+    scale, a web page), so it must neither be loaded nor listed as cached again, and the next run looks for it
+    again. Returns the file removed, if any; bundled files are never touched."""
+    location = locate(name, scale, repo_id=repo_id)
+    removed = location.path if location.source in ("hub", "release") and location.cached else None
+    if removed is not None:
+        _evict(removed)
     entry = manifest_entry(name, scale)
     explicit = _explicit_repo(repo_id)
-    if explicit and not entry.filename:
-        entry = replace(entry, repo_id=explicit, revision=None)
-    drop_pin(pin_key(entry))
+    if not (explicit and entry.filename):  # a named file of --hub-repo is never pinned: keep the authors' pin
+        drop_pin(pin_key(replace(entry, repo_id=explicit, revision=None) if explicit else entry))
+    return removed
 
 
 def _bundled(entry: Entry) -> Location:
@@ -467,15 +483,24 @@ def _download_error(file: HubFile, exc: Exception) -> Exception:
     if error is not None:
         return error
     what = f"{file.filename} from {file.repo_id}" + (f"@{file.revision}" if file.revision else "")
-    return WeightsNotFound(
-        f"cannot download {what}: {net.reason(exc)}; check the repository (--hub-repo, SST_HUB_REPO or the "
-        "hf:// reference), or pass --weights PATH"
-    )
+    if net.denied(exc):
+        step = net.access_advice(file.repo_id)
+    elif net.is_missing(exc):
+        step = "check the repository (--hub-repo, SST_HUB_REPO or the hf:// reference)"
+    else:  # a server error, a broken or refused connection, no answer: the reference may well be right
+        step = "try again later"
+    return WeightsNotFound(f"cannot download {what}: {net.reason(exc, file.repo_id)}; {step}, or pass --weights PATH")
 
 
-def _verified(path: Path, file: HubFile, *, fresh: bool) -> Path:
-    """Check a file against the expected sha256 (given, else the LFS blob name for a fresh download)."""
-    expected = file.sha256 or (_lfs_sha256(path) if fresh else None)
+def _expected_sha256(path: Path, file: HubFile) -> str | None:
+    """The sha256 ``path`` must have: the given one, else its LFS sha256 (the cached blob's name). A file kept in
+    git (not LFS) has a git sha1 as its blob name: there is nothing to check it against."""
+    return file.sha256 or _lfs_sha256(path)
+
+
+def _verified(path: Path, file: HubFile) -> Path:
+    """A freshly downloaded ``path``, checked against its expected sha256; removed from the cache if it fails."""
+    expected = _expected_sha256(path, file)
     if expected is None:
         return path
     actual = sha256_of(path)
@@ -488,20 +513,43 @@ def _verified(path: Path, file: HubFile, *, fresh: bool) -> Path:
     return path
 
 
+def _damaged(path: Path, file: HubFile) -> str | None:
+    """None when a cached ``path`` has its expected sha256 (or none is known); else, having removed it from the
+    cache, a phrase saying what was wrong with it (a disk error, an interrupted copy, an edit by hand)."""
+    expected = _expected_sha256(path, file)
+    if expected is None:
+        return None
+    actual = sha256_of(path)
+    if actual == expected:
+        return None
+    _evict(path)
+    return (
+        f"the cached {file.filename} from {file.repo_id} ({path}) has sha256 {actual}, not the expected {expected}, "
+        "and was removed from the cache"
+    )
+
+
 def download(file: HubFile, *, pull_hint: str | None = None, pulling: bool = False) -> Path:
     """Fetch ``file`` into the standard HF cache (or find it there) and verify its sha256.
 
-    A cached file is used without a request when offline, when its revision is a commit, or when the Hub does
-    not answer the quick probe. ``pull_hint``: the command suggested when offline and not cached; ``pulling``:
-    that command is the one running.
+    A cached file is first checked against its sha256 (given, else its LFS sha256): a damaged one is removed and
+    downloaded again (refused when offline). A good one is used without a request when offline, when its
+    revision is a commit, or when the Hub does not answer the quick probe. ``pull_hint``: the command suggested
+    when offline and not cached; ``pulling``: that command is the one running.
     """
     cached = cached_path(file)
+    damaged = _damaged(cached, file) if cached is not None else None
+    if damaged is not None:
+        cached = None
     pinned_commit = bool(file.revision and COMMIT_RE.match(file.revision))
     if cached is not None and (net.offline() or pinned_commit):
-        return _verified(cached, file, fresh=False)
+        return cached
     what = f"{file.filename} from {file.repo_id}" + (f"@{file.revision}" if file.revision else "")
     hint = f"run `{pull_hint}`" if pull_hint else "run this command again"
     if net.offline():
+        if damaged is not None:
+            again = _UNSET_OFFLINE if pulling else f"{hint} with network access to download it again"
+            raise CheckpointError(f"{damaged}: HF_HUB_OFFLINE is set; {again}, or pass --weights PATH")
         if pulling:
             raise WeightsNotFound(f"{what} cannot be downloaded: HF_HUB_OFFLINE is set; {_UNSET_OFFLINE}")
         raise WeightsNotFound(
@@ -510,10 +558,14 @@ def download(file: HubFile, *, pull_hint: str | None = None, pulling: bool = Fal
         )
     if not net.reachable(net.endpoint()):
         if cached is not None:
-            return _verified(cached, file, fresh=False)
+            return cached
+        if damaged is not None:
+            note(damaged)
         raise net.no_network([net.host_of(net.endpoint())], what, pull_hint, pulling=pulling)
+    if damaged is not None:
+        note(f"{damaged}: downloading it again")
     try:
         local = library.hub_download(file.repo_id, file.filename, file.revision)
     except Exception as exc:  # huggingface_hub/httpx raise many unrelated types; all become one sentence
         raise _download_error(file, exc) from exc
-    return _verified(local, file, fresh=local != cached)
+    return cached if local == cached else _verified(local, file)
