@@ -496,3 +496,31 @@ def test_retried_gives_up_after_the_waits(monkeypatch: pytest.MonkeyPatch) -> No
     with pytest.raises(_Answer):
         library.retried(lambda: failing(404))
     assert len(calls) == 1  # not found: asked once
+
+
+def test_a_slow_time_out_is_not_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that took the connection and then stalled: each of three rounds ran the library's own retries,
+    3 min 20 s in all. A quick time-out, or a connection broken after a long transfer, is still asked again."""
+    from sst_cli.hub import library
+
+    monkeypatch.setattr(library, "RETRY_WAITS", (0.0, 0.0))
+    clock = [0.0]
+    monkeypatch.setattr(library.time, "monotonic", lambda: clock[0])
+    calls: list[int] = []
+
+    def stalls(seconds: float, error: Exception) -> str:
+        calls.append(1)
+        clock[0] += seconds
+        raise error
+
+    with pytest.raises(TimeoutError):
+        library.retried(lambda: stalls(60.0, TimeoutError("timed out")))
+    assert len(calls) == 1
+    calls.clear()
+    with pytest.raises(TimeoutError):
+        library.retried(lambda: stalls(1.0, TimeoutError("timed out")))
+    assert len(calls) == 3
+    calls.clear()
+    with pytest.raises(ConnectionError):
+        library.retried(lambda: stalls(60.0, ConnectionError("connection reset")))
+    assert len(calls) == 3

@@ -246,15 +246,23 @@ def transient(exc: BaseException) -> bool:
 def retried(call: Callable[[], T]) -> T:
     """``call()``, attempted again after the waits in RETRY_WAITS while it fails transiently.
 
-    A server error answered after more than BACKED_OFF_S is not asked again: huggingface_hub has retried it with
-    its own backoff (5 tries over ~23 s), and three rounds of that kept a user waiting 73 s for the same error.
+    A server error answered, or a time-out reached, after more than BACKED_OFF_S is not asked again:
+    huggingface_hub has retried it with its own backoff (5 tries over ~23 s), and three rounds of that kept a
+    user waiting 73 s for the same error (a server that stalls: 3 min 20 s). A connection broken mid-transfer is
+    asked again (the download resumes).
     """
     for wait in RETRY_WAITS:
         start = time.monotonic()
         try:
             return call()
         except Exception as exc:
-            if not transient(exc) or (_status_of(exc) is not None and time.monotonic() - start > BACKED_OFF_S):
+            backed_off = _status_of(exc) is not None or _timed_out(exc)
+            if not transient(exc) or (backed_off and time.monotonic() - start > BACKED_OFF_S):
                 raise
         time.sleep(wait)
     return call()
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps) is a time-out: the server took the connection and stopped answering."""
+    return any(isinstance(e, TimeoutError) or "Timeout" in type(e).__name__ for e in _causes(exc))
