@@ -794,6 +794,23 @@ def test_a_cache_that_cannot_be_written_is_said_not_blamed_on_the_hub(
     assert "HF_HUB_CACHE" in message and "the Hub failed" not in message and "try again later" not in message
 
 
+def test_a_cache_without_room_for_the_file_is_said_before_the_transfer(
+    fake: FakeHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The library only warned that the file would not fit, then downloaded until the disk was full."""
+    import shutil
+
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights" * 1000})
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: real(path)._replace(free=100))
+    with pytest.raises(WriteError) as info:
+        hub.resolve("sst-light", 2)
+    assert f"cannot write the download to {library.cache_dir()}: no space left on device" in str(info.value)
+    assert not [request for request in fake.requests if request.startswith("GET") and "/resolve/" in request]
+    blobs = Path(library.cache_dir()) / f"models--{OWNER}--SSTlight_DFLIP_X2" / "blobs"
+    assert not blobs.is_dir() or not list(blobs.glob("*"))
+
+
 def test_partial_downloads_a_killed_process_left_are_removed(fake: FakeHub) -> None:
     fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
     blobs = Path(library.cache_dir()) / f"models--{OWNER}--SSTlight_DFLIP_X2" / "blobs"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import os
 import threading
 import time
@@ -134,9 +135,10 @@ def hub_download(repo_id: str, filename: str, revision: str | None) -> Path:
     display; when it fails for good, the ``.incomplete`` files it wrote in that repository's cache are removed.
 
     Partial files an earlier process left there (killed mid-transfer) are removed first once an hour old: a
-    transfer in progress writes to its own all the time. The library's warnings (not enough free disk space)
-    become notes on the display, and so does another download in progress from the repository (the library
-    waits for its lock without a word)."""
+    transfer in progress writes to its own all the time. Not enough free disk space for the file, which the
+    library only warns about before it starts, stops the download there (an ENOSPC OSError, after a note with
+    the sizes); its other warnings become notes on the display, and so does another download in progress from
+    the repository (the library waits for its lock without a word)."""
     from huggingface_hub import hf_hub_download
 
     from .progress import note
@@ -149,6 +151,7 @@ def hub_download(repo_id: str, filename: str, revision: str | None) -> Path:
     try:
         with progress(hf_hub_download) as kwargs, warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always", UserWarning)
+            warnings.filterwarnings("error", message="Not enough free disk space", category=UserWarning)
             try:
                 return Path(
                     retried(lambda: hf_hub_download(
@@ -156,6 +159,9 @@ def hub_download(repo_id: str, filename: str, revision: str | None) -> Path:
                         library_name="sst-cli", library_version=__version__, **kwargs,
                     ))
                 )  # fmt: skip
+            except UserWarning as full:  # said before the transfer: stop there, not when the disk is full
+                note(" ".join(str(full).split()))
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)) from full
             finally:
                 for warning in dict.fromkeys(" ".join(str(w.message).split()) for w in said):
                     note(warning)
