@@ -5,6 +5,7 @@ Edits patch numbers where they lie, keeping every other byte (maker notes hold o
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Iterator
 
@@ -18,6 +19,10 @@ _PIXEL_X, _PIXEL_Y = 0xA002, 0xA003  # the Exif sub-directory's image size
 
 # A TIFF's own tags that say what the picture is, not how it is stored: what EXIF carries to the output.
 _TIFF_DESCRIPTION = (0x010E, 0x010F, 0x0110, 0x0131, 0x0132, 0x013B, 0x8298)  # description ... copyright
+_DESCRIPTION = 0x010E
+# Descriptions that are a writer's note of the stored layout (tifffile's shape, ImageJ's header), which would
+# contradict the result's size: not carried.
+_LAYOUT_NOTE = re.compile(r'\s*(\{"shape":|ImageJ=)')
 
 
 def exif_of_tiff(im: Image.Image) -> bytes | None:
@@ -27,7 +32,7 @@ def exif_of_tiff(im: Image.Image) -> bytes | None:
     tags = im.getexif()
     kept = Image.Exif()
     for tag in _TIFF_DESCRIPTION:
-        if tag in tags:
+        if tag in tags and not (tag == _DESCRIPTION and _LAYOUT_NOTE.match(str(tags[tag]))):
             kept[tag] = tags[tag]
     for pointer in _SUB_IFDS:
         sub = tags.get_ifd(pointer)

@@ -428,6 +428,19 @@ def test_icc_profile_and_exif_are_kept(tmp_path: Path, fmt: str, depth: int) -> 
         assert dict(im.getexif().get_ifd(0x8769)) == kept
 
 
+@pytest.mark.parametrize("note", ['{"shape": [5, 7, 3]}', "ImageJ=1.54f\nimages=1\n"])
+def test_a_writers_note_of_the_stored_layout_is_not_carried(tmp_path: Path, note: str) -> None:
+    """tifffile's shape note (and ImageJ's header) went to the output, which then read back with a warning that
+    its shape did not match; a description of the picture itself is kept."""
+    tifffile = pytest.importorskip("tifffile")
+    for description, kept in ((note, None), ("a cat", "a cat")):
+        tifffile.imwrite(tmp_path / "in.tif", _u16(5, 7, 3), photometric="rgb", description=description,
+                         metadata=None)  # fmt: skip
+        exif = Image.Exif()
+        exif.load(read_image(tmp_path / "in.tif").exif or b"")
+        assert exif.get(0x010E) == kept and exif[0x0131] == "tifffile.py"  # the software that wrote it stays
+
+
 def test_a_tiff_inputs_exif_is_carried_to_the_output(tmp_path: Path) -> None:
     """A TIFF keeps EXIF among its own tags, which Pillow's ``info`` does not hold: it was dropped silently."""
     exif = Image.Exif()
