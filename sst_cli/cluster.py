@@ -46,7 +46,7 @@ def _import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise ConfigError("--ray needs Ray: pip install 'sst-cli[ray]'") from None
+        raise ConfigError("--ray needs Ray: pip install 'ray>=2.9' (sst-cli's ray extra)") from None
     return ray
 
 

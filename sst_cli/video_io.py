@@ -76,7 +76,7 @@ def require_av() -> Any:
     try:
         import av
     except ImportError:
-        raise ConfigError("video needs PyAV: pip install 'sst-cli[video]'") from None
+        raise ConfigError("video needs PyAV: pip install 'av>=18' (sst-cli's video extra)") from None
     return av
 
 

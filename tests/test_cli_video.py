@@ -223,7 +223,7 @@ def test_without_pyav_a_clip_is_an_option_error(tmp_path: Path, monkeypatch: pyt
     clip("a.mp4")
     monkeypatch.setitem(sys.modules, "av", None)
     result = sst("a.mp4")
-    assert result.exit_code == 2 and "pip install 'sst-cli[video]'" in result.stderr
+    assert result.exit_code == 2 and "video needs PyAV: pip install 'av>=18'" in result.stderr
 
 
 def test_an_input_is_never_written_over_and_stale_temporaries_go(tmp_path: Path) -> None:

@@ -276,7 +276,7 @@ def upscale(
         typer.Option(
             "--ray",
             metavar="ADDRESS",
-            help="Compute on Ray actors (pip install 'sst-cli[ray]'): local (a Ray on this machine), auto (the "
+            help="Compute on Ray actors (pip install 'ray>=2.9'): local (a Ray on this machine), auto (the "
             "running cluster) or ray://HEAD:10001. Paths must be ones every node sees.",
         ),
     ] = None,

@@ -14,7 +14,8 @@ from ..seamcache import cache_key, state_digest
 from .context import cached_reach, measure_reach
 from .network import SpandrelNetwork
 
-INSTALL_HINT = "pip install 'sst-cli[spandrel]'"
+#: spandrel pulls torchvision, whose newest release would replace the user's torch: theirs must be named first.
+INSTALL_HINT = "pip install 'spandrel>=0.4.2,<0.5' with the torchvision release made for your torch"
 
 
 class NotRecognised(CheckpointError):
