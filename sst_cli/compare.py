@@ -139,10 +139,12 @@ def run_compare(
     *,
     on_start: Callable[[int], None] | None = None,
     on_image: Callable[[str, str], None] | None = None,
+    on_message: Callable[[str], None] | None = None,
 ) -> CompareResult:
     """Run every picture through bicubic and each model (one model loaded at a time) and write the outputs.
 
-    ``on_start(total)`` with the number of (model, picture) runs; ``on_image(model, picture name)`` after each.
+    ``on_start(total)`` with the number of (model, picture) runs; ``on_image(model, picture name)`` after each;
+    ``on_message(text)`` with what the report notes on the way (a ``--crop`` moved to fit a picture).
     A report folder that exists and is not an sst-cli report is refused before any model is loaded.
     """
     from .report import ReportBuilder, check_target, open_report, write_sheet
@@ -166,12 +168,13 @@ def run_compare(
             scale = DEFAULT_SCALE
     if on_start is not None:
         on_start(len(inputs) * len(networks))
+    first_notes = [f"Inputs: {', '.join(p.name for p in inputs[:12])}{' …' if len(inputs) > 12 else ''}"]
     report_settings = {
         "title": _title(settings, labels, scale),
         "models": labels,
         "ground_truth": False,
         "crop": settings.crop,
-        "notes": [f"Inputs: {', '.join(p.name for p in inputs[:12])}{' …' if len(inputs) > 12 else ''}"],
+        "notes": first_notes,
     }
 
     def fill(report: ReportBuilder) -> None:
@@ -197,6 +200,9 @@ def run_compare(
                     on_image(label, path.name)
             del upscaler
         report.finish()
+        if on_message is not None:
+            for note in report.notes[len(first_notes) :]:
+                on_message(note)
         if settings.png is not None:
             write_sheet(report, settings.png)
 

@@ -364,6 +364,17 @@ def test_sst_compare_two_models_crop_and_png(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "x,y,width,height" in bad.output
 
 
+def test_sst_compare_says_when_the_crop_asked_for_was_moved_to_fit(tmp_path: Path) -> None:
+    """The moved crop was said only inside the report page and the sheet's label: a --png run printed nothing."""
+    weights = tiny_weights(tmp_path / "tiny.safetensors", 1)
+    Image.fromarray(pattern(24, 32, 1)).save(tmp_path / "photo.png")
+    args = ["compare", "photo.png", "--weights", str(weights), "--device", "cpu", "--crop", "120,80,16,16"]
+    result = runner.invoke(app, [*args, "--png", "side.png"])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.stderr.split())
+    assert "note: photo.png: the crop asked for does not fit its picture; shown at 16,8,16,16" in said
+
+
 def test_compare_png_never_replaces_a_picture_nor_an_existing_file_unasked(tmp_path: Path) -> None:
     weights = tiny_weights(tmp_path / "tiny.safetensors", 1)
     Image.fromarray(pattern(24, 24, 1)).save(tmp_path / "photo.png")

@@ -25,7 +25,7 @@ from ._options import (
     refuse_stdio,
     upscale_options,
 )
-from .output import console, count_progress, handle_errors
+from .output import console, count_progress, handle_errors, note
 
 DEFAULT_REPORT = Path("sst-compare")
 
@@ -116,6 +116,7 @@ def compare(
             settings,
             on_start=lambda total: progress.update(task, total=total),
             on_image=lambda label, name: progress.update(task, advance=1, description=f"{label}: {name}"),
+            on_message=note,
         )
     shown = ", ".join(("bicubic", *result.models))
     console.print(f"compared {shown} on {result.images} image(s) at x{result.scale}", soft_wrap=True, markup=False)

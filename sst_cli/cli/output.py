@@ -88,6 +88,11 @@ def json_event(event: str, **fields: Any) -> None:
     print(json.dumps({"event": event, **fields}), file=_stdout, flush=True)
 
 
+def note(text: str) -> None:
+    """``note: text`` on stderr: something the user should know that does not stop the command."""
+    err_console.print(f"[yellow]note:[/] {_escape(text)}", soft_wrap=True)
+
+
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print ``error: message`` to stderr and return the exit to raise."""
     err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True, markup=True, highlight=False)

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from ..recipe import EMA_DECAY, MILESTONES, PATCH
 from ._options import DeviceOption, refuse_stdio
-from .output import console, err_console, fail, handle_errors
+from .output import console, err_console, fail, handle_errors, note
 
 if TYPE_CHECKING:
     from ..train import TrainProgress, TrainResult
@@ -76,7 +76,7 @@ class TrainReporter:
 
     def note(self, text: str) -> None:
         if not self.quiet:
-            err_console.print(f"[yellow]note:[/] {text}", soft_wrap=True)
+            note(text)
 
     def update(self, p: TrainProgress) -> None:
         if self.progress is not None and self.task is not None:
