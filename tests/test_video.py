@@ -117,7 +117,7 @@ def test_undecodable_first_frames_are_refused(tmp_path: Path) -> None:
 
 def test_missing_pyav_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "av", None)
-    with pytest.raises(ConfigError, match=r"pip install 'sst-cli\[video\]'"):
+    with pytest.raises(ConfigError, match=r"video needs PyAV: pip install 'av>=18'"):
         require_av()
 
 
