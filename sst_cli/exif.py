@@ -91,17 +91,20 @@ def _main_tags(exif: bytes) -> Image.Exif:
     sub-directories, for TIFF outputs: tifffile writes tags, not sub-directories (and Pillow's libtiff writer
     failed on every camera photo with them: "Error setting from dictionary")."""
     main = Image.Exif()
-    main.load(exif)
+    try:
+        main.load(exif)
+    except Exception:  # EXIF Pillow cannot parse: the picture is written without it, as it was read despite it
+        return Image.Exif()
     for pointer in (*_SUB_IFDS, 0xA005):
         main.pop(pointer, None)
     return main
 
 
-#: Tags the TIFF writer sets from the pixels themselves (layout, storage, resolution, ICC): an input's EXIF may
-#: hold some of them, which must not be written twice or contradict the file.
+#: Tags the TIFF writer sets from the pixels themselves (layout, storage, resolution, ICC), or offsets to data not
+#: copied (sub-IFDs, a JPEG thumbnail): an input's EXIF may hold some, which must not be written twice or dangle.
 _TIFF_LAYOUT_TAGS = frozenset(
     {254, 255, 256, 257, 258, 259, 262, 263, 266, 273, 277, 278, 279, 280, 281, 282, 283, 284, 296, 317, 320}
-    | {322, 323, 324, 325, 338, 339, 340, 341, 530, 531, 532, 34675}
+    | {322, 323, 324, 325, 330, 338, 339, 340, 341, 513, 514, 530, 531, 532, 34675}
 )
 
 

@@ -188,14 +188,18 @@ def read_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAULT
             exif_bytes = im.info.get("exif") if isinstance(im.info.get("exif"), bytes) else None
             if exif_bytes is None and fmt == "tiff":
                 exif_bytes = exif_of_tiff(im)
-            text_exif = _png_text_exif(im.info) if exif_bytes is None and fmt == "png" else None
-            exif_bytes = exif_bytes or text_exif
+            text_exif = _png_text_exif(im.info) if fmt == "png" else None
+            from_text = exif_bytes is None and text_exif is not None
+            exif_bytes = text_exif if from_text else exif_bytes
             try:
-                orientation = int((_exif_of(text_exif) if text_exif else im.getexif()).get(ORIENTATION, 1))
+                shown = _exif_of(exif_bytes) if from_text and exif_bytes else im.getexif()
+                orientation = int(shown.get(ORIENTATION, 1))
             except Exception:  # broken EXIF must not make an otherwise fine image unreadable
                 orientation = 1
             dpi = _dpi(im.info.get("dpi"), turned=orientation in (5, 6, 7, 8))
-            chunks = _upright_png_chunks(_kept_png_chunks(name), orientation) if fmt == "png" else ()
+            chunks = (
+                _upright_png_chunks(_kept_png_chunks(name), orientation, text_exif is not None) if fmt == "png" else ()
+            )
     except SstError:
         raise
     except UnidentifiedImageError:
@@ -273,7 +277,7 @@ def _png_text_exif(info: dict[str, Any]) -> bytes | None:
             data = bytes.fromhex("".join(text.split("\n")[3:])) if isinstance(text, str) else b""
             while data.startswith(EXIF_HEADER):  # some writers put the header in twice
                 data = data[len(EXIF_HEADER) :]
-            if data:
+            if data.startswith((b"II*\0", b"MM\0*")):  # an APP1 profile may hold XMP or other data instead
                 return EXIF_HEADER + data
     return None
 
@@ -284,13 +288,16 @@ def _exif_of(data: bytes) -> Image.Exif:
     return exif
 
 
-def _upright_png_chunks(chunks: tuple[tuple[bytes, bytes], ...], orientation: int) -> tuple[tuple[bytes, bytes], ...]:
+def _upright_png_chunks(
+    chunks: tuple[tuple[bytes, bytes], ...], orientation: int, exif_in_text: bool
+) -> tuple[tuple[bytes, bytes], ...]:
     """The kept chunks of a picture the reader turned upright (or not, ``orientation`` 1): without the EXIF text
-    chunks, and with the XMP packet's orientation set to 1, so that no viewer turns the result a second time."""
+    chunks when they hold EXIF (``exif_in_text``: the result has it as eXIf), and with the XMP packet's
+    orientation set to 1, so that no viewer turns the result a second time."""
     raw_exif = tuple(key.encode() + b"\0" for key in _PNG_RAW_EXIF)
     kept = []
     for kind, data in chunks:
-        if kind in (b"tEXt", b"zTXt", b"iTXt") and data.startswith(raw_exif):
+        if exif_in_text and kind in (b"tEXt", b"zTXt", b"iTXt") and data.startswith(raw_exif):
             continue
         if orientation != 1 and kind == b"iTXt" and data.startswith(_XMP_KEY + b"\0"):
             data = _upright_xmp(data)

@@ -167,27 +167,33 @@ def check_inputs_exist(items: Sequence[str]) -> None:
 
 
 def _one_job_per_file(found: list[Job]) -> list[Job]:
-    """``found`` without repeats of a name, and with one job per real file: where two names (a file and a link
-    to it) reach one file, the file's own name is upscaled and the other is listed as skipped, saying why."""
+    """``found`` without repeats of a path (however it is spelt), and with one job per real file: where a link
+    (to the file, or to a folder above it) reaches a file also found by its own path, that path is upscaled and
+    the link is listed as skipped, saying why."""
     real = {id(job): os.path.realpath(job.source) for job in found if job.error is None and job.skip is None}
     upscaled: dict[str, Job] = {}
     for job in found:
         key = real.get(id(job))
         if key is None:
             continue
-        if key not in upscaled or (upscaled[key].source.is_symlink() and not job.source.is_symlink()):
+        if key not in upscaled or (_linked(upscaled[key].source, key) and not _linked(job.source, key)):
             upscaled[key] = job
     jobs: list[Job] = []
-    named: set[Path] = set()
+    named: set[str] = set()
     for job in found:
-        if job.source in named:
-            continue  # the same name twice: once is enough
-        named.add(job.source)
+        if os.path.abspath(job.source) in named:
+            continue  # the same path twice: once is enough
+        named.add(os.path.abspath(job.source))
         key = real.get(id(job))
-        if key is not None and upscaled[key].source != job.source:
+        if key is not None and os.path.abspath(upscaled[key].source) != os.path.abspath(job.source):
             job = replace(job, skip=f"the same file as {upscaled[key].source}, which is upscaled")
         jobs.append(job)
     return jobs
+
+
+def _linked(path: Path, real: str) -> bool:
+    """Whether ``path`` reaches its file (``real``) through a link, itself or a folder above it."""
+    return os.path.abspath(path) != real
 
 
 def discover_inputs(

@@ -40,8 +40,15 @@ def second_interrupt_exits_at_once() -> None:
     breaking the shutdown with a traceback. Temporaries it leaves are removed by the next run in that folder.
     For the command-line process only (a library must not take over its host's Ctrl-C)."""
 
+    def at_once(signum: int, frame: object) -> None:
+        import multiprocessing
+
+        for child in multiprocessing.active_children():  # --workers: they would go on computing, unwatched
+            child.kill()
+        os._exit(130)
+
     def first(signum: int, frame: object) -> None:
-        signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+        signal.signal(signal.SIGINT, at_once)
         raise KeyboardInterrupt
 
     if threading.current_thread() is threading.main_thread():

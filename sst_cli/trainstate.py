@@ -119,7 +119,10 @@ def check_resume(state: dict[str, Any], settings: dict[str, Any], path: Path) ->
         )
     if saved.get("seed") != settings["seed"]:
         raise ConfigError(f"--resume: {path} was started with --seed {saved.get('seed')}, not {settings['seed']}")
-    return [key for key in MAY_CHANGE if saved.get(key) != settings[key]]
+    changed = [key for key in MAY_CHANGE if saved.get(key) != settings[key]]
+    if "data_files" not in saved and "data_files" in changed:  # a state from before the fingerprint: its paths
+        changed = [key for key in changed if key != "data_files" or saved.get("data") != settings["data"]]
+    return changed
 
 
 @dataclass(frozen=True)

@@ -111,6 +111,16 @@ def test_a_file_reached_through_a_link_is_upscaled_under_its_own_name_and_the_li
     ]
 
 
+def test_a_file_reached_through_a_linked_folder_is_upscaled_by_its_own_path() -> None:
+    png(Path("real/a.png"))
+    os.symlink("real", "linked")
+    jobs = discover_inputs(["linked", "real", str(Path("real/a.png").absolute())], recursive=False)
+    assert [(j.source.as_posix(), j.skip) for j in jobs] == [
+        ("linked/a.png", "the same file as real/a.png, which is upscaled"),
+        ("real/a.png", None),
+    ]  # the absolute spelling of real/a.png: the same path, dropped without a line
+
+
 def test_glob_keeps_the_tree_below_its_literal_folder() -> None:
     png(Path("in/x/a.png"))
     png(Path("in/y/b.png"))

@@ -225,6 +225,20 @@ def test_a_full_standard_output_is_one_warning_not_a_traceback(log: list[str]) -
     assert os.listdir("out") == ["a_mini_x3_x3.png"]
 
 
+@pytest.mark.skipif(os.name != "posix", reason="closes the child's standard output before it starts (POSIX)")
+def test_a_closed_standard_output_is_no_traceback() -> None:
+    """Closed at start (``>&-``), Python sets sys.stdout to None, which the guarded console wrote to."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-m", "sst_cli", "--version"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=env, timeout=120, preexec_fn=lambda: os.close(1),
+    )  # fmt: skip
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+
+
 def test_never_writes_over_an_input() -> None:
     image("in/a.png")
     before = Path("in/a.png").read_bytes()

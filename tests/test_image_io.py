@@ -441,6 +441,26 @@ def test_a_writers_note_of_the_stored_layout_is_not_carried(tmp_path: Path, note
         assert exif.get(0x010E) == kept and exif[0x0131] == "tifffile.py"  # the software that wrote it stays
 
 
+def test_exif_pillow_cannot_parse_does_not_fail_a_tiff_write(tmp_path: Path) -> None:
+    broken = b"Exif\x00\x00" + b"not a TIFF structure at all"
+    for depth in (8, 16):
+        write_image(tmp_path / f"out{depth}.tif", _picture(exif=broken, bit_depth=depth))
+        assert read_image(tmp_path / f"out{depth}.tif").bit_depth == depth
+
+
+def test_an_app1_text_profile_that_is_not_exif_is_kept_as_it_is(tmp_path: Path) -> None:
+    """ImageMagick's APP1 profile may hold XMP: it became a broken eXIf chunk, and a TIFF output failed on it."""
+    from PIL import PngImagePlugin
+
+    raw = b"http://ns.adobe.com/xap/1.0/\x00<x:xmpmeta/>".hex()
+    info = PngImagePlugin.PngInfo()
+    info.add_text("Raw profile type APP1", f"\nAPP1\n{len(raw) // 2:8d}\n{raw}\n", zip=True)
+    Image.fromarray(_u8(4, 6, 3)).save(tmp_path / "in.png", pnginfo=info)
+    picture = read_image(tmp_path / "in.png")
+    assert picture.exif is None and [kind for kind, _ in picture.png_chunks] == [b"zTXt"]
+    write_image(tmp_path / "out.tif", picture)
+
+
 def test_a_tiff_inputs_exif_is_carried_to_the_output(tmp_path: Path) -> None:
     """A TIFF keeps EXIF among its own tags, which Pillow's ``info`` does not hold: it was dropped silently."""
     exif = Image.Exif()

@@ -126,6 +126,17 @@ def test_resuming_judges_the_data_by_what_it_holds_not_how_its_path_is_written(
     assert "resuming with changed iters, data: the run continues, but not exactly as planned" in notes
 
 
+def test_a_state_from_before_the_data_fingerprint_compares_the_paths(tmp_path: Path) -> None:
+    from sst_cli.trainstate import check_resume
+
+    settings = {"scale": 2, "sst_config": {}, "model": "m", "seed": 0, "iters": 4, "batch": 2, "patch": 8, "lr": 1.0,
+                "warmup": 0, "ema_decay": 0.9, "data": ["images"], "data_files": "abc", "precision": "fp32",
+                "device": "cpu"}  # fmt: skip
+    old = {key: value for key, value in settings.items() if key != "data_files"}
+    assert check_resume({"settings": old}, settings, tmp_path / "s.pth") == []
+    assert check_resume({"settings": {**old, "data": ["other"]}}, settings, tmp_path / "s.pth") == ["data_files"]
+
+
 def test_sst_light_state_fits_through_the_device_tool(tmp_path: Path) -> None:
     """params + EMA + two AdamW moments of SST-light x4: about 14.6 MB, under the 16 MiB a file may come back."""
     model = create_model("sst-light", 4)

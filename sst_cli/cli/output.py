@@ -31,7 +31,10 @@ class _Guarded:
         self.failure: OSError | None = None
 
     def __getattr__(self, attribute: str) -> Any:
-        return getattr(getattr(sys, self._name), attribute)
+        stream = getattr(sys, self._name)
+        if stream is None:  # closed at start (``>&-``, pythonw): Python sets it to None
+            raise AttributeError(attribute)
+        return getattr(stream, attribute)
 
     def write(self, text: str) -> int:
         self._guard(lambda stream: stream.write(text))
@@ -41,13 +44,13 @@ class _Guarded:
         self._guard(lambda stream: stream.flush())
 
     def _guard(self, action: Callable[[Any], object]) -> None:
-        if self.failure is not None:
-            return
         stream = getattr(sys, self._name)
+        if self.failure is not None or stream is None:
+            return
         try:
             action(stream)
-        except OSError as exc:
-            self.failure = exc
+        except (OSError, ValueError) as exc:  # ValueError: a stream closed meanwhile
+            self.failure = exc if isinstance(exc, OSError) else OSError(str(exc))
             with suppress(Exception):
                 null = os.open(os.devnull, os.O_WRONLY)
                 os.dup2(null, stream.fileno())

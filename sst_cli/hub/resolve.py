@@ -16,6 +16,7 @@ Order for an official entry (``resolve``):
 from __future__ import annotations
 
 import os
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -106,14 +107,16 @@ def _lfs_sha256(path: Path) -> str | None:
 
 
 def _evict(path: Path) -> None:
-    """Remove a rejected file from the cache: the snapshot entry and the blob it points to."""
+    """Remove a rejected file from the cache: the snapshot entry and the blob it points to. A cache this user may
+    not change (shared, read-only) keeps it: the refusal that called this is what the user must see."""
     try:
         blob = path.resolve() if path.is_symlink() else None
     except OSError:
         blob = None
-    path.unlink(missing_ok=True)
-    if blob is not None and blob != path:
-        blob.unlink(missing_ok=True)
+    with suppress(OSError):
+        path.unlink(missing_ok=True)
+        if blob is not None and blob != path:
+            blob.unlink(missing_ok=True)
 
 
 def cached_path(file: HubFile) -> Path | None:
