@@ -231,13 +231,18 @@ def test_pull_downloads_a_cached_file_changed_on_disk_again(fake: FakeHub) -> No
     assert hub.read_pins()[LIGHT2].sha256 == hashlib.sha256(b"weights").hexdigest()
 
 
-def test_pull_hashes_a_file_damaged_in_place(fake: FakeHub) -> None:
-    """Damage that keeps the size and mtime (a disk error, a byte flipped in place) was reported good by pull."""
+def _damaged_in_place(fake: FakeHub) -> None:
+    """sst-light x2 pulled, then a byte of it changed with its size and mtime kept (a disk error, a flipped bit)."""
     fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
     blob = hub.resolve_pretrained("sst-light", 2).resolve()
     before = blob.stat()
     blob.write_bytes(b"weightZ")
     os.utime(blob, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def test_pull_hashes_a_file_damaged_in_place(fake: FakeHub) -> None:
+    """Damage that keeps the size and mtime (a disk error, a byte flipped in place) was reported good by pull."""
+    _damaged_in_place(fake)
     recorder = _Recorder()
     with hub.show_downloads(recorder):
         location = hub.pull("sst-light", 2)
@@ -601,11 +606,7 @@ def test_a_damaged_download_is_not_listed_as_cached(fake: FakeHub) -> None:
 
 def test_models_info_hashes_a_file_damaged_in_place(fake: FakeHub) -> None:
     """info printed the recorded sha256 as the file's (to paste into a manifest) when size and mtime were kept."""
-    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
-    blob = hub.resolve_pretrained("sst-light", 2).resolve()
-    before = blob.stat()
-    blob.write_bytes(b"weightZ")
-    os.utime(blob, ns=(before.st_atime_ns, before.st_mtime_ns))
+    _damaged_in_place(fake)
     info = runner.invoke(app, ["models", "info", "sst-light", "--scale", "2"], env={"COLUMNS": "300"})
     assert info.exit_code == 0, info.output
     text = " ".join(info.output.split())
