@@ -86,13 +86,19 @@ def _ifd_entries(tiff: bytes, order: str, offset: int) -> Iterator[tuple[int, in
         yield tag, kind, entry + 8
 
 
+def parsed(exif: bytes) -> Image.Exif:
+    """EXIF bytes as Pillow's tag mapping (raises what Pillow raises on EXIF it cannot parse)."""
+    tags = Image.Exif()
+    tags.load(exif)
+    return tags
+
+
 def _main_tags(exif: bytes) -> Image.Exif:
     """EXIF's main tags (camera, date, software ...) without the pointers to its Exif, GPS and interoperability
     sub-directories, for TIFF outputs: tifffile writes tags, not sub-directories (and Pillow's libtiff writer
     failed on every camera photo with them: "Error setting from dictionary")."""
-    main = Image.Exif()
     try:
-        main.load(exif)
+        main = parsed(exif)
     except Exception:  # EXIF Pillow cannot parse: the picture is written without it, as it was read despite it
         return Image.Exif()
     for pointer in (*_SUB_IFDS, 0xA005):

@@ -25,7 +25,7 @@ from PIL import Image, ImageCms, UnidentifiedImageError
 
 from sst_cli.encoders import write_png, write_tiff
 from sst_cli.errors import ConfigError, ImageError, OutputExists, SstError
-from sst_cli.exif import EXIF_HEADER, ORIENTATION, exif_of_tiff, reset_orientation, with_image_size
+from sst_cli.exif import EXIF_HEADER, ORIENTATION, exif_of_tiff, parsed, reset_orientation, with_image_size
 from sst_cli.files import atomic_write
 
 #: Largest input accepted by default, in pixels: Pillow's own decompression-bomb error threshold
@@ -192,7 +192,7 @@ def read_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAULT
             from_text = exif_bytes is None and text_exif is not None
             exif_bytes = text_exif if from_text else exif_bytes
             try:
-                shown = _exif_of(exif_bytes) if from_text and exif_bytes else im.getexif()
+                shown = parsed(exif_bytes) if from_text and exif_bytes else im.getexif()
                 orientation = int(shown.get(ORIENTATION, 1))
             except Exception:  # broken EXIF must not make an otherwise fine image unreadable
                 orientation = 1
@@ -280,12 +280,6 @@ def _png_text_exif(info: dict[str, Any]) -> bytes | None:
             if data.startswith((b"II*\0", b"MM\0*")):  # an APP1 profile may hold XMP or other data instead
                 return EXIF_HEADER + data
     return None
-
-
-def _exif_of(data: bytes) -> Image.Exif:
-    exif = Image.Exif()
-    exif.load(data)
-    return exif
 
 
 def _upright_png_chunks(
