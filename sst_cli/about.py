@@ -14,7 +14,7 @@ def about_file(path: str | os.PathLike[str], variant: str | None = None) -> dict
     """Facts about the model in ``path`` (loaded on the CPU, into ``variant``'s architecture when given). An
     ``hf://`` reference is downloaded into the Hugging Face cache first, unless it is there already."""
     source = weights_source(path)
-    local = hub.download(hub.parse_hf_reference(source)) if isinstance(source, str) else source
+    local = hub.download(hub.parse_hf_reference(source), rehash=True) if isinstance(source, str) else source
     model = load_model(local, variant=variant)
     d = describe(model)
     facts: dict[str, object] = {

@@ -148,6 +148,35 @@ def test_damaged_cached_lfs_file_is_refused_offline(cache: Path) -> None:
         hub.resolve_pretrained("sst", 4, repo_id=REPO)  # the --hub-repo zoo path: gone, never used
 
 
+def test_an_unchanged_cached_file_is_not_hashed_on_every_use(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """hf:// files were read whole on every run to check their sha256 (seconds for a multi-GB checkpoint): one
+    hashed before and unchanged since is taken; any change of size or mtime, `pull` and `models info` hash it."""
+    path = hub.download(hub.HubFile(REPO, FILE))
+    blob = path.resolve()
+    hub.download(hub.HubFile(REPO, FILE))  # just written: too recent to be remembered (racy), hashed again
+    assert not hub.pins.hashed_path().exists()
+    old = blob.stat().st_mtime_ns - 10**10
+    os.utime(blob, ns=(old, old))
+    hub.download(hub.HubFile(REPO, FILE))  # hashed and remembered
+    hashed: list[Path] = []
+    module = sys.modules["sst_cli.hub.resolve"]  # hub.resolve is the function of that name
+    real = module.sha256_of
+    monkeypatch.setattr(module, "sha256_of", lambda p: hashed.append(p) or real(p))
+    assert hub.download(hub.HubFile(REPO, FILE)).read_bytes() == DATA_A and hashed == []
+    blob.write_bytes(DATA_A.upper())  # same size, a new mtime: hashed, found damaged
+    os.utime(blob, ns=(old, old + 1))
+    with pytest.raises(CheckpointError, match="was removed from the cache"):
+        hub.download(hub.HubFile(REPO, FILE))
+    add_to_cache(cache, REPO, COMMIT_A, {FILE: DATA_A})
+    os.utime(blob, ns=(old, old))
+    hub.download(hub.HubFile(REPO, FILE))
+    blob.write_bytes(DATA_A.upper())  # damaged in place, size and mtime kept: only a real hash sees it
+    os.utime(blob, ns=(old, old))
+    assert hub.download(hub.HubFile(REPO, FILE)).exists()
+    with pytest.raises(CheckpointError, match="was removed from the cache"):
+        hub.download(hub.HubFile(REPO, FILE), rehash=True)
+
+
 def test_cached_file_outside_lfs_is_not_misjudged(cache: Path) -> None:
     """A file kept in git has a git sha1 as its blob name, not a sha256: nothing to check it against."""
     repo_dir = cache / f"models--{REPO.replace('/', '--')}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from .progress import note
 from .refs import COMMIT_RE, SHA256_RE
 
 PINS_FORMAT = 1
+_RACY_NS = 2_000_000_000  # a file modified this recently is not remembered as hashed
 
 
 def sst_home() -> Path:
@@ -119,6 +121,50 @@ def save_pin(key: str, pin: Pin) -> None:
     except WriteError as exc:  # the download is fine; later runs look for it again (pull says when it matters)
         note(f"{key} is downloaded, but where it came from could not be recorded ({exc}): make that file "
              "writable, or later runs may have to look for it again")  # fmt: skip
+
+
+def hashed_path() -> Path:
+    return sst_home() / "hashed.json"
+
+
+def _stat_key(path: Path) -> list[int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def known_sha256(path: Path) -> str | None:
+    """The sha256 recorded for ``path`` when it was last hashed, if its size, mtime and inode are unchanged: a
+    cached multi-GB checkpoint is then not read whole on every run (the zoo's pins judge files the same way)."""
+    try:
+        data = json.loads(hashed_path().read_text(encoding="utf-8"))
+        raw = data["files"][str(path.resolve())]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    stat = _stat_key(path)
+    if not isinstance(raw, dict) or stat is None or raw.get("stat") != stat:
+        return None
+    sha = raw.get("sha256")
+    return sha if isinstance(sha, str) and SHA256_RE.match(sha) else None
+
+
+def remember_sha256(path: Path, sha256: str) -> None:
+    """Record ``path``'s sha256 with its stat; entries of files that are gone are dropped. Only a shortcut: a
+    failure to write costs a hash on the next run."""
+    try:
+        data = json.loads(hashed_path().read_text(encoding="utf-8"))
+        files = {k: v for k, v in data["files"].items() if Path(k).exists()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        files = {}
+    stat = _stat_key(path)
+    if stat is None or time.time_ns() - path.stat().st_mtime_ns < _RACY_NS:
+        return  # changed within the file system's clock step: a change now could keep this mtime (racy git)
+    files[str(path.resolve())] = {"sha256": sha256, "stat": stat}
+    text = json.dumps({"_comment": "written by sst-cli: files already hashed; safe to delete", "files": files})
+    with contextlib.suppress(WriteError, OSError):
+        atomic_write_text(hashed_path(), text + "\n")
 
 
 def drop_pin(key: str) -> None:

@@ -32,7 +32,7 @@ from .manifest import (
     off_hub_message,
     release_base,
 )
-from .pins import Pin, drop_pin, get_pin, pin_key, pins_path, release_dir, save_pin
+from .pins import Pin, drop_pin, get_pin, known_sha256, pin_key, pins_path, release_dir, remember_sha256, save_pin
 from .progress import note
 from .refs import COMMIT_RE, SHA256_RE, HubFile, sha256_of
 
@@ -507,7 +507,9 @@ def _verified(path: Path, file: HubFile) -> Path:
     if expected is None:
         return path
     actual = sha256_of(path)
-    if actual != expected:
+    if actual == expected:
+        remember_sha256(path, actual)
+    else:
         _evict(path)
         raise CheckpointError(
             f"{file.filename} from {file.repo_id} has sha256 {actual}, not the expected {expected}: the file was "
@@ -516,14 +518,16 @@ def _verified(path: Path, file: HubFile) -> Path:
     return path
 
 
-def _damaged(path: Path, file: HubFile) -> str | None:
+def _damaged(path: Path, file: HubFile, *, rehash: bool) -> str | None:
     """None when a cached ``path`` has its expected sha256 (or none is known); else, having removed it from the
-    cache, a phrase saying what was wrong with it (a disk error, an interrupted copy, an edit by hand)."""
+    cache, a phrase saying what was wrong with it (a disk error, an interrupted copy, an edit by hand). A file
+    hashed before and unchanged since (size, mtime, inode) is not read again unless ``rehash``."""
     expected = _expected_sha256(path, file)
-    if expected is None:
+    if expected is None or (not rehash and known_sha256(path) == expected):
         return None
     actual = sha256_of(path)
     if actual == expected:
+        remember_sha256(path, actual)
         return None
     _evict(path)
     return (
@@ -532,16 +536,17 @@ def _damaged(path: Path, file: HubFile) -> str | None:
     )
 
 
-def download(file: HubFile, *, pull_hint: str | None = None, pulling: bool = False) -> Path:
+def download(file: HubFile, *, pull_hint: str | None = None, pulling: bool = False, rehash: bool = False) -> Path:
     """Fetch ``file`` into the standard HF cache (or find it there) and verify its sha256.
 
-    A cached file is first checked against its sha256 (given, else its LFS sha256): a damaged one is removed and
+    A cached file is first checked against its sha256 (given, else its LFS sha256), read whole only when it
+    changed since it was last hashed, when ``pulling`` or when ``rehash``: a damaged one is removed and
     downloaded again (refused when offline). A good one is used without a request when offline, when its
     revision is a commit, or when the Hub does not answer the quick probe. ``pull_hint``: the command suggested
     when offline and not cached; ``pulling``: that command is the one running.
     """
     cached = cached_path(file)
-    damaged = _damaged(cached, file) if cached is not None else None
+    damaged = _damaged(cached, file, rehash=pulling or rehash) if cached is not None else None
     if damaged is not None:
         cached = None
     pinned_commit = bool(file.revision and COMMIT_RE.match(file.revision))
