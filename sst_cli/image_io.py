@@ -591,7 +591,7 @@ def _decode(name: str, im: Image.Image) -> tuple[np.ndarray, int, bool, bytes | 
         high = _decode_raw(im, f"{wide[1]};16{'B' if big else 'L'}").astype(np.uint16)
         with Image.open(name, formats=[im.format or "PNG"]) as twin:
             low = _decode_raw(twin, f"{wide[1]};16{'L' if big else 'B'}")
-        return _with_trns(im, (high << 8) | low), 65535, False, icc
+        return with_colour_key(im, (high << 8) | low), 65535, False, icc
     if rawmode == "LA;16B":  # 16-bit gray+alpha PNG: 4 bytes per pixel, copied verbatim into RGBA
         raw = _decode_raw(im, "RGBA").astype(np.uint16)
         return (raw[..., 0::2] << 8) | raw[..., 1::2], 65535, True, icc
@@ -601,7 +601,7 @@ def _decode(name: str, im: Image.Image) -> tuple[np.ndarray, int, bool, bytes | 
         return np.asarray(cmyk_to_rgb(im, icc)), 255, False, None
     if mode.startswith("I;16") or mode == "I":
         words = np.clip(np.asarray(im), 0, 65535).astype(np.uint16)[..., None]
-        return _with_trns(im, words), 65535, True, icc
+        return with_colour_key(im, words), 65535, True, icc
     if mode == "F":
         return np.clip(np.asarray(im, dtype=np.float32), 0, 1)[..., None], 1, True, icc
     if mode in ("P", "PA"):
@@ -611,10 +611,10 @@ def _decode(name: str, im: Image.Image) -> tuple[np.ndarray, int, bool, bytes | 
     values = np.asarray(im)
     gray = im.mode in ("L", "LA")
     values = values[..., None] if values.ndim == 2 else values
-    return (_with_trns(im, values) if mode not in ("P", "PA") else values), 255, gray, icc
+    return (with_colour_key(im, values) if mode not in ("P", "PA") else values), 255, gray, icc
 
 
-def _with_trns(im: Image.Image, values: np.ndarray) -> np.ndarray:
+def with_colour_key(im: Image.Image, values: np.ndarray) -> np.ndarray:
     """Add an alpha channel from a PNG tRNS colour key (one transparent gray value or RGB triple)."""
     key = im.info.get("transparency")
     if values.shape[2] not in (1, 3) or not isinstance(key, int | tuple):

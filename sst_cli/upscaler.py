@@ -22,7 +22,16 @@ from .checks import check_scale_type
 from .choices import DEFAULT_MODEL, DEFAULT_SCALE
 from .compiling import CompiledNetwork, wants_compile
 from .errors import ConfigError, ImageError, NonFiniteOutput, OutOfMemory, OutputExists, OutputIsInput
-from .image_io import DEFAULT_QUALITY, ImageInfo, Picture, choose_format, cmyk_to_rgb, read_image, write_image
+from .image_io import (
+    DEFAULT_QUALITY,
+    ImageInfo,
+    Picture,
+    choose_format,
+    cmyk_to_rgb,
+    read_image,
+    with_colour_key,
+    write_image,
+)
 from .loader import ConfigSource, ModelSpec
 from .options import UpscaleOptions
 from .phases import Phases
@@ -75,7 +84,7 @@ def result_size(
         what = f"'{os.fspath(source)}' ({width}x{height} px)" if source is not None else f"a {width}x{height} px input"
         raise ConfigError(
             f"{what} at --outscale {factor:g} would give a {size[0]}x{size[1]} px result, less than 1 px on a side; "
-            f"use --outscale {1 / max(1, min(width, height)):.3g} or more"
+            f"use --outscale {_rounded_up(0.5 / max(1, min(width, height)))} or more"
         )
     if size[0] * size[1] * RESULT_BYTES > total_ram():
         fix = "lower --outscale" if outscale else "use a smaller input or scale"
@@ -84,6 +93,12 @@ def result_size(
             f"({total_ram() / 2**30:.0f} GiB) can hold; {fix}"
         )
     return size
+
+
+def _rounded_up(value: float) -> str:
+    """``value`` to 3 significant digits, rounded up: the smallest --outscale to suggest must work itself."""
+    step = 10.0 ** (math.floor(math.log10(value)) - 2)
+    return f"{math.ceil(value / step - 1e-9) * step:.3g}"
 
 
 @dataclass(frozen=True)
@@ -429,8 +444,8 @@ class Upscaler:
         factor = self.options.outscale or self.scale
         a = torch.from_numpy(np.ascontiguousarray(alpha, dtype=np.float32))[None]
         if float(a.min()) == float(a.max()):
-            size = (round(h * factor), round(w * factor))
-            return np.full((max(1, size[0]), max(1, size[1])), float(a[0, 0, 0]), dtype=np.float32)
+            width, height = self.output_size(w, h)  # rounded as the colour's size is
+            return np.full((height, width), float(a[0, 0, 0]), dtype=np.float32)
         if self.options.alpha == "model":
             up = self.run(a.expand(3, h, w).contiguous(), on_tile).image.mean(0, keepdim=True)
         else:
@@ -660,6 +675,8 @@ def _picture_from_pil(image: Image.Image) -> Picture:
     values = np.asarray(image)
     if mode == "I" or mode.startswith("I;16"):  # 16-bit gray, as the file reader takes it
         values = np.clip(values, 0, 65535).astype(np.uint16)
+    if mode not in ("P", "PA") and values.dtype.kind == "u":  # a PNG's tRNS colour key: alpha, as files get
+        values = with_colour_key(image, values[..., None] if values.ndim == 2 else values)
     picture = _picture_from_array(values)
     exif_bytes = exif if isinstance(exif, bytes) and exif else None
     return replace(picture, icc_profile=icc if isinstance(icc, bytes) else None, exif=exif_bytes)

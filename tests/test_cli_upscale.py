@@ -536,4 +536,6 @@ def test_an_outscale_that_leaves_no_pixel_is_refused_before_the_network(count_up
     assert result.exit_code == 1 and count_upscales == []
     said = " ".join(result.stderr.split())
     assert "'a.png' (16x12 px) at --outscale 0.04 would give a 1x0 px result, less than 1 px on a side" in said
-    assert "use --outscale 0.0833 or more" in said and files_under(".") == ["a.png"]
+    assert "use --outscale 0.0417 or more" in said and files_under(".") == ["a.png"]  # 1/12 was the hint
+    assert sst("a.png", "--outscale", "0.0417", "-q").exit_code == 0  # the smallest suggested works (1x1 px)
+    assert Image.open("a_mini_x3_x0.0417.png").size == (1, 1)

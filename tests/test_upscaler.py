@@ -246,6 +246,23 @@ def test_alpha_modes_and_constant_alpha_passes_through() -> None:
     assert not np.allclose(by_model, resized)
     rgba[..., 3] = 0.25
     assert np.all(Upscaler(tiny_sst(), tile=0).upscale(rgba)[..., 3] == 0.25)
+    opaque = np.dstack([rgba[:5, :5, :3], np.ones((5, 5), np.float32)])  # 12.5 px: rounded up, as the colour is
+    assert Upscaler(tiny_sst(), tile=0, outscale=2.5).upscale(opaque).shape == (13, 13, 4)  # failed: 13 vs 12
+
+
+def test_pil_colour_key_transparency_becomes_alpha_as_for_files(tmp_path: Path) -> None:
+    """A PNG's tRNS colour key made alpha for `sst upscale` but went through the network as a colour here."""
+    colour = np.random.default_rng(5).integers(0, 200, (8, 10, 3), dtype=np.uint8)
+    colour[:, 5:] = (255, 0, 255)
+    Image.fromarray(colour).save(tmp_path / "key.png", transparency=(255, 0, 255))
+    Image.fromarray(colour[..., 0]).save(tmp_path / "gray.png", transparency=7)
+    up = Upscaler(tiny_sst(), tile=0)
+    for name, mode in (("key.png", "RGBA"), ("gray.png", "LA")):
+        with Image.open(tmp_path / name) as image:
+            from_pil = np.asarray(up.upscale(image))
+        up.upscale_file(tmp_path / name, tmp_path / f"up-{name}")
+        with Image.open(tmp_path / f"up-{name}") as written:
+            assert written.mode == mode and np.array_equal(np.asarray(written), from_pil)
 
 
 def test_pil_gray_stays_gray_and_outscale_resizes() -> None:
