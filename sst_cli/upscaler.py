@@ -441,7 +441,6 @@ class Upscaler:
 
     def _upscale_alpha(self, alpha: np.ndarray, on_tile: TileCallback | None) -> np.ndarray:
         h, w = alpha.shape
-        factor = self.options.outscale or self.scale
         a = torch.from_numpy(np.ascontiguousarray(alpha, dtype=np.float32))[None]
         if float(a.min()) == float(a.max()):
             width, height = self.output_size(w, h)  # rounded as the colour's size is

@@ -539,3 +539,17 @@ def test_an_outscale_that_leaves_no_pixel_is_refused_before_the_network(count_up
     assert "use --outscale 0.0417 or more" in said and files_under(".") == ["a.png"]  # 1/12 was the hint
     assert sst("a.png", "--outscale", "0.0417", "-q").exit_code == 0  # the smallest suggested works (1x1 px)
     assert Image.open("a_mini_x3_x0.0417.png").size == (1, 1)
+
+
+def test_control_characters_in_file_names_are_shown_not_sent_to_the_terminal() -> None:
+    """A file name carried escape sequences (colours, a cleared screen) and line breaks raw to the terminal."""
+    image("in/esc\x1b[2Jred.png")
+    image("in/new\nline.png")
+    result = sst("in", "-o", "out")
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.stderr
+    assert "in/esc\\x1b[2Jred.png -> out/esc\\x1b[2Jred_mini_x3_x3.png" in result.stderr
+    assert "in/new\\nline.png -> out/new\\nline_mini_x3_x3.png" in result.stderr
+    missing = sst("\x1b]0;title\x07gone.png")
+    assert missing.exit_code == 2 and "'\\x1b]0;title\\x07gone.png' does not exist" in missing.stderr
+    assert "\x1b" not in missing.stderr and "\x07" not in missing.stderr

@@ -25,7 +25,7 @@ from ._options import (
     refuse_stdio,
     upscale_options,
 )
-from .output import console, count_progress, handle_errors, note
+from .output import as_markup, console, count_progress, handle_errors, note
 
 DEFAULT_REPORT = Path("sst-compare")
 
@@ -115,7 +115,7 @@ def compare(
         result = run_compare(
             settings,
             on_start=lambda total: progress.update(task, total=total),
-            on_image=lambda label, name: progress.update(task, advance=1, description=f"{label}: {name}"),
+            on_image=lambda label, name: progress.update(task, advance=1, description=as_markup(f"{label}: {name}")),
             on_message=note,
         )
     shown = ", ".join(("bicubic", *result.models))

@@ -31,7 +31,7 @@ from ._options import (
     refuse_stdio,
     upscale_options,
 )
-from .output import console, count_progress, handle_errors
+from .output import as_markup, console, count_progress, handle_errors
 
 if TYPE_CHECKING:
     from ..evaluate import DatasetResult
@@ -260,7 +260,9 @@ def eval_command(
             results = run_evaluation(
                 settings,
                 on_start=lambda total: progress.update(task, total=total),
-                on_image=lambda name, s, _score: progress.update(task, advance=1, description=f"{name} x{s}"),
+                on_image=lambda name, s, _score: progress.update(
+                    task, advance=1, description=as_markup(f"{name} x{s}")
+                ),
                 on_output=recorder,
             )
     console.print(_table(results, rgb, labels))

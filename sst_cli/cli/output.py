@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import sys
 from collections.abc import Callable
 from contextlib import suppress
@@ -57,9 +58,26 @@ class _Guarded:
                 os.close(null)
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """``text`` with control characters written out (``\\x1b``): a file name must not send escape sequences
+    to the terminal (colours, a cleared screen, a moved cursor) nor a carriage return over its own line."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
+
+
+class _Console(Console):
+    """A console whose printed strings are made ``visible``: whatever reaches a message (paths, reasons from
+    other libraries) is shown, never obeyed. Rich's own styling is added after this, when rendering."""
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        super().print(*(visible(o) if isinstance(o, str) else o for o in objects), **options)
+
+
 _stdout, _stderr = _Guarded("stdout"), _Guarded("stderr")
-console = Console(file=_stdout, highlight=False)  # type: ignore[arg-type]
-err_console = Console(file=_stderr, highlight=False)  # type: ignore[arg-type]
+console = _Console(file=_stdout, highlight=False)  # type: ignore[arg-type]
+err_console = _Console(file=_stderr, highlight=False)  # type: ignore[arg-type]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -93,7 +111,7 @@ def json_event(event: str, **fields: Any) -> None:
 
 def note(text: str) -> None:
     """``note: text`` on stderr: something the user should know that does not stop the command."""
-    err_console.print(f"[yellow]note:[/] {_escape(text)}", soft_wrap=True)
+    err_console.print(f"[yellow]note:[/] {as_markup(text)}", soft_wrap=True)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -117,7 +135,7 @@ def handle_errors(command: F) -> F:
                 raise
             if kwargs.get("json_log"):
                 json_event("error", message=str(exc), exit_code=exc.exit_code)
-            raise fail(_escape(str(exc)), exc.exit_code) from None
+            raise fail(as_markup(str(exc)), exc.exit_code) from None
         except KeyboardInterrupt as exc:  # before a command's own handling (a batch's summary) begins
             code = getattr(exc, "exit_code", 130)
             message = "interrupted" if code == 130 else f"stopped by signal {code - 128}"
@@ -129,7 +147,7 @@ def handle_errors(command: F) -> F:
                 said = _stdout.failure.strerror or str(_stdout.failure)
                 reason = said[:1].lower() + said[1:]
                 err_console.print(
-                    f"[yellow]warning:[/] could not write to standard output ({_escape(reason)}): what it shows is "
+                    f"[yellow]warning:[/] could not write to standard output ({as_markup(reason)}): what it shows is "
                     "cut short",
                     soft_wrap=True,
                 )
@@ -137,8 +155,9 @@ def handle_errors(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _escape(text: str) -> str:
-    """Library messages are plain text: brackets in paths must not be read as rich markup."""
+def as_markup(text: str) -> str:
+    """Plain text (a library message, a file name) placed in rich markup: brackets in paths must not be read
+    as styles, control characters are written out."""
     from rich.markup import escape
 
-    return escape(text)
+    return escape(visible(text))

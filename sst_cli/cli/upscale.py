@@ -33,7 +33,17 @@ from ._options import (
     refuse_stdio,
     upscale_options,
 )
-from .output import console, count_progress, debug_enabled, err_console, fail, handle_errors, json_event
+from .output import (
+    as_markup,
+    console,
+    count_progress,
+    debug_enabled,
+    err_console,
+    fail,
+    handle_errors,
+    json_event,
+    visible,
+)
 from .video_options import CodecOption, CrfOption, FramesPerPassOption, LosslessOption, PixFmtOption
 
 if TYPE_CHECKING:
@@ -45,14 +55,15 @@ _DEFAULT_MAX_PIXELS = 178_956_970  # image_io.DEFAULT_MAX_PIXELS, here so that -
 
 
 def show(path: Path | None) -> str:
-    """A path relative to the working folder when it lies below it, else as given."""
+    """A path relative to the working folder when it lies below it, else as given; control characters and
+    line breaks written out, so that one file is one line."""
     if path is None:
         return "-"
     try:
         relative = os.path.relpath(path)
     except ValueError:  # another drive on Windows
-        return str(path)
-    return relative if not relative.startswith("..") else str(path)
+        relative = ".."
+    return visible(relative if not relative.startswith("..") else str(path)).replace("\n", "\\n")
 
 
 class Reporter:
@@ -110,7 +121,9 @@ class Reporter:
         if self.json_log:
             self.emit("file_start", index=index + 1, total=total, input=str(job.source))
         if self.progress is not None and self.tiles_task is not None:
-            self.progress.update(self.tiles_task, description=f"  {job.source.name}", completed=0, total=None)
+            self.progress.update(
+                self.tiles_task, description=f"  {as_markup(show(Path(job.source.name)))}", completed=0, total=None
+            )
 
     def tile(self, done: int, total: int) -> None:
         if self.progress is not None and self.tiles_task is not None:
