@@ -106,6 +106,10 @@ def check_running_values(
     check_choice(alpha, ALPHA_MODES, "alpha mode")
     if outscale is not None and not (math.isfinite(outscale) and outscale > 0):
         raise ConfigError(f"outscale must be a positive number, got {outscale}")
+    if outscale is not None and outscale > MAX_TILE:  # also keeps sizes finite (1e308 overflowed to a traceback)
+        raise ConfigError(
+            f"outscale {outscale:g} makes even a 1 px picture larger than sst-cli writes (sides up to {MAX_TILE})"
+        )
     if outscale is not None and outscale < MIN_OUTSCALE:
         raise ConfigError(
             f"outscale {outscale:g} leaves less than 1 px of any picture's side; it must be {MIN_OUTSCALE:.3g} or more"

@@ -75,6 +75,7 @@ class TrainConfig:
             (self.lr is None or (math.isfinite(self.lr) and self.lr > 0), f"--lr must be positive, got {self.lr}"),
             (self.warmup is None or self.warmup >= 0, f"--warmup must be >= 0 iterations, got {self.warmup}"),
             (0.0 <= self.ema_decay < 1.0, f"--ema-decay must be in [0, 1), got {self.ema_decay}"),
+            (0 <= self.seed < 2**32, f"--seed must be between 0 and 2**32 - 1 (numpy's range), got {self.seed}"),
             (self.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 seconds, got {self.checkpoint_every}"),
             (self.checkpoint_iters >= 0, f"--checkpoint-iters must be >= 0 steps, got {self.checkpoint_iters}"),
             (

@@ -374,8 +374,12 @@ def test_debug_shows_the_traceback() -> None:
     plain = runner.invoke(app, args)
     assert plain.exit_code == 1 and "weights file not found: nowhere.pth" in plain.stderr
     assert isinstance(plain.exception, SystemExit) and "Traceback" not in plain.output
-    debug = runner.invoke(app, ["--debug", *args])
-    assert isinstance(debug.exception, WeightsNotFound) and "nowhere.pth" in str(debug.exception)
+    debug = runner.invoke(app, ["--debug", *args])  # exited 1 with the traceback alone, no JSON event
+    assert debug.exit_code == 1 and "Traceback" in debug.stderr and "WeightsNotFound" in debug.stderr
+    assert debug.stderr.rstrip().endswith("error: weights file not found: nowhere.pth")
+    missing = runner.invoke(app, ["--debug", "upscale", "gone.png", "--json-log"])
+    assert missing.exit_code == 2 and "Traceback" in missing.stderr  # a usage error stays one (it was 1)
+    assert json.loads(missing.stdout.splitlines()[-1])["event"] == "error"
     assert runner.invoke(app, args).exit_code == 1  # --debug does not stick to later commands
 
 

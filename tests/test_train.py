@@ -142,6 +142,7 @@ def test_out_state_and_init_are_three_files_and_the_state_a_pth(data: Path, tmp_
         ({"init": out}, "--out and --init name the same file"),
         ({"state": data / "im0.png"}, r"--state .*im0\.png: name it \.pth"),
         ({"lr": float("inf")}, "lr must be positive"),
+        ({"seed": -1}, r"--seed must be between 0 and 2\*\*32 - 1"),  # numpy's traceback, after reading the data
         ({"state": data}, "--state .*: a folder; name the file to write"),
         ({"init": tmp_path / "nowhere.pth"}, r"--init .*nowhere\.pth: no such weights file"),
         ({"resume": True, "init": data / "a.png"}, "--resume continues the saved run, which began already"),

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import sys
+import traceback
 from collections.abc import Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -121,7 +122,7 @@ def fail(message: str, code: int = 1) -> typer.Exit:
 
 
 def handle_errors(command: F) -> F:
-    """Turn library errors into one line and an exit code; tracebacks only with --debug. A command run with
+    """Turn library errors into one line and an exit code; tracebacks too with --debug. A command run with
     ``--json-log`` also gets the error as a JSON event on stdout, so that a program reading it learns why."""
 
     @functools.wraps(command)
@@ -131,8 +132,8 @@ def handle_errors(command: F) -> F:
             with stop_on_signals():
                 return command(*args, **kwargs)
         except SstError as exc:
-            if debug_enabled():
-                raise
+            if debug_enabled():  # the traceback as well, not instead: the exit code and JSON event stay
+                err_console.print(traceback.format_exc().rstrip(), markup=False, highlight=False, soft_wrap=True)
             if kwargs.get("json_log"):
                 json_event("error", message=str(exc), exit_code=exc.exit_code)
             raise fail(as_markup(str(exc)), exc.exit_code) from None
