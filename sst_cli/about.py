@@ -7,15 +7,18 @@ import os
 
 from . import hub
 from .archs import describe
-from .loader import load_model, weights_source
+from .loader import ConfigSource, load_model, weights_source
 
 
-def about_file(path: str | os.PathLike[str], variant: str | None = None) -> dict[str, object]:
-    """Facts about the model in ``path`` (loaded on the CPU, into ``variant``'s architecture when given). An
-    ``hf://`` reference is downloaded into the Hugging Face cache first, unless it is there already."""
+def about_file(
+    path: str | os.PathLike[str], variant: str | None = None, config: ConfigSource | None = None
+) -> dict[str, object]:
+    """Facts about the model in ``path`` (loaded on the CPU, into ``variant``'s architecture, or built from
+    ``config``'s constructor keywords, when given). An ``hf://`` reference is downloaded into the Hugging Face
+    cache first, unless it is there already."""
     source = weights_source(path)
     local = hub.download(hub.parse_hf_reference(source), rehash=True) if isinstance(source, str) else source
-    model = load_model(local, variant=variant)
+    model = load_model(local, variant=variant, config=config)
     d = describe(model)
     facts: dict[str, object] = {
         "file": local,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from typer.testing import CliRunner
 
 from sst_cli import __version__, load_model
 from sst_cli.cli import app
+from sst_cli.zoo import get_variant
 
 runner = CliRunner()
 COMMIT = "c3" * 20
@@ -79,6 +81,12 @@ def test_models_info_of_a_file_takes_model_and_refuses_scale(tmp_path: Path) -> 
     assert scaled.exit_code == 2 and "--scale applies to zoo names" in scaled.output
     missing = runner.invoke(app, ["models", "info", str(tmp_path / "nope.pth")])
     assert missing.exit_code == 1 and "weights file not found" in missing.output
+    config = tmp_path / "light.json"  # the message said "or pass --config", which models info did not have
+    config.write_text(json.dumps(get_variant("sst-light").kwargs | {"upscaling_factor": 4}))
+    built = runner.invoke(app, ["models", "info", str(bare), "--config", str(config)], env={"COLUMNS": "200"})
+    assert built.exit_code == 0 and f"parameters         {get_variant('sst-light').params[4]:,}" in built.output
+    zoo = runner.invoke(app, ["models", "info", "sst-light", "--config", str(config)])
+    assert zoo.exit_code == 2 and "--config applies to a weights file" in zoo.output
 
 
 def test_a_zoo_name_means_the_zoo_whatever_the_working_folder_holds(

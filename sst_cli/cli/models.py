@@ -145,6 +145,14 @@ def info(
             "need it: their window sizes are in no tensor).",
         ),
     ] = None,
+    config: Annotated[
+        str | None,
+        typer.Option(
+            "--config",
+            metavar="JSON",
+            help="With a weights file: JSON file of the architecture's constructor keywords (an SST of your own).",
+        ),
+    ] = None,
 ) -> None:
     """Hyper-parameters, parameter counts and, per scale, the weight file: where it comes from, where it is
     cached and its sha256 (no network: `sst models pull` resolves and downloads). A weights file: what was
@@ -156,12 +164,13 @@ def info(
         if scale is not None:
             raise ConfigError(f"--scale applies to zoo names; '{name}' says its own scale")
         with hub.show_downloads(download_display()):
-            facts = about_file(name, variant=model)
+            facts = about_file(name, variant=model, config=config)
         for key, value in facts.items():
             console.print(f"  {key:<18} {value}", markup=False, soft_wrap=True)
         return
-    if model is not None:
-        raise ConfigError("--model applies to a weights file; for a zoo model, name it: sst models info NAME")
+    if model is not None or config is not None:
+        option = "--model" if model is not None else "--config"
+        raise ConfigError(f"{option} applies to a weights file; for a zoo model, name it: sst models info NAME")
     v = get_variant(name)
     scales = v.scales if scale is None else (_check_scale(v.name, scale),)
     console.print(f"[bold]{v.title}[/] ({v.name})")
