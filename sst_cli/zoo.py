@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from .checks import check_scale_type
+from .choices import DEFAULT_MODEL
 from .errors import ConfigError
 
 if TYPE_CHECKING:  # the networks (torch) load on first use: listing the zoo stays instant
@@ -213,7 +214,8 @@ def check_model_choice(
     model: str | None, scale: int | None, weights: object | None, config: object | None, hub_repo: str | None
 ) -> None:
     """What ``--model``, ``--scale``, ``--weights``, ``--config`` and ``--hub-repo`` say together, before any file
-    is read: contradictions, an unknown zoo name (with a suggestion), a scale the model does not have."""
+    is read: contradictions, an unknown zoo name (with a suggestion), a scale the model does not have (the
+    default model's too: x20000 was planned, then refused as too big for memory)."""
     if config is not None and weights is None:
         raise ConfigError("--config describes an architecture; give the weights to load into it with --weights")
     if config is not None and model is not None:
@@ -224,6 +226,8 @@ def check_model_choice(
         check_scale_type(scale)
         if scale < 1:
             raise ConfigError(f"scale must be a positive integer, got {scale!r}")
+    if model is None and weights is None:
+        model = DEFAULT_MODEL
     if model is not None and config is None:
         variant = get_variant(model)  # unknown names fail here, naming the zoo
         if scale is not None:

@@ -65,6 +65,7 @@ NO_TORCH_NEEDED = [
     (["--device", "cuda:0,"], "has an empty entry"),
     (["--model", "sst-lite"], "unknown model 'sst-lite'; did you mean sst-light?"),
     (["--model", "sst", "--scale", "5"], "scale must be one of 2, 3, 4, got 5"),
+    (["--scale", "20000"], "scale must be one of 2, 3, 4, got 20000"),  # the default model: was "too big for memory"
     (["--weights", "w.pth", "--hub-repo", "a/b"], "--hub-repo says where zoo weights come from"),
 ]
 if sys.platform != "darwin":  # Apple's GPU exists on macOS only: anywhere else the answer needs no torch
