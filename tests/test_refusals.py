@@ -65,6 +65,8 @@ NO_TORCH_NEEDED = [
     (["--device", "cuda:0,"], "has an empty entry"),
     (["--model", "sst-lite"], "unknown model 'sst-lite'; did you mean sst-light?"),
     (["--model", "sst", "--scale", "5"], "scale must be one of 2, 3, 4, got 5"),
+    (["--weights", ""], "--weights: an empty name; give a file or folder"),  # was "'.': a folder"
+    (["-o", " "], "-o: an empty name; give a file or folder"),
     (["--scale", "20000"], "scale must be one of 2, 3, 4, got 20000"),  # the default model: was "too big for memory"
     (["--weights", "w.pth", "--hub-repo", "a/b"], "--hub-repo says where zoo weights come from"),
 ]
@@ -119,6 +121,22 @@ def test_other_commands_refuse_without_importing_torch(
     assert code == 2, lines
     assert lines[-1] == "torch not imported", lines
     assert len(lines) == 2 and lines[0].startswith("error: ") and message in lines[0], lines
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["eval", "-d", "Set5", "--json", ""],  # wrote to the working folder: "it is a folder"
+        ["bench", "--json", ""],  # exit 0, and no JSON written
+        ["train", "--data", ".", "--iters", "9", "--out", ""],
+        ["compare", ""],
+    ],
+)
+def test_an_empty_path_is_refused_as_such(tmp_path: Path, args: list[str]) -> None:
+    """Path('') is the working folder: an empty name was taken for it, or dropped without a word."""
+    code, lines = _sst(tmp_path, *args)
+    assert code == 2 and lines[-1] == "torch not imported", lines
+    assert any("an empty name; give a file or folder" in line for line in lines), lines
 
 
 def test_missing_inputs_answer_without_importing_torch(tmp_path: Path) -> None:

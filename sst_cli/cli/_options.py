@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
@@ -99,11 +100,23 @@ _WXH = re.compile(r"\s*(\d+)\s*[xX]\s*(\d+)\s*")
 
 def refuse_stdio(paths: Mapping[str, PathText | Sequence[PathText] | None]) -> None:
     """Refuse ``-`` where a path is asked for: sst-cli reads and writes files only, and taken as a name it made a
-    folder or a file called ``-`` (or said no such file). ``paths``: the option's name -> its value, or values."""
+    folder or a file called ``-`` (or said no such file); and an empty name, which became the working folder.
+    ``paths``: the option's name -> its value, or values."""
     for option, value in paths.items():
         values = [value] if value is None or isinstance(value, str | os.PathLike) else value
-        if any(item is not None and os.fspath(item).strip() == "-" for item in values):
+        named = [os.fspath(item).strip() for item in values if item is not None]
+        if "-" in named:
             raise ConfigError(f"{option}: - (standard input/output) is not supported: give a file name")
+        if "" in named:
+            raise ConfigError(f"{option}: an empty name; give a file or folder")
+
+
+def path_text(text: str) -> Path:
+    """A path option's text as a Path, refusing an empty one (``Path('')`` is the working folder: ``--json ''``
+    wrote nothing, and ``--weights ''`` was "a folder")."""
+    if not text.strip():
+        raise typer.BadParameter("an empty name; give a file or folder")
+    return Path(text)
 
 
 def parse_size(text: str | None, option: str = "--max-memory") -> int | None:

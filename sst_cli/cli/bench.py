@@ -21,6 +21,7 @@ from ._options import (
     WeightsOption,
     parse_tile,
     parse_wxh,
+    path_text,
     refuse_stdio,
 )
 from .output import console, err_console, handle_errors
@@ -246,10 +247,16 @@ def bench(
     ] = False,
     input_image: Annotated[
         Path | None,
-        typer.Option("--input", metavar="FILE", help="A photo to use as the LR input (resized) instead of noise."),
+        typer.Option(
+            "--input",
+            metavar="FILE",
+            help="A photo to use as the LR input (resized) instead of noise.",
+            parser=path_text,
+        ),
     ] = None,
     json_path: Annotated[
-        Path | None, typer.Option("--json", metavar="FILE", help="Also write all figures to this JSON file.")
+        Path | None,
+        typer.Option("--json", metavar="FILE", help="Also write all figures to this JSON file.", parser=path_text),
     ] = None,
     overwrite: OverwriteOption = False,
     weights: WeightsOption = None,

@@ -22,6 +22,7 @@ from ._options import (
     TileOverlapOption,
     model_specs,
     parse_crop,
+    path_text,
     refuse_stdio,
     upscale_options,
 )
@@ -32,7 +33,9 @@ DEFAULT_REPORT = Path("sst-compare")
 
 @handle_errors
 def compare(
-    images: Annotated[list[Path], typer.Argument(help="Pictures (or folders of pictures) to compare on.")],
+    images: Annotated[
+        list[Path], typer.Argument(help="Pictures (or folders of pictures) to compare on.", parser=path_text)
+    ],
     model: Annotated[
         list[str] | None,
         typer.Option(
@@ -62,11 +65,17 @@ def compare(
             metavar="DIR",
             help=f"Report folder (index.html and images); default {DEFAULT_REPORT}/ unless only --png is given. "
             "An earlier report there is replaced.",
+            parser=path_text,
         ),
     ] = None,
     png: Annotated[
         Path | None,
-        typer.Option("--png", metavar="FILE", help="Also (or only) write the crops side by side as one labelled PNG."),
+        typer.Option(
+            "--png",
+            metavar="FILE",
+            help="Also (or only) write the crops side by side as one labelled PNG.",
+            parser=path_text,
+        ),
     ] = None,
     crop: CropOption = None,
     title: Annotated[str | None, typer.Option("--title", metavar="TEXT", help="The report's title.")] = None,

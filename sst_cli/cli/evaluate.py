@@ -28,6 +28,7 @@ from ._options import (
     TileOverlapOption,
     model_specs,
     parse_crop,
+    path_text,
     refuse_stdio,
     upscale_options,
 )
@@ -131,20 +132,32 @@ def eval_command(
     hub_repo: HubRepoOption = None,
     data_root: Annotated[
         Path | None,
-        typer.Option("--data-root", metavar="DIR", help="Folder holding the named datasets (or set SST_DATA_ROOT)."),
+        typer.Option(
+            "--data-root",
+            metavar="DIR",
+            help="Folder holding the named datasets (or set SST_DATA_ROOT).",
+            parser=path_text,
+        ),
     ] = None,
     rgb: Annotated[bool, typer.Option("--rgb", help="Also report PSNR/SSIM on RGB.")] = False,
     self_ensemble: Annotated[
         bool, typer.Option("--self-ensemble", help="Average the 8 flips/rotations (x8 time).")
     ] = False,
-    json_path: Annotated[Path | None, typer.Option("--json", metavar="FILE", help="Write all results as JSON.")] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", metavar="FILE", help="Write all results as JSON.", parser=path_text)
+    ] = None,
     csv_path: Annotated[
-        Path | None, typer.Option("--csv", metavar="FILE", help="Write per-image scores as CSV.")
+        Path | None, typer.Option("--csv", metavar="FILE", help="Write per-image scores as CSV.", parser=path_text)
     ] = None,
     overwrite: OverwriteOption = False,
     save_images: Annotated[
         Path | None,
-        typer.Option("--save-images", metavar="DIR", help="Save SR outputs as DIR/<dataset>/x<scale>/<name>.png."),
+        typer.Option(
+            "--save-images",
+            metavar="DIR",
+            help="Save SR outputs as DIR/<dataset>/x<scale>/<name>.png.",
+            parser=path_text,
+        ),
     ] = None,
     report: Annotated[
         Path | None,
@@ -153,6 +166,7 @@ def eval_command(
             metavar="DIR",
             help="Write a visual report to DIR/index.html: the tables, zoomed crops LR | bicubic | models | HR "
             "and a before/after slider per image, sortable by PSNR gain. An earlier report in DIR is replaced.",
+            parser=path_text,
         ),
     ] = None,
     crop: CropOption = None,

@@ -13,7 +13,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 
 from ..recipe import EMA_DECAY, MILESTONES, PATCH
-from ._options import DeviceOption, refuse_stdio
+from ._options import DeviceOption, path_text, refuse_stdio
 from .output import console, err_console, fail, handle_errors, note
 
 if TYPE_CHECKING:
@@ -125,21 +125,33 @@ def train(
     data: Annotated[
         list[Path],
         typer.Option(
-            "--data", metavar="DIR", help="Folder of training images (searched recursively); repeat for several."
+            "--data",
+            metavar="DIR",
+            help="Folder of training images (searched recursively); repeat for several.",
+            parser=path_text,
         ),
     ],
     iters: Annotated[
         int, typer.Option("--iters", metavar="N", help="Iterations of the whole run (the lr schedule spans them).")
     ],
     out: Annotated[
-        Path, typer.Option("--out", "-o", metavar="FILE", help="Weights to write: .safetensors (recommended) or .pth.")
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            metavar="FILE",
+            help="Weights to write: .safetensors (recommended) or .pth.",
+            parser=path_text,
+        ),
     ],
     model: Annotated[
         str | None, typer.Option("--model", "-m", metavar="NAME", help="Zoo architecture to train (default sst-light).")
     ] = None,
     config: Annotated[
         Path | None,
-        typer.Option("--config", metavar="JSON", help="JSON of SST constructor keywords instead of --model."),
+        typer.Option(
+            "--config", metavar="JSON", help="JSON of SST constructor keywords instead of --model.", parser=path_text
+        ),
     ] = None,
     scale: Annotated[
         int | None, typer.Option("--scale", "-s", metavar="N", help="Upscaling factor: 2, 3 or 4 (default 4).")
@@ -150,16 +162,22 @@ def train(
             "--init",
             metavar="FILE",
             help="Start from these weights or training state (e.g. x2 for x3); the upsampler is adapted.",
+            parser=path_text,
         ),
     ] = None,
     resume: Annotated[
         Path | None,
-        typer.Option("--resume", metavar="STATE", help="Continue the run saved in this training state file."),
+        typer.Option(
+            "--resume", metavar="STATE", help="Continue the run saved in this training state file.", parser=path_text
+        ),
     ] = None,
     state: Annotated[
         Path | None,
         typer.Option(
-            "--state", metavar="FILE", help="Where to keep the training state (default <out stem>.state.pth)."
+            "--state",
+            metavar="FILE",
+            help="Where to keep the training state (default <out stem>.state.pth).",
+            parser=path_text,
         ),
     ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Start over, replacing --out and its state.")] = False,
