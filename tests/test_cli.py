@@ -67,6 +67,13 @@ def test_models_info(offline_cache: Path) -> None:
     assert bad.exit_code == 2 and "sst exists at x2 / x3 / x4, not x8" in bad.output
 
 
+def test_text_sent_to_a_pipe_is_not_wrapped() -> None:
+    """Piped, `sst models info` wrapped at 80 columns: grep found half of the weights line."""
+    result = runner.invoke(app, ["models", "info", "sst-light-291"], env={"COLUMNS": "40"})
+    line = "  weights          trained by sst-cli on 291 images (T91 + BSD200), not the paper's weights"
+    assert result.exit_code == 0 and line in result.output.splitlines(), result.output
+
+
 def test_models_info_of_a_file_takes_model_and_refuses_scale(tmp_path: Path) -> None:
     from safetensors.torch import load_file
 

@@ -70,9 +70,12 @@ def visible(text: str) -> str:
 
 class _Console(Console):
     """A console whose printed strings are made ``visible``: whatever reaches a message (paths, reasons from
-    other libraries) is shown, never obeyed. Rich's own styling is added after this, when rendering."""
+    other libraries) is shown, never obeyed. Rich's own styling is added after this, when rendering. Text sent
+    to a pipe or a file is not wrapped at 80 columns (``sst models info X | grep weights`` found half a line)."""
 
     def print(self, *objects: Any, **options: Any) -> None:
+        if not self.is_terminal and all(isinstance(o, str) for o in objects):
+            options.setdefault("soft_wrap", True)
         super().print(*(visible(o) if isinstance(o, str) else o for o in objects), **options)
 
 
@@ -144,7 +147,7 @@ def handle_errors(command: F) -> F:
                 json_event("error", message=message, exit_code=code, interrupted=True)
             raise fail(message, code) from None
         finally:
-            if _stdout.failure is not None:
+            if _stdout.failure is not None and not isinstance(_stdout.failure, BrokenPipeError):  # `| head`: as asked
                 said = _stdout.failure.strerror or str(_stdout.failure)
                 reason = said[:1].lower() + said[1:]
                 err_console.print(
