@@ -373,6 +373,8 @@ def test_sst_compare_says_when_the_crop_asked_for_was_moved_to_fit(tmp_path: Pat
     assert result.exit_code == 0, result.output
     said = " ".join(result.stderr.split())
     assert "note: photo.png: the crop asked for does not fit its picture; shown at 16,8,16,16" in said
+    plain = runner.invoke(app, [*args[:-2], "--png", "plain.png"])
+    assert plain.exit_code == 0 and plain.stderr == "", plain.stderr  # no empty line the progress bar left in logs
 
 
 def test_compare_png_never_replaces_a_picture_nor_an_existing_file_unasked(tmp_path: Path) -> None:

@@ -101,11 +101,13 @@ def debug_enabled() -> bool:
 
 
 def count_progress(*, disable: bool = False, **options: Any) -> Progress:
-    """A transient bar on stderr counting items: description, bar, done/total, time left."""
+    """A transient bar on stderr counting items: description, bar, done/total, time left; on a terminal only
+    (stopping it elsewhere left an empty line in logs)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    return Progress(*columns, console=err_console, transient=True, disable=disable, **options)
+    shown = err_console.is_terminal and not disable
+    return Progress(*columns, console=err_console, transient=True, disable=not shown, **options)
 
 
 def json_event(event: str, **fields: Any) -> None:
