@@ -284,6 +284,12 @@ def test_interrupt_exits_130_without_partial_files_and_skip_existing_finishes(
     assert stopped.exit_code == 130, stopped.output
     assert "interrupted" in stopped.stderr and "--skip-existing" in stopped.stderr
     assert files_under("out") == ["a_mini_x3_x3.png"]  # nothing partial, no .sst-tmp
+    count_upscales.clear()
+    logged = sst("in", "-o", "logged", "--json-log")  # b.png had a file_start and no end; no error event
+    events = [json.loads(line) for line in logged.stdout.splitlines()]
+    assert logged.exit_code == 130 and [e["event"] for e in events][-3:] == ["file_done", "summary", "error"]
+    assert events[-3] == {"event": "file_done", "total": 3, "input": str(Path("in", "b.png")), "status": "interrupted"}
+    assert events[-1]["interrupted"] is True and events[-1]["exit_code"] == 130
     monkeypatch.setattr(Upscaler, "upscale_picture", spy)
     count_upscales.clear()
     resumed = sst("in", "-o", "out", "--skip-existing", "-q")

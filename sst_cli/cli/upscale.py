@@ -438,12 +438,17 @@ def upscale(
                 )
     except BatchInterrupted as stop:
         reporter.stop()
+        if json_log and stop.current is not None:  # its file_start had no end: a reader would wait for it
+            json_event("file_done", total=stop.total, input=str(stop.current.source), status="interrupted")
         reporter.summary(stop.result, interrupted=True, exit_code=stop.exit_code)
         where = f" while upscaling {show(stop.current.source)}" if stop.current else ""
         done = len(stop.result.files)
         how = "interrupted" if stop.exit_code == 130 else f"stopped by signal {stop.exit_code - 128}"
         hint = "rerun it with --skip-existing instead of --overwrite to resume" if overwrite else _RESUME_HINT
-        raise fail(f"{how}{where} after {done} of {stop.total} files; {hint}", stop.exit_code) from None
+        message = f"{how}{where} after {done} of {stop.total} files; {hint}"
+        if json_log:  # the last event, as for an interrupt before the batch began
+            json_event("error", message=message, exit_code=stop.exit_code, interrupted=True)
+        raise fail(message, stop.exit_code) from None
     finally:
         reporter.stop()
     code = 1 if result.failed else 0
