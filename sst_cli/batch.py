@@ -104,7 +104,7 @@ def upscale_files(
     events = events or BatchEvents()
     paths = [os.fspath(i) for i in ([inputs] if isinstance(inputs, str | os.PathLike) else inputs)]  # one is one
     parallel = workers is not None and workers.parallel
-    jobs, naming = name_batch(paths, output, model, options, writing, recursive, include_outputs)
+    jobs, naming = name_batch(paths, output, model, options, writing, recursive, include_outputs, events.note)
     with removing_unused_folders(naming.folders(jobs)):  # made when planned: kept only if written into
         scale_unknown = model.weights is not None and model.scale is None  # only the loaded weights say it
         known = None if scale_unknown else ScaleOnly(naming.scale, options.outscale)
@@ -149,7 +149,7 @@ def plan_batch(
     """Find the inputs and name their outputs (refusals come before the model loads; ``named``: already done by
     ``name_batch``), then load the model that plans the batch (on the CPU with ``on_cpu``: workers or actors do
     the computing) and say it is ready; shared by ``upscale_files`` and the Ray path."""
-    jobs, naming = named or name_batch(inputs, output, model, options, writing, recursive, include_outputs)
+    jobs, naming = named or name_batch(inputs, output, model, options, writing, recursive, include_outputs, events.note)
     planning = replace(options, device="cpu") if on_cpu else options
     upscaler = Upscaler(model, options=planning, on_message=events.warning)
     naming = replace(naming, scale=upscaler.scale)
@@ -171,11 +171,12 @@ def name_batch(
     writing: WriteOptions,
     recursive: bool,
     include_outputs: bool,
+    on_note: Callable[[str], None] | None = None,
 ) -> tuple[list[Job], Naming]:
     """The inputs, and how their outputs are named (the scale asked for, or the default until the model says)."""
     exclude = [Path(output)] if output is not None and not is_image_file(output) else []
     skips = Skips() if include_outputs else Skips(own_output_labels() | {model_label(model).lower()})
-    jobs = discover_inputs(inputs, recursive, exclude=exclude, skips=skips)
+    jobs = discover_inputs(inputs, recursive, exclude=exclude, skips=skips, on_note=on_note)
     naming = plan_output(
         jobs,
         output,

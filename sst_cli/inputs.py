@@ -9,7 +9,7 @@ from __future__ import annotations
 import glob
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -197,26 +197,42 @@ def _linked(path: Path, real: str) -> bool:
 
 
 def discover_inputs(
-    inputs: Iterable[str], recursive: bool = False, *, exclude: Sequence[Path] = (), skips: Skips | None = None
+    inputs: Iterable[str],
+    recursive: bool = False,
+    *,
+    exclude: Sequence[Path] = (),
+    skips: Skips | None = None,
+    on_note: Callable[[str], None] | None = None,
 ) -> list[Job]:
     """Jobs for INPUT items (files, folders, globs), in argument order, each expansion sorted, no duplicates.
 
     A missing file becomes a failed job so the rest of the batch still runs. Folders in ``exclude``
     (the output folder) are not searched, so a rerun does not pick up its own results as inputs.
-    Raises ConfigError when nothing at all is found, since there is nothing to report on.
+    Raises ConfigError when nothing at all is found, since there is nothing to report on; a folder among
+    other inputs that holds no image is said through ``on_note`` (it was passed over without a word).
     """
     items = list(inputs)
     if not items:
         raise ConfigError("no inputs given: name image files, folders or globs")
     check_inputs_exist(items)
-    jobs = _one_job_per_file([job for item in items for job in _expand(item, recursive, exclude, skips or Skips())])
+    expanded = [(item, _expand(item, recursive, exclude, skips or Skips())) for item in items]
+    jobs = _one_job_per_file([job for _, found in expanded for job in found])
+    for item, found in expanded:
+        if not found and jobs and on_note is not None:
+            on_note(f"'{item}' holds no image files: nothing comes from it{_recursive_hint([item], recursive)}")
     if not any(job.skip is None for job in jobs):
         if jobs:
             reasons = "; ".join(sorted({f"{j.source.name}: {j.skip}" for j in jobs})[:3])
             raise ConfigError(f"nothing to upscale in {', '.join(repr(i) for i in items)}: {reasons}")
-        folders = [i for i in items if Path(i).is_dir()]
-        nested = any(any(p.is_dir() and not _hidden(p.name) for p in Path(f).iterdir()) for f in folders)
         kinds = ", ".join(sorted(set(EXTENSIONS.values()) | {"jpeg", "tiff", "gif"}))
-        hint = "; they have sub-folders: add --recursive to search them" if nested and not recursive else ""
+        hint = _recursive_hint(items, recursive)
         raise ConfigError(f"no image files found in {', '.join(repr(i) for i in items)} (looked for {kinds}){hint}")
     return jobs
+
+
+def _recursive_hint(items: Sequence[str], recursive: bool) -> str:
+    """Where folders found empty have sub-folders that --recursive would search, a hint saying so."""
+    folders = [i for i in items if Path(i).is_dir()]
+    nested = any(any(p.is_dir() and not _hidden(p.name) for p in Path(f).iterdir()) for f in folders)
+    who = "it has" if len(folders) == 1 else "they have"
+    return f"; {who} sub-folders: add --recursive to search them" if nested and not recursive else ""
