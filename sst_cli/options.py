@@ -20,7 +20,7 @@ class UpscaleOptions:
     ``tile``: ``"auto"`` (whole image when it fits ``max_memory``, default a share of free memory), 0 (whole
     image) or a tile side in LR pixels; ``tile_overlap``: context pixels around tiles (default: the model's
     own, or what ``seams.py`` measured a network whose tiles cannot be exact needs); ``exact``: context
-    covering the receptive field, so tiling leaves no trace (a network whose receptive
+    covering the receptive field, so tiling leaves no trace but float rounding (a network whose receptive
     field is the whole image, such as DAT, then runs on the whole image); ``batch``: tiles per
     forward pass; ``alpha``: transparency through the network (``model``) or bicubic (``resize``);
     ``outscale``: resize the native output to this final scale. ``ig_lambda`` and ``seed``: runtime settings

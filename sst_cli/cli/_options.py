@@ -65,7 +65,10 @@ TileOverlapOption = Annotated[
     int | None, typer.Option("--tile-overlap", metavar="PX", help="Context pixels around each tile.")
 ]
 ExactOption = Annotated[
-    bool, typer.Option("--exact", help="Overlap tiles by the full receptive field (tiling leaves no trace).")
+    bool,
+    typer.Option(
+        "--exact", help="Overlap tiles by the full receptive field: the whole image's result, up to float rounding."
+    ),
 ]
 BatchOption = Annotated[int, typer.Option("--batch", metavar="N", help="Tiles per forward pass.")]
 MaxMemoryOption = Annotated[
