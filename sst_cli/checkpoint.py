@@ -214,12 +214,21 @@ def check_fit(model: nn.Module, state: Mapping[str, torch.Tensor], source: str) 
         for k, v in expected.items()
         if k in state and v.is_floating_point() and not state[k].is_floating_point()
     ]
+    inexact = []
+    for k, v in expected.items():
+        if k in state and not v.is_floating_point() and state[k].is_floating_point():
+            cast = _as_integers(state[k], v.dtype)
+            if cast is None:
+                inexact.append(f"{k} {str(state[k].dtype).removeprefix('torch.')}")
+            else:
+                state[k] = cast
     problems = []
     labelled = (
         ("missing", missing),
         ("unexpected", unexpected),
         ("wrong shape (file vs model)", shapes),
         ("not floating point", kinds),
+        ("integer tensors stored as floats that do not hold whole numbers exactly", inexact),
     )
     for label, items in labelled:
         if items:
@@ -228,3 +237,22 @@ def check_fit(model: nn.Module, state: Mapping[str, torch.Tensor], source: str) 
     if problems:
         raise CheckpointError(f"{source} does not fit the network: " + "; ".join(problems))
     return state
+
+
+def _as_integers(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+    """An integer buffer (an index, a counter) that a "convert everything to half" script stored as floats, cast
+    back; None when that could be wrong.
+
+    Cast back rather than refused: whole numbers below the float type's exact limit (2048 in float16, 256 in
+    bfloat16) are the very integers the file held, so the network computes what the original did (torch's copying
+    ``load_state_dict`` casts them just so; assigning, as here, kept the floats, which fail as indices at the first
+    forward pass). A fraction, or a value at or above that limit (float16 rounds 2049 to 2048: another row of a
+    table), cannot be trusted and is refused.
+    """
+    if values.is_meta:
+        return values.to(dtype)
+    exact = round(2 / torch.finfo(values.dtype).eps)  # every integer up to it is a float of this type
+    low, high = (0, 1) if dtype == torch.bool else (torch.iinfo(dtype).min, torch.iinfo(dtype).max)
+    low, high = max(low, 1 - exact), min(high, exact - 1)
+    fits = not values.numel() or (low <= values.min().item() and values.max().item() <= high)
+    return values.to(dtype) if fits and torch.equal(values, values.round()) else None

@@ -15,7 +15,7 @@ from safetensors.torch import save_file
 from sst_cli import load_model
 from sst_cli.archs.sst import SST, SSTConfig
 from sst_cli.archs.sst.infer import infer
-from sst_cli.checkpoint import read_weights
+from sst_cli.checkpoint import check_fit, read_weights
 from sst_cli.errors import CheckpointError, ConfigError, ScaleMismatch, WeightsNotFound
 
 pytestmark = needs_golden
@@ -248,6 +248,19 @@ def test_integer_tensors_are_named_not_sent_to_torch(tmp_path: Path, light_state
         CheckpointError, match=rf"{len(quantized)} not floating point: .* int8 and {len(quantized) - 5} more$"
     ):
         load_model(_save(tmp_path / "q.pth", quantized), variant="sst-light")
+
+
+def test_integer_buffers_stored_as_floats_are_cast_back_only_when_exact() -> None:
+    """Whole numbers below a float type's exact limit are the integers the file held; above it, or with
+    fractions, they may be another number (float16 rounds 2049 to 2048) and are refused."""
+    net = torch.nn.Module()
+    net.register_buffer("index", torch.zeros(2, dtype=torch.long))
+    back = check_fit(net, {"index": torch.tensor([0.0, 2047.0]).half()}, "f.pth")["index"]
+    assert back.dtype == torch.long and back.tolist() == [0, 2047]
+    for values in (torch.tensor([0.0, 2048.0]).half(), torch.tensor([-256.0, 1.0]).bfloat16(), torch.tensor([0.5, 1])):
+        kind = str(values.dtype).removeprefix("torch.")
+        with pytest.raises(CheckpointError, match=rf"f\.pth does not fit .*whole numbers exactly: index {kind}$"):
+            check_fit(net, {"index": values}, "f.pth")
 
 
 def test_loads_on_requested_dtype(light_state: dict) -> None:

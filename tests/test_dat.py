@@ -58,6 +58,11 @@ def save_pth(model: torch.nn.Module, path: Path) -> Path:
     return path
 
 
+def save_pth_state(state: dict[str, torch.Tensor], path: Path) -> Path:
+    torch.save({"params": state}, path)
+    return path
+
+
 # ----------------------------------------------------------------------------- golden (official outputs)
 @needs_dat_golden
 @pytest.mark.parametrize("case", ["dat_mini_x3", "dat_light_x4"])
@@ -249,6 +254,27 @@ def test_loading_errors_are_readable(tmp_path: Path) -> None:
         load_model(save_pth(tiny(), tmp_path / "x2.pth"), config=TINY | {"upscale": 4})
     with pytest.raises(CheckpointError, match="embed_dim: file has 32, model needs 64"):
         load_model(tmp_path / "x2.pth", config=TINY | {"embed_dim": 64})
+
+
+def test_integer_buffers_stored_as_floats_load_back_and_bad_indices_are_refused(tmp_path: Path) -> None:
+    """A "convert everything to half" script made relative_position_index floats, and an index out of range was
+    kept: both loaded, then every upscale died at the first forward pass with an IndexError traceback."""
+    state = tiny().state_dict()
+    half = {k: v.half() for k, v in state.items()}
+    reference = tiny()
+    reference.load_state_dict(half)  # torch's copying load casts the floats back to the buffers' integers
+    loaded = load_model(save_pth_state(half, tmp_path / "half.pth"))
+    x = torch.rand(1, 3, 9, 10)
+    with torch.no_grad():
+        assert (loaded(x) - reference(x)).abs().max().item() <= 1e-6
+    key = "layers.1.blocks.0.attn.attns.1.relative_position_index"
+    for name, index, message in [
+        ("far.pth", state[key] + 100000, rf"far\.pth: {key} holds indices from 100000 to 100020, outside the 21 rows"),
+        ("minus.pth", state[key] - 1, rf"minus\.pth: {key} holds indices from -1 to 19, outside the 21 rows"),
+        ("half.pth", state[key] + 0.5, rf"stored as floats that do not hold whole numbers exactly: {key} float32$"),
+    ]:
+        with pytest.raises(CheckpointError, match=message):
+            load_model(save_pth_state(state | {key: index}, tmp_path / name))
 
 
 def test_other_architectures_are_named_and_refused(tmp_path: Path) -> None:

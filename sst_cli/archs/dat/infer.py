@@ -28,6 +28,7 @@ from .config import NUM_FEAT
 
 _BLOCK = re.compile(r"^layers\.(\d+)\.blocks\.(\d+)\.")
 _MASK = re.compile(r"^layers\.\d+\.blocks\.\d+\.attn\.attn_mask_0$")
+_INDEX = re.compile(r"^(layers\.\d+\.blocks\.\d+\.attn\.attns\.\d+\.)relative_position_index$")
 _FIRST = "layers.0.blocks.0."
 REQUIRED = (
     "conv_first.weight",
@@ -114,6 +115,21 @@ def _img_size(state: Mapping[str, torch.Tensor], split: list[int]) -> int:
     return side
 
 
+def _check_indices(state: Mapping[str, torch.Tensor]) -> None:
+    """Each ``relative_position_index`` picks rows of its branch's ``rpe_biases``: one out of range (a damaged
+    file) would fail only at the first forward pass, after the image is read, or wrap round silently (-1)."""
+    for key, index in state.items():
+        match = _INDEX.match(key)
+        offsets = state.get(f"{match[1]}rpe_biases") if match else None
+        if offsets is None or offsets.ndim != 2 or index.is_meta or offsets.is_meta or not index.numel():
+            continue  # another shape: the strict load names it
+        low, high = index.min().item(), index.max().item()
+        if low < 0 or high >= offsets.shape[0]:
+            raise CheckpointError(
+                f"{key} holds indices from {low:g} to {high:g}, outside the {offsets.shape[0]} rows of its rpe_biases"
+            )
+
+
 def infer(state: Mapping[str, torch.Tensor]) -> tuple[dict[str, Any], bool]:
     """Constructor keywords the tensors determine; complete (see the module docstring)."""
     try:
@@ -133,6 +149,7 @@ def infer(state: Mapping[str, torch.Tensor]) -> tuple[dict[str, Any], bool]:
             "resi_connection": "1conv" if "conv_after_body.weight" in state else "3conv",
         }
         arch |= _upsampler(state, in_chans)
+        _check_indices(state)
     except KeyError as exc:
         raise CheckpointError(f"incomplete DAT checkpoint: key {exc.args[0]!r} is missing") from exc
     return arch, True
