@@ -277,6 +277,28 @@ def test_integer_buffers_stored_as_floats_load_back_and_bad_indices_are_refused(
             load_model(save_pth_state(state | {key: index}, tmp_path / name))
 
 
+def test_window_sides_read_from_values_are_checked_against_the_shapes(tmp_path: Path) -> None:
+    """The split size is read from the last row of rpe_biases: (3000, 3000) had the build allocate 81 TB of masks
+    and (-5, 2) met isqrt of a negative number, both as tracebacks; a stored mask for other windows (a few
+    bytes a window) had the build allocate N x N floats a window."""
+    state = tiny().state_dict()
+    key = "layers.0.blocks.0.attn.attns.0.rpe_biases"
+    for name, last, said in [
+        ("huge", [3000.0, 3000.0], r"\(3000, 3000\) means a 3001 x 3001 window, but relative_position_index \(8, 8\)"),
+        ("negative", [-5.0, 2.0], r"\(-5, 2\) means a -4 x 3 window"),
+        ("fraction", [1.5, 3.0], r"\(1\.5, 3\) is not a pair of whole numbers"),
+    ]:
+        offsets = state[key].clone()
+        offsets[-1] = torch.tensor(last)
+        with pytest.raises(CheckpointError, match=rf"{name}\.pth: {key}: its last offset {said}"):
+            load_model(save_pth_state(state | {key: offsets}, tmp_path / f"{name}.pth"))
+    result = runner.invoke(app, ["models", "info", str(tmp_path / "huge.pth")])
+    assert result.exit_code == 1 and "3001 x 3001 window" in result.output and "Traceback" not in result.output
+    mask = "layers.1.blocks.0.attn.attn_mask_0"
+    with pytest.raises(CheckpointError, match=rf"mask\.pth: {mask} \(100000, 1, 1\) is not the \(windows, 8, 8\)"):
+        load_model(save_pth_state(state | {mask: torch.zeros(100000, 1, 1)}, tmp_path / "mask.pth"))
+
+
 def test_other_architectures_are_named_and_refused(tmp_path: Path) -> None:
     swinir = {
         "conv_first.weight": torch.zeros(60, 3, 3, 3),

@@ -47,15 +47,40 @@ def detect(state: Mapping[str, torch.Tensor]) -> bool:
 
 
 def _split_size(state: Mapping[str, torch.Tensor]) -> list[int]:
-    offsets = state[f"{_FIRST}attn.attns.0.rpe_biases"]
-    if not offsets.is_meta and offsets.ndim == 2 and offsets.shape[1] == 2 and offsets.numel():
-        last = offsets[-1]
-        return [int(last[0].item()) + 1, int(last[1].item()) + 1]
-    # No values: N = s0 * s1 and (2 s0 - 1)(2 s1 - 1) rows give s0 + s1 and s0 * s1, not their order.
-    n = state[f"{_FIRST}attn.attns.0.relative_position_index"].shape[0]
-    total = (4 * n + 1 - offsets.shape[0]) // 2
-    root = math.isqrt(max(0, total * total - 4 * n))
-    return [(total - root) // 2, (total + root) // 2]
+    """The window sides (s0, s1), checked against the shapes of the tensors they size.
+
+    A number read from a tensor decides how much the build allocates (the masks are N x N per window): a
+    damaged last row (3000, 3000) asked for 81 TB, and (-5, 2) met ``isqrt`` of a negative number. The shapes,
+    (2 s0 - 1)(2 s1 - 1) offsets and an N x N index, are the file's own size, so sides that fit them are bounded.
+    """
+    key = f"{_FIRST}attn.attns.0.rpe_biases"
+    offsets = state[key]
+    index = state[f"{_FIRST}attn.attns.0.relative_position_index"]
+    if offsets.ndim != 2 or offsets.shape[1] != 2 or index.ndim != 2 or index.shape[0] != index.shape[1]:
+        raise CheckpointError(
+            f"{key} {tuple(offsets.shape)} and relative_position_index {tuple(index.shape)} are not the "
+            "(offsets, 2) and (N, N) tensors of a DAT window"
+        )
+    n, rows = index.shape[0], offsets.shape[0]
+    if not offsets.is_meta and offsets.numel():
+        last = offsets[-1].tolist()  # the last offset: (s0 - 1, s1 - 1)
+        said = f"its last offset ({last[0]:g}, {last[1]:g})"
+        if last != [int(v) for v in last]:
+            raise CheckpointError(f"{key}: {said} is not a pair of whole numbers (a damaged file)")
+        split = [int(last[0]) + 1, int(last[1]) + 1]
+        said += f" means a {split[0]} x {split[1]} window"
+    else:  # no values: N = s0 * s1 and (2 s0 - 1)(2 s1 - 1) rows give s0 + s1 and s0 * s1, not their order
+        total = (4 * n + 1 - rows) // 2
+        root = math.isqrt(max(0, total * total - 4 * n))
+        split = [(total - root) // 2, (total + root) // 2]
+        said = f"its {rows} offsets fit no window"
+    s0, s1 = split
+    if min(split) < 1 or s0 * s1 != n or (2 * s0 - 1) * (2 * s1 - 1) != rows:
+        raise CheckpointError(
+            f"{key}: {said}, but relative_position_index {tuple(index.shape)} is for a window of {n} tokens "
+            f"(a damaged file)"
+        )
+    return split
 
 
 def _groups(state: Mapping[str, torch.Tensor]) -> list[int]:
@@ -105,10 +130,14 @@ def _upsampler(state: Mapping[str, torch.Tensor], in_chans: int) -> dict[str, An
 
 
 def _img_size(state: Mapping[str, torch.Tensor], split: list[int]) -> int:
-    masks = [v for k, v in state.items() if _MASK.match(k)]
+    masks = [(k, v) for k, v in state.items() if _MASK.match(k)]
     if not masks:
         return 64
-    windows = masks[0].shape[0]
+    key, mask = masks[0]
+    n = split[0] * split[1]
+    if mask.ndim != 3 or mask.shape[1:] != (n, n):  # the build allocates windows x N x N from the window's N
+        raise CheckpointError(f"{key} {tuple(mask.shape)} is not the (windows, {n}, {n}) mask of its windows")
+    windows = mask.shape[0]
     side = math.isqrt(windows * split[0] * split[1])
     if side * side != windows * split[0] * split[1]:
         raise CheckpointError(f"stored shift masks of {windows} windows fit no square img_size")
