@@ -326,6 +326,35 @@ def test_a_damaged_sst_file_is_not_sent_to_spandrel(tmp_path: Path, light_state:
         assert "spandrel" not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("key", "tensor", "said"),
+    [
+        (
+            "body.0.0.attn.to_q",
+            torch.zeros(3, 16),
+            r"body\.0\.0\.attn\.to_q has the shape \(3, 16\): 2-D, where SST's is 3-D",
+        ),
+        ("proj.weight", torch.zeros(()), r"proj\.weight has the shape \(\): 0-D, where SST's is 4-D"),
+        ("body.0.0.attn.to_hidden", torch.zeros(5), r"body\.0\.0\.attn\.to_hidden has the shape \(5,\): 1-D"),
+    ],
+)
+def test_a_tensor_of_another_number_of_dimensions_is_named(
+    tmp_path: Path, light_state: dict, key: str, tensor: torch.Tensor, said: str
+) -> None:
+    """Inference read sizes from shapes by index: a raw ``IndexError: tuple index out of range`` traceback."""
+    from typer.testing import CliRunner
+
+    from sst_cli.cli import app
+
+    path = _save(tmp_path / "odd.pth", {"params_ema": dict(light_state, **{key: tensor})})
+    for variant in ("sst-light", None):
+        with pytest.raises(CheckpointError, match=rf"^{tmp_path}/odd\.pth: {said}"):
+            load_model(path, variant=variant)
+    result = CliRunner().invoke(app, ["models", "info", str(path)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.strip().replace("\n", " ").count("odd.pth: ") == 1, result.output
+
+
 def test_safetensors_whose_header_length_looks_like_a_pickle_or_a_zip(tmp_path: Path) -> None:
     """A header of 0x..80 bytes starts the file with 0x80 (a pickle's opcode), one of 0x4b50 with b"PK" (a zip):
     such files, named .safetensors or not, were read as what their first byte suggested."""

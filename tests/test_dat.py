@@ -299,6 +299,17 @@ def test_window_sides_read_from_values_are_checked_against_the_shapes(tmp_path: 
         load_model(save_pth_state(state | {mask: torch.zeros(100000, 1, 1)}, tmp_path / "mask.pth"))
 
 
+def test_a_tensor_of_another_number_of_dimensions_or_missing_is_named(tmp_path: Path) -> None:
+    """Inference read sizes from shapes by index: a raw IndexError traceback, and a missing tensor unnamed."""
+    state = tiny().state_dict()
+    with pytest.raises(CheckpointError, match=r"flat\.pth: conv_first\.weight has the shape \(32,\): 1-D, where DAT's"):
+        load_model(save_pth_state(state | {"conv_first.weight": torch.zeros(32)}, tmp_path / "flat.pth"))
+    key = "layers.0.blocks.0.ffn.fc1.weight"
+    gone = {k: v for k, v in state.items() if k != key}
+    with pytest.raises(CheckpointError, match=rf"gone\.pth: an incomplete DAT checkpoint: key '{key}' is missing"):
+        load_model(save_pth_state(gone, tmp_path / "gone.pth"))
+
+
 def test_other_architectures_are_named_and_refused(tmp_path: Path) -> None:
     swinir = {
         "conv_first.weight": torch.zeros(60, 3, 3, 3),

@@ -101,6 +101,19 @@ def test_the_tensors_say_everything_but_windows_and_ig_idx() -> None:
 
 @needs_golden
 @needs_real_golden
+def test_a_tensor_of_another_number_of_dimensions_or_missing_is_named(tmp_path: Path) -> None:
+    """Inference read sizes from shapes by index: a raw IndexError traceback, and a missing tensor unnamed."""
+    state = tiny().state_dict()
+    key = "model.proj_body.0.blocks.0.attn.to_q"
+    torch.save(state | {key: torch.zeros(2, 8)}, tmp_path / "flat.pth")
+    with pytest.raises(CheckpointError, match=rf"flat\.pth: {key} has the shape \(2, 8\): 2-D, where SSTReal's is 3-D"):
+        load_model(tmp_path / "flat.pth")
+    key = "model.up_f.0.weight"
+    torch.save({k: v for k, v in state.items() if k != key}, tmp_path / "gone.pth")
+    with pytest.raises(CheckpointError, match=rf"gone\.pth: an incomplete SSTReal checkpoint: key '{key}' is missing"):
+        load_model(tmp_path / "gone.pth")
+
+
 def test_sst_and_sstreal_never_claim_the_same_file() -> None:
     for path, name in ((GOLDEN / "mini_x3.pth", "sst"), (REAL / "real_mini_x4.pth", "sstreal")):
         state, _ = read_weights(path)

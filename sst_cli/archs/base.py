@@ -98,6 +98,22 @@ def _describe_kind(kind: tuple[str, Any]) -> str:
     return f"{name} or a list of {name.split(' ', 1)[1]}s" if kind[0] == "many" else name
 
 
+def tensor_shape(state: StateDict, key: str, ndim: int, title: str) -> torch.Size:
+    """The shape of ``state[key]``, which the network holds with ``ndim`` dimensions, for a room's inference.
+
+    A tensor missing, of another number of dimensions or empty is refused by name: inference reads sizes from
+    the shape, and an ``IndexError`` or a width of 0 (an "x0" model) said nothing of the file.
+    """
+    if key not in state:
+        raise CheckpointError(f"an incomplete {title} checkpoint: key {key!r} is missing")
+    shape = state[key].shape
+    if len(shape) != ndim:
+        raise CheckpointError(f"{key} has the shape {tuple(shape)}: {len(shape)}-D, where {title}'s is {ndim}-D")
+    if 0 in shape:
+        raise CheckpointError(f"{key} is empty {tuple(shape)}")
+    return shape
+
+
 @dataclass(frozen=True)
 class ModelDescriptor:
     """What a network says about itself.

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from ...errors import CheckpointError
+from ..base import tensor_shape
 from .config import NUM_FEAT
 
 _BLOCK = re.compile(r"^layers\.(\d+)\.blocks\.(\d+)\.")
@@ -41,6 +42,10 @@ REQUIRED = (
 )
 
 
+def _shape(state: Mapping[str, torch.Tensor], key: str, ndim: int) -> torch.Size:
+    return tensor_shape(state, key, ndim, "DAT")
+
+
 def detect(state: Mapping[str, torch.Tensor]) -> bool:
     """DAT's own key layout: ``before_RG``, spatial blocks with ``attns.N.rpe_biases`` and an SGFN gate."""
     return all(key in state for key in REQUIRED)
@@ -53,16 +58,17 @@ def _split_size(state: Mapping[str, torch.Tensor]) -> list[int]:
     damaged last row (3000, 3000) asked for 81 TB, and (-5, 2) met ``isqrt`` of a negative number. The shapes,
     (2 s0 - 1)(2 s1 - 1) offsets and an N x N index, are the file's own size, so sides that fit them are bounded.
     """
-    key = f"{_FIRST}attn.attns.0.rpe_biases"
-    offsets = state[key]
-    index = state[f"{_FIRST}attn.attns.0.relative_position_index"]
-    if offsets.ndim != 2 or offsets.shape[1] != 2 or index.ndim != 2 or index.shape[0] != index.shape[1]:
+    key, index_key = f"{_FIRST}attn.attns.0.rpe_biases", f"{_FIRST}attn.attns.0.relative_position_index"
+    for name in (key, index_key):
+        _shape(state, name, 2)
+    offsets, index = state[key], state[index_key]
+    if offsets.shape[1] != 2 or index.shape[0] != index.shape[1]:
         raise CheckpointError(
             f"{key} {tuple(offsets.shape)} and relative_position_index {tuple(index.shape)} are not the "
             "(offsets, 2) and (N, N) tensors of a DAT window"
         )
     n, rows = index.shape[0], offsets.shape[0]
-    if not offsets.is_meta and offsets.numel():
+    if not offsets.is_meta:
         last = offsets[-1].tolist()  # the last offset: (s0 - 1, s1 - 1)
         said = f"its last offset ({last[0]:g}, {last[1]:g})"
         if last != [int(v) for v in last]:
@@ -101,8 +107,8 @@ def _groups(state: Mapping[str, torch.Tensor]) -> list[int]:
 
 def _heads(state: Mapping[str, torch.Tensor], group: int, depth: int) -> int:
     if depth >= 2:
-        return int(state[f"layers.{group}.blocks.1.attn.temperature"].shape[0])
-    return 2 * int(state[f"layers.{group}.blocks.0.attn.attns.0.pos.pos3.2.weight"].shape[0])
+        return int(_shape(state, f"layers.{group}.blocks.1.attn.temperature", 3)[0])
+    return 2 * int(_shape(state, f"layers.{group}.blocks.0.attn.attns.0.pos.pos3.2.weight", 2)[0])
 
 
 def _expansion(dim: int, hidden: int) -> float:
@@ -114,7 +120,7 @@ def _expansion(dim: int, hidden: int) -> float:
 def _upsampler(state: Mapping[str, torch.Tensor], in_chans: int) -> dict[str, Any]:
     if "conv_last.weight" in state:
         convs = sorted(int(k.split(".")[1]) for k in state if re.match(r"^upsample\.\d+\.weight$", k))
-        widths = [state[f"upsample.{i}.weight"].shape[0] for i in convs]
+        widths = [_shape(state, f"upsample.{i}.weight", 4)[0] for i in convs]
         if widths == [9 * NUM_FEAT]:
             scale = 3
         elif all(w == 4 * NUM_FEAT for w in widths):
@@ -122,7 +128,7 @@ def _upsampler(state: Mapping[str, torch.Tensor], in_chans: int) -> dict[str, An
         else:
             raise CheckpointError(f"upsampler convolutions of {widths} channels fit no DAT scale")
         return {"upsampler": "pixelshuffle", "upscale": scale}
-    out = state["upsample.0.weight"].shape[0]
+    out = _shape(state, "upsample.0.weight", 4)[0]
     scale = math.isqrt(out // in_chans)
     if scale * scale * in_chans != out:
         raise CheckpointError(f"the one-step upsampler has {out} channels: not in_chans x a square scale")
@@ -161,24 +167,21 @@ def _check_indices(state: Mapping[str, torch.Tensor]) -> None:
 
 def infer(state: Mapping[str, torch.Tensor]) -> tuple[dict[str, Any], bool]:
     """Constructor keywords the tensors determine; complete (see the module docstring)."""
-    try:
-        first = state["conv_first.weight"]
-        embed_dim, in_chans = int(first.shape[0]), int(first.shape[1])
-        depth = _groups(state)
-        split = _split_size(state)
-        arch: dict[str, Any] = {
-            "img_size": _img_size(state, split),
-            "in_chans": in_chans,
-            "embed_dim": embed_dim,
-            "split_size": split,
-            "depth": depth,
-            "num_heads": [_heads(state, g, d) for g, d in enumerate(depth)],
-            "expansion_factor": _expansion(embed_dim, int(state[f"{_FIRST}ffn.fc1.weight"].shape[0])),
-            "qkv_bias": f"{_FIRST}attn.qkv.bias" in state,
-            "resi_connection": "1conv" if "conv_after_body.weight" in state else "3conv",
-        }
-        arch |= _upsampler(state, in_chans)
-        _check_indices(state)
-    except KeyError as exc:
-        raise CheckpointError(f"incomplete DAT checkpoint: key {exc.args[0]!r} is missing") from exc
+    first = _shape(state, "conv_first.weight", 4)
+    embed_dim, in_chans = int(first[0]), int(first[1])
+    depth = _groups(state)
+    split = _split_size(state)
+    arch: dict[str, Any] = {
+        "img_size": _img_size(state, split),
+        "in_chans": in_chans,
+        "embed_dim": embed_dim,
+        "split_size": split,
+        "depth": depth,
+        "num_heads": [_heads(state, g, d) for g, d in enumerate(depth)],
+        "expansion_factor": _expansion(embed_dim, int(_shape(state, f"{_FIRST}ffn.fc1.weight", 2)[0])),
+        "qkv_bias": f"{_FIRST}attn.qkv.bias" in state,
+        "resi_connection": "1conv" if "conv_after_body.weight" in state else "3conv",
+    }
+    arch |= _upsampler(state, in_chans)
+    _check_indices(state)
     return arch, True

@@ -7,6 +7,7 @@ that a mismatch is explained field by field instead of as a shape dump.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import torch
 
 from ...errors import CheckpointError, ScaleMismatch
-from ..base import ArchConfig
+from ..base import ArchConfig, tensor_shape
 
 _LAYER_KEY = re.compile(r"^body\.(\d+)\.(\d+)\.attn\.to_q$")
 REQUIRED = ("proj.weight", "body.0.0.attn.to_q", "body.0.0.attn.to_hidden", "upsampler.up_conv.weight")
@@ -25,22 +26,23 @@ def detect(state: Mapping[str, torch.Tensor]) -> bool:
     return all(key in state for key in REQUIRED)
 
 
+def _shape(state: Mapping[str, torch.Tensor], key: str, ndim: int) -> torch.Size:
+    return tensor_shape(state, key, ndim, "SST")
+
+
 def infer(state: Mapping[str, torch.Tensor]) -> tuple[dict[str, Any], bool]:
     """Constructor keywords the tensors determine, plus ``layers_per_block``; never complete (window sizes)."""
-    try:
-        dim = state["proj.weight"].shape[0]
-        layers: dict[int, dict[int, torch.Size]] = {}
-        for key, value in state.items():
-            match = _LAYER_KEY.match(key)
-            if match:
-                layers.setdefault(int(match[1]), {})[int(match[2])] = value.shape
-        first = layers[0]
-        per_layer = [first[i] for i in sorted(first)]
-        hidden_ffn = state["body.0.0.ffn.proj.weight"].shape[0]
-        to_hidden = state["body.0.0.attn.to_hidden"].shape
-        up = state["upsampler.up_conv.weight"].shape
-    except KeyError as exc:
-        raise CheckpointError(f"not an SST checkpoint: key {exc.args[0]!r} is missing") from exc
+    dim = _shape(state, "proj.weight", 4)[0]
+    layers: dict[int, dict[int, torch.Size]] = {}
+    for key in state:
+        match = _LAYER_KEY.match(key)
+        if match:
+            layers.setdefault(int(match[1]), {})[int(match[2])] = _shape(state, key, 3)
+    first = layers.get(0) or {0: _shape(state, "body.0.0.attn.to_q", 3)}
+    per_layer = [first[i] for i in sorted(first)]
+    hidden_ffn = _shape(state, "body.0.0.ffn.proj.weight", 4)[0]
+    to_hidden = _shape(state, "body.0.0.attn.to_hidden", 2)
+    up = _shape(state, "upsampler.up_conv.weight", 4)[0]
     arch: dict[str, Any] = {
         "dim": dim,
         "n_blocks": len(layers),
@@ -52,10 +54,11 @@ def infer(state: Mapping[str, torch.Tensor]) -> tuple[dict[str, Any], bool]:
         "exp_ratio": _exp_ratio(dim, hidden_ffn),
     }
     if "upsampler.final_conv.weight" in state:
-        inner = state["upsampler.feature_conv.weight"].shape[0]
-        arch |= {"upsampler_type": "pixelshuffle", "intermediate_dim": inner, "upscaling_factor": _root(up[0] // inner)}
+        inner = _shape(state, "upsampler.feature_conv.weight", 4)[0]
+        scale = _scale(up, inner, f"its intermediate_dim {inner}")
+        arch |= {"upsampler_type": "pixelshuffle", "intermediate_dim": inner, "upscaling_factor": scale}
     else:
-        arch |= {"upsampler_type": "pixelshuffle_direct", "upscaling_factor": _root(up[0] // 3)}
+        arch |= {"upsampler_type": "pixelshuffle_direct", "upscaling_factor": _scale(up, 3, "3 colours")}
     return arch, False
 
 
@@ -65,10 +68,13 @@ def _exp_ratio(dim: int, hidden: int) -> float:
     return ratio if int(dim * ratio) == hidden else (hidden + 0.5) / dim
 
 
-def _root(n: int) -> int:
-    r = round(n**0.5)
-    if r * r != n:
-        raise CheckpointError(f"upsampler has {n} channels per colour, which is not a square scale factor")
+def _scale(channels: int, per: int, what: str) -> int:
+    """The pixel shuffle's factor r, from its ``per * r * r`` input channels."""
+    r = math.isqrt(channels // per)
+    if r < 1 or r * r * per != channels:
+        raise CheckpointError(
+            f"upsampler.up_conv.weight has {channels} output channels: not {what} times a square scale factor"
+        )
     return r
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ...errors import CheckpointError
-from ..base import ArchConfig
+from ..base import ArchConfig, tensor_shape
 from ..sst.rib import feature_count
 from .config import RELEASED_WINDOWS, SSTRealConfig
 
@@ -42,21 +42,22 @@ def _indices(state: Mapping[str, torch.Tensor], pattern: re.Pattern[str]) -> lis
     return sorted(int(m[1]) for key in state if (m := pattern.match(key)))
 
 
+def _shape(state: Mapping[str, torch.Tensor], key: str, ndim: int) -> torch.Size:
+    return tensor_shape(state, key, ndim, "SSTReal")
+
+
 def infer(state: Mapping[str, torch.Tensor]) -> tuple[dict[str, Any], bool]:
     """Constructor keywords: read from the tensors, the rest the released model's (see the module docstring)."""
-    try:
-        embed = state["model.map_noise.mlp.0.weight"].shape
-        dim = state["model.proj_in.weight"].shape[0]
-        blocks = _indices(state, _BLOCK_KEY)
-        layers = _indices(state, _LAYER_KEY)
-        to_q = [state[f"model.proj_body.0.blocks.{i}.attn.to_q"].shape for i in layers]
-        to_hidden = state["model.proj_body.0.blocks.0.attn.to_hidden"].shape
-        hidden = state["model.proj_body.0.blocks.0.ffn.w3.weight"].shape[1]
-        inner = state["model.up_f.0.weight"].shape[0]
-    except KeyError as exc:
-        raise CheckpointError(f"not an SSTReal checkpoint: key {exc.args[0]!r} is missing") from exc
+    embed = _shape(state, "model.map_noise.mlp.0.weight", 2)
+    dim = _shape(state, "model.proj_in.weight", 4)[0]
+    blocks = _indices(state, _BLOCK_KEY)
+    layers = _indices(state, _LAYER_KEY)
     if blocks != list(range(len(blocks))) or not blocks or layers != list(range(len(layers))) or not layers:
-        raise CheckpointError("not an SSTReal checkpoint: its blocks or layers are not numbered 0, 1, 2, ...")
+        raise CheckpointError("an incomplete SSTReal checkpoint: its blocks or layers are not numbered 0, 1, 2, ...")
+    to_q = [_shape(state, f"model.proj_body.0.blocks.{i}.attn.to_q", 3) for i in layers]
+    to_hidden = _shape(state, "model.proj_body.0.blocks.0.attn.to_hidden", 2)
+    hidden = _shape(state, "model.proj_body.0.blocks.0.ffn.w3.weight", 4)[1]
+    inner = _shape(state, "model.up_f.0.weight", 4)[0]
     fused = _indices(state, _FUSE_KEY)
     fuse_lr_till = len(fused) - 1
     if fused != list(range(len(fused))):
