@@ -143,8 +143,11 @@ def _fitting_variants(
     return names
 
 
-def _stored_config(arch: Architecture, metadata: Mapping[str, str], source: str) -> ArchConfig | None:
-    """The keywords sst-cli stores in the safetensors files it writes (``<arch>_config``), if present."""
+def _stored_config(
+    arch: Architecture, metadata: Mapping[str, str], inferred: Mapping[str, Any], source: str
+) -> ArchConfig | None:
+    """The keywords sst-cli stores in the safetensors files it writes (``<arch>_config``), if present; refused when
+    their scale contradicts the tensors' (``inferred``)."""
     text = metadata.get(arch.config_key)
     if text is None:
         return None
@@ -157,9 +160,16 @@ def _stored_config(arch: Architecture, metadata: Mapping[str, str], source: str)
         kind = kinds.get(type(kwargs), "a number")
         raise CheckpointError(f"{source}: invalid {arch.config_key} metadata: {kind}, not an object of keywords")
     try:
-        return arch.make_config(kwargs)
+        stored = arch.make_config(kwargs)
     except (ValueError, TypeError) as exc:
         raise CheckpointError(f"{source}: invalid {arch.config_key} metadata: {exc}") from exc
+    found = inferred.get(arch.scale_key)
+    if found is not None and found != stored.scale:  # checked as a request, it gave circular --scale advice
+        raise CheckpointError(
+            f"{source}: its {arch.config_key} metadata says x{stored.scale} but its tensors are x{found} weights "
+            "(an inconsistent file)"
+        )
+    return stored
 
 
 def _choose_config(
@@ -192,7 +202,7 @@ def _choose_config(
                 f"model: drop --model, or name a {arch.title} model"
             )
         cfg = chosen.config(scale if scale is not None else int(inferred[arch.scale_key]))
-        stored = _stored_config(arch, metadata, source)
+        stored = _stored_config(arch, metadata, inferred, source)
         if stored is not None and stored != cfg:  # the file says how it was built: another build gives other pixels
             if stored.scale != cfg.scale and stored.scale in chosen.scales and chosen.config(stored.scale) == stored:
                 raise ScaleMismatch(  # the model is right and the scale asked for is not: dropping --model won't do
@@ -206,7 +216,7 @@ def _choose_config(
             )
         return cfg
     else:
-        stored = _stored_config(arch, metadata, source)
+        stored = _stored_config(arch, metadata, inferred, source)
         if stored is not None:
             cfg = stored
         elif complete:

@@ -74,6 +74,24 @@ def test_stored_config_that_is_not_an_object_is_named(tmp_path: Path, light_stat
         load_model(path)
 
 
+def test_stored_config_that_contradicts_the_tensors_scale_is_an_inconsistent_file(
+    tmp_path: Path, light_state: dict
+) -> None:
+    """x2 tensors stored with an x4 config were checked as if x4 had been asked for: no --scale said to use
+    --scale 2, and --scale 2 said the weights need --scale 4."""
+    path = tmp_path / "w.safetensors"
+    save_file(
+        light_state, str(path), metadata={"sst_config": json.dumps(golden_config("light_x2") | {"upscaling_factor": 4})}
+    )
+    for scale, variant in ((None, None), (2, None), (4, None), (2, "sst-light"), (None, "sst-light")):
+        with pytest.raises(CheckpointError) as info:
+            load_model(path, scale, variant=variant)
+        assert str(info.value) == (
+            f"{path}: its sst_config metadata says x4 but its tensors are x2 weights (an inconsistent file)"
+        )
+        assert not isinstance(info.value, ScaleMismatch)  # exit 1: no scale the user picks makes it right
+
+
 def test_a_config_without_a_scale_takes_the_weights_own(tmp_path: Path, light_state: dict) -> None:
     """Such a config (``sst train --config`` accepts it) asked for x4 of x2 weights, and --scale 2 was refused."""
     config = {k: v for k, v in golden_config("light_x2").items() if k != "upscaling_factor"}
