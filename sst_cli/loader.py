@@ -201,7 +201,11 @@ def _choose_config(
                 f"{source} holds {arch.title} weights, but {chosen.name} is a {get_architecture(chosen.arch).title} "
                 f"model: drop --model, or name a {arch.title} model"
             )
-        cfg = chosen.config(scale if scale is not None else int(inferred[arch.scale_key]))
+        found = int(inferred[arch.scale_key])
+        if scale is None and found not in chosen.scales:  # the file's scale, not one the user asked for
+            at = " / ".join(f"x{s}" for s in chosen.scales)
+            raise CheckpointError(f"{source} holds x{found} weights, and {chosen.name} exists at {at} only")
+        cfg = chosen.config(scale if scale is not None else found)
         stored = _stored_config(arch, metadata, inferred, source)
         if stored is not None and stored != cfg:  # the file says how it was built: another build gives other pixels
             if stored.scale != cfg.scale and stored.scale in chosen.scales and chosen.config(stored.scale) == stored:
@@ -220,7 +224,10 @@ def _choose_config(
         if stored is not None:
             cfg = stored
         elif complete:
-            cfg = arch.make_config(inferred)
+            try:
+                cfg = arch.make_config(inferred)
+            except (ValueError, TypeError) as exc:  # ConfigError too: the file, not an option, is at fault
+                raise CheckpointError(f"{source}: its tensors describe no valid {arch.title} network: {exc}") from None
         else:
             matches = _fitting_variants(arch, inferred, state, source)
             hint = f"it fits {' or '.join(matches)}" if matches else "see `sst models`"

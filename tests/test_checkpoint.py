@@ -373,6 +373,28 @@ def test_a_tensor_of_another_number_of_dimensions_is_named(
     assert result.output.strip().replace("\n", " ").count("odd.pth: ") == 1, result.output
 
 
+def test_what_the_tensors_say_is_refused_naming_the_file(tmp_path: Path, light_state: dict) -> None:
+    """These said neither the file nor, for some, the problem: "not an SST checkpoint" (it is one, incomplete),
+    "2 channels per colour" (7 channels, floor-divided), "sst-light exists at x2 / x3 / x4, not x0" (an empty
+    upsampler)."""
+    ffn, up = "body.0.0.ffn.proj.weight", "upsampler.up_conv.weight"
+    both = ("sst-light", None)
+    for name, state, variants, said in [
+        ("gone", {k: v for k, v in light_state.items() if k != ffn}, both,
+         f": an incomplete SST checkpoint: key '{ffn}' is missing"),
+        ("seven", light_state | {up: torch.zeros(7, 48, 3, 3)}, both,
+         f": {up} has 7 output channels: not 3 colours times a square scale factor"),
+        ("empty", light_state | {up: torch.zeros(0, 48, 3, 3)}, both, f": {up} is empty (0, 48, 3, 3)"),
+        ("five", light_state | {up: torch.zeros(75, 48, 3, 3)}, ("sst-light",),
+         " holds x5 weights, and sst-light exists at x2 / x3 / x4 only"),
+    ]:  # fmt: skip
+        path = _save(tmp_path / f"{name}.pth", {"params_ema": state})
+        for variant in variants:
+            with pytest.raises(CheckpointError) as info:
+                load_model(path, variant=variant)
+            assert str(info.value) == f"{path}{said}"
+
+
 def test_safetensors_whose_header_length_looks_like_a_pickle_or_a_zip(tmp_path: Path) -> None:
     """A header of 0x..80 bytes starts the file with 0x80 (a pickle's opcode), one of 0x4b50 with b"PK" (a zip):
     such files, named .safetensors or not, were read as what their first byte suggested."""

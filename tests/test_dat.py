@@ -310,6 +310,14 @@ def test_a_tensor_of_another_number_of_dimensions_or_missing_is_named(tmp_path: 
         load_model(save_pth_state(gone, tmp_path / "gone.pth"))
 
 
+def test_tensors_that_describe_no_valid_network_are_named(tmp_path: Path) -> None:
+    """Three heads for 32 channels: the config's refusal said neither the file nor that its tensors are at fault
+    (exit 2, as if an option were wrong)."""
+    state = tiny().state_dict() | {"layers.0.blocks.1.attn.temperature": torch.zeros(3, 1, 1)}
+    with pytest.raises(CheckpointError, match=r"heads\.pth: its tensors describe no valid DAT network: num_heads 3"):
+        load_model(save_pth_state(state, tmp_path / "heads.pth"))
+
+
 def test_other_architectures_are_named_and_refused(tmp_path: Path) -> None:
     swinir = {
         "conv_first.weight": torch.zeros(60, 3, 3, 3),

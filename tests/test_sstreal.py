@@ -114,6 +114,14 @@ def test_a_tensor_of_another_number_of_dimensions_or_missing_is_named(tmp_path: 
         load_model(tmp_path / "gone.pth")
 
 
+def test_tensors_that_describe_no_valid_network_are_named(tmp_path: Path) -> None:
+    """Five heads for 32 channels: the config's refusal said neither the file nor that its tensors are at fault."""
+    key = "model.proj_body.0.blocks.0.attn.to_q"
+    torch.save(tiny().state_dict() | {key: torch.zeros(5, 32, 8)}, tmp_path / "heads.pth")
+    with pytest.raises(CheckpointError, match=r"heads\.pth: its tensors describe no valid SSTReal network: .*heads 5"):
+        load_model(tmp_path / "heads.pth")
+
+
 def test_sst_and_sstreal_never_claim_the_same_file() -> None:
     for path, name in ((GOLDEN / "mini_x3.pth", "sst"), (REAL / "real_mini_x4.pth", "sstreal")):
         state, _ = read_weights(path)
