@@ -120,6 +120,14 @@ def unwrap(obj: Any, source: str = "checkpoint") -> StateDict:
     if not isinstance(obj, Mapping) or not obj:
         raise CheckpointError(f"{source}: no state dict found (expected tensors, or one of {', '.join(WRAPPER_KEYS)})")
     bad = [k for k, v in obj.items() if not isinstance(v, torch.Tensor)]
+    nested = [
+        k for k in bad if isinstance(obj[k], Mapping) and any(isinstance(v, torch.Tensor) for v in obj[k].values())
+    ]
+    if nested:  # {"model": state_dict}, as some trainers save: "entries that are not tensors: model" said too little
+        raise CheckpointError(
+            f"{source}: the tensors are nested under {nested[0]!r}, a key sst-cli does not unwrap (it unwraps "
+            f"{', '.join(WRAPPER_KEYS)}): save them under one of those, or bare"
+        )
     if bad:
         raise CheckpointError(f"{source}: entries that are not tensors: {', '.join(map(str, bad[:5]))}")
     return {k.removeprefix("module."): v for k, v in obj.items()}

@@ -25,6 +25,7 @@ from .archs import (
     detect_architecture,
     get_architecture,
     near_miss,
+    prefix_miss,
     recognise,
 )
 from .checkpoint import check_fit, load_state, read_weights
@@ -264,7 +265,7 @@ def _foreign_hint() -> str:
 
 def _with_foreign_hint(exc: CheckpointError, state: Mapping[str, torch.Tensor], source: str) -> CheckpointError:
     """``exc`` plus what spandrel would add, unless the file is one of sst-cli's own, damaged (a near miss)."""
-    if near_miss(state, source) is not None:
+    if near_miss(state, source) is not None or prefix_miss(state, source) is not None:
         return exc
     return CheckpointError(f"{exc}; {_foreign_hint()}")
 
@@ -289,7 +290,7 @@ def _load_foreign(state: Mapping[str, torch.Tensor], source: str) -> SRNetwork:
 def _refuse_unrecognised(state: Mapping[str, torch.Tensor], source: str, refused: NotRecognised) -> NoReturn:
     """Neither sst-cli nor spandrel loads the file: sst-cli's own explanation first when it has a specific one
     (a near miss of its own architectures; an architecture its table names), else spandrel's nearest."""
-    near = near_miss(state, source)  # "looks like a DAT checkpoint but lacks ..."
+    near = near_miss(state, source) or prefix_miss(state, source)  # "looks like a DAT checkpoint but lacks ..."
     if near is not None:
         raise near
     name = recognise(state)

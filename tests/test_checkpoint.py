@@ -52,6 +52,26 @@ def test_wrappers_and_prefix(tmp_path: Path, light_state: dict) -> None:
         assert not model.training
 
 
+def test_tensors_under_a_key_or_prefix_sst_cli_does_not_take_off_are_told_so(tmp_path: Path, light_state: dict) -> None:
+    """{"model": tensors} said "entries that are not tensors: model"; keys prefixed net_g. or model. were "not a
+    checkpoint of an architecture sst-cli knows" (installing spandrel may help), not a word of the prefix."""
+    with pytest.raises(CheckpointError) as info:
+        load_model(_save(tmp_path / "nested.pth", {"model": light_state, "epoch": 3}), variant="sst-light")
+    assert str(info.value) == (
+        f"{tmp_path}/nested.pth: the tensors are nested under 'model', a key sst-cli does not unwrap (it unwraps "
+        "params_ema, params, state_dict): save them under one of those, or bare"
+    )
+    for prefix in ("net_g.", "model."):
+        path = _save(tmp_path / "prefixed.pth", {"params": {prefix + k: v for k, v in light_state.items()}})
+        for variant in ("sst-light", None):
+            with pytest.raises(CheckpointError) as info:
+                load_model(path, variant=variant)
+            assert str(info.value) == (
+                f"{path}: every key starts with '{prefix}', and without it the keys are a SST checkpoint's; save the "
+                "tensors without that prefix (sst-cli strips only 'module.')"
+            )
+
+
 def test_safetensors_with_stored_config_needs_no_variant(tmp_path: Path, light_state: dict) -> None:
     path = tmp_path / "w.safetensors"
     save_file(light_state, str(path), metadata={"sst_config": json.dumps(golden_config("light_x2"))})

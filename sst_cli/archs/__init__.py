@@ -39,6 +39,24 @@ def near_miss(state: Mapping[str, torch.Tensor], source: str) -> CheckpointError
     return None
 
 
+def prefix_miss(state: Mapping[str, torch.Tensor], source: str) -> CheckpointError | None:
+    """The error for a file whose keys all carry one prefix (``net_g.``, ``model.``) and are one of sst-cli's
+    architectures without it; None otherwise. Not stripped silently: only ``module.`` (DataParallel) is a prefix
+    every trainer's loader takes off, and another may mean another network."""
+    first = next(iter(state), "")
+    prefix = first.split(".", 1)[0] + "."
+    if "." not in first or not all(key.startswith(prefix) for key in state):
+        return None
+    bare = {key.removeprefix(prefix): value for key, value in state.items()}
+    found = [arch for arch in ARCHITECTURES.values() if arch.detect(bare)]
+    if len(found) != 1:
+        return None
+    return CheckpointError(
+        f"{source}: every key starts with {prefix!r}, and without it the keys are a {found[0].title} checkpoint's; "
+        f"save the tensors without that prefix (sst-cli strips only 'module.')"
+    )
+
+
 def detect_architecture(state: Mapping[str, torch.Tensor], source: str) -> Architecture:
     """The one architecture whose keys these are; otherwise a CheckpointError saying what the keys look like."""
     found = [arch for arch in ARCHITECTURES.values() if arch.detect(state)]
@@ -47,7 +65,7 @@ def detect_architecture(state: Mapping[str, torch.Tensor], source: str) -> Archi
     if found:  # two rooms claiming one file is a bug in their detect functions
         raise CheckpointError(f"{source}: the keys fit several architectures ({', '.join(a.title for a in found)})")
     known = ", ".join(arch.title for arch in ARCHITECTURES.values())
-    near = near_miss(state, source)
+    near = near_miss(state, source) or prefix_miss(state, source)
     if near is not None:
         raise near
     foreign = recognise(state)
@@ -72,5 +90,6 @@ __all__ = [
     "get_architecture",
     "near_miss",
     "network_of",
+    "prefix_miss",
     "recognise",
 ]
