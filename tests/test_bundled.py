@@ -60,6 +60,8 @@ def test_default_upscaler_works_offline_from_a_fresh_install(tmp_path: Path) -> 
     skip = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(ROOT / "sst_cli", site / "sst_cli", ignore=skip)
     shutil.copytree(ROOT / "weights", site / "sst_cli" / "weights", ignore=skip)  # as pyproject installs it
+    (site / "weights").mkdir()  # another package's folder in site-packages: it took over the manifest
+    (site / "weights" / "manifest.json").write_text('{"format": 1, "models": {}}')
     script = textwrap.dedent(
         """
         import socket

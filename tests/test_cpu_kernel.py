@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import stat
 import subprocess
 import tempfile
@@ -226,6 +227,15 @@ def test_an_unwritable_cache_builds_in_a_private_temp_folder(
     assert kernel_problem() is None
     built = list((fresh_build.parent / "tmp").glob("sst-cli-kernels-*/*.so"))
     assert len(built) == 1 and stat.S_IMODE(built[0].parent.stat().st_mode) == 0o700
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="user ids are POSIX")
+def test_the_temp_folder_is_named_by_user_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ids without a name (containers) were all "user": the second one found the first one's folder."""
+    import getpass
+
+    monkeypatch.setattr(getpass, "getuser", lambda: "user")
+    assert cpu_kernel._temp_folder().name == f"sst-cli-kernels-{os.getuid()}"
 
 
 def test_a_temp_folder_others_can_write_is_not_used(fresh_build: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -138,11 +138,17 @@ def _declare(lib: ctypes.CDLL) -> None:
 
 
 def _temp_folder() -> Path:
-    """Where to build when the cache folder cannot be written (a read-only home in a container)."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "user"
+    """Where to build when the cache folder cannot be written (a read-only home in a container). Named by the
+    numeric user id where there is one: containers run ids with no name, and a shared name ("user") gave the
+    second such id a folder owned by the first, so it ran without the kernel."""
+    getuid = getattr(os, "getuid", None)
+    if getuid is not None:
+        user = str(getuid())
+    else:  # Windows
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = "user"
     return Path(tempfile.gettempdir()) / f"sst-cli-kernels-{user}"
 
 

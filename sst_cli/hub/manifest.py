@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -23,8 +24,8 @@ def weights_dir() -> Path:
     env = os.environ.get("SST_WEIGHTS_DIR")
     if env:
         return Path(env).expanduser()
-    checkout = Path(__file__).resolve().parents[2] / "weights"
-    if (checkout / "manifest.json").is_file():  # not just is_dir: site-packages/weights may be foreign
+    checkout = checkout_weights(Path(__file__).resolve().parents[2])
+    if checkout is not None:
         return checkout
     try:
         found: Any = resources.files("sst_cli.weights")
@@ -36,6 +37,19 @@ def weights_dir() -> Path:
     if paths:
         return Path(paths[0])
     return Path(str(found))
+
+
+@functools.cache
+def checkout_weights(root: Path) -> Path | None:
+    """``root/weights`` when ``root``, the folder above the package, is sst-cli's source checkout (an editable
+    install), else None. Beside an installed copy ``root`` is site-packages, whose ``weights/`` belongs to
+    whichever package made it: a checkout is known by its pyproject.toml naming sst-cli."""
+    try:
+        project = (root / "pyproject.toml").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    named = re.search(r'^name\s*=\s*"sst-cli"', project, re.MULTILINE)
+    return root / "weights" if named and (root / "weights" / "manifest.json").is_file() else None
 
 
 @functools.lru_cache(maxsize=8)
