@@ -173,7 +173,8 @@ def _open_dataset(name: str, root: Path) -> Dataset:
     hr = root / "HR"
     if not hr.is_dir():
         raise ConfigError(f"dataset folder '{root}' has no HR/ folder (expected HR/ and optionally LR_bicubic/X2 ...)")
-    files = tuple(sorted((p for p in hr.iterdir() if p.is_file() and is_image_file(p)), key=lambda p: p.name))
+    found = (p for p in hr.iterdir() if p.is_file() and is_image_file(p) and not p.name.startswith("."))  # ._x.png
+    files = tuple(sorted(found, key=lambda p: p.name))
     if not files:
         raise ConfigError(f"'{hr}' holds no images (png, jpg, webp, tiff or bmp)")
     return Dataset(name, root, files)
@@ -234,11 +235,16 @@ def load_pair(dataset: Dataset, hr_path: Path, scale: int) -> tuple[np.ndarray, 
     if lr_path is None:
         return hr, imresize(hr, 1.0 / scale)
     lr = read_uint8(lr_path)
-    if lr.ndim != hr.ndim:  # a gray HR with an RGB LR file, or the reverse: follow the HR
-        lr = lr[..., 0] if hr.ndim == 2 else np.repeat(lr[..., None], 3, axis=2)
+    if lr.ndim != hr.ndim:  # a gray HR with an RGB LR file (its luma, not its red), or the reverse: follow the HR
+        lr = _luma(lr) if hr.ndim == 2 else np.repeat(lr[..., None], 3, axis=2)
     if lr.shape[:2] != (hr.shape[0] // scale, hr.shape[1] // scale):
         raise ImageError(f"'{lr_path}' has size {lr.shape[1]}x{lr.shape[0]}, which does not match its HR at x{scale}")
     return hr, lr
+
+
+def _luma(rgb: np.ndarray) -> np.ndarray:
+    """8-bit gray of 8-bit RGB with the BT.601 weights, as a gray output of the network is made."""
+    return np.round(rgb.astype(np.float64) @ _GRAY_WEIGHTS).clip(0, 255).astype(np.uint8)
 
 
 # -------------------------------------------------------------------------------- super-resolution

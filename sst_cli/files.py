@@ -11,6 +11,8 @@ same way (``atomic_folder``), so a half-written report never replaces a good one
 from __future__ import annotations
 
 import errno
+import json
+import math
 import os
 import re
 import secrets
@@ -22,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from .errors import OutputExists, OutputIsInput, SstError, WriteError
 
@@ -156,6 +158,22 @@ def atomic_write(
             os.fsync(fh.fileno())
 
     atomic_save(path, save, error=error, overwrite=overwrite)
+
+
+def json_text(data: Any, indent: int | None = None) -> str:
+    """``data`` as standard JSON: an infinite or NaN number (the PSNR of identical images) becomes null, since
+    Python's ``Infinity`` is not JSON and stops other languages' readers."""
+
+    def finite(value: Any) -> Any:
+        if isinstance(value, float):
+            return value if math.isfinite(value) else None
+        if isinstance(value, dict):
+            return {key: finite(item) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [finite(item) for item in value]
+        return value
+
+    return json.dumps(finite(data), indent=indent, allow_nan=False)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str, *, error: type[SstError] = WriteError) -> None:

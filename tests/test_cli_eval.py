@@ -53,6 +53,38 @@ def test_bicubic_set5_table_json_and_csv(tmp_path: Path) -> None:
     assert len(rows) == 10 and rows[0]["image"] == "baby" and float(rows[0]["psnr_y"]) > 30
 
 
+@needs_datasets
+def test_a_folder_named_like_a_benchmark_is_compared_only_when_it_is_that_set(tmp_path: Path) -> None:
+    """A copy of Set5 holding two of its images was shown beside the whole set's published figure."""
+    _crop_dataset(tmp_path / "mine" / "Set5")
+    result = runner.invoke(app, ["eval", "-m", "bicubic", "-d", "mine/Set5", "-s", "2", "--json", "r.json", "-q"])
+    assert result.exit_code == 0, result.output
+    assert "33.66" not in result.output and "published" not in json.loads(Path("r.json").read_text())["results"][0]
+
+
+def test_a_table_sent_to_a_pipe_keeps_its_cells_whole(tmp_path: Path) -> None:
+    """At 80 columns in a pipe or a log, names were cut ("experimen…"): two models could not be told apart."""
+    name = "an_experiment_with_a_long_descriptive_name"
+    (tmp_path / name / "HR").mkdir(parents=True)
+    Image.fromarray(np.random.default_rng(1).integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(
+        tmp_path / name / "HR" / "a.png"
+    )
+    result = runner.invoke(app, ["eval", "-m", "bicubic", "-d", name, "-s", "2", "--rgb", "-q"])
+    assert result.exit_code == 0 and name in result.output and "…" not in result.output, result.output
+
+
+def test_an_infinite_psnr_is_written_as_valid_json(tmp_path: Path) -> None:
+    """A flat image scores PSNR = inf, which Python wrote as Infinity: not JSON, other readers failed."""
+    (tmp_path / "flat" / "HR").mkdir(parents=True)
+    Image.new("RGB", (64, 64), (120, 120, 120)).save(tmp_path / "flat" / "HR" / "a.png")
+    args = ["eval", "-m", "bicubic", "-d", "flat", "-s", "4", "--json", "r.json", "--report", "rep", "-q"]
+    assert runner.invoke(app, args).exit_code == 0
+    for path in ("r.json", "rep/report.json"):
+        text = Path(path).read_text()
+        assert "Infinity" not in text and "NaN" not in text, path
+    assert json.loads(Path("r.json").read_text())["results"][0]["psnr_y"] is None
+
+
 @needs_golden
 @needs_datasets
 def test_network_eval_self_ensemble_saved_images_and_scale_from_weights(tmp_path: Path) -> None:

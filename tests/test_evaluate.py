@@ -98,6 +98,24 @@ def test_an_lr_folder_missing_one_file_is_refused_not_filled_with_bicubic(tmp_pa
     check_pairs(find_dataset(str(root)), 3)  # no X3 folder: every LR is made with MATLAB bicubic
 
 
+def test_hidden_files_in_hr_are_left_out(tmp_path: Path) -> None:
+    """macOS's ._a.png beside a.png stopped the whole evaluation ("cannot read ... ._a.png")."""
+    root = _dataset(tmp_path / "ds", {"a": (8, 6)})
+    (root / "HR" / "._a.png").write_bytes(b"\x00\x05\x16\x07 resource fork")
+    assert [p.name for p in find_dataset(str(root)).hr_files] == ["a.png"]
+
+
+def test_a_gray_hr_takes_the_luma_of_a_colour_lr(tmp_path: Path) -> None:
+    """A gray HR paired with a colour LR file was scored on the LR's red channel."""
+    root = tmp_path / "ds"
+    _save(root / "HR" / "a.png", RNG.integers(0, 256, (20, 20), dtype=np.uint8))
+    colour = RNG.integers(0, 256, (10, 10, 3), dtype=np.uint8)
+    _save(root / "LR_bicubic" / "X2" / "ax2.png", colour)
+    _, lr = load_pair(find_dataset(str(root)), root / "HR" / "a.png", 2)
+    luma = colour @ np.array([0.299, 0.587, 0.114])
+    assert lr.shape == (10, 10) and np.abs(lr - luma).max() <= 0.5 + 1e-9
+
+
 def test_mismatched_lr_is_refused_naming_the_file(tmp_path: Path) -> None:
     root = _dataset(tmp_path / "ds", {"a": (20, 20)})
     _save(root / "LR_bicubic" / "X2" / "ax2.png", np.zeros((9, 10, 3), np.uint8))

@@ -116,10 +116,14 @@ def test_report_files_numbers_and_crops(tmp_path: Path) -> None:
     html = (folder / "index.html").read_text()
     data = json.loads((folder / "report.json").read_text())
     assert is_report(folder) and data["methods"] == ["LR", "bicubic", "good", "HR"]
-    # Summary: means per method with the published figure where we hold one (bicubic, Set5, x2).
+    # Summary: means per method, without a published figure: two images called Set5 are not Set5 (five are).
     rows = {r["method"]: r for r in data["summary"]}
     assert rows["good"]["psnr_y"] == pytest.approx(31.0) and rows["bicubic"]["psnr_y"] == pytest.approx(25.5)
-    assert rows["bicubic"]["published"]["psnr_y"] == 33.66 and "33.66 / 0.9299" in html
+    assert "published" not in rows["bicubic"] and "33.66" not in html
+    _build(tmp_path / "five", count=5)
+    five = json.loads((tmp_path / "five" / "report.json").read_text())
+    assert {r["method"]: r for r in five["summary"]}["bicubic"]["published"]["psnr_y"] == 33.66
+    assert "33.66 / 0.9299" in (tmp_path / "five" / "index.html").read_text()
     assert "<td>31.00</td>" in html and "<td>25.50</td>" in html
     # Per image: whole-image PSNR, gain over bicubic, sortable keys, and crops labelled with their own PSNR.
     assert ">32.00<" in html and "+5.00" in html and 'data-gain-m0="5.000000"' in html

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -302,10 +301,10 @@ def bench(
             soft_wrap=True,
         )
     from ..bench import run_bench
-    from ..files import atomic_write_text
+    from ..files import atomic_write_text, json_text
 
     report = run_bench(settings, on_progress=lambda text: err_console.print(f"running {text}", style="dim"))
     print_report(report)
     if json_path is not None:
-        atomic_write_text(json_path, json.dumps(report.to_dict(), indent=2) + "\n")
+        atomic_write_text(json_path, json_text(report.to_dict(), indent=2) + "\n")
         err_console.print(f"wrote {json_path}", markup=False)

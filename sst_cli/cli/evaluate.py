@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -60,7 +59,7 @@ def _table(results: list[DatasetResult], rgb: bool, labels: list[str]) -> Table:
         row += [f"{r.psnr_y:.2f}", f"{r.ssim_y:.4f}"]
         if rgb:
             row += [_fmt(r.mean("psnr_rgb"), 2), _fmt(r.mean("ssim_rgb"), 4)]
-        paper = published(r.model, r.dataset, r.scale)
+        paper = published(r.model, r.dataset, r.scale, r.n_images)
         if paper is None:
             row += ["—", "—"]
         else:
@@ -75,7 +74,7 @@ def _report(results: list[DatasetResult], options: dict, protocol: dict[str, str
     entries = []
     for r in results:
         entry = r.to_dict()
-        paper = published(r.model, r.dataset, r.scale)
+        paper = published(r.model, r.dataset, r.scale, r.n_images)
         if paper is not None:
             entry["published"] = {"psnr_y": paper.psnr, "ssim_y": paper.ssim, "source": paper.source}
         entries.append(entry)
@@ -222,7 +221,7 @@ def eval_command(
     )  # fmt: skip
     from .. import hub
     from ..evaluate import BICUBIC, PROTOCOL, EvalSettings, find_dataset, model_labels, run_evaluation
-    from ..files import atomic_write_text, check_output_file, check_spared
+    from ..files import atomic_write_text, check_output_file, check_spared, json_text
     from .downloads import download_display
 
     models = model_specs(model or [], weights or [], config, hub_repo)
@@ -290,7 +289,7 @@ def eval_command(
     every_bicubic = all(m == BICUBIC for m in models)
     report_options = {"self_ensemble": self_ensemble, "tile": tile if not every_bicubic else None}
     if json_path is not None:
-        atomic_write_text(json_path, json.dumps(_report(results, report_options, PROTOCOL), indent=2) + "\n")
+        atomic_write_text(json_path, json_text(_report(results, report_options, PROTOCOL), indent=2) + "\n")
     if csv_path is not None:
         atomic_write_text(csv_path, _csv_text(results, rgb))
     if report is not None:

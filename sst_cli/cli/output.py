@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 import sys
@@ -13,9 +12,10 @@ from contextlib import suppress
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 
 from ..errors import SstError
+from ..files import json_text
 from ..signals import stop_on_signals
 
 if TYPE_CHECKING:
@@ -68,15 +68,30 @@ def visible(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
 
 
+_FILE_WIDTH = 200  # columns a table may take in a pipe or a file, where nothing wraps it
+
+
 class _Console(Console):
     """A console whose printed strings are made ``visible``: whatever reaches a message (paths, reasons from
     other libraries) is shown, never obeyed. Rich's own styling is added after this, when rendering. Text sent
-    to a pipe or a file is not wrapped at 80 columns (``sst models info X | grep weights`` found half a line)."""
+    to a pipe or a file is not wrapped at 80 columns (``sst models info X | grep weights`` found half a line),
+    nor are tables cut there (``size``)."""
 
     def print(self, *objects: Any, **options: Any) -> None:
         if not self.is_terminal and all(isinstance(o, str) for o in objects):
             options.setdefault("soft_wrap", True)
         super().print(*(visible(o) if isinstance(o, str) else o for o in objects), **options)
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        """A terminal's size; elsewhere at least ``_FILE_WIDTH`` columns, so that a table's cells stay whole (two
+        models' names were both "experimen…" in a log)."""
+        size = super().size
+        return size if self.is_terminal else ConsoleDimensions(max(size.width, _FILE_WIDTH), size.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
 
 
 _stdout, _stderr = _Guarded("stdout"), _Guarded("stderr")
@@ -112,7 +127,7 @@ def count_progress(*, disable: bool = False, **options: Any) -> Progress:
 
 def json_event(event: str, **fields: Any) -> None:
     """One ``--json-log`` line on stdout: a JSON object whose ``event`` names what happened."""
-    print(json.dumps({"event": event, **fields}), file=_stdout, flush=True)
+    print(json_text({"event": event, **fields}), file=_stdout, flush=True)
 
 
 def note(text: str) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 from PIL import Image
 
 from ..errors import ConfigError
-from ..files import atomic_folder, check_folder_replaceable
+from ..files import atomic_folder, check_folder_replaceable, json_text
 from ..metrics import psnr
 from . import page as index_page
 from .crops import (
@@ -251,7 +251,7 @@ class ReportBuilder:
                     "psnr_y": float(np.mean([s.psnr for s in scores])),
                     "ssim_y": float(np.mean(ssims)) if len(ssims) == len(scores) else None,
                 }
-                paper = published(method.label, dataset, scale) if dataset else None
+                paper = published(method.label, dataset, scale, len(scores)) if dataset else None
                 if paper is not None:
                     row["published"] = {"psnr_y": paper.psnr, "ssim_y": paper.ssim, "source": paper.source}
                 rows.append(row)
@@ -306,7 +306,7 @@ class ReportBuilder:
             raise ConfigError("a report needs at least one image")
         for entry in self.entries.values():
             self._finish_entry(entry)
-        (self.folder / REPORT_JSON).write_text(json.dumps(self.to_json(), indent=1) + "\n", encoding="utf-8")
+        (self.folder / REPORT_JSON).write_text(json_text(self.to_json(), indent=1) + "\n", encoding="utf-8")
         page = self.folder / "index.html"
         page.write_text(index_page.render_page(self), encoding="utf-8")
         self.finished = True
