@@ -13,6 +13,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from sst_cli.cli import app
+from sst_cli.hub import sha256_of
 
 runner = CliRunner()
 
@@ -49,6 +50,7 @@ def test_bicubic_set5_table_json_and_csv(tmp_path: Path) -> None:
     assert abs(x4["psnr_y"] - 28.42) <= 0.02 and abs(x4["ssim_y"] - 0.8104) <= 0.001
     assert x4["published"]["psnr_y"] == 28.42 and "psnr_rgb" in x4
     assert "crop_border" in report["protocol"]
+    assert report["protocol"]["models"] == {} and report["protocol"]["sst_cli"] and report["protocol"]["torch"]
     rows = list(csv.DictReader(Path("r.csv").read_text().splitlines()))
     assert len(rows) == 10 and rows[0]["image"] == "baby" and float(rows[0]["psnr_y"]) > 30
 
@@ -93,8 +95,14 @@ def test_network_eval_self_ensemble_saved_images_and_scale_from_weights(tmp_path
     args = ["eval", "-d", str(data), *model, "--self-ensemble", "--save-images", "sr", "--json", "r.json", "-q"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    entry = json.loads(Path("r.json").read_text())["results"][0]
+    written = json.loads(Path("r.json").read_text())
+    entry = written["results"][0]
     assert entry["scale"] == 3 and entry["model"] == "mini_x3" and entry["n_images"] == 2
+    provenance = written["protocol"]  # enough to rerun it: which file, which device and precision
+    assert provenance["models"] == {
+        "mini_x3": {"weights": str(GOLDEN / "mini_x3.pth"), "sha256": sha256_of(GOLDEN / "mini_x3.pth")}
+    }
+    assert provenance["device"] == "cpu" and provenance["precision"] == "auto"
     assert np.asarray(Image.open(Path("sr") / "tiny" / "x3" / "baby.png")).shape == (30, 30, 3)
 
 

@@ -81,6 +81,34 @@ def _report(results: list[DatasetResult], options: dict, protocol: dict[str, str
     return {"results": entries, "protocol": {**protocol, **options}}
 
 
+def _provenance(models: tuple, labels: list[str], device: str, precision: str) -> dict:
+    """What a JSON report needs to be rerun: each model's weights (a zoo name, or the file and its sha256), the
+    device and precision asked for, and the versions that computed it."""
+    import torch
+
+    from .. import __version__
+    from ..evaluate import BICUBIC
+    from ..hub import sha256_of
+
+    sources: dict[str, dict[str, str]] = {}
+    for label, spec in zip(labels, models, strict=True):
+        if spec == BICUBIC:
+            continue
+        if spec.weights is None:
+            sources[label] = {"model": spec.model or DEFAULT_MODEL}
+            continue
+        sources[label] = {"weights": str(spec.weights)}
+        if Path(spec.weights).is_file():  # an hf:// reference names itself
+            sources[label]["sha256"] = sha256_of(Path(spec.weights))
+    return {
+        "models": sources,
+        "device": device,
+        "precision": precision,
+        "sst_cli": __version__,
+        "torch": torch.__version__,
+    }
+
+
 def _csv_text(results: list[DatasetResult], rgb: bool) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -288,6 +316,7 @@ def eval_command(
     )
     every_bicubic = all(m == BICUBIC for m in models)
     report_options = {"self_ensemble": self_ensemble, "tile": tile if not every_bicubic else None}
+    report_options |= _provenance(models, labels, device, precision)
     if json_path is not None:
         atomic_write_text(json_path, json_text(_report(results, report_options, PROTOCOL), indent=2) + "\n")
     if csv_path is not None:
