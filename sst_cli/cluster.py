@@ -1,4 +1,4 @@
-"""The same batch on a Ray cluster (``pip install sst-cli[ray]``), for jobs that outgrow one machine.
+"""The same batch on a Ray cluster (``pip install -e ".[ray]"``), for jobs that outgrow one machine.
 
 The driver finds the inputs and plans every output exactly as a local batch does (names claimed, existing
 outputs skipped with ``skip_existing``, so a rerun resumes); Ray actors, each holding one loaded

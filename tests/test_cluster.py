@@ -1,5 +1,5 @@
 """The batch on a local Ray (2 CPUs), against one process: same bytes, failures by file, resume by skipping.
-Skipped where Ray is not installed (it is the optional extra sst-cli[ray])."""
+Skipped where Ray is not installed (the optional extra ray)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from sst_cli.errors import ConfigError
 from sst_cli.loader import ModelSpec
 from sst_cli.upscaler import UpscaleOptions
 
-ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'sst-cli[ray]')")
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")
 
 from sst_cli.cluster import RayOptions, upscale_files_ray  # noqa: E402
 

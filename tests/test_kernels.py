@@ -20,7 +20,7 @@ from sst_cli.archs.sst import kernels
 CHILD = Path(__file__).with_name("kernels_child.py")
 TINY = {"dim": 16, "window_sizes": (4, 8), "num_heads": (2, 4), "ranks": (3, 5), "n_blocks": 2}
 needs_triton = pytest.mark.skipif(
-    importlib.util.find_spec("triton") is None, reason="triton is not installed (pip install 'sst-cli[gpu]')"
+    importlib.util.find_spec("triton") is None, reason="triton is not installed (pip install -e '.[gpu]')"
 )
 
 

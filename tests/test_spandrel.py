@@ -2,7 +2,7 @@
 spandrel's own architecture classes, run by ``sst upscale --weights`` / ``Upscaler`` and compared with
 spandrel's model on the whole image (same pixels) and tiled (>= 60 dB).
 
-Needs the optional extra (``pip install 'sst-cli[spandrel]'``, which pulls torchvision); ``.ci/run`` runs
+Needs the optional extra (``pip install -e ".[spandrel]"``, which pulls torchvision); ``.ci/run`` runs
 this file in a second environment that has it. Without it, only the no-spandrel message is tested.
 """
 
@@ -27,7 +27,7 @@ from sst_cli.errors import CheckpointError, ConfigError
 
 HAS_SPANDREL = __import__("importlib").util.find_spec("spandrel") is not None
 needs_spandrel = pytest.mark.skipif(
-    not HAS_SPANDREL, reason="spandrel is not installed (pip install 'sst-cli[spandrel]'; .ci/run installs it)"
+    not HAS_SPANDREL, reason="spandrel is not installed (pip install -e '.[spandrel]'; .ci/run installs it)"
 )
 
 

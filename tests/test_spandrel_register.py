@@ -11,7 +11,7 @@ import torch
 
 from sst_cli import load_model
 
-spandrel = pytest.importorskip("spandrel", reason="spandrel is not installed (pip install 'sst-cli[spandrel]')")
+spandrel = pytest.importorskip("spandrel", reason="spandrel is not installed (pip install -e '.[spandrel]')")
 
 GOLDEN = Path(__file__).resolve().parents[1].parent / "shared" / "golden"
 if not GOLDEN.is_dir():
