@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from sst_cli.allocator import give_back_freed
 from sst_cli.errors import ConfigError
 
 Forward = Callable[..., torch.Tensor]  # forward(x), or forward(x, origins) when run with origins=True
@@ -288,6 +289,7 @@ def _run(
             h, w = chunk[0].context_shape
             if out.ndim != 4 or out.shape[0] != len(chunk) or tuple(out.shape[2:]) != (h * scale, w * scale):
                 raise ValueError(f"model returned shape {tuple(out.shape)} for input {tuple(x.shape)} at scale {scale}")
+            on_cpu = out.device.type == "cpu"
             out = out.to("cpu", torch.float32)
             del x
             for i, t in enumerate(chunk):
@@ -298,6 +300,8 @@ def _run(
                 if on_tile is not None:
                     on_tile(done, total)
             del out
+            if on_cpu:  # the next tiles' tensors would come from a heap that kept these (sst_cli.allocator)
+                give_back_freed()
 
 
 class _Accumulator:
