@@ -122,7 +122,8 @@ def count_progress(*, disable: bool = False, **options: Any) -> Progress:
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     shown = err_console.is_terminal and not disable
-    return Progress(*columns, console=err_console, transient=True, disable=not shown, **options)
+    target = err_console if shown else Console(quiet=True)  # rich 13.0 wrote a newline for a disabled bar
+    return Progress(*columns, console=target, transient=True, disable=not shown, **options)
 
 
 def json_event(event: str, **fields: Any) -> None:
