@@ -21,6 +21,7 @@ from .choices import DEFAULT_SCALE
 from .errors import ConfigError, ImageError, OutputExists, WriteError
 from .files import unwritable
 from .image_io import Picture, is_image_file, probe_image, read_image, write_image
+from .inputs import is_hidden
 from .loader import ModelSpec
 from .metrics import SSIM_WINDOW, psnr, psnr_ssim_y, ssim
 from .naming import model_label as spec_label
@@ -173,7 +174,7 @@ def _open_dataset(name: str, root: Path) -> Dataset:
     hr = root / "HR"
     if not hr.is_dir():
         raise ConfigError(f"dataset folder '{root}' has no HR/ folder (expected HR/ and optionally LR_bicubic/X2 ...)")
-    found = (p for p in hr.iterdir() if p.is_file() and is_image_file(p) and not p.name.startswith("."))  # ._x.png
+    found = (p for p in hr.iterdir() if p.is_file() and is_image_file(p) and not is_hidden(p.name))  # ._x.png
     files = tuple(sorted(found, key=lambda p: p.name))
     if not files:
         raise ConfigError(f"'{hr}' holds no images (png, jpg, webp, tiff or bmp)")
@@ -243,7 +244,7 @@ def load_pair(dataset: Dataset, hr_path: Path, scale: int) -> tuple[np.ndarray, 
 
 
 def _luma(rgb: np.ndarray) -> np.ndarray:
-    """8-bit gray of 8-bit RGB with the BT.601 weights, as a gray output of the network is made."""
+    """8-bit gray of RGB in 0..255 with the BT.601 weights: a colour LR of a gray HR, a network's gray output."""
     return np.round(rgb.astype(np.float64) @ _GRAY_WEIGHTS).clip(0, 255).astype(np.uint8)
 
 
@@ -279,9 +280,7 @@ def network_sr(run: Callable[[torch.Tensor], torch.Tensor], *, self_ensemble: bo
             out += dihedral(run(dihedral(x, i)), i, inverse=True)
         out /= len(views)
         values = out.clamp_(0.0, 1.0).permute(1, 2, 0).double().numpy() * 255.0
-        if lr.ndim == 2:
-            values = values @ _GRAY_WEIGHTS
-        return np.round(values).clip(0, 255).astype(np.uint8)
+        return _luma(values) if lr.ndim == 2 else np.round(values).clip(0, 255).astype(np.uint8)
 
     return sr
 

@@ -44,7 +44,8 @@ class Job:
             return Path(self.source.name)
 
 
-def _hidden(name: str) -> bool:
+def is_hidden(name: str) -> bool:
+    """Dot files (macOS ._ forks among them) and sst-cli's own unfinished writes: never inputs."""
     return name.startswith(".") or name.endswith(TEMP_SUFFIX)
 
 
@@ -80,9 +81,9 @@ def _folder_images(folder: Path, recursive: bool, exclude: Sequence[Path], skips
         dirs[:] = (
             []
             if not recursive
-            else [d for d in dirs if not _hidden(d) and os.path.realpath(os.path.join(root, d)) not in excluded]
+            else [d for d in dirs if not is_hidden(d) and os.path.realpath(os.path.join(root, d)) not in excluded]
         )
-        found.extend(Path(root, f) for f in files if not _hidden(f) and _image_like(f))
+        found.extend(Path(root, f) for f in files if not is_hidden(f) and _image_like(f))
     return [Job(p, folder, True, skip=skips.reason(p)) for p in sorted(found, key=lambda p: p.as_posix())]
 
 
@@ -145,7 +146,7 @@ def _expand(item: str, recursive: bool, exclude: Sequence[Path], skips: Skips) -
             jobs.extend(
                 replace(j, base=root, from_folder=False) for j in _folder_images(found, recursive, exclude, skips)
             )
-        elif found.is_file() and _image_like(found.name) and not _hidden(found.name):
+        elif found.is_file() and _image_like(found.name) and not is_hidden(found.name):
             jobs.append(Job(found, root, skip=skips.reason(found)))
     if not jobs:
         return [Job(path, root, error=f"no image files match '{item}'")]
@@ -233,6 +234,6 @@ def discover_inputs(
 def _recursive_hint(items: Sequence[str], recursive: bool) -> str:
     """Where folders found empty have sub-folders that --recursive would search, a hint saying so."""
     folders = [i for i in items if Path(i).is_dir()]
-    nested = any(any(p.is_dir() and not _hidden(p.name) for p in Path(f).iterdir()) for f in folders)
+    nested = any(any(p.is_dir() and not is_hidden(p.name) for p in Path(f).iterdir()) for f in folders)
     who = "it has" if len(folders) == 1 else "they have"
     return f"; {who} sub-folders: add --recursive to search them" if nested and not recursive else ""

@@ -316,8 +316,8 @@ def eval_command(
     )
     every_bicubic = all(m == BICUBIC for m in models)
     report_options = {"self_ensemble": self_ensemble, "tile": tile if not every_bicubic else None}
-    report_options |= _provenance(models, labels, device, precision)
-    if json_path is not None:
+    if json_path is not None:  # provenance hashes the weights files: only for the file that records it
+        report_options |= _provenance(models, labels, device, precision)
         atomic_write_text(json_path, json_text(_report(results, report_options, PROTOCOL), indent=2) + "\n")
     if csv_path is not None:
         atomic_write_text(csv_path, _csv_text(results, rgb))

@@ -135,16 +135,21 @@ def _stat_key(path: Path) -> list[int] | None:
     return [st.st_size, st.st_mtime_ns, st.st_ino]
 
 
+def _hashed_files() -> dict[str, dict]:
+    """The entries of ``hashed.json`` (path -> sha256 and stat); a missing or damaged file reads as none."""
+    try:
+        files = json.loads(hashed_path().read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return {k: v for k, v in files.items() if isinstance(v, dict)} if isinstance(files, dict) else {}
+
+
 def known_sha256(path: Path) -> str | None:
     """The sha256 recorded for ``path`` when it was last hashed, if its size, mtime and inode are unchanged: a
     cached multi-GB checkpoint is then not read whole on every run (the zoo's pins judge files the same way)."""
-    try:
-        data = json.loads(hashed_path().read_text(encoding="utf-8"))
-        raw = data["files"][str(path.resolve())]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    raw = _hashed_files().get(str(path.resolve()))
     stat = _stat_key(path)
-    if not isinstance(raw, dict) or stat is None or raw.get("stat") != stat:
+    if raw is None or stat is None or raw.get("stat") != stat:
         return None
     sha = raw.get("sha256")
     return sha if isinstance(sha, str) and SHA256_RE.match(sha) else None
@@ -153,14 +158,10 @@ def known_sha256(path: Path) -> str | None:
 def remember_sha256(path: Path, sha256: str) -> None:
     """Record ``path``'s sha256 with its stat; entries of files that are gone are dropped. Only a shortcut: a
     failure to write costs a hash on the next run."""
-    try:
-        data = json.loads(hashed_path().read_text(encoding="utf-8"))
-        files = {k: v for k, v in data["files"].items() if Path(k).exists()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        files = {}
     stat = _stat_key(path)
-    if stat is None or time.time_ns() - path.stat().st_mtime_ns < _RACY_NS:
+    if stat is None or time.time_ns() - stat[1] < _RACY_NS:
         return  # changed within the file system's clock step: a change now could keep this mtime (racy git)
+    files = {k: v for k, v in _hashed_files().items() if Path(k).exists()}
     files[str(path.resolve())] = {"sha256": sha256, "stat": stat}
     text = json.dumps({"_comment": "written by sst-cli: files already hashed; safe to delete", "files": files})
     with contextlib.suppress(WriteError, OSError):
