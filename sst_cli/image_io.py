@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import IO, Any
 
 import numpy as np
-from PIL import Image, ImageCms, UnidentifiedImageError
+from PIL import Image, ImageCms, ImageFile, UnidentifiedImageError
 
 from sst_cli.encoders import write_png, write_tiff
 from sst_cli.errors import ConfigError, ImageError, OutputExists, SstError
@@ -77,7 +77,7 @@ def named_format(path: str | os.PathLike[str]) -> str | None:
 class ImageInfo:
     """What an image file's header says: enough to plan its output before decoding any pixel."""
 
-    width: int  # as stored (EXIF rotation may swap the sides; the limits below do not care)
+    width: int  # upright, as ``read_image`` returns the pixels (an EXIF orientation of 5-8 swaps the stored sides)
     height: int
     format: str
     alpha: bool
@@ -144,8 +144,11 @@ def probe_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAUL
             alpha = alpha or bool(wide and wide[1] in ("RGBA", "LA"))
             deep = bool(wide) or mode.startswith("I;16") or mode in ("I", "F")
             fmt = _PIL_FORMATS.get(im.format or "", "png")
-            frames = int(getattr(im, "n_frames", 1) or 1)
-            return ImageInfo(im.size[0], im.size[1], fmt, alpha, 16 if deep else 8, frames)
+            tags = getattr(im, "tag_v2", {})  # Pillow gives a TIFF's size turned already: its tags, as stored
+            stored = (int(tags[256]), int(tags[257])) if fmt == "tiff" else im.size
+            width, height = _upright(stored, _exif_and_orientation(im, fmt, header_only=True)[2])
+            frames = int(getattr(im, "n_frames", 1) or 1)  # after the EXIF: counting moves a TIFF to its last page
+            return ImageInfo(width, height, fmt, alpha, 16 if deep else 8, frames)
     except SstError:
         raise
     except UnidentifiedImageError:
@@ -185,17 +188,7 @@ def read_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAULT
                 return _read_tiff(name, max_pixels)
             values, maxval, gray, icc = _decode(name, im)
             fmt = _PIL_FORMATS.get(im.format or "", "png")
-            exif_bytes = im.info.get("exif") if isinstance(im.info.get("exif"), bytes) else None
-            if exif_bytes is None and fmt == "tiff":
-                exif_bytes = exif_of_tiff(im)
-            text_exif = _png_text_exif(im.info) if fmt == "png" else None
-            from_text = exif_bytes is None and text_exif is not None
-            exif_bytes = text_exif if from_text else exif_bytes
-            try:
-                shown = parsed(exif_bytes) if from_text and exif_bytes else im.getexif()
-                orientation = int(shown.get(ORIENTATION, 1))
-            except Exception:  # broken EXIF must not make an otherwise fine image unreadable
-                orientation = 1
+            exif_bytes, text_exif, orientation = _exif_and_orientation(im, fmt)
             dpi = _dpi(im.info.get("dpi"), turned=orientation in (5, 6, 7, 8))
             chunks = (
                 _upright_png_chunks(_kept_png_chunks(name), orientation, text_exif is not None) if fmt == "png" else ()
@@ -268,7 +261,32 @@ _XMP_KEY = b"XML:com.adobe.xmp"
 _XMP_ORIENTATION = re.compile(rb"(tiff:Orientation\s*=\s*[\"']|<tiff:Orientation>\s*)[1-8]")
 
 
-def _png_text_exif(info: dict[str, Any]) -> bytes | None:
+def _exif_and_orientation(
+    im: ImageFile.ImageFile, fmt: str, *, header_only: bool = False
+) -> tuple[bytes | None, bytes | None, int]:
+    """The EXIF a picture carries (APP1 / eXIf / a TIFF's tags, else a PNG's EXIF text chunk), that text chunk's
+    EXIF, and the orientation (1-8; 1 where none is set or the EXIF cannot be read). ``header_only`` never
+    decodes pixels, for probing: a PNG whose eXIf chunk follows its pixel data then counts as upright."""
+    exif = im.info.get("exif") if isinstance(im.info.get("exif"), bytes) else None
+    if exif is None and fmt == "tiff":
+        exif = exif_of_tiff(im)
+    text_exif = _png_text_exif(im.info) if fmt == "png" else None
+    from_text = exif is None and text_exif is not None
+    exif = text_exif if from_text else exif
+    try:  # broken EXIF must not make an otherwise fine image unreadable
+        if from_text:
+            shown = parsed(exif) if exif else Image.Exif()
+        elif header_only and fmt == "png":  # PNG's own getexif() decodes the pixels to look past them
+            shown = Image.Image.getexif(im)
+        else:
+            shown = im.getexif()
+        orientation = int(shown.get(ORIENTATION, 1))
+    except Exception:
+        orientation = 1
+    return exif, text_exif, orientation if orientation in range(1, 9) else 1
+
+
+def _png_text_exif(info: dict[Any, Any]) -> bytes | None:
     """EXIF a PNG holds in an EXIF text chunk (a line "exif", a line with the length, then hex digits), which
     Pillow reads only in recent versions; None without one or where it cannot be read."""
     for key in _PNG_RAW_EXIF:
@@ -402,6 +420,8 @@ def _probe_tiff(name: str, max_pixels: int | None) -> ImageInfo:
             page = tif.pages[0]
             width, height = int(page.imagewidth), int(page.imagelength)
             _check_size(name, width, height, max_pixels)
+            turn = page.tags.get("Orientation")
+            width, height = _upright((width, height), int(turn.value) if turn is not None else 1)
             dtype, frames = page.dtype, len(tif.pages)
             _, alpha, _ = _tiff_layout(name, page)
     except SstError:
@@ -637,6 +657,11 @@ def cmyk_to_rgb(im: Image.Image, icc: bytes | None) -> Image.Image:
             if converted is not None:
                 return converted
     return im.convert("RGB")
+
+
+def _upright(size: tuple[int, int], orientation: int) -> tuple[int, int]:
+    """(width, height) once ``_orient`` has turned the pixels: orientations 5-8 swap the sides."""
+    return (size[1], size[0]) if orientation in (5, 6, 7, 8) else size
 
 
 def _orient(values: np.ndarray, orientation: int) -> np.ndarray:

@@ -124,6 +124,20 @@ def test_mismatched_lr_is_refused_naming_the_file(tmp_path: Path) -> None:
         check_pairs(ds, 2)
 
 
+def test_an_hr_turned_by_its_exif_is_checked_upright(tmp_path: Path) -> None:
+    """The pair check compared an EXIF-turned HR's stored sides with its upright LR and refused a good pair (or
+    passed a bad one that then failed midway); it checks the picture as it is scored."""
+    root = tmp_path / "ds"
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored 40 wide and 24 high: 24 wide and 40 high upright
+    (root / "HR").mkdir(parents=True)
+    Image.fromarray(RNG.integers(0, 256, (24, 40, 3), dtype=np.uint8)).save(root / "HR" / "a.png", exif=exif)
+    _save(root / "LR_bicubic" / "X2" / "ax2.png", RNG.integers(0, 256, (20, 12, 3), dtype=np.uint8))
+    check_pairs(find_dataset(str(root)), 2)
+    hr, lr = load_pair(find_dataset(str(root)), root / "HR" / "a.png", 2)
+    assert hr.shape[:2] == (40, 24) and lr.shape[:2] == (20, 12)
+
+
 def test_unreadable_or_tiny_hr_is_refused_naming_the_file(tmp_path: Path) -> None:
     root = _dataset(tmp_path / "ds", {"a": (16, 16)})
     (root / "HR" / "b.png").write_bytes(b"not a png")

@@ -300,8 +300,38 @@ def test_a_deep_tiff_is_turned_upright(tmp_path: Path) -> None:
     tifffile.imwrite(tmp_path / "turned.tif", gray, extratags=[(274, "H", 1, 6, False)])  # rotated 90° clockwise
     picture = read_image(tmp_path / "turned.tif")
     np.testing.assert_array_equal(np.round(picture.color[..., 0] * 65535), np.rot90(gray, -1))
-    info = probe_image(tmp_path / "turned.tif")  # the header's sides, as stored (as for every format)
-    assert (info.width, info.height, info.bit_depth) == (4, 3, 16)
+    info = probe_image(tmp_path / "turned.tif")  # the sides upright, as read (as for every format)
+    assert (info.width, info.height, info.bit_depth) == (3, 4, 16)
+
+
+@pytest.mark.parametrize("orientation", [3, 6, 8])
+@pytest.mark.parametrize("where", ["png", "png text", "png xmp", "jpg", "webp", "tif"])
+def test_the_probe_gives_the_sides_of_the_picture_as_read(tmp_path: Path, where: str, orientation: int) -> None:
+    """Planning (and ``sst eval``'s check of its pairs) works from the probe: with the stored sides, an HR photo
+    turned by its EXIF failed midway, its upright pixels not the size the check had passed."""
+    from PIL import PngImagePlugin
+
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    stored, path = Image.fromarray(_u8(4, 6, 3)), tmp_path / f"in.{where.split()[0]}"
+    if where == "png text":
+        raw = exif.tobytes().hex()
+        text = PngImagePlugin.PngInfo()
+        text.add_text("Raw profile type exif", f"\nexif\n{len(raw) // 2:8d}\n{raw}\n", zip=True)
+        stored.save(path, pnginfo=text)
+    elif where == "png xmp":
+        xmp = PngImagePlugin.PngInfo()
+        turned = f'<rdf:Description xmlns:tiff="http://ns.adobe.com/tiff/1.0/" tiff:Orientation="{orientation}"/>'
+        xmp.add_itxt(
+            "XML:com.adobe.xmp", f'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF>{turned}</rdf:RDF></x:xmpmeta>'
+        )
+        stored.save(path, pnginfo=xmp)
+    else:
+        stored.save(path, exif=exif)
+    height, width = read_image(path).color.shape[:2]
+    assert (height, width) == ((6, 4) if orientation > 4 else (4, 6))
+    info = probe_image(path)
+    assert (info.width, info.height) == (width, height)
 
 
 def _deep_tiff_cases() -> dict[str, tuple[dict[str, object], np.ndarray, np.ndarray, np.ndarray | None]]:
