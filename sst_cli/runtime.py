@@ -6,6 +6,7 @@ platform differences (CUDA, Apple's MPS, CPU memory on Linux, macOS and Windows)
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 import threading
@@ -103,17 +104,78 @@ def fp32_mode(device: torch.device, dtype: torch.dtype, *, allow_tf32: bool = Fa
 
 
 def available_ram() -> int:
-    """Bytes of RAM available to new allocations (psutil: Linux, macOS and Windows alike)."""
+    """Bytes of RAM available to new allocations (psutil: Linux, macOS and Windows alike), within this process's
+    cgroup limit where one is set (a container's ``--memory``, a systemd slice): psutil sees only the host's."""
     import psutil
 
-    return int(psutil.virtual_memory().available)
+    available = int(psutil.virtual_memory().available)
+    cgroup = cgroup_memory()
+    return available if cgroup is None else max(0, min(available, cgroup[0] - cgroup[1]))
 
 
 def total_ram() -> int:
-    """Bytes of RAM this machine has in all."""
+    """Bytes of RAM this process may use in all: the machine's, or its cgroup's limit where that is lower."""
     import psutil
 
-    return int(psutil.virtual_memory().total)
+    total = int(psutil.virtual_memory().total)
+    cgroup = cgroup_memory()
+    return total if cgroup is None else min(total, cgroup[0])
+
+
+def cgroup_memory(proc: str = "/proc/self/cgroup", mount: str = "/sys/fs/cgroup") -> tuple[int, int] | None:
+    """(limit, bytes in use less reclaimable file cache) of the tightest memory limit among this process's
+    cgroup and its ancestors (cgroup v2, or v1's memory controller), or None where no limit is set or this is
+    not Linux. A container's processes usually see their own cgroup as the mount's root."""
+    try:
+        with open(proc, encoding="utf-8") as f:
+            lines = [line.rstrip("\n").split(":", 2) for line in f if line.count(":") >= 2]
+    except OSError:
+        return None
+    for _, controllers, path in lines:
+        if controllers == "":  # v2: one hierarchy, its files in the cgroup's own folder
+            found = _tightest(mount, path, "memory.max", "memory.current", "inactive_file")
+        elif "memory" in controllers.split(","):
+            found = _tightest(
+                os.path.join(mount, "memory"), path, "memory.limit_in_bytes", "memory.usage_in_bytes",
+                "total_inactive_file",
+            )  # fmt: skip
+        else:
+            continue
+        if found is not None:
+            return found
+    return None
+
+
+def _tightest(root: str, path: str, limit_file: str, usage_file: str, cache_key: str) -> tuple[int, int] | None:
+    """``cgroup_memory`` for one hierarchy: each folder from the cgroup up to the mount's root."""
+    best: tuple[int, int] | None = None
+    parts = [p for p in path.split("/") if p]
+    for depth in range(len(parts), -1, -1):
+        folder = os.path.join(root, *parts[:depth])
+        limit = _read_int(os.path.join(folder, limit_file))
+        if limit is None or limit >= 2**60:  # "max" (v2) or v1's page-rounded LONG_MAX: no limit here
+            continue
+        used = _read_int(os.path.join(folder, usage_file)) or 0
+        cache = _read_stat(os.path.join(folder, "memory.stat"), cache_key)
+        if best is None or limit - used + cache < best[0] - best[1]:
+            best = limit, max(0, used - cache)
+    return best
+
+
+def _read_int(name: str) -> int | None:
+    try:
+        with open(name, encoding="utf-8") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):  # missing, or "max"
+        return None
+
+
+def _read_stat(name: str, key: str) -> int:
+    try:
+        with open(name, encoding="utf-8") as f:
+            return next((int(value) for k, value in (line.split() for line in f if " " in line) if k == key), 0)
+    except (OSError, ValueError):
+        return 0
 
 
 def memory_budget(device: torch.device) -> int:

@@ -77,7 +77,7 @@ def result_size(
 ) -> tuple[int, int]:
     """(width, height) of the result for an input of that size, ``outscale`` included; refused (when planning,
     before any work) where an ``outscale`` leaves less than a pixel on a side (named by ``source``, the input's
-    file, when given), or where making the result would not fit this machine's memory (``RESULT_BYTES``)."""
+    file, when given), or where making the result would not fit the memory this process may use (``RESULT_BYTES``)."""
     factor = outscale or scale
     size = math.floor(width * factor + 0.5), math.floor(height * factor + 0.5)  # half up on both sides
     if min(size) < 1:
@@ -89,8 +89,8 @@ def result_size(
     if size[0] * size[1] * RESULT_BYTES > total_ram():
         fix = "lower --outscale" if outscale else "use a smaller input or scale"
         raise ConfigError(
-            f"the result would be {size[0]}x{size[1]} px, more than this machine's memory "
-            f"({total_ram() / 2**30:.0f} GiB) can hold; {fix}"
+            f"the result would be {size[0]}x{size[1]} px, more than the memory this process may use "
+            f"({total_ram() / 2**30:.1f} GiB) can hold; {fix}"
         )
     return size
 

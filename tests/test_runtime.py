@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+import pytest
 import torch
 
 from sst_cli import runtime
@@ -20,3 +22,45 @@ def test_cpu_name_counts_the_cores_this_process_may_use() -> None:
     text = runtime.device_name(torch.device("cpu"))
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     assert text.endswith(f"({usable} cores available)")
+
+
+def _cgroups(tmp_path: Path, membership: str, files: dict[str, str]) -> tuple[str, str]:
+    """A /proc/self/cgroup and a cgroup mount with the given files (path under the mount -> text)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "cgroup").write_text(membership)
+    for name, text in files.items():
+        (tmp_path / "mnt" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "mnt" / name).write_text(text)
+    return str(tmp_path / "cgroup"), str(tmp_path / "mnt")
+
+
+def test_a_container_limit_bounds_the_memory_a_run_plans_with(tmp_path: Path) -> None:
+    """psutil gives the host's RAM: in a container limited to 4 GiB on a 64 GiB host, tiles were planned for
+    half the host's free memory and the result-size check passed what the container could not hold."""
+    v2 = _cgroups(
+        tmp_path / "v2", "0::/\n",
+        {"memory.max": "4294967296\n", "memory.current": "1073741824\n", "memory.stat": "anon 5\ninactive_file 1024\n"},
+    )  # fmt: skip
+    assert runtime.cgroup_memory(*v2) == (4 << 30, (1 << 30) - 1024)  # file cache the kernel can drop is free
+    nested = _cgroups(
+        tmp_path / "nested", "0::/user.slice/run.scope\n",
+        {"user.slice/memory.max": "2147483648", "user.slice/memory.current": "0",
+         "user.slice/run.scope/memory.max": "max", "memory.max": "max"},
+    )  # fmt: skip
+    assert runtime.cgroup_memory(*nested) == (2 << 30, 0)  # a parent's limit binds its children
+    v1 = _cgroups(
+        tmp_path / "v1", "4:memory:/docker/abc\n3:cpu:/\n",
+        {"memory/memory.limit_in_bytes": "1073741824", "memory/memory.usage_in_bytes": "536870912",
+         "memory/memory.stat": "cache 9\ntotal_inactive_file 268435456\n"},
+    )  # fmt: skip
+    assert runtime.cgroup_memory(*v1) == (1 << 30, 256 << 20)  # the container's cgroup seen as the mount's root
+    unlimited = _cgroups(tmp_path / "none", "4:memory:/\n", {"memory/memory.limit_in_bytes": str(9223372036854771712)})
+    assert runtime.cgroup_memory(*unlimited) is None
+    assert runtime.cgroup_memory(str(tmp_path / "no-proc"), str(tmp_path)) is None  # not Linux
+
+
+def test_available_and_total_ram_take_the_cgroup_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "cgroup_memory", lambda: (3 << 20, 1 << 20))
+    assert runtime.total_ram() == 3 << 20 and runtime.available_ram() == 2 << 20
+    monkeypatch.setattr(runtime, "cgroup_memory", lambda: None)
+    assert runtime.total_ram() > 3 << 20

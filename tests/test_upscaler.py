@@ -283,7 +283,9 @@ def test_result_sizes_round_half_up_and_count_what_finishing_holds(monkeypatch: 
     assert upscaler.result_size(47, 33, 4, 0.5) == (24, 17)
     monkeypatch.setattr(upscaler, "total_ram", lambda: 1000 * 1000 * upscaler.RESULT_BYTES)
     assert upscaler.result_size(250, 250, 4, None) == (1000, 1000)
-    with pytest.raises(ConfigError, match="the result would be 1004x1000 px, more than this machine's memory"):
+    with pytest.raises(
+        ConfigError, match="the result would be 1004x1000 px, more than the memory this process may use"
+    ):
         upscaler.result_size(251, 250, 4, None)
 
 
