@@ -50,6 +50,21 @@ def test_exact_tiling_matches_whole_image_tiny_model() -> None:
     assert _relative_error(Upscaler(model, tile=32, tile_overlap=16).run(x).image, whole) > 1e-3
 
 
+def test_shifted_windows_are_never_cut_under_exact() -> None:
+    """Equal window sizes shift odd layers, rolling the image around unmasked, so each edge attends to the
+    opposite one: --exact tiled such a config with a finite context and differed from the whole by 5e-3."""
+    from sst_cli import SST
+
+    torch.manual_seed(0)
+    model = SST(dim=12, window_sizes=[8, 8], num_heads=[2, 2], ranks=[4, 4], n_blocks=1, upscaling_factor=2).eval()
+    assert model.describe().exact_context is None
+    x = _chw(_photo(96, 96))
+    whole = Upscaler(model, tile=0).run(x).image
+    up = Upscaler(model, tile=32, exact=True)
+    assert up.plan(96, 96).tile == 0  # whole: no context is enough
+    assert torch.equal(up.run(x).image, whole)
+
+
 @needs_golden
 def test_exact_tiling_is_identical_to_whole_image_golden_model() -> None:
     model = Upscaler(weights=GOLDEN / "mini_x3.pth", config=golden_config("mini_x3"), tile=0).model

@@ -170,12 +170,16 @@ class SST(SRNetwork):
         return max(self.config.window_sizes) // 2 + 1
 
     @property
-    def exact_context(self) -> int:
+    def exact_context(self) -> int | None:
         """LR pixels of context beyond a window-aligned tile edge that make tiling exact.
 
         Damage from a cut travels inward: each 3x3 conv adds one pixel and each attention layer
         spreads it to every window it touches, so the distance rounds up to that layer's window size.
+        None where windows shift (configs whose window sizes are all equal): the shift rolls the image around
+        unmasked, so each edge attends to the opposite one and no context makes a tile equal the whole.
         """
+        if any(self.config.shifted):
+            return None
         depth = 1  # proj
         for _ in range(self.config.n_blocks):
             for ws in self.config.window_sizes:

@@ -100,8 +100,11 @@ class SSTReal(SRNetwork):
         return math.lcm(PAD_MULTIPLE, *self.config.window_sizes)
 
     @property
-    def exact_context(self) -> int:
-        """LR pixels of context beyond an aligned tile edge that make tiling exact (as SST's, per layer)."""
+    def exact_context(self) -> int | None:
+        """LR pixels of context beyond an aligned tile edge that make tiling exact (as SST's, per layer);
+        None where windows shift (see SST's)."""
+        if any(self.config.shifted):
+            return None
         depth = 2 + 1  # bicubic reaches 2 LR pixels; the stem's 3x3 conv one more
         for _ in range(self.config.num_blocks):
             for ws in self.config.window_sizes:
