@@ -142,13 +142,14 @@ class Upscaler:
         self.phases = Phases()  # seconds per phase of this upscaler's life (device, model, network, ...)
         with self.phases.timed("device"):
             self.device = resolve_device(self.options.device)
-            self.dtype = resolve_precision(self.options.precision, self.device)
+            wanted = resolve_precision(self.options.precision, self.device)
         _refuse_settings_early(model, weights, config, self.options.settings)
+        self.dtype = torch.float32  # loaded in float32, cast once the model says it takes bf16 (_settle_precision)
         with self.phases.timed("model"):
             self.model = self._load(model, scale, weights, config, hub_repo)
         self.descriptor: ModelDescriptor = describe(self.model)
         self.scale = self.descriptor.scale
-        self._check_precision()
+        self._settle_precision(wanted)
         self.attention: AttentionReport | None = None
         network = network_of(self.model)
         _check_settings(self.options.settings, self.descriptor.settings, self.descriptor.architecture)
@@ -210,14 +211,17 @@ class Upscaler:
         with torch.inference_mode(), fp32_mode(self.device, self.dtype):
             self.model(x)
 
-    def _check_precision(self) -> None:
-        """bf16 only for models that say they support it: ``auto`` falls back to fp32, ``bf16`` is refused."""
-        if self.dtype != torch.bfloat16 or self.descriptor.bf16_safe:
+    def _settle_precision(self, wanted: torch.dtype) -> None:
+        """bf16 only for models that say they support it: ``auto`` stays in fp32, ``bf16`` is refused. Cast after
+        asking, not before: a round trip through bf16 would have rounded every weight of a model left in fp32."""
+        if wanted != torch.bfloat16:
             return
-        if self.options.precision != "auto":
-            raise ConfigError(f"{self.descriptor.architecture} models do not support bf16: use --precision fp32")
-        self.dtype = torch.float32
-        self.model = self.model.float()
+        if not self.descriptor.bf16_safe:
+            if self.options.precision != "auto":
+                raise ConfigError(f"{self.descriptor.architecture} models do not support bf16: use --precision fp32")
+            return
+        self.model = self.model.to(dtype=torch.bfloat16)
+        self.dtype = torch.bfloat16
 
     def _say_rounding(self) -> None:
         """Say when the model's window grid changes the tile or overlap the user asked for."""

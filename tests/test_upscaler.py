@@ -53,8 +53,6 @@ def test_exact_tiling_matches_whole_image_tiny_model() -> None:
 def test_shifted_windows_are_never_cut_under_exact() -> None:
     """Equal window sizes shift odd layers, rolling the image around unmasked, so each edge attends to the
     opposite one: --exact tiled such a config with a finite context and differed from the whole by 5e-3."""
-    from sst_cli import SST
-
     torch.manual_seed(0)
     model = SST(dim=12, window_sizes=[8, 8], num_heads=[2, 2], ranks=[4, 4], n_blocks=1, upscaling_factor=2).eval()
     assert model.describe().exact_context is None
@@ -302,6 +300,26 @@ def test_result_sizes_round_half_up_and_count_what_finishing_holds(monkeypatch: 
         ConfigError, match="the result would be 1004x1000 px, more than the memory this process may use"
     ):
         upscaler.result_size(251, 250, 4, None)
+
+
+def test_a_model_without_bf16_keeps_its_weights_under_auto(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``auto`` means bf16 on a CUDA GPU: the weights were cast to bf16 before the model was asked whether it
+    takes bf16, then cast back, so a model left in fp32 ran with every weight rounded (changes up to 1e-3)."""
+    import dataclasses
+
+    import sst_cli.upscaler as upscaler
+
+    model = tiny_sst()
+    described = SST.describe
+    monkeypatch.setattr(SST, "describe", lambda m: dataclasses.replace(described(m), bf16_safe=False))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    monkeypatch.setattr(upscaler, "resolve_precision", lambda precision, device: torch.bfloat16)
+    up = Upscaler(model, precision="auto")
+    assert up.dtype == torch.float32
+    assert all(torch.equal(before[k], v) for k, v in up.model.state_dict().items())
+    with pytest.raises(ConfigError, match="do not support bf16"):
+        Upscaler(model, precision="bf16")
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # the user's module untouched
 
 
 def test_bf16_precision_runs_and_stays_close_to_fp32() -> None:
