@@ -11,6 +11,7 @@ same way (``atomic_folder``), so a half-written report never replaces a good one
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import math
 import os
@@ -253,7 +254,7 @@ def check_output_file(target: Path, *, overwrite: bool, inputs: Iterable[Path] =
     or an existing file ``overwrite`` does not allow replacing. ``option`` names the flag that named it, for the
     message."""
     named = f"{option} '{target}'" if option else f"'{target}'"
-    if os.path.realpath(target) in {os.path.realpath(p) for p in inputs}:
+    if target in InputFiles(inputs):
         raise OutputIsInput(f"{named} is one of the inputs; refusing to write over it")
     check_file_target(target, named)
     if not target.parent.is_dir():
@@ -388,3 +389,57 @@ def _os_reason(exc: OSError) -> str:
         errno.ENOTDIR: "a file is in the way of that folder",
     }
     return reasons.get(exc.errno or 0, exc.strerror or str(exc))
+
+
+class InputFiles:
+    """A run's input files, so that no output replaces one: known by real path and, for a name that exists, by
+    file identity and case-folded path, since on a case-insensitive file system (macOS's, Windows') 'photo.PNG'
+    and 'photo.png' are one file with two real paths. (A hard link elsewhere is another name, which an atomic
+    write replaces without touching the input: not refused.)"""
+
+    def __init__(self, paths: Iterable[str | os.PathLike[str]]) -> None:
+        self.paths = {os.path.realpath(p) for p in paths}
+        self._folded: dict[tuple[int, int], set[str]] | None = None
+
+    def __contains__(self, target: object) -> bool:
+        if not isinstance(target, str | os.PathLike):
+            return False
+        real = os.path.realpath(target)
+        if real in self.paths:
+            return True
+        identity = _identity(real)
+        if identity is None:
+            return False
+        if self._folded is None:  # made once, on the first existing target
+            self._folded = {}
+            for path in self.paths:
+                found = _identity(path)
+                if found is not None:
+                    self._folded.setdefault(found, set()).add(path.casefold())
+        return real.casefold() in self._folded.get(identity, set())
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+@functools.lru_cache(maxsize=256)
+def folds_case(folder: str) -> bool:
+    """Whether names in ``folder`` ignore case (macOS, Windows): the nearest existing folder up from it whose name
+    has letters is found again under its name with the case swapped. Nothing is written; a folder that cannot
+    tell (no letters up to the root) counts as case-sensitive."""
+    path = os.path.realpath(folder)
+    while True:
+        parent, name = os.path.split(path)
+        if name and name.swapcase() != name and os.path.isdir(path):
+            try:
+                return os.path.samefile(path, os.path.join(parent, name.swapcase()))
+            except OSError:
+                return False
+        if parent == path:
+            return False
+        path = parent

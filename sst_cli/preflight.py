@@ -8,13 +8,13 @@ computed in vain. Nothing here prints.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import ImageError, OutputExists, OutputIsInput, SstError, WriteError
-from .files import check_file_target, clean_stale_temporaries, unwritable
+from .files import InputFiles, check_file_target, clean_stale_temporaries, folds_case, unwritable
 from .image_io import choose_format, named_format, probe_image
 from .inputs import Job
 from .naming import Naming, WriteOptions
@@ -47,7 +47,7 @@ class Preflight:
     naming: Naming
     writing: WriteOptions
     note: Callable[[str], None]
-    inputs: dict[str, Path] = field(default_factory=dict)
+    inputs: InputFiles = field(default_factory=lambda: InputFiles(()))
     claimed: dict[str, Path] = field(default_factory=dict)
     folders: dict[Path, str | None] = field(default_factory=dict)  # checked output folder -> why unusable
     kept_in: set[Path] = field(default_factory=set)  # folders of outputs kept by skip_existing (cleaned too)
@@ -80,7 +80,7 @@ class Preflight:
         return any(plan.skip is None and plan.failure is None for plan in map(self._plan, jobs))
 
     def _note_inputs(self, jobs: Sequence[Job]) -> None:
-        self.inputs = {os.path.realpath(j.source): j.source for j in jobs if j.error is None and j.skip is None}
+        self.inputs = InputFiles(j.source for j in jobs if j.error is None and j.skip is None)
 
     def _plan(self, job: Job) -> _Plan:
         plan = _Plan(job)
@@ -140,13 +140,15 @@ class OutputNameClash(OutputExists):
 
 
 def claim_output(
-    target: Path, source: Path, claimed: dict[str, Path], inputs: Collection[str], writing: WriteOptions
+    target: Path, source: Path, claimed: dict[str, Path], inputs: InputFiles, writing: WriteOptions
 ) -> bool:
-    """Refuse an output that is an input (``inputs``: real paths), that no file can take (a folder, too long a
-    name) or another source's output (``claimed``: real path -> source, updated here); then apply the
+    """Refuse an output that is an input, that no file can take (a folder, too long a
+    name) or another source's output (``claimed``: real path, case-folded where names ignore case -> source,
+    updated here); then apply the
     existing-file policy. True: it exists and is kept (a skip)."""
     key = os.path.realpath(target)
-    if key in inputs:
+    key = key.casefold() if folds_case(os.fspath(target.parent)) else key  # 'A.png' is 'a.png' there
+    if target in inputs:
         raise OutputIsInput(f"'{target}' is an input file; refusing to write over it (change -o or --name)")
     check_file_target(target, f"'{target}'")
     owner = claimed.get(key)

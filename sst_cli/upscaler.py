@@ -22,6 +22,7 @@ from .checks import check_scale_type
 from .choices import DEFAULT_MODEL, DEFAULT_SCALE
 from .compiling import CompiledNetwork, wants_compile
 from .errors import ConfigError, ImageError, NonFiniteOutput, OutOfMemory, OutputExists, OutputIsInput
+from .files import InputFiles
 from .image_io import (
     DEFAULT_QUALITY,
     ImageInfo,
@@ -471,7 +472,7 @@ class Upscaler:
         ``format`` or the target's extension."""
         if not 1 <= quality <= 100:
             raise ConfigError(f"quality must be between 1 and 100, not {quality}")
-        if os.path.lexists(target) and os.path.realpath(target) == os.path.realpath(source):
+        if os.path.lexists(target) and target in InputFiles([source]):
             raise OutputIsInput(f"'{os.fspath(target)}' is the input itself: write the result elsewhere")
         folder = os.path.dirname(os.fspath(target)) or "."
         if not os.path.isdir(folder):

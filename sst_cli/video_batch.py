@@ -20,7 +20,7 @@ from pathlib import Path
 from .choices import DEFAULT_SCALE
 from .errors import ConfigError, SstError, VideoError
 from .filerun import BatchEvents, BatchResult, FileResult, FileStep, run_in_turn
-from .files import TEMP_SUFFIX, clean_stale_temporaries, removing_unused_folders, unwritable
+from .files import TEMP_SUFFIX, InputFiles, clean_stale_temporaries, removing_unused_folders, unwritable
 from .image_io import is_image_file
 from .inputs import Job, is_glob, is_own_output
 from .loader import ModelSpec
@@ -127,7 +127,7 @@ def upscale_video_files(
     with removing_unused_folders(naming.folders(jobs)):  # made when planned: kept only if written into
         plans = [_VideoPlan(job, skip=job.skip) for job in jobs]
         claimed: dict[str, Path] = {}
-        inputs = {os.path.realpath(j.source) for j in jobs if j.skip is None}  # earlier outputs are targets
+        inputs = InputFiles(j.source for j in jobs if j.skip is None)  # earlier outputs are targets
         for plan in plans:  # probe and name everything before the model is loaded
             if plan.skip is not None:
                 continue
@@ -194,7 +194,7 @@ def _target(naming: Naming, job: Job, ext: str) -> Path:
     return naming.folder_for(job) / naming.name(job, ext)
 
 
-def _claim(plan: _VideoPlan, claimed: dict[str, Path], inputs: set[str], writing: WriteOptions) -> None:
+def _claim(plan: _VideoPlan, claimed: dict[str, Path], inputs: InputFiles, writing: WriteOptions) -> None:
     """Refuse outputs that are an input or another clip's output, then apply the existing-file policy."""
     assert plan.target is not None
     if claim_output(plan.target, plan.job.source, claimed, inputs, writing):

@@ -251,6 +251,44 @@ def test_never_writes_over_an_input(upscaler: Upscaler) -> None:
     assert Path("in/a.png").read_bytes() == before
 
 
+def test_an_input_named_with_other_case_is_never_written_over(upscaler: Upscaler) -> None:
+    """On a case-insensitive file system (macOS, Windows) 'a.PNG' and 'a.png' are one file with two real paths:
+    `--name '{stem}.{ext}' --overwrite` replaced the input. Simulated here with a hard link under the other case."""
+    from sst_cli.files import InputFiles
+
+    png(Path("in/a.PNG"))
+    before = Path("in/a.PNG").read_bytes()
+    os.link("in/a.PNG", "in/a.png")  # what a case-insensitive folder shows under the lower-case name
+    os.link("in/a.PNG", "in/copy.png")  # another name for the file: replacing it leaves the input alone
+    assert "in/a.png" in InputFiles(["in/a.PNG"]) and "in/copy.png" not in InputFiles(["in/a.PNG"])
+    jobs = discover_inputs(["in/a.PNG"])
+    writing = WriteOptions(overwrite=True)
+    result = run_batch(jobs, upscaler, naming=naming(folder=Path("in"), template="{stem}.{ext}"), writing=writing)
+    assert [r.status for r in result.files] == ["failed"] and "is an input file" in (result.files[0].reason or "")
+    assert Path("in/a.PNG").read_bytes() == before
+
+
+def test_outputs_differing_only_in_case_clash_where_names_ignore_case(upscaler: Upscaler) -> None:
+    """IMG.png and img.png gave IMG_nn_x2.png and img_nn_x2.png: one file on macOS and Windows, so the second
+    replaced the first (--overwrite) or failed after computing. Simulated: 'Out' is found again as 'oUT'."""
+    from sst_cli.files import folds_case
+
+    png(Path("in/IMG.png"))
+    png(Path("in/img.png"))
+    Path("Out").mkdir()
+    Path("oUT").symlink_to("Out")
+    folds_case.cache_clear()
+    result = run_batch(discover_inputs(["in"]), upscaler, naming=naming(folder=Path("Out")), writing=WriteOptions())
+    folds_case.cache_clear()
+    assert [r.status for r in result.files] == ["done", "failed"]
+    assert "already the output of" in (result.files[1].reason or "")
+    Path("oUT").unlink()
+    folds_case.cache_clear()
+    assert not folds_case("Out")  # here, as on Linux, the two names are two files
+    again = run_batch(discover_inputs(["in"]), upscaler, naming=naming(folder=Path("Out2")), writing=WriteOptions())
+    assert [r.status for r in again.files] == ["done", "done"]
+
+
 def test_two_inputs_with_one_output_name_fail_the_second(upscaler: Upscaler) -> None:
     png(Path("in/a.png"))
     Image.open("in/a.png").save("in/a.tif")  # TIFF input, but --format png makes both a_nn_x2.png

@@ -302,7 +302,7 @@ def test_a_result_too_large_for_memory_is_refused_before_the_network(count_upsca
     image("a.png")
     result = sst("a.png", "--outscale", "1e5", "-q")
     assert result.exit_code == 1 and count_upscales == []
-    assert "the result would be 1600000x1200000 px, more than this machine's memory" in result.stderr
+    assert "the result would be 1600000x1200000 px, more than the memory this process may use" in result.stderr
     assert "lower --outscale" in result.stderr and files_under(".") == ["a.png"]
 
 
