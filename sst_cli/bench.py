@@ -15,13 +15,12 @@ forward, concatenation and padding by separate copies), for the side-by-side rat
 from __future__ import annotations
 
 import copy
-import ctypes
 import functools
 import math
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext, suppress
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -31,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .allocator import give_back_freed
 from .archs import SRNetwork
 from .archs.attention import check_backend, describe_attention
 from .checks import check_choice
@@ -191,11 +191,6 @@ def _status_kib(field_name: str) -> int | None:
     return None
 
 
-def _malloc_trim() -> None:
-    with suppress(OSError, AttributeError):  # glibc only
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
 class _PeakMemory:
     """CUDA: ``max_memory_allocated`` since a reset. CPU: peak RSS growth since a reset of ``VmHWM``."""
 
@@ -207,7 +202,7 @@ class _PeakMemory:
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
             return
-        _malloc_trim()  # memory freed by earlier runs but kept by the C allocator would hide this run's peak
+        give_back_freed()  # memory freed by earlier runs but kept by the C allocator would hide this run's peak
         try:
             with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
                 fh.write("5")  # Linux: reset the peak RSS to the current RSS

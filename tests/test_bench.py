@@ -87,6 +87,26 @@ def test_running_out_of_memory_is_one_sentence(monkeypatch: pytest.MonkeyPatch) 
         run_bench(BenchSettings(**(TINY | {"runs": 1, "warmup": 0}), precisions=("fp32",)))
 
 
+def test_cpu_peak_reset_trims_the_heap_only_where_glibc_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reset asks sst_cli.allocator, which knows the platforms (bench loaded libc.so.6 wherever it ran)."""
+    import ctypes
+    import sys
+
+    from sst_cli import allocator
+    from sst_cli.bench import _PeakMemory
+
+    def no_libc(name: str, *_args: object, **_kwargs: object) -> object:
+        raise AssertionError(f"{name} loaded on a platform without it")
+
+    monkeypatch.setattr(sys, "platform", "darwin")
+    monkeypatch.setattr(ctypes, "CDLL", no_libc)
+    allocator._malloc_trim.cache_clear()
+    try:
+        _PeakMemory(torch.device("cpu")).reset()
+    finally:
+        allocator._malloc_trim.cache_clear()
+
+
 def test_run_bench_measures_ours_and_the_reference() -> None:
     progress: list[str] = []
     settings = BenchSettings(**(TINY | {"runs": 1, "warmup": 0}), precisions=("fp32", "bf16"), reference=True)
