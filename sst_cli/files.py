@@ -21,6 +21,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
@@ -31,6 +32,7 @@ from .errors import OutputExists, OutputIsInput, SstError, WriteError
 
 TEMP_SUFFIX = ".sst-tmp"
 _REPLACE_RETRIES = 10  # Windows: a reader (antivirus, indexer, viewer) may hold the target open briefly
+_UMASK_LOCK = threading.Lock()
 
 
 def cache_root() -> Path:
@@ -75,9 +77,34 @@ def _place_new(temp: Path, target: Path) -> None:
 
 def _default_mode() -> int:
     """The permissions a plain new file gets here (0666 less the umask), for writers that make it private."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
+    umask = _proc_umask()
+    return 0o666 & ~(umask if umask is not None else _umask_by_setting())
+
+
+def _proc_umask() -> int | None:
+    """The umask as Linux (4.7 on) shows it, read without changing it: setting it, even for a moment, applies
+    to the files every other thread (a host application's, training's writers) creates meanwhile."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+@functools.cache
+def _umask_by_setting() -> int:
+    """The umask where only setting it tells (macOS, Windows): read once, as a private 077 for that moment, so
+    another thread's new file is at worst too private, never world-writable; locked, or two readers could leave
+    one's stand-in set."""
+    with _UMASK_LOCK:
+        umask = os.umask(0o077)
+        os.umask(umask)
+    return umask
 
 
 def _fail(error: type[SstError], target: Path, exc: BaseException) -> SstError:
