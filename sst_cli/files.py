@@ -40,9 +40,21 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sst-cli"
 
 
-def temp_name(path: Path) -> Path:
-    """A fresh hidden temporary name beside ``path``, recognisably sst-cli's."""
-    return path.with_name(f".{path.name[:200]}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
+def temp_name(path: Path, tag: str = "") -> Path:
+    """A fresh hidden temporary name beside ``path``, recognisably sst-cli's (``tag`` before the suffix). It fits
+    the folder's name limit in bytes: a name ``check_file_target`` passed must not fail only after the work."""
+    ending = f".{secrets.token_hex(4)}{tag}{TEMP_SUFFIX}"
+    room = name_max(path.parent) - len(os.fsencode(f".{ending}"))
+    return path.with_name(f".{_shortened(path.name, room)}{ending}")
+
+
+def _shortened(name: str, size: int) -> str:
+    """``name`` cut to at most ``size`` bytes as the file system stores it (UTF-8 takes up to 4 per character),
+    whole characters only, and one at least."""
+    cut = name[: max(size, 1)]
+    while len(cut) > 1 and len(os.fsencode(cut)) > size:
+        cut = cut[:-1]
+    return cut
 
 
 def _replace(source: Path, target: Path) -> None:
@@ -349,7 +361,7 @@ def _swap_in(temp: Path, target: Path) -> None:
     """Rename ``temp`` to ``target``; an existing ``target`` is moved aside first and deleted last."""
     old = None
     if target.exists():
-        old = target.with_name(f".{target.name[:200]}.{secrets.token_hex(4)}.old{TEMP_SUFFIX}")
+        old = temp_name(target, ".old")
         _replace(target, old)
     try:
         _replace(temp, target)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -36,3 +37,20 @@ def test_where_only_setting_tells_the_umask_is_read_once_and_restored(monkeypatc
     finally:
         os.umask(real)
         files._umask_by_setting.cache_clear()
+
+
+def test_a_long_name_that_passed_the_check_is_written(tmp_path: Path) -> None:
+    """80 CJK characters (244 bytes) passed the 255-byte check, but their temporary name, cut at 200 characters,
+    was 262 bytes: the write failed with "File name too long" after all the computing."""
+    target = tmp_path / ("写" * 80 + ".png")
+    files.check_file_target(target, "the output")
+    for tag in ("", ".old"):  # a file's temporary, and the name a replaced folder is moved aside to
+        name = files.temp_name(target, tag).name
+        assert len(os.fsencode(name)) <= files.name_max(tmp_path) and name.endswith(f"{tag}{files.TEMP_SUFFIX}")
+    files.atomic_write(target, lambda fh: fh.write(b"x"), overwrite=False)
+    assert target.read_bytes() == b"x"
+    report = tmp_path / ("报" * 84)  # 252 bytes
+    for text in ("old", "new"):  # the second build moves the first aside under a ".old" temporary name
+        with files.atomic_folder(report, may_replace=lambda _path: True) as folder:
+            (folder / "index.html").write_text(text)
+    assert (report / "index.html").read_text() == "new" and sorted(tmp_path.iterdir()) == sorted([target, report])
