@@ -3,7 +3,8 @@
 Every output sst-cli writes (images, weights, training states, reports, JSON) goes through here: the bytes
 go to a hidden temporary file beside the target (same folder, so the final rename is atomic), are flushed
 to disk, and the temporary file is renamed over the target. Any failure, Ctrl-C included, removes it.
-Temporary names end in ``TEMP_SUFFIX`` so that batch runs skip them and can clean up after a killed run.
+Temporary names end in ``TEMP_SUFFIX`` so that batch runs skip them and can clean up after a killed run; a
+writer holds a lock on its temporary (``inuse``), so that the clean-up never takes a live one however old.
 A whole folder (an HTML report with its images) is built in a temporary sibling folder and swapped in the
 same way (``atomic_folder``), so a half-written report never replaces a good one.
 """
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .errors import OutputExists, OutputIsInput, SstError, WriteError
+from .inuse import holding, in_use
 
 TEMP_SUFFIX = ".sst-tmp"
 _REPLACE_RETRIES = 10  # Windows: a reader (antivirus, indexer, viewer) may hold the target open briefly
@@ -156,13 +158,32 @@ def atomic_save(
 
     Failures become ``error`` ("cannot write 'path': reason"); library errors (SstError) and interrupts pass
     through unchanged. The temporary file is removed in every case. Without ``overwrite``, a file another
-    process put at ``path`` while this one worked is kept (``OutputExists``), not replaced.
+    process put at ``path`` while this one worked is kept (``OutputExists``), not replaced. ``save`` writes over
+    an empty file that exists already, locked until it is renamed (``inuse``).
     """
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
         raise error(f"cannot write '{target}': the folder '{folder}' does not exist")
     temp = temp_name(target)
+    try:  # made here, so that it is locked while ``save`` writes it (for hours, for a video)
+        os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666))
+    except OSError as exc:
+        raise _fail(error, target, exc) from exc
+    try:
+        with holding(temp):  # another run's clean-up leaves it alone, however long it goes untouched
+            _save_held(temp, target, save, overwrite)
+    except BaseException as exc:
+        with suppress(OSError):  # gone already, unless Ctrl-C came before it was held
+            temp.unlink()
+        if isinstance(exc, SstError) or not isinstance(exc, Exception):
+            raise
+        raise _fail(error, target, exc) from exc
+
+
+def _save_held(temp: Path, target: Path, save: Callable[[Path], None], overwrite: bool) -> None:
+    """``save(temp)`` and give it ``target``'s name; on failure ``temp`` is removed while still held, since a
+    clean-up that found it free would take it for a killed run's and say so."""
     try:
         save(temp)
         with suppress(OSError):  # some writers (safetensors) create private files: give the usual permissions
@@ -172,12 +193,10 @@ def atomic_save(
             _replace(temp, target)
         else:
             _place_new(temp, target)
-    except BaseException as exc:
+    except BaseException:
         with suppress(OSError):
             temp.unlink()
-        if isinstance(exc, SstError) or not isinstance(exc, Exception):
-            raise
-        raise _fail(error, target, exc) from exc
+        raise
 
 
 def atomic_write(
@@ -190,8 +209,8 @@ def atomic_write(
     """Write the bytes ``encode(fh)`` produces to ``path`` atomically, flushed to disk before the rename
     (``overwrite``: as for ``atomic_save``)."""
 
-    def save(temp: Path) -> None:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    def save(temp: Path) -> None:  # atomic_save made it
+        fd = os.open(temp, os.O_WRONLY | os.O_TRUNC | getattr(os, "O_BINARY", 0))
         with os.fdopen(fd, "wb") as fh:
             encode(fh)
             fh.flush()
@@ -251,14 +270,15 @@ def atomic_folder(
         temp.mkdir()
     except OSError as exc:
         raise _fail(error, target, exc) from exc
-    try:
-        yield temp
-        _swap_in(temp, target)
-    except BaseException as exc:
-        shutil.rmtree(temp, ignore_errors=True)
-        if isinstance(exc, OSError) and not isinstance(exc, SstError):  # disk full, permissions ...
-            raise _fail(error, target, exc) from exc
-        raise  # the body's own errors (a model failing, Ctrl-C) pass through unchanged
+    with holding(temp):  # another run's clean-up leaves it alone while the body works
+        try:
+            yield temp
+            _swap_in(temp, target)
+        except BaseException as exc:
+            shutil.rmtree(temp, ignore_errors=True)
+            if isinstance(exc, OSError) and not isinstance(exc, SstError):  # disk full, permissions ...
+                raise _fail(error, target, exc) from exc
+            raise  # the body's own errors (a model failing, Ctrl-C) pass through unchanged
 
 
 def check_folder_replaceable(
@@ -378,15 +398,16 @@ _TEMP_NAME = re.compile(r"\..+\.[0-9a-f]{8}" + re.escape(TEMP_SUFFIX))
 
 
 def clean_stale_temporaries(folder: Path, note: Callable[[str], None] = lambda text: None) -> None:
-    """Remove temporaries that an earlier, killed run left in ``folder`` (ours by name); ones touched in the last
-    minute may belong to another sst-cli process still writing there, so they are only reported."""
+    """Remove temporaries that an earlier, killed run left in ``folder`` (ours by name). Those a running writer
+    holds locked (``inuse``), and those touched in the last minute (just made, not yet locked; or where there are
+    no locks), may belong to another sst-cli process still writing there, so they are only reported."""
     now = time.time()
     removed = recent = 0
     with suppress(OSError):
         for entry in os.scandir(folder):
             if not _TEMP_NAME.fullmatch(entry.name):
                 continue
-            if entry.stat(follow_symlinks=False).st_mtime > now - 60:
+            if entry.stat(follow_symlinks=False).st_mtime > now - 60 or in_use(Path(entry.path)):
                 recent += 1
                 continue
             with suppress(OSError):

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import pytest
 
 from sst_cli import files
+from sst_cli.inuse import holding, in_use
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux shows the umask in /proc/self/status")
@@ -54,3 +59,89 @@ def test_a_long_name_that_passed_the_check_is_written(tmp_path: Path) -> None:
         with files.atomic_folder(report, may_replace=lambda _path: True) as folder:
             (folder / "index.html").write_text(text)
     assert (report / "index.html").read_text() == "new" and sorted(tmp_path.iterdir()) == sorted([target, report])
+
+
+def _age(path: Path) -> None:
+    """As if untouched for two minutes (a video's encoder between two flushes)."""
+    os.utime(path, (time.time() - 120, time.time() - 120))
+
+
+def _cleaned_while_writing(folder: Path, write: Callable[[Callable[[], None]], None]) -> list[str]:
+    """Run ``write(paused)`` in a thread; while it is paused in the middle, clean ``folder`` as a second run
+    starting there would. Returns what the clean-up said."""
+    paused, resume = threading.Event(), threading.Event()
+    failed: list[BaseException] = []
+
+    def pause() -> None:
+        paused.set()
+        assert resume.wait(10)
+
+    def writer() -> None:
+        try:
+            write(pause)
+        except BaseException as exc:  # failed in the thread: said by the test
+            failed.append(exc)
+            paused.set()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    assert paused.wait(10)
+    notes: list[str] = []
+    files.clean_stale_temporaries(folder, notes.append)
+    resume.set()
+    thread.join(10)
+    assert not failed, failed
+    return notes
+
+
+def _abandoned(folder: Path) -> Path:
+    """What a killed run leaves: an old temporary file that no one holds."""
+    left = folder / f".gone.png.0123abcd{files.TEMP_SUFFIX}"
+    left.write_bytes(b"half")
+    _age(left)
+    return left
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="Windows has no advisory locks here: the age rule alone")
+def test_a_second_run_leaves_the_old_unfinished_file_of_a_running_writer(tmp_path: Path) -> None:
+    """A video's temporary file goes minutes untouched: a second run's clean-up deleted it, and the first failed
+    at its rename, hours later. The writer's lock keeps it; a killed run's leftover (no lock) still goes."""
+    left = _abandoned(tmp_path)
+
+    def write(pause: Callable[[], None]) -> None:
+        def encode(fh: IO[bytes]) -> None:
+            fh.write(b"header")
+            _age(next(tmp_path.glob(f".clip.mkv.*{files.TEMP_SUFFIX}")))
+            pause()
+            fh.write(b"frames")
+
+        files.atomic_write(tmp_path / "clip.mkv", encode, overwrite=False)
+
+    notes = _cleaned_while_writing(tmp_path, write)
+    assert (tmp_path / "clip.mkv").read_bytes() == b"headerframes" and not left.exists()
+    assert notes == [
+        f"removed 1 unfinished file(s) that an interrupted run left in '{tmp_path}'",
+        f"'{tmp_path}' holds 1 unfinished file(s) of another run that may still be writing; left alone",
+    ]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="Windows has no advisory locks here: the age rule alone")
+def test_a_second_run_leaves_the_staging_folder_of_a_report_being_built(tmp_path: Path) -> None:
+    def write(pause: Callable[[], None]) -> None:
+        with files.atomic_folder(tmp_path / "report") as folder:
+            (folder / "index.html").write_text("done")
+            _age(folder)
+            pause()
+
+    _cleaned_while_writing(tmp_path, write)
+    assert (tmp_path / "report" / "index.html").read_text() == "done"
+
+
+def test_the_lock_is_the_files_not_its_names(tmp_path: Path) -> None:
+    """Held from making to renaming: the renamed file is released when the block ends, nothing is left held."""
+    temp = tmp_path / "temp"
+    temp.write_bytes(b"")
+    with holding(temp):
+        assert in_use(temp) in (True, None)  # None: Windows
+        temp.rename(tmp_path / "done")
+    assert in_use(tmp_path / "done") in (False, None)
