@@ -2,9 +2,9 @@
 
 Everything that shapes a tensor is read from the file. Three things shape none: the window sizes (RIB
 parameters do not depend on them), ``ig_idx`` (which block feeds the first head) and the EDM constants
-(``sigma_data``, ``use_skip``). For those the released SSTReal-X4's values are used: its windows when the
-blocks have its six layers, and ``ig_idx = fuse_lr_till`` as in every configuration the authors published.
-A file that differs there needs its constructor keywords (``--config``).
+(``sigma_data``, ``use_skip``). For those the released SSTReal-X4's values are assumed when every size the
+tensors show is its own; a file of any other size needs its constructor keywords (``--config``), or its
+stored config (sst-cli's own files).
 """
 
 from __future__ import annotations
@@ -82,7 +82,17 @@ def infer(state: Mapping[str, torch.Tensor]) -> tuple[dict[str, Any], bool]:
         "rib_n_freqs": n_freqs,
         "exp_ratio": _exp_ratio(dim, hidden),
     }
-    return kwargs, True
+    return kwargs, _is_released(kwargs)
+
+
+def _is_released(kwargs: Mapping[str, Any]) -> bool:
+    """Whether every size the tensors show is the released SSTReal-X4's, so that its window sizes and ig_idx (in
+    no tensor) may be assumed; another build may use others, and guessing gave wrong pixels (2e-3) silently."""
+    try:
+        found = SSTRealConfig(**kwargs)
+    except (TypeError, ValueError) as exc:  # ConfigError too: the file, not an option, is at fault
+        raise CheckpointError(f"its tensors describe no valid SSTReal network: {exc}") from None
+    return determined(found) == determined(SSTRealConfig())
 
 
 def _exp_ratio(dim: int, hidden: int) -> float:
