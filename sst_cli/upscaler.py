@@ -227,7 +227,7 @@ class Upscaler:
     def _say_rounding(self) -> None:
         """Say when the model's window grid changes the tile or overlap the user asked for."""
         o, align = self.options, self.descriptor.size_multiple
-        why = f"{self.descriptor.architecture.upper()}'s windows need multiples of {align} px"
+        why = f"{self.descriptor.architecture}'s windows need multiples of {align} px"  # as spelt: SwinIR, SSTReal
         if isinstance(o.tile, int) and o.tile and align_tile_size(o.tile, align) != o.tile:
             self._say(f"tile {o.tile} px becomes {align_tile_size(o.tile, align)} px: {why}")
         if o.tile_overlap is not None and align > 1 and align_overlap(o.tile_overlap, align) != o.tile_overlap:

@@ -437,8 +437,8 @@ def test_rounded_tiles_and_expensive_plans_are_said() -> None:
     said: list[str] = []
     up = Upscaler(Net(), device="cpu", tile=7, tile_overlap=5, on_message=said.append)
     assert said[:2] == [
-        "tile 7 px becomes 8 px: TOY's windows need multiples of 8 px",
-        "tile overlap 5 px becomes 8 px: TOY's windows need multiples of 8 px",
+        "tile 7 px becomes 8 px: toy's windows need multiples of 8 px",
+        "tile overlap 5 px becomes 8 px: toy's windows need multiples of 8 px",
     ]
     up.run(torch.rand(3, 32, 32))
     up.run(torch.rand(3, 32, 32))

@@ -93,12 +93,12 @@ def load_foreign(state: Mapping[str, torch.Tensor], source: str) -> SpandrelNetw
         raise CheckpointError(f"{source}: spandrel recognised the keys but could not load them: {_plain(exc)}") from exc
     if not isinstance(descriptor, spandrel.ImageModelDescriptor):
         raise CheckpointError(
-            f"{source}: a {descriptor.architecture.name} {descriptor.purpose} model needs a mask as well as the "
+            f"{source}: {_a(descriptor.architecture.name)} {descriptor.purpose} model needs a mask as well as the "
             "image; sst-cli runs image-to-image models only"
         )
     if descriptor.input_channels not in (1, 3) or descriptor.output_channels not in (1, 3):
         raise CheckpointError(
-            f"{source}: a {descriptor.architecture.name} model with {descriptor.input_channels} input and "
+            f"{source}: {_a(descriptor.architecture.name)} model with {descriptor.input_channels} input and "
             f"{descriptor.output_channels} output channels; sst-cli runs RGB and grayscale models only"
         )
     model = descriptor.model.float().eval()
@@ -131,3 +131,8 @@ def _plain(exc: BaseException) -> str:
         text,
     )
     return text or type(exc).__name__
+
+
+def _a(name: str) -> str:
+    """``name`` with its article: an ESRGAN, an OmniSR, a SwinIR (by its first letter)."""
+    return f"{'an' if name[:1].upper() in 'AEIOU' else 'a'} {name}"
