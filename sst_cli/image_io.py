@@ -128,6 +128,15 @@ def output_format(picture: Picture, requested: str | None) -> str:
     return choose_format(ImageInfo.of(picture), requested)[0]
 
 
+def clipping_note(source: str | os.PathLike[str], share: float) -> str:
+    """What ``sst upscale`` and ``Upscaler.upscale_file`` say of a file whose samples the reader clipped (a ``share``
+    of them, ``Picture.clipped``): without it, an HDR or 0..255 float TIFF comes back white without a word."""
+    return (
+        f"{os.fspath(source)}: {100 * share:.3g}% of its samples lie outside the range the network takes "
+        "(HDR or unnormalised floats, negative integers): they are clipped to it"
+    )
+
+
 def probe_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> ImageInfo:
     """Read only the header: size, format, alpha and bit depth, with the same refusals as ``read_image``."""
     name = os.fspath(path)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from .errors import ImageError, OutputExists, OutputIsInput, SstError, WriteError
 from .files import InputFiles, check_file_target, clean_stale_temporaries, folds_case, unwritable
-from .image_io import choose_format, named_format, probe_image
+from .image_io import choose_format, clipping_note, named_format, probe_image
 from .inputs import Job
 from .naming import Naming, WriteOptions
 
@@ -106,10 +106,7 @@ class Preflight:
             if info.frames > 1:
                 self.note(f"{job.source}: {info.frames} frames (an animation, or pages); only the first is upscaled")
             if info.clipped:
-                self.note(
-                    f"{job.source}: {100 * info.clipped:.3g}% of its samples lie outside the range the network takes "
-                    "(HDR or unnormalised floats, negative integers): they are clipped to it"
-                )
+                self.note(clipping_note(job.source, info.clipped))
             plan.format, plan.target = fmt, self.naming.target(job, fmt)
             self.claim(plan.target, job)
             self._check_folder(plan.target.parent)

@@ -28,6 +28,7 @@ from .image_io import (
     ImageInfo,
     Picture,
     choose_format,
+    clipping_note,
     cmyk_to_rgb,
     read_image,
     with_colour_key,
@@ -487,6 +488,7 @@ class Upscaler:
             raise ImageError(f"cannot write '{os.fspath(target)}': {why}; choose another format")
         if not overwrite and os.path.lexists(target):
             raise OutputExists(f"'{os.fspath(target)}' already exists (pass overwrite=True to replace it)")
+        self._notify(clipping_note(source, picture.clipped) if picture.clipped else None)
         upscaled, _ = self.upscale_picture(picture, on_tile)
         write_image(target, upscaled, format=chosen, quality=quality, overwrite=overwrite)
 
@@ -511,22 +513,23 @@ class Upscaler:
                 image.load()
             except OSError as exc:
                 raise ImageError(f"cannot read the image: {exc}") from exc
-            return _to_pil(self.upscale_picture(_picture_from_pil(image), on_tile)[0], image.mode)
+            picture = _picture_from_pil(image)
+            self._notify(_pil_note(image.mode, picture))
+            return _to_pil(self.upscale_picture(picture, on_tile)[0], image.mode)
         array = np.asarray(image)
         picture = _picture_from_array(array)
-        self._say_clipped(picture)
+        self._notify(_clipped_note(picture.clipped, _FLOATS_OUTSIDE))
         return _to_array(self.upscale_picture(picture, on_tile)[0], array)
 
-    def _say_clipped(self, picture: Picture) -> None:
-        """Float samples outside 0..1 are clipped: said through ``on_message``, else as a warning, since a float
-        array in 0..255 (a common slip) would otherwise come back white without a word."""
-        if not picture.clipped:
-            return
-        text = f"{100 * picture.clipped:.3g}% of the float samples lie outside 0..1: they are clipped to it"
-        if self.on_message is None:
-            warnings.warn(text, stacklevel=3)
-        else:
-            self.on_message(text)
+    def _notify(self, *notes: str | None) -> None:
+        """Notices about the caller's input (samples clipped, ...): through ``on_message``, else as a UserWarning at
+        the caller's line (stacklevel 3: called from the public methods only), since a float image in 0..255 (a
+        common slip) would otherwise come back white without a word."""
+        for note in filter(None, notes):
+            if self.on_message is None:
+                warnings.warn(note, stacklevel=3)
+            else:
+                self.on_message(note)
 
     def upscale_batch(self, images: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Upscale same-size arrays (as ``upscale`` takes them), several whole images per forward pass where
@@ -542,7 +545,7 @@ class Upscaler:
         if per_pass == 1:
             return [self.upscale(array) for array in arrays]
         for picture in pictures:
-            self._say_clipped(picture)
+            self._notify(_clipped_note(picture.clipped, _FLOATS_OUTSIDE))
         results = []
         for start in range(0, len(pictures), per_pass):
             chunk = pictures[start : start + per_pass]
@@ -619,6 +622,21 @@ def fill_hidden_colour(colour: torch.Tensor, alpha: torch.Tensor) -> torch.Tenso
     return torch.where(hidden[None], filled, colour)
 
 
+_FLOATS_OUTSIDE = "the float samples lie outside 0..1"
+_WORDS_OUTSIDE = "the mode I samples lie outside 0..65535 (mode I is read as 16 bits, as image files are)"
+
+
+def _clipped_note(share: float, what: str) -> str | None:
+    """The notice for a ``share`` of samples clipped on reading (``what`` says which, and the range), or None."""
+    return f"{100 * share:.3g}% of {what}: they are clipped to it" if share else None
+
+
+def _pil_note(mode: str, picture: Picture) -> str | None:
+    """What reading a PIL image of this mode clipped: floats (mode F) outside 0..1, integers (mode I) outside
+    16 bits."""
+    return _clipped_note(picture.clipped, _WORDS_OUTSIDE if mode == "I" else _FLOATS_OUTSIDE)
+
+
 def _picture_from_array(array: np.ndarray) -> Picture:
     if array.ndim == 2:
         array = array[..., None]
@@ -677,13 +695,16 @@ def _picture_from_pil(image: Image.Image) -> Picture:
     elif mode not in ("L", "LA", "RGB", "RGBA", "F", "I") and not mode.startswith("I;16"):
         image = image.convert("RGB")  # YCbCr, LAB, HSV: colour without alpha
     values = np.asarray(image)
+    clipped = 0.0
     if mode == "I" or mode.startswith("I;16"):  # 16-bit gray, as the file reader takes it
+        clipped = float(np.count_nonzero((values < 0) | (values > 65535))) / max(1, values.size)
         values = np.clip(values, 0, 65535).astype(np.uint16)
     if mode not in ("P", "PA") and values.dtype.kind == "u":  # a PNG's tRNS colour key: alpha, as files get
         values = with_colour_key(image, values[..., None] if values.ndim == 2 else values)
     picture = _picture_from_array(values)
     exif_bytes = exif if isinstance(exif, bytes) and exif else None
-    return replace(picture, icc_profile=icc if isinstance(icc, bytes) else None, exif=exif_bytes)
+    clipped = clipped or picture.clipped  # mode I's integers, or mode F's floats
+    return replace(picture, icc_profile=icc if isinstance(icc, bytes) else None, exif=exif_bytes, clipped=clipped)
 
 
 def _to_pil(picture: Picture, mode: str) -> Image.Image:

@@ -594,3 +594,25 @@ def test_the_package_lists_its_lazy_exports() -> None:
     import sst_cli
 
     assert {"Upscaler", "load_model", "create_model"} <= set(dir(sst_cli))
+
+
+def test_clipped_samples_are_said_for_files_and_pil_images_too(tmp_path: Path) -> None:
+    """A 0..255 float TIFF through upscale_file, a 0..255 mode F image and a mode I image above 16 bits came back
+    white without a word: only arrays were said to be clipped."""
+    import tifffile
+
+    floats = np.random.default_rng(1).random((8, 8)).astype(np.float32) * 255
+    tifffile.imwrite(tmp_path / "f.tif", floats)
+    said: list[str] = []
+    Upscaler(_Bicubic(), device="cpu", tile=0, on_message=said.append).upscale_file(
+        tmp_path / "f.tif", tmp_path / "o.tif"
+    )
+    assert said and "f.tif: " in said[0] and "of its samples lie outside the range the network takes" in said[0]
+    quiet = Upscaler(_Bicubic(), device="cpu", tile=0)
+    with pytest.warns(UserWarning, match="of its samples lie outside the range the network takes") as caught:
+        quiet.upscale_file(tmp_path / "f.tif", tmp_path / "o2.tif")
+    assert caught[0].filename == __file__  # the caller's line
+    with pytest.warns(UserWarning, match="of the float samples lie outside 0..1: they are clipped"):
+        quiet.upscale(Image.fromarray(floats, "F"))
+    with pytest.warns(UserWarning, match="of the mode I samples lie outside 0..65535"):
+        quiet.upscale(Image.fromarray(floats.astype(np.int32) * 1000, "I"))
