@@ -9,8 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
+import torch
+
 from .checks import check_running_values
-from .runtime import resolve_device
+from .runtime import device_text, resolve_device
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ class UpscaleOptions:
     layers are compiled in place (``compiling.compile_network``), so the model object runs them compiled after.
     """
 
-    device: str = "auto"
+    device: str | torch.device = "auto"  # a torch.device is kept as its name
     precision: str = "auto"
     attention: str = "auto"
     tile: int | Literal["auto"] = "auto"
@@ -47,6 +49,7 @@ class UpscaleOptions:
 
     def __post_init__(self) -> None:
         # The checks that need no torch first (checks.py), then whether PyTorch can use the device here.
+        object.__setattr__(self, "device", device_text(self.device))  # frozen: set once, here
         values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "device"}
         check_running_values(**values)
         resolve_device(self.device)  # a device PyTorch cannot use here is an option error, said at once

@@ -36,8 +36,19 @@ def _mps_available() -> bool:
     return bool(backend is not None and backend.is_available())
 
 
-def resolve_device(name: str) -> torch.device:
+def device_text(device: str | torch.device) -> str:
+    """A device as options hold it (``"cuda:1"``): a ``torch.device`` is taken by its name, as an API caller
+    would expect; anything else is a ConfigError (``device=0`` met "'int' object has no attribute 'strip'")."""
+    if isinstance(device, torch.device):
+        return str(device)
+    if not isinstance(device, str):
+        raise ConfigError(f"device must be a name such as 'cpu' or 'cuda:0', or a torch.device; got {device!r}")
+    return device
+
+
+def resolve_device(name: str | torch.device) -> torch.device:
     """``auto`` = the first CUDA GPU, else Apple's MPS, else the CPU; anything unusable here is a ConfigError."""
+    name = device_text(name)
     text = name.strip().lower()
     check_device_name(text)  # what the platform never has, said without asking PyTorch
     if text == "auto":

@@ -616,3 +616,16 @@ def test_clipped_samples_are_said_for_files_and_pil_images_too(tmp_path: Path) -
         quiet.upscale(Image.fromarray(floats, "F"))
     with pytest.warns(UserWarning, match="of the mode I samples lie outside 0..65535"):
         quiet.upscale(Image.fromarray(floats.astype(np.int32) * 1000, "I"))
+
+
+def test_a_torch_device_is_taken_where_a_device_name_is() -> None:
+    """Upscaler(device=torch.device("cpu")) met "'torch.device' object has no attribute 'strip'"."""
+    from sst_cli import UpscaleOptions
+
+    up = Upscaler(_Bicubic(), device=torch.device("cpu"), tile=0)
+    assert up.device == torch.device("cpu") and up.options.device == "cpu"  # options hold the name, as the CLI's
+    assert UpscaleOptions(device=torch.device("cpu")) == UpscaleOptions(device="cpu")
+    with pytest.raises(
+        ConfigError, match=r"device must be a name such as 'cpu' or 'cuda:0', or a torch\.device; got 0"
+    ):
+        Upscaler(_Bicubic(), device=0)
