@@ -8,7 +8,9 @@ a busy machine). What only PyTorch can say (is there a CUDA GPU? how many?) stay
 from __future__ import annotations
 
 import math
+import re
 import sys
+from numbers import Integral
 
 from .choices import ALPHA_MODES, BACKENDS, COMPILE_CHOICES, PRECISIONS
 from .errors import ConfigError
@@ -21,6 +23,31 @@ _NO_MPS = (
     "device {name!r} (Apple GPU) is not available here (it needs Apple Silicon and a PyTorch built with MPS); "
     "use --device cpu"
 )
+
+
+_SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(i?b)?", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str | None, option: str = "--max-memory") -> int | None:
+    """'4G', '512M', '1.5GiB', '1000000' -> bytes (binary units); None stays None."""
+    if text is None:
+        return None
+    match = _SIZE.fullmatch(text.strip())
+    size = int(float(match[1]) * _UNITS[match[2].lower()]) if match else 0
+    if size <= 0:
+        raise ConfigError(f"{option} must be a size such as 4G or 512M, got {text!r}")
+    return size
+
+
+def memory_bytes(value: int | str | None, option: str = "max_memory") -> int | None:
+    """A memory budget in bytes: a whole number as it is, a size text as ``--max-memory`` takes it ('4G'); an API
+    caller's ``max_memory="2G"`` met "'<=' not supported between instances of 'str' and 'int'"."""
+    if value is None or isinstance(value, str):
+        return parse_size(value, option)
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise ConfigError(f"{option} must be a number of bytes or a size such as '4G' or '512M', got {value!r}")
+    return int(value)
 
 
 def check_choice(value: str, choices: tuple[str, ...], what: str) -> str:
@@ -80,7 +107,7 @@ def check_running_values(
     tile_overlap: int | None = None,
     exact: bool = False,
     batch: int = 1,
-    max_memory: int | None = None,
+    max_memory: int | str | None = None,
     alpha: str = "model",
     outscale: float | None = None,
     ig_lambda: float | None = None,
@@ -101,7 +128,8 @@ def check_running_values(
         raise ConfigError("exact and tile overlap exclude each other: exact sets the overlap to the receptive field")
     if batch < 1:
         raise ConfigError(f"batch must be at least 1, got {batch}")
-    if max_memory is not None and max_memory <= 0:
+    budget = memory_bytes(max_memory)
+    if budget is not None and budget <= 0:
         raise ConfigError(f"the memory budget must be positive, got {max_memory}")
     check_choice(alpha, ALPHA_MODES, "alpha mode")
     if outscale is not None and not (math.isfinite(outscale) and outscale > 0):

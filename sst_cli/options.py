@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import torch
 
-from .checks import check_running_values
+from .checks import check_running_values, memory_bytes
 from .runtime import device_text, resolve_device
 
 
@@ -19,18 +19,20 @@ from .runtime import device_text, resolve_device
 class UpscaleOptions:
     """How to run a network on images, checked on construction, so front ends fail before loading anything.
 
-    ``tile``: ``"auto"`` (whole image when it fits ``max_memory``, default a share of free memory), 0 (whole
-    image) or a tile side in LR pixels; ``tile_overlap``: context pixels around tiles (default: the model's
-    own, or what ``seams.py`` measured a network whose tiles cannot be exact needs); ``exact``: context
-    covering the receptive field, so tiling leaves no trace but float rounding (a network whose receptive
-    field is the whole image, such as DAT, then runs on the whole image); ``batch``: tiles per
-    forward pass; ``alpha``: transparency through the network (``model``) or bicubic (``resize``);
-    ``outscale``: resize the native output to this final scale. ``ig_lambda`` and ``seed``: runtime settings
-    of generative models (SSTReal: λ of its recombination, default 2.0, and the seed of its noise, default
-    0); None leaves the model's own, and a model without the setting refuses it. ``compile``: ``on`` runs the
-    network through torch.compile (cached on disk, eager if it fails), ``off`` never, ``auto`` only on CUDA once
-    ``Upscaler.expect`` announces a batch long enough to repay it (``compiling.wants_compile``); an SST's
-    layers are compiled in place (``compiling.compile_network``), so the model object runs them compiled after.
+    ``device``: a name (``"cuda:1"``) or a ``torch.device``. ``tile``: ``"auto"`` (whole image when it fits
+    ``max_memory``, default a share of free memory), 0 (whole image) or a tile side in LR pixels; ``max_memory``:
+    bytes one forward pass may use, or a size as ``--max-memory`` takes it (``"4G"``, ``"512M"``);
+    ``tile_overlap``: context pixels around tiles (default: the model's own, or what ``seams.py`` measured a
+    network whose tiles cannot be exact needs); ``exact``: context covering the receptive field, so tiling leaves
+    no trace but float rounding (a network whose receptive field is the whole image, such as DAT, then runs on
+    the whole image); ``batch``: tiles per forward pass; ``alpha``: transparency through the network (``model``)
+    or bicubic (``resize``); ``outscale``: resize the native output to this final scale. ``ig_lambda`` and
+    ``seed``: runtime settings of generative models (SSTReal: λ of its recombination, default 2.0, and the seed
+    of its noise, default 0); None leaves the model's own, and a model without the setting refuses it.
+    ``compile``: ``on`` runs the network through torch.compile (cached on disk, eager if it fails), ``off``
+    never, ``auto`` only on CUDA once ``Upscaler.expect`` announces a batch long enough to repay it
+    (``compiling.wants_compile``); an SST's layers are compiled in place (``compiling.compile_network``), so the
+    model object runs them compiled after.
     """
 
     device: str | torch.device = "auto"  # a torch.device is kept as its name
@@ -40,7 +42,7 @@ class UpscaleOptions:
     tile_overlap: int | None = None
     exact: bool = False
     batch: int = 1
-    max_memory: int | None = None
+    max_memory: int | str | None = None  # bytes; a size text such as "4G" (as --max-memory takes) becomes bytes
     alpha: str = "model"
     outscale: float | None = None
     ig_lambda: float | None = None
@@ -50,6 +52,7 @@ class UpscaleOptions:
     def __post_init__(self) -> None:
         # The checks that need no torch first (checks.py), then whether PyTorch can use the device here.
         object.__setattr__(self, "device", device_text(self.device))  # frozen: set once, here
+        object.__setattr__(self, "max_memory", memory_bytes(self.max_memory))
         values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "device"}
         check_running_values(**values)
         resolve_device(self.device)  # a device PyTorch cannot use here is an option error, said at once

@@ -198,7 +198,7 @@ class Planner:
         """Bytes one forward pass may use: ``max_memory`` or a share of free memory, and never more than a pass
         that ran out of memory."""
         o = self.options
-        budget = o.max_memory if o.max_memory is not None else memory_budget(self.device)
+        budget = o.max_memory if isinstance(o.max_memory, int) else memory_budget(self.device)  # bytes once made
         return budget if self.memory_ceiling is None else min(budget, self.memory_ceiling)
 
     def images_per_pass(self, height: int, width: int, limit: int = 8) -> int:

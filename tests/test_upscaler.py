@@ -629,3 +629,16 @@ def test_a_torch_device_is_taken_where_a_device_name_is() -> None:
         ConfigError, match=r"device must be a name such as 'cpu' or 'cuda:0', or a torch\.device; got 0"
     ):
         Upscaler(_Bicubic(), device=0)
+
+
+def test_max_memory_takes_the_sizes_the_cli_takes() -> None:
+    """Upscaler(max_memory="2G") met "'<=' not supported between instances of 'str' and 'int'"."""
+    from sst_cli import UpscaleOptions
+
+    assert Upscaler(_Bicubic(), device="cpu", max_memory="2G").options.max_memory == 2 << 30
+    assert UpscaleOptions(max_memory=" 1.5GiB") == UpscaleOptions(max_memory=3 << 29)
+    assert UpscaleOptions(max_memory=np.int64(512)).max_memory == 512
+    with pytest.raises(ConfigError, match="max_memory must be a size such as 4G or 512M, got 'lots'"):
+        UpscaleOptions(max_memory="lots")
+    with pytest.raises(ConfigError, match="max_memory must be a number of bytes or a size such as '4G'"):
+        UpscaleOptions(max_memory=2.5e9)  # type: ignore[arg-type]

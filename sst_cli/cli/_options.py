@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
-from ..checks import check_device_name, check_running_values
+from ..checks import check_device_name, check_running_values, parse_size
 from ..choices import BACKENDS, DEFAULT_MODEL, DEFAULT_SCALE, DEVICE_HELP, PRECISIONS
 from ..errors import ConfigError
 
@@ -96,8 +96,6 @@ SeedOption = Annotated[
     ),
 ]
 
-_SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(i?b)?", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _WXH = re.compile(r"\s*(\d+)\s*[xX]\s*(\d+)\s*")
 
 
@@ -120,17 +118,6 @@ def path_text(text: str) -> Path:
     if not text.strip():
         raise typer.BadParameter("an empty name; give a file or folder")
     return Path(text)
-
-
-def parse_size(text: str | None, option: str = "--max-memory") -> int | None:
-    """'4G', '512M', '1.5GiB', '1000000' -> bytes (binary units); None stays None."""
-    if text is None:
-        return None
-    match = _SIZE.fullmatch(text.strip())
-    size = int(float(match[1]) * _UNITS[match[2].lower()]) if match else 0
-    if size <= 0:
-        raise ConfigError(f"{option} must be a size such as 4G or 512M, got {text!r}")
-    return size
 
 
 def parse_tile(text: str, option: str = "--tile") -> int | Literal["auto"]:
