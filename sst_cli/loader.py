@@ -69,6 +69,32 @@ def is_zoo_name(source: str | os.PathLike[str]) -> bool:
     return isinstance(source, str) and source.strip().lower() in VARIANTS
 
 
+#: Endings of weights files: a model given as text with one of them names a file, even a missing one.
+WEIGHTS_SUFFIXES = (".pth", ".pt", ".safetensors", ".ckpt", ".bin")
+
+
+def names_weights(source: str) -> bool:
+    """Whether a model given as text means weights, as ``load_model`` reads its source (``Upscaler("mine.pth")``
+    was told "unknown model"): never a zoo name; an ``hf://`` reference, an existing file, or a name ending as
+    weights files do. Other text is a zoo name, perhaps misspelt (``refuse_unknown_model``)."""
+    if is_zoo_name(source):
+        return False
+    weights_like = source.strip().lower().endswith(WEIGHTS_SUFFIXES)
+    return hub.is_hf_reference(source) or weights_like or os.path.isfile(source)
+
+
+def refuse_unknown_model(source: str) -> None:
+    """For text that is no zoo name and no weights (``names_weights``) but looks like a path (a folder or an
+    extension in it): the zoo's "unknown model", and that no such file exists either."""
+    looks_like_path = os.sep in source or "/" in source or bool(os.path.splitext(source)[1])
+    if is_zoo_name(source) or not looks_like_path:
+        return
+    try:
+        get_variant(source)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}; and no weights file {source!r} exists") from None
+
+
 def weights_source(weights: str | os.PathLike[str]) -> str | Path:
     """``--weights`` as ``load_model`` takes it: an ``hf://`` reference stays text, anything else is a path."""
     return weights if isinstance(weights, str) and hub.is_hf_reference(weights) else Path(weights)

@@ -34,7 +34,7 @@ from .image_io import (
     with_colour_key,
     write_image,
 )
-from .loader import ConfigSource, ModelSpec
+from .loader import ConfigSource, ModelSpec, names_weights, refuse_unknown_model
 from .options import UpscaleOptions
 from .phases import Phases
 from .planner import Planner, TilePlan
@@ -117,10 +117,11 @@ class ScaleOnly:
 class Upscaler:
     """Upscale pictures, PIL images or arrays with a network that describes itself (``archs.SRNetwork``).
 
-    ``model`` is a zoo name (default ``sst-light-291``, the bundled weights), a ``ModelSpec``, a weights path
-    (``pathlib.Path``), or a loaded module, which is used in place: moved to the device and precision and put
-    in eval mode (two Upscalers may share one only with the same device and precision). ``weights`` loads a
-    local file or ``hf://`` reference into the architecture of ``model`` or
+    ``model`` is a zoo name (default ``sst-light-291``, the bundled weights), a ``ModelSpec``, a weights file
+    (a ``pathlib.Path``, or text that is no zoo name: an existing file, a name ending ``.pth``, ``.safetensors``
+    ... or an ``hf://`` reference, as ``load_model`` takes them), or a loaded module, which is used in place:
+    moved to the device and precision and put in eval mode (two Upscalers may share one only with the same device
+    and precision). ``weights`` loads a local file or ``hf://`` reference into the architecture of ``model`` or
     ``config``; with neither, the file itself says (sst-cli's own safetensors, DAT checkpoints, ...).
     The remaining keywords are ``UpscaleOptions``. ``on_message`` receives warnings such as out-of-memory
     retries; ``attention`` (an ``AttentionReport``) says which kernel runs and whether a request fell back.
@@ -248,7 +249,7 @@ class Upscaler:
             raise ConfigError(
                 f"model must be a zoo name, a weights file, a ModelSpec or a torch module, got {type(model).__name__}"
             )
-        if isinstance(model, os.PathLike):  # a weights file given where a name goes
+        if isinstance(model, os.PathLike) or (isinstance(model, str) and names_weights(model)):  # weights as model
             if weights is not None:
                 raise ConfigError("pass the weights file once: as the model or as weights=, not both")
             model, weights = None, model
@@ -263,6 +264,8 @@ class Upscaler:
                 raise ConfigError("a ModelSpec already says what to load: pass nothing else about the model")
             spec = model
         else:
+            if isinstance(model, str):
+                refuse_unknown_model(model)
             spec = ModelSpec(model, scale, weights, config, hub_repo)
         return spec.load(DEFAULT_MODEL, DEFAULT_SCALE, device=self.device, dtype=self.dtype)
 
@@ -577,7 +580,7 @@ def _refuse_settings_early(
         return
     if isinstance(model, ModelSpec):
         name, weights, config = model.model, model.weights, model.config
-    elif isinstance(model, os.PathLike):
+    elif isinstance(model, os.PathLike) or (isinstance(model, str) and names_weights(model)):
         return  # a weights file: the architecture is only known once it is read
     elif model is None or isinstance(model, str):
         name = model

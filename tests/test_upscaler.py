@@ -642,3 +642,21 @@ def test_max_memory_takes_the_sizes_the_cli_takes() -> None:
         UpscaleOptions(max_memory="lots")
     with pytest.raises(ConfigError, match="max_memory must be a number of bytes or a size such as '4G'"):
         UpscaleOptions(max_memory=2.5e9)  # type: ignore[arg-type]
+
+
+def test_a_weights_file_named_by_text_is_loaded_as_a_path_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Upscaler("mine.safetensors") was told "unknown model 'mine.safetensors'" though load_model and a Path took it."""
+    import shutil
+
+    from sst_cli.errors import WeightsNotFound
+
+    shutil.copy(Path(__file__).parents[1] / "weights" / "sst-light-291_x4.safetensors", tmp_path / "mine.weights")
+    monkeypatch.chdir(tmp_path)
+    assert Upscaler("mine.weights", device="cpu").scale == 4  # an existing file, whatever its ending
+    assert Upscaler(str(tmp_path / "mine.weights"), device="cpu").scale == 4
+    with pytest.raises(WeightsNotFound, match=r"weights file not found: gone\.safetensors"):
+        Upscaler("gone.safetensors", device="cpu")  # a weights ending: a file, though missing
+    with pytest.raises(ConfigError, match=r"unknown model 'w/mine'; choose one of .*; and no weights file 'w/mine'"):
+        Upscaler("w/mine", device="cpu")
+    with pytest.raises(ConfigError, match=r"unknown model 'sst-lite'; did you mean sst-light\? choose one of [^;]*$"):
+        Upscaler("sst-lite", device="cpu")
