@@ -660,3 +660,18 @@ def test_a_weights_file_named_by_text_is_loaded_as_a_path_is(tmp_path: Path, mon
         Upscaler("w/mine", device="cpu")
     with pytest.raises(ConfigError, match=r"unknown model 'sst-lite'; did you mean sst-light\? choose one of [^;]*$"):
         Upscaler("sst-lite", device="cpu")
+
+
+def test_the_exceptions_are_exported_without_importing_torch() -> None:
+    """sst_cli.SstError was an AttributeError: the exceptions lived in sst_cli.errors only."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, sst_cli, sst_cli.errors as e; "
+        "assert sst_cli.SstError is e.SstError and issubclass(sst_cli.ConfigError, sst_cli.SstError); "
+        "assert {'ImageError', 'WeightsNotFound', 'OutOfMemory'} <= set(sst_cli.__all__) & set(dir(sst_cli)); "
+        "print('torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
