@@ -474,6 +474,7 @@ class Upscaler:
         """Upscale one image file into ``target``, exactly as ``sst upscale`` does: EXIF orientation applied,
         ICC profile, EXIF, 16 bits and transparency kept, the file written atomically. The format comes from
         ``format`` or the target's extension."""
+        _check_paths(source=source, target=target)
         if not 1 <= quality <= 100:
             raise ConfigError(f"quality must be between 1 and 100, not {quality}")
         if os.path.lexists(target) and target in InputFiles([source]):
@@ -503,23 +504,12 @@ class Upscaler:
 
     def upscale(self, image: Image.Image | np.ndarray, on_tile: TileCallback | None = None) -> Image.Image | np.ndarray:
         """Upscale a PIL image (returns PIL, with its ICC profile and EXIF in ``.info``) or an array (returns
-        an array of the same dtype and layout)."""
-        if isinstance(image, str | os.PathLike):
-            raise ConfigError(
-                f"upscale takes an image (PIL or array), not the path {os.fspath(image)!r}: use "
-                "upscale_file(source, target), or Image.open(path)"
-            )
-        if image is None:
-            raise ConfigError("upscale takes an image (PIL or array), not None")
+        an array of the same dtype and layout). A (C, H, W) torch tensor goes to ``run``."""
         if isinstance(image, Image.Image):
-            try:
-                image.load()
-            except OSError as exc:
-                raise ImageError(f"cannot read the image: {exc}") from exc
-            picture = _picture_from_pil(image)
+            picture = _picture_from_pil(_loaded(image))
             self._notify(_pil_note(image.mode, picture))
             return _to_pil(self.upscale_picture(picture, on_tile)[0], image.mode)
-        array = np.asarray(image)
+        array = _image_array(image, "upscale")
         picture = _picture_from_array(array)
         self._notify(_clipped_note(picture.clipped, _FLOATS_OUTSIDE))
         return _to_array(self.upscale_picture(picture, on_tile)[0], array)
@@ -538,7 +528,7 @@ class Upscaler:
         """Upscale same-size arrays (as ``upscale`` takes them), several whole images per forward pass where
         memory allows (``images_per_pass``); result i is what ``upscale(images[i])`` gives up to float32 rounding
         (matrix products round differently for another batch size: ~1e-7 of the range)."""
-        arrays = [np.asarray(image) for image in images]
+        arrays = [_image_array(image, "upscale_batch") for image in images]
         pictures = [_picture_from_array(array) for array in arrays]
         if len({p.color.shape for p in pictures}) > 1:
             raise ConfigError("upscale_batch takes images of one size; upscale the others separately")
@@ -623,6 +613,57 @@ def fill_hidden_colour(colour: torch.Tensor, alpha: torch.Tensor) -> torch.Tenso
         coarse = F.interpolate(filled[None], size=c.shape[-2:], mode="nearest")[0]
         filled = torch.where(w > 0, c / w.clamp_min(1e-12), coarse)
     return torch.where(hidden[None], filled, colour)
+
+
+def _check_paths(**paths: object) -> None:
+    """``upscale_file`` takes paths: a file object or bytes met a bare TypeError from ``os.path``."""
+    for role, value in paths.items():
+        if not isinstance(value, str | os.PathLike):
+            raise ConfigError(
+                f"upscale_file takes paths (str or os.PathLike), but its {role} is a {type(value).__name__}: for an "
+                "image in memory, upscale(Image.open(...)) returns a PIL image to save where you like"
+            )
+
+
+def _loaded(image: Image.Image) -> Image.Image:
+    """``image`` with its pixels decoded, else an ImageError: a damaged file, or one closed before its pixels were
+    read (``with Image.open(p) as im: pass`` and then ``im``), which met a bare AssertionError from Pillow."""
+    try:
+        image.load()
+    except OSError as exc:
+        raise ImageError(f"cannot read the image: {exc}") from exc
+    except (AssertionError, ValueError) as exc:  # how Pillow says that the file is closed
+        raise ImageError(
+            f"cannot read the image: it is closed or unreadable ({str(exc) or type(exc).__name__}); an image opened "
+            "in a with block is closed at its end unless loaded: upscale it in the block, or call image.load() there"
+        ) from exc
+    return image
+
+
+def _image_array(image: object, method: str) -> np.ndarray:
+    """``image`` as the array ``method`` takes, or a ConfigError saying what it takes: bytes, file objects and
+    numbers met "expected an (H, W), (H, W, 1-4) image array, got shape ()"."""
+    takes = f"{method} takes an image (PIL or numpy array)"
+    if image is None:
+        raise ConfigError(f"{takes}, not None")
+    if isinstance(image, str | os.PathLike):
+        raise ConfigError(
+            f"{takes}, not the path {os.fspath(image)!r}: use upscale_file(source, target), or Image.open(path)"
+        )
+    if isinstance(image, bytes | bytearray) or hasattr(image, "read"):
+        raise ConfigError(
+            f"{takes}, not {type(image).__name__}: open encoded image data with PIL first "
+            "(Image.open(io.BytesIO(data)), Image.open(file)), or give upscale_file a path"
+        )
+    if isinstance(image, torch.Tensor):  # an HWC uint8 one passed, the usual CHW float one met the shape message
+        raise ConfigError(
+            f"{takes}, not a torch tensor: Upscaler.run takes a (C, H, W) float32 tensor in 0..1 (.image of its "
+            "result), or pass tensor.numpy() as an (H, W, C) array"
+        )
+    array = np.asarray(image)
+    if not isinstance(image, np.ndarray) and (array.ndim == 0 or array.dtype == object):
+        raise ConfigError(f"{takes}, not {type(image).__name__}")
+    return array
 
 
 _FLOATS_OUTSIDE = "the float samples lie outside 0..1"

@@ -528,9 +528,9 @@ def test_float_arrays_out_of_range_are_said_and_nan_refused() -> None:
     values[3, 3, 0] = np.nan
     with pytest.raises(ConfigError, match="NaN or infinite"):
         up.upscale(values)
-    with pytest.raises(ConfigError, match=r"upscale takes an image \(PIL or array\), not the path 'photo.png'"):
+    with pytest.raises(ConfigError, match=r"upscale takes an image \(PIL or numpy array\), not the path 'photo.png'"):
         up.upscale("photo.png")  # type: ignore[call-overload]
-    with pytest.raises(ConfigError, match=r"upscale takes an image \(PIL or array\), not None"):
+    with pytest.raises(ConfigError, match=r"upscale takes an image \(PIL or numpy array\), not None"):
         up.upscale(None)  # type: ignore[call-overload]
     values[3, 3, 0] = 0.5
     quiet = Upscaler(_Bicubic(), device="cpu", tile=0)  # no on_message: an API caller gets a warning
@@ -675,3 +675,38 @@ def test_the_exceptions_are_exported_without_importing_torch() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_inputs_upscale_does_not_take_are_refused_saying_what_it_takes(tmp_path: Path) -> None:
+    """Bytes, file objects and numbers met "expected an (H, W), (H, W, 1-4) image array, got shape ()"; a CHW
+    tensor that message too, an HWC uint8 one passed, one with requires_grad a bare RuntimeError; a closed PIL
+    image a bare AssertionError; upscale_file with a BytesIO a bare TypeError."""
+    import io
+
+    from sst_cli.errors import ImageError
+
+    up = Upscaler(_Bicubic(), device="cpu", tile=0)
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "s.png")
+    data = (tmp_path / "s.png").read_bytes()
+    for value in (data, io.BytesIO(data)):
+        with pytest.raises(ConfigError, match=r"takes an image \(PIL or numpy array\), not .*: open encoded image"):
+            up.upscale(value)  # type: ignore[call-overload]
+    with pytest.raises(ConfigError, match=r"upscale takes an image \(PIL or numpy array\), not int$"):
+        up.upscale(5)  # type: ignore[call-overload]
+    for tensor in (
+        torch.rand(3, 8, 8),
+        torch.zeros(8, 8, 3, dtype=torch.uint8),
+        torch.rand(8, 8, 3, requires_grad=True),
+    ):
+        with pytest.raises(ConfigError, match=r"not a torch tensor: Upscaler\.run takes a \(C, H, W\) float32 tensor"):
+            up.upscale(tensor)  # type: ignore[call-overload]
+    with pytest.raises(ConfigError, match="upscale_batch takes an image"):
+        up.upscale_batch([torch.rand(8, 8, 3)])  # type: ignore[list-item]
+    assert up.run(torch.rand(3, 8, 8)).image.shape == (3, 16, 16)  # where the message points
+    with Image.open(tmp_path / "s.png") as closed:
+        pass
+    with pytest.raises(ImageError, match="cannot read the image: it is closed or unreadable"):
+        up.upscale(closed)
+    for source, target in ((io.BytesIO(data), tmp_path / "o.png"), (tmp_path / "s.png", io.BytesIO())):
+        with pytest.raises(ConfigError, match=r"upscale_file takes paths \(str or os\.PathLike\), but its"):
+            up.upscale_file(source, target)  # type: ignore[arg-type]
