@@ -686,6 +686,8 @@ def _picture_from_array(array: np.ndarray) -> Picture:
         array = array[..., None]
     if array.ndim != 3 or array.shape[2] not in (1, 2, 3, 4):
         raise ConfigError(f"expected an (H, W), (H, W, 1-4) image array, got shape {array.shape}")
+    if not array.dtype.isnative:  # big-endian uint16 (a FITS or raw file's) was "unsupported dtype >u2"
+        array = array.astype(array.dtype.newbyteorder("="))
     clipped = 0.0
     if array.dtype == np.uint8:
         values, depth = array.astype(np.float32) / 255.0, 8
@@ -712,10 +714,11 @@ def _to_array(picture: Picture, like: np.ndarray) -> np.ndarray:
     values = np.concatenate(parts, axis=2)
     if like.ndim == 2:
         values = values[..., 0]
-    if like.dtype == np.uint8:
-        return np.round(values * 255.0).astype(np.uint8)
-    if like.dtype == np.uint16:
-        return np.round(values * 65535.0).astype(np.uint16)
+    native = like.dtype.newbyteorder("=")  # the input's byte order is kept, as its dtype is
+    if native == np.uint8:
+        return np.round(values * 255.0).astype(like.dtype)
+    if native == np.uint16:
+        return np.round(values * 65535.0).astype(like.dtype)
     return values.astype(like.dtype)
 
 

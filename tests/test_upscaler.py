@@ -710,3 +710,15 @@ def test_inputs_upscale_does_not_take_are_refused_saying_what_it_takes(tmp_path:
     for source, target in ((io.BytesIO(data), tmp_path / "o.png"), (tmp_path / "s.png", io.BytesIO())):
         with pytest.raises(ConfigError, match=r"upscale_file takes paths \(str or os\.PathLike\), but its"):
             up.upscale_file(source, target)  # type: ignore[arg-type]
+
+
+def test_arrays_of_either_byte_order_are_taken_and_kept() -> None:
+    """A big-endian uint16 array was refused: "unsupported image array dtype >u2; use uint8, uint16 or float"."""
+    up = Upscaler(_Bicubic(), device="cpu", tile=0)
+    words = (np.random.default_rng(2).random((6, 7, 3)) * 65535).astype(np.uint16)
+    native = up.upscale(words)
+    for dtype in (">u2", "<u2"):
+        out = up.upscale(words.astype(dtype))
+        assert out.dtype == np.dtype(dtype) and np.array_equal(out, native)
+    floats = words.astype(np.float32) / 65535
+    assert np.array_equal(up.upscale(floats.astype(">f4")), up.upscale(floats).astype(">f4"))
