@@ -198,7 +198,7 @@ def read_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAULT
             values, maxval, gray, icc = _decode(name, im)
             fmt = _PIL_FORMATS.get(im.format or "", "png")
             exif_bytes, text_exif, orientation = _exif_and_orientation(im, fmt)
-            dpi = _dpi(im.info.get("dpi"), turned=orientation in (5, 6, 7, 8))
+            dpi = upright_dpi(im.info.get("dpi"), turned=orientation in (5, 6, 7, 8))
             chunks = (
                 _upright_png_chunks(_kept_png_chunks(name), orientation, text_exif is not None) if fmt == "png" else ()
             )
@@ -230,7 +230,7 @@ def read_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAULT
     return Picture(color, alpha, gray, depth, icc or None, exif_bytes or None, fmt, 0.0, lossless, dpi, chunks)
 
 
-def _dpi(value: object, *, turned: bool) -> tuple[float, float] | None:
+def upright_dpi(value: object, *, turned: bool) -> tuple[float, float] | None:
     """A resolution Pillow read, as (x, y) of the upright picture; None when absent or meaningless."""
     if not isinstance(value, tuple) or len(value) != 2:
         return None
@@ -523,7 +523,7 @@ def _read_tiff(name: str, max_pixels: int | None) -> Picture:
     exif, dpi = None, None
     with suppress(Exception), Image.open(name, formats=["TIFF"]) as im:  # Pillow reads the tags of most TIFFs
         exif = exif_of_tiff(im)
-        dpi = _dpi(im.info.get("dpi"), turned=orientation in (5, 6, 7, 8))
+        dpi = upright_dpi(im.info.get("dpi"), turned=orientation in (5, 6, 7, 8))
     return Picture(color, alpha, gray, depth, icc_bytes, exif, "tiff", clipped, dpi=dpi)
 
 

@@ -22,6 +22,7 @@ from .checks import check_scale_type
 from .choices import DEFAULT_MODEL, DEFAULT_SCALE
 from .compiling import CompiledNetwork, wants_compile
 from .errors import ConfigError, ImageError, NonFiniteOutput, OutOfMemory, OutputExists, OutputIsInput
+from .exif import ORIENTATION
 from .files import InputFiles
 from .image_io import (
     DEFAULT_QUALITY,
@@ -31,6 +32,7 @@ from .image_io import (
     clipping_note,
     cmyk_to_rgb,
     read_image,
+    upright_dpi,
     with_colour_key,
     write_image,
 )
@@ -503,11 +505,17 @@ class Upscaler:
     def upscale(self, image: np.ndarray, on_tile: TileCallback | None = None) -> np.ndarray: ...
 
     def upscale(self, image: Image.Image | np.ndarray, on_tile: TileCallback | None = None) -> Image.Image | np.ndarray:
-        """Upscale a PIL image (returns PIL, with its ICC profile and EXIF in ``.info``) or an array (returns
-        an array of the same dtype and layout). A (C, H, W) torch tensor goes to ``run``."""
+        """Upscale a PIL image (returns PIL, with its ICC profile, EXIF and dpi in ``.info``) or an array (returns
+        an array of the same dtype and layout). A (C, H, W) torch tensor goes to ``run``.
+
+        A PIL image is read as its file would be: turned upright by its EXIF orientation (reset to 1 in the
+        result's EXIF); P, CMYK, YCbCr, LAB and HSV come back RGB (RGBA with transparency), 1 as L, La as LA,
+        RGBa as RGBA; I (taken as 16-bit values 0..65535, said when all lie in 0..255: ``convert("L")`` an 8-bit
+        one first) and I;16B as I;16; F stays F, in 0..1.
+        """
         if isinstance(image, Image.Image):
             picture = _picture_from_pil(_loaded(image))
-            self._notify(_pil_note(image.mode, picture))
+            self._notify(*_pil_notes(image.mode, picture))
             return _to_pil(self.upscale_picture(picture, on_tile)[0], image.mode)
         array = _image_array(image, "upscale")
         picture = _picture_from_array(array)
@@ -675,10 +683,21 @@ def _clipped_note(share: float, what: str) -> str | None:
     return f"{100 * share:.3g}% of {what}: they are clipped to it" if share else None
 
 
-def _pil_note(mode: str, picture: Picture) -> str | None:
-    """What reading a PIL image of this mode clipped: floats (mode F) outside 0..1, integers (mode I) outside
-    16 bits."""
-    return _clipped_note(picture.clipped, _WORDS_OUTSIDE if mode == "I" else _FLOATS_OUTSIDE)
+def _pil_notes(mode: str, picture: Picture) -> tuple[str | None, ...]:
+    """What reading a PIL image of this mode clipped (floats of mode F outside 0..1, integers of mode I outside
+    16 bits), and a mode I image whose values all lie in 0..255: ``convert("I")`` of an 8-bit image, which
+    comes back nearly black (mode I is 16 bits, as in files; guessing the depth from the values would make a
+    dark 16-bit image bright)."""
+    if mode != "I":
+        return (_clipped_note(picture.clipped, _FLOATS_OUTSIDE),)
+    top = float(picture.color.max())
+    narrow = None
+    if 0 < top <= 255 / 65535:
+        narrow = (
+            "the mode I image's values all lie in 0..255, but mode I is read as 16 bits (0..65535), as image files "
+            "are: it comes back nearly black; if it holds 8-bit values, pass image.convert('L') instead"
+        )
+    return _clipped_note(picture.clipped, _WORDS_OUTSIDE), narrow
 
 
 def _picture_from_array(array: np.ndarray) -> Picture:
@@ -726,6 +745,7 @@ def _picture_from_pil(image: Image.Image) -> Picture:
     """The picture a file with this image would give: upright, palette without transparency as RGB, CMYK
     through its profile, ICC and EXIF carried."""
     icc = image.info.get("icc_profile") or None
+    dpi = upright_dpi(image.info.get("dpi"), turned=image.getexif().get(ORIENTATION, 1) in (5, 6, 7, 8))
     image = ImageOps.exif_transpose(image)  # also resets the orientation tag in .info["exif"]
     mode = image.mode
     exif = image.info.get("exif")
@@ -751,7 +771,8 @@ def _picture_from_pil(image: Image.Image) -> Picture:
     picture = _picture_from_array(values)
     exif_bytes = exif if isinstance(exif, bytes) and exif else None
     clipped = clipped or picture.clipped  # mode I's integers, or mode F's floats
-    return replace(picture, icc_profile=icc if isinstance(icc, bytes) else None, exif=exif_bytes, clipped=clipped)
+    icc_bytes = icc if isinstance(icc, bytes) else None
+    return replace(picture, icc_profile=icc_bytes, exif=exif_bytes, clipped=clipped, dpi=dpi)
 
 
 def _to_pil(picture: Picture, mode: str) -> Image.Image:
@@ -759,7 +780,7 @@ def _to_pil(picture: Picture, mode: str) -> Image.Image:
     like = np.zeros((1, 1, 1), dtype=np.float32 if mode == "F" else np.uint16 if wide else np.uint8)
     array = _to_array(picture, like)
     image = Image.fromarray(array[..., 0] if array.shape[2] == 1 else array)
-    for key, value in (("icc_profile", picture.icc_profile), ("exif", picture.exif)):
+    for key, value in (("icc_profile", picture.icc_profile), ("exif", picture.exif), ("dpi", picture.dpi)):
         if value:
-            image.info[key] = value
+            image.info[key] = value  # as Image.open gives them: ICC and EXIF are saved with it, dpi when passed
     return image

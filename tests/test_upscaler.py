@@ -722,3 +722,32 @@ def test_arrays_of_either_byte_order_are_taken_and_kept() -> None:
         assert out.dtype == np.dtype(dtype) and np.array_equal(out, native)
     floats = words.astype(np.float32) / 65535
     assert np.array_equal(up.upscale(floats.astype(">f4")), up.upscale(floats).astype(">f4"))
+
+
+def test_pil_images_keep_their_dpi_upright_as_files_do(tmp_path: Path) -> None:
+    """The PIL path kept ICC and EXIF but dropped the dpi that upscale_file keeps."""
+    exif = Image.Exif()
+    exif[0x0112] = 6  # turned a quarter: the upright picture's x is the stored y
+    Image.fromarray(np.full((6, 8, 3), 90, np.uint8)).save(tmp_path / "t.jpg", dpi=(72, 300), exif=exif.tobytes())
+    up = Upscaler(_Bicubic(), device="cpu", tile=0)
+    with Image.open(tmp_path / "t.jpg") as image:
+        out = up.upscale(image)
+    up.upscale_file(tmp_path / "t.jpg", tmp_path / "o.png")
+    with Image.open(tmp_path / "o.png") as written:
+        assert out.size == written.size == (12, 16)
+        assert out.info["dpi"] == pytest.approx((300, 72))
+        assert written.info["dpi"] == pytest.approx((300, 72), abs=0.01)
+
+
+def test_a_mode_i_image_of_8_bit_values_is_said_to_come_back_dark() -> None:
+    """convert("I") of an 8-bit image is read as 16 bits, as mode I files are, and came back black without a word."""
+    import warnings
+
+    gray = (np.tile(np.linspace(0, 1, 16), (16, 1)) * 255).astype(np.uint8)
+    up = Upscaler(_Bicubic(), device="cpu", tile=0)
+    with pytest.warns(UserWarning, match=r"values all lie in 0\.\.255, but mode I is read as 16 bits"):
+        up.upscale(Image.fromarray(gray).convert("I"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        up.upscale(Image.fromarray(gray.astype(np.int32) * 257, "I"))  # 16-bit values: nothing to say
+        up.upscale(Image.fromarray(np.zeros((4, 4), np.int32), "I"))  # black is black at any depth
