@@ -475,7 +475,8 @@ class Upscaler:
     ) -> None:
         """Upscale one image file into ``target``, exactly as ``sst upscale`` does: EXIF orientation applied,
         ICC profile, EXIF, 16 bits and transparency kept, the file written atomically. The format comes from
-        ``format`` or the target's extension."""
+        ``format`` or the target's extension, else from the source as ``sst upscale`` chooses it (BMP and GIF,
+        which sst-cli does not write, become PNG)."""
         _check_paths(source=source, target=target)
         if not 1 <= quality <= 100:
             raise ConfigError(f"quality must be between 1 and 100, not {quality}")
@@ -487,9 +488,9 @@ class Upscaler:
         if os.path.isdir(target):
             raise ImageError(f"cannot write '{os.fspath(target)}': it is a folder")
         picture = read_image(source)
-        fmt = format or os.path.splitext(os.fspath(target))[1] or picture.format
+        named = format or os.path.splitext(os.fspath(target))[1] or None  # None: as the CLI chooses (BMP -> PNG)
         width, height = picture.color.shape[1], picture.color.shape[0]
-        chosen, why = choose_format(ImageInfo.of(picture), fmt, self.output_size(width, height, source))
+        chosen, why = choose_format(ImageInfo.of(picture), named, self.output_size(width, height, source))
         if why:
             raise ImageError(f"cannot write '{os.fspath(target)}': {why}; choose another format")
         if not overwrite and os.path.lexists(target):

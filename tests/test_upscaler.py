@@ -751,3 +751,12 @@ def test_a_mode_i_image_of_8_bit_values_is_said_to_come_back_dark() -> None:
         warnings.simplefilter("error")
         up.upscale(Image.fromarray(gray.astype(np.int32) * 257, "I"))  # 16-bit values: nothing to say
         up.upscale(Image.fromarray(np.zeros((4, 4), np.int32), "I"))  # black is black at any depth
+
+
+@pytest.mark.parametrize("kind", ["bmp", "gif"])
+def test_a_target_without_extension_gets_the_format_the_cli_chooses(tmp_path: Path, kind: str) -> None:
+    """upscale_file('s.bmp', 'out') met "unknown output format 'bmp'" though no format was named."""
+    Image.fromarray(np.full((6, 8, 3), 90, np.uint8)).save(tmp_path / f"s.{kind}")
+    Upscaler(_Bicubic(), device="cpu", tile=0).upscale_file(tmp_path / f"s.{kind}", tmp_path / "out")
+    with Image.open(tmp_path / "out") as written:
+        assert written.format == "PNG" and written.size == (16, 12)
