@@ -666,8 +666,8 @@ def _image_array(image: object, method: str) -> np.ndarray:
         )
     if isinstance(image, torch.Tensor):  # an HWC uint8 one passed, the usual CHW float one met the shape message
         raise ConfigError(
-            f"{takes}, not a torch tensor: Upscaler.run takes a (C, H, W) float32 tensor in 0..1 (.image of its "
-            "result), or pass tensor.numpy() as an (H, W, C) array"
+            f"{takes}, not a torch tensor: Upscaler.run takes a (C, H, W) float32 CPU tensor in 0..1 and returns "
+            "one in .image; or pass tensor.numpy() as an (H, W, C) array"
         )
     array = np.asarray(image)
     if not isinstance(image, np.ndarray) and (array.ndim == 0 or array.dtype == object):

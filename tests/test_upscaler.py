@@ -698,7 +698,7 @@ def test_inputs_upscale_does_not_take_are_refused_saying_what_it_takes(tmp_path:
         torch.zeros(8, 8, 3, dtype=torch.uint8),
         torch.rand(8, 8, 3, requires_grad=True),
     ):
-        with pytest.raises(ConfigError, match=r"not a torch tensor: Upscaler\.run takes a \(C, H, W\) float32 tensor"):
+        with pytest.raises(ConfigError, match=r"not a torch tensor: Upscaler\.run takes a \(C, H, W\) float32 CPU"):
             up.upscale(tensor)  # type: ignore[call-overload]
     with pytest.raises(ConfigError, match="upscale_batch takes an image"):
         up.upscale_batch([torch.rand(8, 8, 3)])  # type: ignore[list-item]
