@@ -28,6 +28,13 @@ _OOM_MESSAGES = (
     "out of memory",  # CUDA, MPS ("MPS backend out of memory")
     "can't allocate memory",  # CPU allocator on Linux / macOS
     "not enough memory",  # CPU allocator on Windows ("DefaultCPUAllocator: not enough memory")
+    # CUDA libraries that allocate their own workspace report it through their status names, without the words
+    # "out of memory" ("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`").
+    "CUBLAS_STATUS_ALLOC_FAILED",
+    "CUDNN_STATUS_ALLOC_FAILED",  # cuDNN 8
+    "CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED",  # cuDNN 9's names for the same
+    "CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED",
+    "CUFFT_ALLOC_FAILED",
 )
 
 
@@ -206,7 +213,7 @@ def memory_budget(device: torch.device) -> int:
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
-    """True for allocator failures of any device (CUDA, MPS, the CPU on Linux, macOS or Windows)."""
+    """True for allocator failures of any device (CUDA and its libraries, MPS, the CPU on Linux, macOS or Windows)."""
     if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
         return True
     return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _OOM_MESSAGES)

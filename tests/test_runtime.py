@@ -64,3 +64,30 @@ def test_available_and_total_ram_take_the_cgroup_limit(monkeypatch: pytest.Monke
     assert runtime.total_ram() == 3 << 20 and runtime.available_ram() == 2 << 20
     monkeypatch.setattr(runtime, "cgroup_memory", lambda: None)
     assert runtime.total_ram() > 3 << 20
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+        "cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+        "cuDNN error: CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED",
+        "cuDNN error: CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED",
+        "cuFFT error: CUFFT_ALLOC_FAILED",
+    ],
+)
+def test_cuda_library_allocation_failures_are_out_of_memory(text: str) -> None:
+    """They failed the file where the tile should have been halved: no "out of memory" in their words."""
+    assert runtime.is_out_of_memory(RuntimeError(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm(...)`",
+        "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a non-contiguous input.",
+        "cuDNN error: CUDNN_STATUS_INTERNAL_ERROR",
+    ],
+)
+def test_other_cuda_library_failures_are_not(text: str) -> None:
+    assert not runtime.is_out_of_memory(RuntimeError(text))
