@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -190,6 +191,14 @@ def run_tiles(
     return acc.result()
 
 
+class Adapted(NamedTuple):
+    """What ``run_tiles_adaptive`` ran: the output, and the tile and tiles per pass it ended with."""
+
+    image: torch.Tensor
+    tile: TileSize
+    batch: int
+
+
 def run_tiles_adaptive(
     forward: Forward,
     image: torch.Tensor,
@@ -202,22 +211,29 @@ def run_tiles_adaptive(
     blend: bool = False,
     on_tile: Callable[[int, int], None] | None = None,
     is_oom: Callable[[BaseException], bool],
-    on_oom: Callable[[TileSize], None] | None = None,
+    on_oom: Callable[[TileSize, int, int], None] | None = None,
     origins: bool = False,
-) -> tuple[torch.Tensor, TileSize]:
-    """Run tiled inference, halving the tile on out-of-memory errors; return (output, tile size used).
+) -> Adapted:
+    """Run tiled inference, shrinking the pass on out-of-memory errors (``smaller_pass``: first fewer tiles per
+    pass, down to one, then half the tile); return the output and the tile and batch that ran.
 
     In crop mode finished cores are kept and not recomputed: an LR mask records them, and new
-    tiles whose core is fully covered are skipped (halved grids nest exactly when tile/align is a
-    power of two; otherwise straddling tiles are recomputed, which overwrites identical values).
-    In blend mode the run simply restarts with the smaller tile, since partial weighted sums
-    would need the old weights.  ``on_oom(new_tile)`` runs after the exception is released, so
-    the caller can free the device cache there.
+    tiles whose core is fully covered are skipped (the same tiles with a smaller batch; halved grids nest
+    exactly when tile/align is a power of two; otherwise straddling tiles are recomputed, which overwrites
+    identical values).  In blend mode the run simply restarts with the smaller pass, since partial weighted
+    sums in another order could round differently.  ``on_oom(tile, batch, tiles)``, with the next tile and batch
+    and the number of tiles in the pass that ran out, runs after the exception is released, so the caller can
+    free the device cache there.
     """
     _check_image(image)
     _, height, width = image.shape
     finished = torch.zeros(height, width, dtype=torch.bool)
     acc: _Accumulator | None = None
+    last_pass = [0]  # tiles in the pass that ran last (the one that failed, after an error)
+
+    def counted(x: torch.Tensor, *rest: object) -> torch.Tensor:
+        last_pass[0] = x.shape[0]
+        return forward(x, *rest)
 
     def is_finished(t: Tile) -> bool:
         return bool(finished[t.y0 : t.y1, t.x0 : t.x1].all())
@@ -230,19 +246,30 @@ def run_tiles_adaptive(
         if acc is None or blend:
             acc = _Accumulator(image, scale, blend, None)
             finished.zero_()
+        last_pass[0] = batch  # should it fail before the network runs (stacking the tiles)
         try:
-            _run(forward, image, scale, tiles, acc, batch, on_tile, is_finished, mark, origins)
-            return acc.result(), tile
+            _run(counted, image, scale, tiles, acc, batch, on_tile, is_finished, mark, origins)
+            return Adapted(acc.result(), tile, batch)
         except Exception as exc:
             if not is_oom(exc):
                 raise
-            new_tile = halve_tile(tile, height, width, align)
-            if new_tile is None:
+            failed = min(batch, last_pass[0])
+            smaller = smaller_pass(tile, failed, height, width, align)
+            if smaller is None:
                 raise
         # Outside the except block the traceback (and the device tensors its frames hold) is gone.
-        tile = new_tile
+        tile, batch = smaller
         if on_oom is not None:
-            on_oom(tile)
+            on_oom(tile, batch, failed)
+
+
+def smaller_pass(tile: TileSize, tiles: int, height: int, width: int, align: int) -> tuple[TileSize, int] | None:
+    """After a pass of ``tiles`` tiles ran out of memory: (tile, batch) with half as many tiles per pass, or, from
+    a pass of one, half the tile one per pass; None when the tile cannot shrink below ``align``."""
+    if tiles > 1:
+        return tile, tiles // 2
+    smaller = halve_tile(tile, height, width, align)
+    return None if smaller is None else (smaller, 1)
 
 
 def halve_tile(tile: TileSize, height: int, width: int, align: int) -> TileSize | None:

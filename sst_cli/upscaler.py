@@ -307,11 +307,22 @@ class Upscaler:
             y = self.model(x) if self.compiled is None else self.compiled(x)
         return y.float().cpu()
 
-    def _on_oom(self, new_tile: TileSize, overlap: int) -> None:
+    def _on_oom(self, tile: TileSize, batch: int, failed: int, overlap: int, tried: list[tuple[TileSize, int]]) -> None:
+        """After a pass of ``failed`` tiles ran out of memory: free the device's cache, note the pass in ``tried``
+        (its last entry is the pass now running, its count not yet known) and say what runs next."""
         release_memory(self.device)
-        self._say(f"out of memory: retrying with {tile_label(new_tile)} tiles (later images start at that size)")
+        tried[-1] = (tried[-1][0], failed)
+        tried.append((tile, 0))
+        if failed > 1:
+            self._say(
+                f"out of memory with {failed} tiles of {tile_label(tile)} in one pass: retrying with {batch} per pass "
+                "(later images start there)"
+            )
+            return
+        one = ", one per pass" if self.options.batch > 1 else ""
+        self._say(f"out of memory: retrying with {tile_label(tile)} tiles{one} (later images start at that size)")
         if self.descriptor.exact_context is None:
-            self._say_seams(new_tile, overlap)
+            self._say_seams(tile, overlap)
 
     def _say_seams(self, tile: TileSize, overlap: int) -> None:
         """For a network whose tiles cannot be exact: why, and the seams measured for such tiles."""
@@ -323,9 +334,10 @@ class Upscaler:
         """(C, H, W) float32 CPU tensor -> (C, H*scale, W*scale), tiled as planned."""
         plan = self.plan(image.shape[-2], image.shape[-1])
         self._say_plan(plan, image.shape[-2], image.shape[-1])
+        tried = [(plan.tile, 0)]  # (tile, tiles in the pass) of each pass that ran out of memory, then this one
         try:
             with self.phases.timed(self._network_phase()):
-                out, used = run_tiles_adaptive(
+                out, used, batch = run_tiles_adaptive(
                     self._forward,
                     image,
                     self.scale,
@@ -336,24 +348,32 @@ class Upscaler:
                     blend=plan.blend,
                     on_tile=on_tile,
                     is_oom=is_out_of_memory,
-                    on_oom=lambda tile: self._on_oom(tile, plan.overlap),
+                    on_oom=lambda tile, batch, failed: self._on_oom(tile, batch, failed, plan.overlap, tried),
                     origins=self.descriptor.position_dependent,
                 )
         except Exception as exc:
             if not is_out_of_memory(exc):
                 raise
-            tried = allocation_tried(exc)
-            asked = f" (a single allocation of {tried})" if tried else ""
-            raise OutOfMemory(
-                f"out of memory on {self.device.type} even in the smallest tiles the network allows{asked}: a "
-                "device with more memory, or a smaller model, is needed"
-            ) from exc
-        if used != plan.tile:  # out of memory at the planned size: later images start from what ran
+            tried[-1] = (tried[-1][0], 1)  # a pass of several tiles would have been retried with fewer
+            raise self._out_of_memory(exc, tried) from exc
+        if (used, batch) != (plan.tile, plan.batch):  # out of memory as planned: later images start from what ran
             self.planner.lower_ceiling(
-                self.planner.pass_bytes(used, plan.overlap, plan.batch, image.shape[-2], image.shape[-1])
+                self.planner.pass_bytes(used, plan.overlap, batch, image.shape[-2], image.shape[-1])
             )
         self._check_finite(out)
         return Upscaled(out, used)
+
+    def _out_of_memory(self, exc: BaseException, tried: list[tuple[TileSize, int]]) -> OutOfMemory:
+        """The error when even the smallest pass ran out of memory, saying which passes did (``tried``)."""
+        allocation = allocation_tried(exc)
+        asked = f" (a single allocation of {allocation})" if allocation else ""
+        last = tried[-1][0]
+        smallest = "the whole image" if not tile_sides(last)[0] else f"one {tile_label(last)} tile per pass"
+        history = f"; tried {_passes_tried(tried)}" if len(tried) > 1 else ""
+        return OutOfMemory(
+            f"out of memory on {self.device.type} even with {smallest}, the smallest pass the network allows"
+            f"{asked}{history}: a device with more memory, or a smaller model, is needed"
+        )
 
     def _check_finite(self, out: torch.Tensor) -> None:
         if not torch.isfinite(out).all():
@@ -555,6 +575,22 @@ class Upscaler:
             for picture, colour, like in zip(chunk, colours, arrays[start : start + per_pass], strict=True):
                 results.append(_to_array(self._finish(picture, colour, None), like))
         return results
+
+
+def _passes_tried(passes: Sequence[tuple[TileSize, int]]) -> str:
+    """(tile, tiles in one pass) of the passes a run tried, in order, in words: ``96 px tiles 4, 2 and 1 per pass,
+    then 48 px tiles 1 per pass``."""
+    counts: dict[TileSize, list[int]] = {}
+    for tile, batch in passes:
+        counts.setdefault(tile, []).append(batch)
+    said = []
+    for tile, batches in counts.items():
+        if not tile_sides(tile)[0]:
+            said.append("the whole image")
+            continue
+        listed = ", ".join(map(str, batches[:-1])) + f" and {batches[-1]}" if len(batches) > 1 else str(batches[0])
+        said.append(f"{tile_label(tile)} tiles {listed} per pass")
+    return ", then ".join(said)
 
 
 def _check_settings(asked: dict[str, Any], known: tuple[str, ...], title: str) -> None:

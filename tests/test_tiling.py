@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -357,10 +358,11 @@ def test_run_errors() -> None:
 
 
 class LimitedModel:
-    """Pointwise model that raises FakeOOM for inputs above ``limit`` pixels and logs successes."""
+    """``model`` (pointwise by default) that raises FakeOOM for inputs above ``limit`` pixels and logs successes."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, model: Callable[[torch.Tensor], torch.Tensor] = pointwise) -> None:
         self.limit = limit
+        self.model = model
         self.ok: list[tuple[int, ...]] = []
         self.failures = 0
 
@@ -369,7 +371,7 @@ class LimitedModel:
             self.failures += 1
             raise FakeOOM("out of memory")
         self.ok.append(tuple(x.shape))
-        return pointwise(x)
+        return self.model(x)
 
 
 def is_fake_oom(exc: BaseException) -> bool:
@@ -381,9 +383,9 @@ def test_adaptive_resumes_without_recomputing() -> None:
     model = LimitedModel(600)  # corner contexts (24x24) fit, edge contexts (24x32) do not
     new_tiles: list[int] = []
     progress: list[tuple[int, int]] = []
-    out, used = run_tiles_adaptive(
+    out, used, _ = run_tiles_adaptive(
         model, img, 2, tile=16, overlap=8, align=8, is_oom=is_fake_oom,
-        on_oom=new_tiles.append, on_tile=lambda d, t: progress.append((d, t)),
+        on_oom=lambda tile, *_: new_tiles.append(tile), on_tile=lambda d, t: progress.append((d, t)),
     )  # fmt: skip
     assert used == 8 and new_tiles == [8]
     assert torch.equal(out, pointwise(img[None])[0])
@@ -396,7 +398,7 @@ def test_adaptive_resumes_without_recomputing() -> None:
 def test_adaptive_halves_both_sides_of_a_strip() -> None:
     img = image(2, 32, 64)
     model = LimitedModel(24 * 32)  # a 16x32 strip's contexts (up to 24x40) do not fit, 8x16 ones (24x32) do
-    out, used = run_tiles_adaptive(model, img, 2, tile=(16, 32), overlap=8, align=8, is_oom=is_fake_oom)
+    out, used, _ = run_tiles_adaptive(model, img, 2, tile=(16, 32), overlap=8, align=8, is_oom=is_fake_oom)
     assert used == (8, 16)
     assert torch.equal(out, pointwise(img[None])[0])
 
@@ -404,9 +406,9 @@ def test_adaptive_halves_both_sides_of_a_strip() -> None:
 def test_adaptive_whole_image_and_batch() -> None:
     img = image(1, 40, 30)
     model = LimitedModel(450)
-    out, used = run_tiles_adaptive(model, img, 2, tile=0, overlap=0, batch=2, is_oom=is_fake_oom)
-    # 40 -> 20: a batch of two 20x20 tiles is 800 px (OOM) -> 10: a batch of two 10x10 fits.
-    assert used == 10
+    out, used, batch = run_tiles_adaptive(model, img, 2, tile=0, overlap=0, batch=2, is_oom=is_fake_oom)
+    # The whole image (one tile: fewer per pass cannot help) -> 20 px tiles, one per pass: 400 px fits.
+    assert (used, batch) == (20, 1)
     assert torch.equal(out, pointwise(img[None])[0])
     covered = sum(b * h * w for b, _, h, w in model.ok)
     assert covered == 40 * 30  # every pixel computed exactly once (overlap 0)
@@ -415,9 +417,52 @@ def test_adaptive_whole_image_and_batch() -> None:
 def test_adaptive_blend_restarts() -> None:
     img = image(1, 33, 20)
     model = LimitedModel(300)
-    out, used = run_tiles_adaptive(model, img, 2, tile=16, overlap=2, blend=True, is_oom=is_fake_oom)
+    out, used, _ = run_tiles_adaptive(model, img, 2, tile=16, overlap=2, blend=True, is_oom=is_fake_oom)
     assert used == 8
     assert torch.equal(out, pointwise(img[None])[0])
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("blend", [False, True])
+def test_adaptive_takes_fewer_tiles_per_pass_before_smaller_tiles(blend: bool) -> None:
+    """With --batch 8 and room for 4096 px per pass it tried 4 (then 8) 80-96 px contexts at 64 and 32 px tiles
+    and gave up, though one 80x80 context fits; now the batch halves to 1 first, then the tile."""
+    img = image(3, 256, 256)
+    model = LimitedModel(96 * 96)
+    retries: list[tuple[int, int, int]] = []
+    out, used, batch = run_tiles_adaptive(
+        model, img, 2, tile=64, overlap=16, align=16, batch=8, blend=blend, is_oom=is_fake_oom,
+        on_oom=lambda *retry: retries.append(retry),
+    )  # fmt: skip
+    assert retries == [(64, 2, 4), (64, 1, 2)] and (used, batch) == (64, 1)  # the first pass: the 4 corners
+    assert torch.equal(out, pointwise(img[None])[0])
+    if not blend:  # cores finished before a retry are kept: every tile ran once
+        assert len(model.ok) == len(plan_tiles(256, 256, 64, 16, 16))
+    model = LimitedModel(64 * 64)  # no 64 px tile's context fits, one 32 px tile's does
+    out, used, batch = run_tiles_adaptive(
+        model, img, 2, tile=64, overlap=16, align=16, batch=8, blend=blend, is_oom=is_fake_oom
+    )
+    assert (used, batch) == (32, 1) and torch.equal(out, pointwise(img[None])[0])
+
+
+@pytest.mark.usefixtures("one_thread")  # tiny convolutions: a second thread only waits on shared cores
+def test_adaptive_results_do_not_depend_on_where_memory_ran_out() -> None:
+    """Tiles are independent: wherever a pass ran out of memory, the output is an untroubled run's with the tile
+    the run ended with (crop mode writes each core once, keeping those done; blend mode restarts)."""
+    img = image(2, 136, 136)  # nine 48x48 contexts in one group
+    convs = make_local(3)
+
+    def local(x: torch.Tensor) -> torch.Tensor:  # one tile at a time: convolutions round by batch size
+        return torch.cat([convs(x[i : i + 1]) for i in range(x.shape[0])])
+
+    for blend, limit in itertools.product((False, True), (2000, 3000, 8000)):
+        model = LimitedModel(limit, local)
+        with torch.no_grad():
+            got, used, batch = run_tiles_adaptive(
+                model, img, 2, tile=32, overlap=8, align=8, batch=4, blend=blend, is_oom=is_fake_oom
+            )
+            expected = run_tiles(local, img, 2, plan_tiles(136, 136, used, 8, 8), batch=batch, blend=blend)
+        assert model.failures and torch.equal(got, expected), (blend, limit, used, batch)
 
 
 def test_adaptive_gives_up_and_passes_other_errors() -> None:
@@ -428,9 +473,9 @@ def test_adaptive_gives_up_and_passes_other_errors() -> None:
     def broken(x: torch.Tensor) -> torch.Tensor:
         raise KeyError("not an OOM")
 
-    seen: list[int] = []
+    seen: list[tuple[int, int]] = []
     with pytest.raises(KeyError):
-        run_tiles_adaptive(broken, img, 2, tile=8, overlap=0, is_oom=is_fake_oom, on_oom=seen.append)
+        run_tiles_adaptive(broken, img, 2, tile=8, overlap=0, is_oom=is_fake_oom, on_oom=lambda *p: seen.append(p))
     assert seen == []
 
 

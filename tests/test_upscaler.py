@@ -219,9 +219,51 @@ def test_out_of_memory_in_the_smallest_tiles_is_one_sentence(
     with pytest.raises(OutOfMemory) as info:
         up.run(_chw(_photo(70, 90)))
     assert str(info.value) == (
-        f"out of memory on cpu even in the smallest tiles the network allows{said}: a device with more memory, or a "
-        "smaller model, is needed"
+        f"out of memory on cpu even with one 16 px tile per pass, the smallest pass the network allows{said}; tried "
+        "32 px tiles 1 per pass, then 16 px tiles 1 per pass: a device with more memory, or a smaller model, is needed"
     )
+
+
+def test_out_of_memory_takes_fewer_tiles_per_pass_before_smaller_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--batch 8 with room for one 48x48 context: it halved only the tile, to 16 px with 8 per pass, and gave up
+    advising a device with more memory; now the batch halves to 1 first, the tile stays 32 px, and later images
+    start there."""
+    messages: list[str] = []
+    up = Upscaler(tiny_sst(), tile=32, tile_overlap=16, batch=8, on_message=messages.append)
+    x = _chw(_photo(96, 96))
+    real = up._forward
+    passes: list[int] = []
+
+    def limited(batch: torch.Tensor) -> torch.Tensor:
+        if batch.shape[0] * batch.shape[-1] * batch.shape[-2] > 64 * 64:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        passes.append(batch.shape[0])
+        return real(batch)
+
+    monkeypatch.setattr(up, "_forward", limited)
+    out, used = up.run(x)
+    assert used == 32 and set(passes) == {1}
+    messages[:] = [m for m in messages if "out of memory" in m]
+    assert messages == [
+        "out of memory with 4 tiles of 32 px in one pass: retrying with 2 per pass (later images start there)",
+        "out of memory with 2 tiles of 32 px in one pass: retrying with 1 per pass (later images start there)",
+    ]
+    assert torch.equal(out, Upscaler(up.model, tile=32, tile_overlap=16).run(x).image)
+    assert up.plan(96, 96).batch == 1, "later images start with what ran"
+    passes.clear()
+    up.run(x)
+    assert sum("out of memory" in m for m in messages) == 2 and set(passes) == {1}
+
+    def never_fits(batch: torch.Tensor) -> torch.Tensor:
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(up, "_forward", never_fits)
+    with pytest.raises(OutOfMemory, match=r"; tried 32 px tiles 1 per pass, then 16 px tiles 1 per pass: a device"):
+        up.run(x)
+    fresh = Upscaler(up.model, tile=32, tile_overlap=16, batch=8, on_message=messages.append)
+    monkeypatch.setattr(fresh, "_forward", never_fits)
+    with pytest.raises(OutOfMemory, match=r"; tried 32 px tiles 4, 2 and 1 per pass, then 16 px tiles 1 per pass"):
+        fresh.run(x)
 
 
 def test_nan_output_is_an_error_with_a_hint() -> None:
