@@ -46,6 +46,7 @@ class TilePlan:
     blend: bool
     batch: int = 1
     needs: int = 0  # when even the smallest tile is over the memory budget: the bytes its pass needs, else 0
+    whole_only: bool = False  # --exact on a network no context makes exact: tiles would break the promise
 
     def cost(self, height: int, width: int) -> float:
         """Pixels computed per image pixel: tiles compute their context too, so small tiles cost a lot."""
@@ -99,7 +100,7 @@ class Planner:
         blend = d.exact_context is None
         if o.exact:
             if d.exact_context is None:
-                return TilePlan(0, 0, align, blend)  # no finite context is exact: the whole image in one pass
+                return TilePlan(0, 0, align, blend, whole_only=True)  # no finite context is exact: never tiled
             overlap = align_overlap(d.exact_context, align)
         elif o.tile_overlap is not None:
             overlap = align_overlap(o.tile_overlap, align)

@@ -347,13 +347,15 @@ class Upscaler:
                     batch=plan.batch,
                     blend=plan.blend,
                     on_tile=on_tile,
-                    is_oom=is_out_of_memory,
+                    is_oom=_never if plan.whole_only else is_out_of_memory,
                     on_oom=lambda tile, batch, failed: self._on_oom(tile, batch, failed, plan.overlap, tried),
                     origins=self.descriptor.position_dependent,
                 )
         except Exception as exc:
             if not is_out_of_memory(exc):
                 raise
+            if plan.whole_only:
+                raise self._exact_out_of_memory(exc) from exc
             tried[-1] = (tried[-1][0], 1)  # a pass of several tiles would have been retried with fewer
             raise self._out_of_memory(exc, tried) from exc
         if (used, batch) != (plan.tile, plan.batch):  # out of memory as planned: later images start from what ran
@@ -373,6 +375,18 @@ class Upscaler:
         return OutOfMemory(
             f"out of memory on {self.device.type} even with {smallest}, the smallest pass the network allows"
             f"{asked}{history}: a device with more memory, or a smaller model, is needed"
+        )
+
+    def _exact_out_of_memory(self, exc: BaseException) -> OutOfMemory:
+        """The error when ``exact`` needs the whole image (no context makes this network's tiles exact) and it does
+        not fit: tiles, which would stray from it, are not run instead."""
+        allocation = allocation_tried(exc)
+        asked = f" (a single allocation of {allocation})" if allocation else ""
+        return OutOfMemory(
+            f"out of memory on {self.device.type} running the whole image{asked}: --exact needs the whole image in "
+            f"memory at once, since no context makes {self.descriptor.architecture}'s tiles equal it; drop --exact "
+            "to run it in tiles (with the context measured to keep them within 60 dB of the whole image), or use a "
+            "device with more memory"
         )
 
     def _check_finite(self, out: torch.Tensor) -> None:
@@ -575,6 +589,11 @@ class Upscaler:
             for picture, colour, like in zip(chunk, colours, arrays[start : start + per_pass], strict=True):
                 results.append(_to_array(self._finish(picture, colour, None), like))
         return results
+
+
+def _never(exc: BaseException) -> bool:
+    """``is_oom`` for a run that must not be retried in smaller passes."""
+    return False
 
 
 def _passes_tried(passes: Sequence[tuple[TileSize, int]]) -> str:

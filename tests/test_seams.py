@@ -16,6 +16,7 @@ from torch import nn
 
 from sst_cli import Upscaler
 from sst_cli.archs import ModelDescriptor, SRNetwork
+from sst_cli.errors import OutOfMemory
 from sst_cli.files import TEMP_SUFFIX
 from sst_cli.seamcache import PROBE_VERSION, SeamCache
 from sst_cli.seams import CONTEXTS, MAX_PROBE, MIN_PROBE, TARGET_DB, SeamGuide, SeamProbe, probe_picture, probe_side
@@ -127,6 +128,46 @@ def test_whole_images_and_exact_networks_never_probe() -> None:
     exact_model = GlobalMix(0.0, exact=1)
     exact = Upscaler(exact_model, device="cpu", precision="fp32", tile=16)
     assert not exact.plan(64, 64).blend and exact_model.calls == 0
+
+
+def _limited(up: Upscaler, pixels: int) -> list[int]:
+    """Make ``up``'s forward run out of memory above ``pixels`` per pass; the passes that ran are listed."""
+    real, ran = up._forward, []
+
+    def forward(x: torch.Tensor, origins: object = None) -> torch.Tensor:
+        if x.shape[0] * x.shape[-2] * x.shape[-1] > pixels:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (simulated)")
+        ran.append(x.shape[-2] * x.shape[-1])
+        return real(x)
+
+    up._forward = forward  # type: ignore[method-assign]
+    return ran
+
+
+def test_exact_does_not_tile_a_network_no_context_makes_exact() -> None:
+    """--exact on such a network (DAT, spandrel's HAT) runs the whole image; out of memory there cut it into tiles
+    with no overlap at all, hard seams, and the run succeeded. Now it is an error that says what to do."""
+    messages: list[str] = []
+    up = Upscaler(GlobalMix(0.05), device="cpu", precision="fp32", exact=True, on_message=messages.append)
+    picture = probe_picture(64, seed=3)
+    with torch.inference_mode():
+        whole = up.model(picture[None])[0]
+    assert torch.equal(up.run(picture).image, whole), "the whole image, where it fits"
+    ran = _limited(up, 32 * 32)
+    with pytest.raises(OutOfMemory) as info:
+        up.run(picture)
+    assert str(info.value) == (
+        "out of memory on cpu running the whole image (a single allocation of 2.00 GiB): --exact needs the whole "
+        "image in memory at once, since no context makes GlobalMix's tiles equal it; drop --exact to run it in tiles "
+        "(with the context measured to keep them within 60 dB of the whole image), or use a device with more memory"
+    )
+    assert ran == [] and messages == [], "no tiles, no retries"
+    exact = Upscaler(GlobalMix(0.0, exact=2), device="cpu", precision="fp32", exact=True, tile=0)
+    with torch.inference_mode():
+        whole = exact.model(picture[None])[0]
+    ran = _limited(exact, 40 * 40)
+    got = exact.run(picture).image  # tiles with the exact context keep the promise, to float rounding
+    assert ran and max(ran) <= 40 * 40 and torch.allclose(got, whole, rtol=0, atol=1e-6)
 
 
 def test_auto_tiles_get_the_learned_context_when_the_image_does_not_fit() -> None:
