@@ -5,7 +5,9 @@ its default), the options, and what the device allows: the memory budget, CUDA's
 (``widest.py``), and what this planner learned while running: the size of a pass that ran out of memory (a
 ceiling for later images) and, for networks whose tiles cannot be exact, the context a probe measured
 (``seams.py``, a probe sized to the picture and kept on disk). The only forward passes here are those two
-probes' (small inputs, once per network and probe size); the ``Upscaler`` runs the images.
+probes' (small inputs, once per network and probe size); the ``Upscaler`` runs the images. A seams probe that
+runs out of memory is retried with one tile per pass, then on smaller probes, and at last given up (the largest
+context, unmeasured); what ran out is remembered, so later pictures do not try it again.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from torch import nn
 
 from .archs import ModelDescriptor, SRNetwork, network_of
 from .options import UpscaleOptions
-from .runtime import fp32_mode, memory_budget
+from .runtime import fp32_mode, is_out_of_memory, memory_budget, release_memory
 from .seamcache import SeamCache, cache_key, weights_digest
 from .seams import MAX_PROBE, MIN_PROBE, MIN_TILE, PROBE_STEP, SeamGuide, probe_side
 from .tiling import (
@@ -64,8 +66,10 @@ class Planner:
         device: torch.device,
         dtype: torch.dtype,
         forward: Callable[[torch.Tensor], torch.Tensor],
+        say: Callable[[str], None] | None = None,
     ) -> None:
         self.model, self.descriptor, self.options = model, descriptor, options
+        self._say = say or (lambda _: None)  # notices, such as a seams probe that ran out of memory
         self.device, self.dtype = device, dtype
         self.scale = descriptor.scale
         self._forward = forward  # one batch of tiles through the network: the seams probe runs it
@@ -74,6 +78,9 @@ class Planner:
         self._guides: dict[tuple[int, int], SeamGuide] = {}
         self._seam_key = (MIN_PROBE, MIN_TILE)  # (probe side, smallest tile) of the last picture planned
         self._seam_cache: SeamCache | None = None
+        self._probe_batch = options.batch  # the probe's tiles per pass: the user's, or 1 after running out of memory
+        self._probe_ran_out: int | None = None  # the smallest probe side that ran out of memory: none that large again
+        self._said_unmeasured = False  # that no probe fits in memory: said once
         # After an out-of-memory retry: the bytes of the largest pass that then ran, so the next images start
         # there instead of failing at the same size again.
         self.memory_ceiling: int | None = None
@@ -145,15 +152,70 @@ class Planner:
     def seams(self) -> SeamGuide:
         """The seams guide of the last picture planned (``seams_for``); asked only of networks whose tiles cannot
         be exact."""
-        return self._guide(*self._seam_key)
+        side, tile = self._seam_key
+        guide = self._guide(side, tile)
+        return guide if guide.learned else self._learned(side, tile)
 
     def seams_for(self, height: int, width: int, tile: int = MIN_TILE) -> SeamGuide:
         """The context this network's tiles of at least ``tile`` px need within 60 dB of the whole image, measured
         on first use on a probe as large as the picture (``seams.probe_side``: up to 512 px and what runs whole
-        in memory)."""
+        in memory, and smaller than any that ran out of memory)."""
         side = probe_side(height, width, self.descriptor.size_multiple, self._largest_probe())
-        self._seam_key = (side, tile)
-        return self._guide(side, tile)
+        return self._learned(side, tile)
+
+    def seams_advice(self, tile: int, context: int) -> str:
+        """``SeamGuide.advice`` for the last picture planned; a figure that runs out of memory to measure is said to
+        be unmeasured."""
+        guide = self.seams
+        try:
+            return guide.advice(tile, context)
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+        release_memory(self.device)  # outside the except block: the failed pass's tensors went with it
+        return guide.advice(tile, context, measure=False)
+
+    def _learned(self, side: int, tile: int) -> SeamGuide:
+        """The guide for ``tile`` px tiles, learned on a probe of ``side`` px, or on the largest smaller one that
+        fits in memory, or given up on (``SeamGuide.unmeasured``) when even the smallest does not."""
+        while True:
+            self._seam_key = (side, tile)
+            guide = self._guide(side, tile)
+            if self._learn(guide):
+                return guide
+            side = min(side, probe_side(side, side, self.descriptor.size_multiple, self._largest_probe()))
+
+    def _learn(self, guide: SeamGuide) -> bool:
+        """Measure what ``guide`` needs now; False when the probe ran out of memory and a smaller pass or probe is
+        next (remembered for later pictures)."""
+        if guide.learned:
+            return True
+        if self._probe_ran_out is not None and guide.probe.side >= self._probe_ran_out:
+            guide.unmeasured()
+            if not self._said_unmeasured:
+                self._said_unmeasured = True
+                self._say(
+                    f"the seams probe ran out of memory even at {guide.probe.side} px: tiles get the largest context "
+                    f"tried ({guide.needed.context} px) unless --tile-overlap is given, unmeasured"
+                )
+            return True
+        try:
+            guide.needed  # noqa: B018 (measured on first use)
+            return True
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+        release_memory(self.device)  # outside the except block: the failed pass's tensors went with it
+        if guide.probe.batch > 1 and guide.probe.ran_whole:  # its tiles ran out, several per pass
+            self._probe_batch = guide.probe.batch = 1
+            self._say("the seams probe ran out of memory: its tiles run one per pass")
+            return False
+        self._probe_ran_out = guide.probe.side
+        self._say(
+            f"the {guide.probe.side} px seams probe ran out of memory: measuring on a smaller one, so tiles of "
+            "pictures that large may stray more than measured"
+        )
+        return False
 
     def _learned_overlap(self, height: int, width: int, overlap: int, fits: Callable[[int, int], bool]) -> int:
         """The context ``tile="auto"``'s tiles need, learned at their own size: the tiles that fit with ``overlap``
@@ -172,7 +234,7 @@ class Planner:
     def _guide(self, side: int, tile: int) -> SeamGuide:
         if (side, tile) not in self._guides:
             d = self.descriptor
-            batch = self.options.batch  # the probe's tiles per pass: as many as the user's tiles
+            batch = self._probe_batch  # as many tiles per pass as the user's tiles, until that ran out of memory
             shared = next((g.probe for (s, _), g in self._guides.items() if s == side), None)
             self._guides[side, tile] = SeamGuide(
                 self._forward, self.scale, d.size_multiple, d.default_context, batch, side, self._cache(), tile, shared
@@ -188,10 +250,12 @@ class Planner:
         return self._seam_cache
 
     def _largest_probe(self) -> int:
-        """The largest probe side (a multiple of ``PROBE_STEP`` up to ``MAX_PROBE``) whose whole run fits memory."""
+        """The largest probe side (a multiple of ``PROBE_STEP`` up to ``MAX_PROBE``) whose whole run fits memory,
+        and smaller than one that ran out of it."""
         side = MAX_PROBE
         budget = self.budget()
-        while side > MIN_PROBE and self.activation_bytes(side, side) > budget:
+        ran_out = MAX_PROBE + 1 if self._probe_ran_out is None else self._probe_ran_out
+        while side > MIN_PROBE and (self.activation_bytes(side, side) > budget or side >= ran_out):
             side -= PROBE_STEP
         return side
 

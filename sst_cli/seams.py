@@ -41,14 +41,21 @@ CONTEXTS = (16, 32, 48, 64)  # contexts tried, smallest first (rounded up to the
 
 @dataclass(frozen=True)
 class SeamBound:
-    """PSNR (dB) of a ``tile``-pixel core with ``context`` pixels around it against the whole probe."""
+    """PSNR (dB) of a ``tile``-pixel core with ``context`` pixels around it against the whole probe; ``measured``
+    False (psnr NaN) where the probe ran out of memory."""
 
     tile: int
     context: int
     psnr: float
     probe: int
+    measured: bool = True
 
     def text(self) -> str:
+        if not self.measured:
+            return (
+                f"{self.tile} px tiles with {self.context} px of context are not measured (the {self.probe} px seams "
+                "probe ran out of memory): how far they stray from the whole image is unknown"
+            )
         return (
             f"{self.tile} px tiles with {self.context} px of context measured {_db(self.psnr)} from the whole image "
             f"on a {self.probe} px probe"
@@ -94,6 +101,11 @@ class SeamProbe:
         self.picture = probe_picture(self.side)
         self._whole: torch.Tensor | None = None
         self._measured: dict[tuple[int, int], SeamBound] = {}
+
+    @property
+    def ran_whole(self) -> bool:
+        """Whether the whole probe has run (what runs out of memory after it is a tiled run)."""
+        return self._whole is not None
 
     def measure(self, tile: int, context: int) -> SeamBound:
         """The bound of ``tile``-pixel cores with ``context`` pixels of context (cached in memory and on disk)."""
@@ -161,6 +173,16 @@ class SeamGuide:
         self._needed: SeamBound | None = None
 
     @property
+    def learned(self) -> bool:
+        """Whether ``needed`` is known (measured, or given up on): asking for it then runs nothing."""
+        return self._needed is not None
+
+    def unmeasured(self) -> None:
+        """The probe does not fit in memory: tiles take the largest context tried, and advice says it is unmeasured
+        (no probe runs again)."""
+        self._needed = SeamBound(self.tile, self.contexts[-1], math.nan, self.probe.side, measured=False)
+
+    @property
     def needed(self) -> SeamBound:
         """The smallest context reaching the target (with its margin) at ``tile``, else the best one tried."""
         if self._needed is None:
@@ -175,13 +197,18 @@ class SeamGuide:
     def reachable(self) -> bool:
         return self.needed.psnr >= TARGET_DB + MARGIN_DB
 
-    def advice(self, tile: int, context: int) -> str:
-        """One sentence on the seams of ``tile``-pixel tiles (the shorter side) with ``context`` pixels."""
+    def advice(self, tile: int, context: int, measure: bool = True) -> str:
+        """One sentence on the seams of ``tile``-pixel tiles (the shorter side) with ``context`` pixels; with
+        ``measure`` False, a bound not yet known is said to be unmeasured instead of measured."""
         needed = self.needed
         if self.reachable and tile >= needed.tile and context >= needed.context:
             bound = needed  # larger tiles stray less: the bound learned for the smallest holds
-        else:
+        elif needed.measured and measure:
             bound = self.probe.measure(self._probe_tile(tile), context)
+        else:
+            bound = SeamBound(tile, context, math.nan, self.probe.side, measured=False)
+        if not bound.measured:
+            return bound.text()
         if bound.psnr >= TARGET_DB:
             larger = " (larger tiles and more context stray less" + (
                 ", larger pictures more)" if self.probe.side >= MAX_PROBE else ")"

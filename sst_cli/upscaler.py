@@ -168,7 +168,9 @@ class Upscaler:
         self.on_message = on_message
         self._said_plans: set[tuple[TileSize, int, int]] = set()  # (tile, overlap, batch) already described
         self._said_budget = False  # that the memory budget is below the smallest pass: said once
-        self.planner = Planner(self.model, self.descriptor, self.options, self.device, self.dtype, self._forward)
+        self.planner = Planner(
+            self.model, self.descriptor, self.options, self.device, self.dtype, self._forward, self._say
+        )
         self._say_rounding()
         self.compiled: CompiledNetwork | None = None
         self._said_eager = False
@@ -328,7 +330,7 @@ class Upscaler:
         """For a network whose tiles cannot be exact: why, and the seams measured for such tiles."""
         d = self.descriptor
         why = d.seam_note or "its tiles cannot equal the whole image"
-        self._say(f"{d.architecture}: {why}; {self.seams.advice(min(tile_sides(tile)), overlap)}")
+        self._say(f"{d.architecture}: {why}; {self.planner.seams_advice(min(tile_sides(tile)), overlap)}")
 
     def run(self, image: torch.Tensor, on_tile: TileCallback | None = None) -> Upscaled:
         """(C, H, W) float32 CPU tensor -> (C, H*scale, W*scale), tiled as planned."""

@@ -170,6 +170,83 @@ def test_exact_does_not_tile_a_network_no_context_makes_exact() -> None:
     assert ran and max(ran) <= 40 * 40 and torch.allclose(got, whole, rtol=0, atol=1e-6)
 
 
+class Hungry(GlobalMix):
+    """GlobalMix that runs out of memory above ``pixels`` per pass (over the batch); lists the passes' shapes."""
+
+    def __init__(self, strength: float, pixels: int) -> None:
+        super().__init__(strength)
+        self.pixels = pixels
+        self.shapes: list[tuple[int, ...]] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.shapes.append(tuple(x.shape))
+        if x.shape[0] * x.shape[-2] * x.shape[-1] > self.pixels:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return super().forward(x)
+
+
+def test_a_probe_that_runs_out_of_memory_falls_back_to_a_smaller_one_once() -> None:
+    """The probe runs before the out-of-memory handling of the run: a raw torch.OutOfMemoryError failed each file.
+    Now the probe's tiles take one per pass, then a smaller probe measures, and later pictures start there."""
+    model = Hungry(0.002, 256 * 256)
+    messages: list[str] = []
+    up = Upscaler(model, device="cpu", precision="fp32", tile=32, batch=16, on_message=messages.append)
+    picture = probe_picture(300, seed=3)
+    up.run(picture)
+    assert up.seams.probe.side == 256 and up.seams.needed.measured and up.seams.probe.batch == 1
+    assert messages[:2] == [
+        "the 384 px seams probe ran out of memory: measuring on a smaller one, so tiles of pictures that large may "
+        "stray more than measured",
+        "the seams probe ran out of memory: its tiles run one per pass",  # 16 tiles with 32 px of context
+    ]
+    assert any("on a 256 px probe" in m for m in messages), messages
+    model.shapes.clear()
+    said = len(messages)
+    up.run(probe_picture(300, seed=4))
+    assert max(h for *_, h, _ in model.shapes) <= 160, "no probe ran again"
+    assert not any("probe ran out" in m for m in messages[said:])
+
+
+def test_no_probe_fitting_in_memory_takes_the_largest_context_unmeasured() -> None:
+    model = Hungry(0.002, 100 * 100)  # not even the 128 px probe, but the picture's 32 px tiles with 64 px around
+    messages: list[str] = []
+    up = Upscaler(model, device="cpu", precision="fp32", tile=32, on_message=messages.append)
+    plan = up.plan(96, 96)
+    assert plan.overlap == max(CONTEXTS) and not up.seams.needed.measured
+    up.run(probe_picture(96, seed=3))
+    assert [m for m in messages if "probe" in m] == [
+        "the 192 px seams probe ran out of memory: measuring on a smaller one, so tiles of pictures that large may "
+        "stray more than measured",
+        "the 128 px seams probe ran out of memory: measuring on a smaller one, so tiles of pictures that large may "
+        "stray more than measured",
+        "the seams probe ran out of memory even at 128 px: tiles get the largest context tried (64 px) unless "
+        "--tile-overlap is given, unmeasured",
+        "GlobalMix: its tiles cannot equal the whole image; 32 px tiles with 64 px of context are not measured (the "
+        "128 px seams probe ran out of memory): how far they stray from the whole image is unknown",
+    ]
+    model.shapes.clear()
+    said = len(messages)
+    assert up.plan(96, 96) == plan and up.plan(300, 300).overlap == max(CONTEXTS)
+    assert model.shapes == [] and messages[said:] == [], "remembered: no probe runs again"
+
+
+def test_a_figure_that_runs_out_of_memory_to_measure_is_said_unmeasured(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The figure of tiles below the learned ones is measured when the run says it, outside the run's handling."""
+    messages: list[str] = []
+    up = Upscaler(GlobalMix(0.002), device="cpu", precision="fp32", tile=8, tile_overlap=2, on_message=messages.append)
+    up.plan(96, 96)
+
+    def out_of_memory(tile: int, context: int) -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(up.seams.probe, "measure", out_of_memory)
+    up.run(probe_picture(96, seed=3))
+    assert [m for m in messages if m.startswith("GlobalMix")] == [
+        "GlobalMix: its tiles cannot equal the whole image; 8 px tiles with 2 px of context are not measured (the 192 "
+        "px seams probe ran out of memory): how far they stray from the whole image is unknown"
+    ]
+
+
 def test_auto_tiles_get_the_learned_context_when_the_image_does_not_fit() -> None:
     up = Upscaler(GlobalMix(0.002), device="cpu", precision="fp32", tile="auto", max_memory=64 * 96 * 96 // 2)
     plan = up.plan(96, 96)
