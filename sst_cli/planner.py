@@ -28,6 +28,7 @@ from .tiling import (
     align_overlap,
     align_tile_size,
     cheapest_tile,
+    covers_whole,
     halve_tile,
     tile_sides,
     tiling_cost,
@@ -115,9 +116,11 @@ class Planner:
             overlap = align_overlap(d.default_context, align)
         if o.tile != "auto":
             tile: TileSize = align_tile_size(o.tile, align) if o.tile else 0
-            if blend and o.tile_overlap is None and 0 < min(tile_sides(tile)) < max(height, width):
+            tile = 0 if covers_whole(height, width, tile, overlap) else tile  # tiles as large as the image with context
+            if blend and o.tile_overlap is None and tile:
                 # The context the chosen tiles need, learned at their size (cheaper, and often less context).
                 overlap = max(overlap, self.seams_for(height, width, min(tile_sides(tile))).needed.context)
+                tile = 0 if covers_whole(height, width, tile, overlap) else tile
             batch = o.batch
             while self.memory_ceiling is not None and self.pass_bytes(tile, overlap, batch, height, width) > (
                 self.memory_ceiling
@@ -237,8 +240,9 @@ class Planner:
             batch = self._probe_batch  # as many tiles per pass as the user's tiles, until that ran out of memory
             shared = next((g.probe for (s, _), g in self._guides.items() if s == side), None)
             self._guides[side, tile] = SeamGuide(
-                self._forward, self.scale, d.size_multiple, d.default_context, batch, side, self._cache(), tile, shared
-            )
+                self._forward, self.scale, d.size_multiple, d.default_context, batch, side, self._cache(), tile, shared,
+                self._say,
+            )  # fmt: skip
         return self._guides[side, tile]
 
     def _cache(self) -> SeamCache:

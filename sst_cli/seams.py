@@ -95,8 +95,11 @@ class SeamProbe:
         side: int = MIN_PROBE,
         batch: int = 1,
         cache: SeamCache | None = None,
+        say: Callable[[str], None] | None = None,
     ) -> None:
+        """``say``: told once, before the first figure this probe measures (not one kept on disk), that it runs."""
         self.forward, self.scale, self.align, self.batch, self.cache = forward, scale, align, batch, cache
+        self.say = say
         self.side = -(-side // align) * align
         self.picture = probe_picture(self.side)
         self._whole: torch.Tensor | None = None
@@ -137,6 +140,11 @@ class SeamProbe:
 
     def _psnr(self, tile: int, context: int) -> float:
         if self._whole is None:
+            if self.say is not None:  # a real network takes minutes on a CPU here: without a word it looked hung
+                self.say(
+                    f"measuring how far tiles of this network stray from the whole image, on a {self.side} px probe "
+                    "(once: the figures are kept for later runs)"
+                )
             self._whole = self.forward(self.picture[None])[0].clamp(0, 1)
         tiles = plan_tiles(self.side, self.side, tile, context, self.align)
         out = run_tiles(self.forward, self.picture, self.scale, tiles, batch=self.batch, blend=True).clamp(0, 1)
@@ -160,15 +168,17 @@ class SeamGuide:
         cache: SeamCache | None = None,
         tile: int = MIN_TILE,
         probe: SeamProbe | None = None,
+        say: Callable[[str], None] | None = None,
     ) -> None:
         """``batch``: probe tiles per forward pass; ``side``: the probe's (``probe_side``); ``cache``: figures on
         disk; ``tile``: the smallest tile side to learn the context for (the tiles the plan will run: larger
         tiles cost the probe less and stray less, so they may need less context; at most half the probe, at
-        least ``MIN_TILE``); ``probe``: one already made for this side, shared (its whole run is computed once)."""
+        least ``MIN_TILE``); ``probe``: one already made for this side, shared (its whole run is computed once);
+        ``say``: the probe's (``SeamProbe``)."""
         self.align = align
         wanted = {-(-c // align) * align for c in (default_context, *CONTEXTS) if c >= default_context}
         self.contexts = sorted(wanted)
-        self.probe = probe or SeamProbe(forward, scale, align, side=side, batch=batch, cache=cache)
+        self.probe = probe or SeamProbe(forward, scale, align, side=side, batch=batch, cache=cache, say=say)
         self.tile = max(align, -(-MIN_TILE // align) * align, min(tile, self.probe.side // 2) // align * align)
         self._needed: SeamBound | None = None
 

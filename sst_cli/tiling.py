@@ -104,13 +104,24 @@ def plan_tiles(height: int, width: int, tile: TileSize, overlap: int, align: int
         raise ConfigError(f"tile overlap must be >= 0, got {overlap}")
     if overlap % align:
         raise ConfigError(f"tile overlap {overlap} is not a multiple of the model's alignment {align}")
-    if rows == 0 or (rows >= height and cols >= width):
+    if rows == 0 or covers_whole(height, width, tile, overlap):
         return [Tile(0, height, 0, width, 0, height, 0, width)]
     return [
         Tile(y0, y1, x0, x1, cy0, cy1, cx0, cx1)
         for (y0, y1), (cy0, cy1) in _spans(height, rows, overlap)
         for (x0, x1), (cx0, cx1) in _spans(width, cols, overlap)
     ]
+
+
+def covers_whole(height: int, width: int, tile: TileSize, overlap: int) -> bool:
+    """Whether every tile's context is the whole image: each would compute all of it, so one whole pass gives the
+    same pixels (and a network that cannot be tiled exactly then needs no seams probe)."""
+    rows, cols = tile_sides(tile)
+    return rows == 0 or all(
+        context == (0, size)
+        for size, side in ((height, rows), (width, cols))
+        for _, context in _spans(size, side, overlap)
+    )
 
 
 def _spans(size: int, tile: int, overlap: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
@@ -128,7 +139,7 @@ def tiling_cost(height: int, width: int, tile: TileSize, overlap: int) -> float:
 
     The sum of context areas factors into a product of per-axis sums, so no tile list is built."""
     rows, cols = tile_sides(tile)
-    if rows == 0:
+    if covers_whole(height, width, tile, overlap):
         return 1.0
     along_y = sum(c1 - c0 for _, (c0, c1) in _spans(height, rows, overlap))
     along_x = sum(c1 - c0 for _, (c0, c1) in _spans(width, cols, overlap))

@@ -194,9 +194,12 @@ def test_a_probe_that_runs_out_of_memory_falls_back_to_a_smaller_one_once() -> N
     picture = probe_picture(300, seed=3)
     up.run(picture)
     assert up.seams.probe.side == 256 and up.seams.needed.measured and up.seams.probe.batch == 1
-    assert messages[:2] == [
+    measuring = "measuring how far tiles of this network stray from the whole image, on a {} px probe (once: the "
+    assert messages[:4] == [
+        measuring.format(384) + "figures are kept for later runs)",  # said before it runs: minutes on a CPU
         "the 384 px seams probe ran out of memory: measuring on a smaller one, so tiles of pictures that large may "
         "stray more than measured",
+        measuring.format(256) + "figures are kept for later runs)",
         "the seams probe ran out of memory: its tiles run one per pass",  # 16 tiles with 32 px of context
     ]
     assert any("on a 256 px probe" in m for m in messages), messages
@@ -211,10 +214,10 @@ def test_no_probe_fitting_in_memory_takes_the_largest_context_unmeasured() -> No
     model = Hungry(0.002, 100 * 100)  # not even the 128 px probe, but the picture's 32 px tiles with 64 px around
     messages: list[str] = []
     up = Upscaler(model, device="cpu", precision="fp32", tile=32, on_message=messages.append)
-    plan = up.plan(96, 96)
-    assert plan.overlap == max(CONTEXTS) and not up.seams.needed.measured
-    up.run(probe_picture(96, seed=3))
-    assert [m for m in messages if "probe" in m] == [
+    plan = up.plan(96, 97)  # one column more than 32 px tiles with 64 px of context cover
+    assert plan.tile == 32 and plan.overlap == max(CONTEXTS) and not up.seams.needed.measured
+    up.run(torch.rand(3, 96, 97))
+    assert [m for m in messages if "probe" in m and not m.startswith("measuring how far")] == [
         "the 192 px seams probe ran out of memory: measuring on a smaller one, so tiles of pictures that large may "
         "stray more than measured",
         "the 128 px seams probe ran out of memory: measuring on a smaller one, so tiles of pictures that large may "
@@ -226,7 +229,7 @@ def test_no_probe_fitting_in_memory_takes_the_largest_context_unmeasured() -> No
     ]
     model.shapes.clear()
     said = len(messages)
-    assert up.plan(96, 96) == plan and up.plan(300, 300).overlap == max(CONTEXTS)
+    assert up.plan(96, 97) == plan and up.plan(300, 300).overlap == max(CONTEXTS)
     assert model.shapes == [] and messages[said:] == [], "remembered: no probe runs again"
 
 
@@ -375,3 +378,25 @@ def test_a_corrupt_or_unwritable_cache_is_ignored(tmp_path, monkeypatch) -> None
     blocker.write_text("")
     monkeypatch.setenv("SST_SEAMS_CACHE", str(blocker / "cache"))  # a folder that cannot be made
     assert Upscaler(GlobalMix(0.002), device="cpu", precision="fp32", tile=32, batch=16).plan(96, 96) == expected
+
+
+def test_tiles_whose_context_is_the_whole_image_run_it_once_without_a_probe() -> None:
+    """32 px tiles of a 37x53 picture, each with 64 px of context, all computed the whole picture: the seams
+    probe ran first (minutes on a CPU for real networks), then warned of seams below 60 dB where there were
+    none, and the picture was computed 4 times."""
+    model = GlobalMix(0.002)
+    messages: list[str] = []
+    up = Upscaler(model, device="cpu", precision="fp32", tile=32, tile_overlap=64, on_message=messages.append)
+    image = torch.rand(3, 37, 53)
+    assert up.plan(37, 53).tile == 0 and messages == []
+    whole = Upscaler(model, device="cpu", precision="fp32", tile=0).run(image).image
+    model.calls = 0
+    assert torch.equal(up.run(image).image, whole) and model.calls == 1
+
+    class WideContext(GlobalMix):  # DAT's default context is its 32 px alignment
+        def describe(self) -> ModelDescriptor:
+            return ModelDescriptor("GlobalMix", 2, exact_context=None, default_context=32)
+
+    wide = WideContext(0.002)
+    probed = Upscaler(wide, device="cpu", precision="fp32", tile=32, on_message=messages.append)
+    assert probed.plan(37, 53).tile == 0 and wide.calls == 0 and messages == []  # no probe: the default covers it

@@ -518,3 +518,12 @@ def test_the_heap_is_trimmed_after_each_batch_of_tiles_on_the_cpu(monkeypatch: p
     run_tiles(counted, torch.rand(3, 23, 19), 2, plan_tiles(23, 19, 8, 4), batch=2)
     assert len(calls) == len(passes) > 1  # once per forward pass
     assert isinstance(give_back_freed(), bool)  # the real call: glibc's malloc_trim, or nothing elsewhere
+
+
+def test_tiles_whose_contexts_all_cover_the_image_are_one_whole_tile() -> None:
+    from sst_cli.tiling import covers_whole
+
+    assert covers_whole(37, 53, 32, 64) and plan_tiles(37, 53, 32, 64) == [Tile(0, 37, 0, 53, 0, 37, 0, 53)]
+    assert tiling_cost(37, 53, 32, 64) == 1.0
+    assert not covers_whole(96, 97, 32, 64) and len(plan_tiles(96, 97, 32, 64)) == 12  # the last column's starts at 32
+    assert not covers_whole(37, 53, (32, 16), 32) and covers_whole(37, 53, (16, 32), 32)
