@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, overload
 import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image, ImageOps
+from PIL import Image
 from torch import nn
 
 from .archs import ModelDescriptor, SRNetwork, describe, network_of
@@ -22,7 +22,6 @@ from .checks import check_scale_type
 from .choices import DEFAULT_MODEL, DEFAULT_SCALE
 from .compiling import CompiledNetwork, wants_compile
 from .errors import ConfigError, ImageError, NonFiniteOutput, OutOfMemory, OutputExists, OutputIsInput
-from .exif import ORIENTATION
 from .files import InputFiles
 from .image_io import (
     DEFAULT_QUALITY,
@@ -30,15 +29,23 @@ from .image_io import (
     Picture,
     choose_format,
     clipping_note,
-    cmyk_to_rgb,
     read_image,
-    upright_dpi,
-    with_colour_key,
     write_image,
 )
 from .loader import ConfigSource, ModelSpec, names_weights, refuse_unknown_model
 from .options import UpscaleOptions
 from .phases import Phases
+from .pictures import (
+    FLOATS_OUTSIDE,
+    clipped_note,
+    image_array,
+    loaded,
+    picture_from_array,
+    picture_from_pil,
+    pil_notes,
+    to_array,
+    to_pil,
+)
 from .planner import Planner, TilePlan
 from .runtime import (
     allocation_tried,
@@ -551,13 +558,13 @@ class Upscaler:
         one first) and I;16B as I;16; F stays F, in 0..1.
         """
         if isinstance(image, Image.Image):
-            picture = _picture_from_pil(_loaded(image))
-            self._notify(*_pil_notes(image.mode, picture))
-            return _to_pil(self.upscale_picture(picture, on_tile)[0], image.mode)
-        array = _image_array(image, "upscale")
-        picture = _picture_from_array(array)
-        self._notify(_clipped_note(picture.clipped, _FLOATS_OUTSIDE))
-        return _to_array(self.upscale_picture(picture, on_tile)[0], array)
+            picture = picture_from_pil(loaded(image))
+            self._notify(*pil_notes(image.mode, picture))
+            return to_pil(self.upscale_picture(picture, on_tile)[0], image.mode)
+        array = image_array(image, "upscale")
+        picture = picture_from_array(array)
+        self._notify(clipped_note(picture.clipped, FLOATS_OUTSIDE))
+        return to_array(self.upscale_picture(picture, on_tile)[0], array)
 
     def _notify(self, *notes: str | None) -> None:
         """Notices about the caller's input (samples clipped, ...): through ``on_message``, else as a UserWarning at
@@ -573,8 +580,8 @@ class Upscaler:
         """Upscale same-size arrays (as ``upscale`` takes them), several whole images per forward pass where
         memory allows (``images_per_pass``); result i is what ``upscale(images[i])`` gives up to float32 rounding
         (matrix products round differently for another batch size: ~1e-7 of the range)."""
-        arrays = [_image_array(image, "upscale_batch") for image in images]
-        pictures = [_picture_from_array(array) for array in arrays]
+        arrays = [image_array(image, "upscale_batch") for image in images]
+        pictures = [picture_from_array(array) for array in arrays]
         if len({p.color.shape for p in pictures}) > 1:
             raise ConfigError("upscale_batch takes images of one size; upscale the others separately")
         if not pictures:
@@ -583,13 +590,13 @@ class Upscaler:
         if per_pass == 1:
             return [self.upscale(array) for array in arrays]
         for picture in pictures:
-            self._notify(_clipped_note(picture.clipped, _FLOATS_OUTSIDE))
+            self._notify(clipped_note(picture.clipped, FLOATS_OUTSIDE))
         results = []
         for start in range(0, len(pictures), per_pass):
             chunk = pictures[start : start + per_pass]
             colours = self._run_stacked([_colour_tensor(p) for p in chunk])
             for picture, colour, like in zip(chunk, colours, arrays[start : start + per_pass], strict=True):
-                results.append(_to_array(self._finish(picture, colour, None), like))
+                results.append(to_array(self._finish(picture, colour, None), like))
         return results
 
 
@@ -689,156 +696,3 @@ def _check_paths(**paths: object) -> None:
                 f"upscale_file takes paths (str or os.PathLike), but its {role} is a {type(value).__name__}: for an "
                 "image in memory, upscale(Image.open(...)) returns a PIL image to save where you like"
             )
-
-
-def _loaded(image: Image.Image) -> Image.Image:
-    """``image`` with its pixels decoded, else an ImageError: a damaged file, or one closed before its pixels were
-    read (``with Image.open(p) as im: pass`` and then ``im``), which met a bare AssertionError from Pillow."""
-    try:
-        image.load()
-    except OSError as exc:
-        raise ImageError(f"cannot read the image: {exc}") from exc
-    except (AssertionError, ValueError) as exc:  # how Pillow says that the file is closed
-        raise ImageError(
-            f"cannot read the image: it is closed or unreadable ({str(exc) or type(exc).__name__}); an image opened "
-            "in a with block is closed at its end unless loaded: upscale it in the block, or call image.load() there"
-        ) from exc
-    return image
-
-
-def _image_array(image: object, method: str) -> np.ndarray:
-    """``image`` as the array ``method`` takes, or a ConfigError saying what it takes: bytes, file objects and
-    numbers met "expected an (H, W), (H, W, 1-4) image array, got shape ()"."""
-    takes = f"{method} takes an image (PIL or numpy array)"
-    if image is None:
-        raise ConfigError(f"{takes}, not None")
-    if isinstance(image, str | os.PathLike):
-        raise ConfigError(
-            f"{takes}, not the path {os.fspath(image)!r}: use upscale_file(source, target), or Image.open(path)"
-        )
-    if isinstance(image, bytes | bytearray) or hasattr(image, "read"):
-        raise ConfigError(
-            f"{takes}, not {type(image).__name__}: open encoded image data with PIL first "
-            "(Image.open(io.BytesIO(data)), Image.open(file)), or give upscale_file a path"
-        )
-    if isinstance(image, torch.Tensor):  # an HWC uint8 one passed, the usual CHW float one met the shape message
-        raise ConfigError(
-            f"{takes}, not a torch tensor: Upscaler.run takes a (C, H, W) float32 CPU tensor in 0..1 and returns "
-            "one in .image; or pass tensor.numpy() as an (H, W, C) array"
-        )
-    array = np.asarray(image)
-    if not isinstance(image, np.ndarray) and (array.ndim == 0 or array.dtype == object):
-        raise ConfigError(f"{takes}, not {type(image).__name__}")
-    return array
-
-
-_FLOATS_OUTSIDE = "the float samples lie outside 0..1"
-_WORDS_OUTSIDE = "the mode I samples lie outside 0..65535 (mode I is read as 16 bits, as image files are)"
-
-
-def _clipped_note(share: float, what: str) -> str | None:
-    """The notice for a ``share`` of samples clipped on reading (``what`` says which, and the range), or None."""
-    return f"{100 * share:.3g}% of {what}: they are clipped to it" if share else None
-
-
-def _pil_notes(mode: str, picture: Picture) -> tuple[str | None, ...]:
-    """What reading a PIL image of this mode clipped (floats of mode F outside 0..1, integers of mode I outside
-    16 bits), and a mode I image whose values all lie in 0..255: ``convert("I")`` of an 8-bit image, which
-    comes back nearly black (mode I is 16 bits, as in files; guessing the depth from the values would make a
-    dark 16-bit image bright)."""
-    if mode != "I":
-        return (_clipped_note(picture.clipped, _FLOATS_OUTSIDE),)
-    top = float(picture.color.max())
-    narrow = None
-    if 0 < top <= 255 / 65535:
-        narrow = (
-            "the mode I image's values all lie in 0..255, but mode I is read as 16 bits (0..65535), as image files "
-            "are: it comes back nearly black; if it holds 8-bit values, pass image.convert('L') instead"
-        )
-    return _clipped_note(picture.clipped, _WORDS_OUTSIDE), narrow
-
-
-def _picture_from_array(array: np.ndarray) -> Picture:
-    if array.ndim == 2:
-        array = array[..., None]
-    if array.ndim != 3 or array.shape[2] not in (1, 2, 3, 4):
-        raise ConfigError(f"expected an (H, W), (H, W, 1-4) image array, got shape {array.shape}")
-    if not array.dtype.isnative:  # big-endian uint16 (a FITS or raw file's) was "unsupported dtype >u2"
-        array = array.astype(array.dtype.newbyteorder("="))
-    clipped = 0.0
-    if array.dtype == np.uint8:
-        values, depth = array.astype(np.float32) / 255.0, 8
-    elif array.dtype == np.uint16:
-        values, depth = array.astype(np.float32) / 65535.0, 16
-    elif np.issubdtype(array.dtype, np.floating):
-        floats = array.astype(np.float32)
-        if not np.isfinite(floats).all():
-            raise ConfigError("the image array holds NaN or infinite values")
-        clipped = float(np.count_nonzero((floats < 0) | (floats > 1))) / max(1, floats.size)
-        values, depth = np.clip(floats, 0.0, 1.0), 16
-    else:
-        raise ConfigError(f"unsupported image array dtype {array.dtype}; use uint8, uint16 or float in [0, 1]")
-    channels = values.shape[2]
-    gray = channels in (1, 2)
-    color = np.repeat(values[..., :1], 3, axis=2) if gray else values[..., :3]
-    alpha = values[..., -1] if channels in (2, 4) else None
-    return Picture(color, alpha, gray, depth, None, None, "png", clipped)
-
-
-def _to_array(picture: Picture, like: np.ndarray) -> np.ndarray:
-    color = picture.color.mean(axis=2, keepdims=True) if picture.grayscale else picture.color
-    parts = [color] if picture.alpha is None else [color, picture.alpha[..., None]]
-    values = np.concatenate(parts, axis=2)
-    if like.ndim == 2:
-        values = values[..., 0]
-    native = like.dtype.newbyteorder("=")  # the input's byte order is kept, as its dtype is
-    if native == np.uint8:
-        return np.round(values * 255.0).astype(like.dtype)
-    if native == np.uint16:
-        return np.round(values * 65535.0).astype(like.dtype)
-    return values.astype(like.dtype)
-
-
-def _picture_from_pil(image: Image.Image) -> Picture:
-    """The picture a file with this image would give: upright, palette without transparency as RGB, CMYK
-    through its profile, ICC and EXIF carried."""
-    icc = image.info.get("icc_profile") or None
-    dpi = upright_dpi(image.info.get("dpi"), turned=image.getexif().get(ORIENTATION, 1) in (5, 6, 7, 8))
-    image = ImageOps.exif_transpose(image)  # also resets the orientation tag in .info["exif"]
-    mode = image.mode
-    exif = image.info.get("exif")
-    if mode == "P" or mode == "PA":
-        image = image.convert("RGBA" if mode == "PA" or "transparency" in image.info else "RGB")
-    elif mode == "CMYK":
-        image, icc = cmyk_to_rgb(image, icc), None
-    elif mode in ("1", "RGBa"):
-        image = image.convert({"1": "L", "RGBa": "RGBA"}[mode])
-    elif mode == "La":  # premultiplied gray + alpha, which Pillow cannot convert: divided out here
-        la = np.asarray(image).astype(np.float32)
-        gray = np.where(la[..., 1] > 0, la[..., 0] * 255 / np.maximum(la[..., 1], 1), 0)
-        image = Image.fromarray(np.dstack([np.clip(np.round(gray), 0, 255), la[..., 1]]).astype(np.uint8), "LA")
-    elif mode not in ("L", "LA", "RGB", "RGBA", "F", "I") and not mode.startswith("I;16"):
-        image = image.convert("RGB")  # YCbCr, LAB, HSV: colour without alpha
-    values = np.asarray(image)
-    clipped = 0.0
-    if mode == "I" or mode.startswith("I;16"):  # 16-bit gray, as the file reader takes it
-        clipped = float(np.count_nonzero((values < 0) | (values > 65535))) / max(1, values.size)
-        values = np.clip(values, 0, 65535).astype(np.uint16)
-    if mode not in ("P", "PA") and values.dtype.kind == "u":  # a PNG's tRNS colour key: alpha, as files get
-        values = with_colour_key(image, values[..., None] if values.ndim == 2 else values)
-    picture = _picture_from_array(values)
-    exif_bytes = exif if isinstance(exif, bytes) and exif else None
-    clipped = clipped or picture.clipped  # mode I's integers, or mode F's floats
-    icc_bytes = icc if isinstance(icc, bytes) else None
-    return replace(picture, icc_profile=icc_bytes, exif=exif_bytes, clipped=clipped, dpi=dpi)
-
-
-def _to_pil(picture: Picture, mode: str) -> Image.Image:
-    wide = mode == "I" or mode.startswith("I;16")
-    like = np.zeros((1, 1, 1), dtype=np.float32 if mode == "F" else np.uint16 if wide else np.uint8)
-    array = _to_array(picture, like)
-    image = Image.fromarray(array[..., 0] if array.shape[2] == 1 else array)
-    for key, value in (("icc_profile", picture.icc_profile), ("exif", picture.exif), ("dpi", picture.dpi)):
-        if value:
-            image.info[key] = value  # as Image.open gives them: ICC and EXIF are saved with it, dpi when passed
-    return image
