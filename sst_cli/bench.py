@@ -37,9 +37,18 @@ from .checks import check_choice
 from .choices import BENCH_PRECISIONS, COMPILE_MODES
 from .compiling import compile_network
 from .errors import ConfigError
-from .runtime import device_name, fp32_mode, is_out_of_memory, resolve_device, resolve_precision, synchronize
+from .runtime import (
+    device_name,
+    fp32_mode,
+    free_memory,
+    is_out_of_memory,
+    resolve_device,
+    resolve_precision,
+    synchronize,
+    total_ram,
+)
 from .tiling import TileSize, plan_tiles, tile_sides
-from .upscaler import Upscaler
+from .upscaler import RESULT_BYTES, Upscaler
 from .zoo import check_scale, create_model, get_variant
 
 PAPER_SIZE = (1280, 720)  # (width, height) of the restored output
@@ -282,18 +291,68 @@ def _make_model(name: str, scale: int, seed: int) -> SRNetwork:
     return create_model(name, scale).eval()
 
 
-def _networks(settings: BenchSettings) -> Iterator[tuple[str, int, SRNetwork]]:
-    """(label, scale, fp32 CPU network): the weights file's own network, else each zoo model x scale."""
+def _planned(settings: BenchSettings) -> list[tuple[str, int, SRNetwork]]:
+    """(label, scale, network) of each network to time: the weights file's own, loaded; zoo models built on the
+    meta device, which is enough to plan their memory (``_network`` builds each for real when its turn comes)."""
     if settings.weights is not None:
         from .loader import load_model
 
         wanted = settings.scales[0] if len(settings.scales) == 1 else None
         model = load_model(settings.weights, wanted, config=settings.config, variant=settings.variant)
-        yield Path(settings.weights.split("@", 1)[0]).stem, model.scale, model
+        return [(Path(settings.weights.split("@", 1)[0]).stem, model.scale, model)]
+    with torch.device("meta"):
+        return [(name, scale, create_model(name, scale)) for name in settings.models for scale in settings.scales]
+
+
+def _network(name: str, scale: int, planned: SRNetwork, seed: int) -> SRNetwork:
+    """The fp32 CPU network to time: a zoo model's random (seeded) weights, or the loaded file's."""
+    on_meta = any(p.is_meta for p in planned.parameters())
+    return _make_model(name, scale, seed) if on_meta else planned
+
+
+def check_memory(settings: BenchSettings, device: torch.device, planned: list[tuple[str, int, SRNetwork]]) -> None:
+    """Refuse, before any of it is allocated, a ``size`` whose whole-image pass or a ``tiled`` whose input and
+    result cannot fit: allocations that large made the machine swap, or the system kill the process, instead of
+    failing. The pass is the network's own estimate (as tiles are planned); a tiled result is counted as
+    ``sst upscale`` counts it (``RESULT_BYTES`` a pixel, against the memory this process may use)."""
+    for name, scale, network in planned:
+        for precision in settings.precisions:
+            dtype = resolve_precision(precision, device)
+            what = f"a whole-image pass of {name} x{scale} {precision}"
+            if settings.size is not None:
+                _check_pass(settings, network, scale, what, dtype, device)
+        if settings.tiled is not None:
+            lr_w, lr_h = lr_size(*settings.tiled, scale)
+            needed = 3 * 4 * lr_w * lr_h + RESULT_BYTES * lr_w * lr_h * scale * scale
+            _refuse_over("--tiled", settings.tiled, needed, total_ram(), f"the x{scale} result", "this process may use")
+
+
+def _check_pass(
+    settings: BenchSettings, network: SRNetwork, scale: int, what: str, dtype: torch.dtype, device: torch.device
+) -> None:
+    """One whole-image pass: its activations, input and output on ``device``; float32 copies kept on the host."""
+    assert settings.size is not None
+    size = settings.size
+    lr_w, lr_h = lr_size(*size, scale)
+    pixels = lr_w * lr_h * (1 + scale * scale)  # input and output
+    on_device = network.activation_bytes(lr_h, lr_w, dtype) + 3 * pixels * (torch.finfo(dtype).bits // 8)
+    outputs = 1 + settings.reference  # ours, and the reference path's to compare with
+    on_host = 3 * 4 * lr_w * lr_h * (1 + scale * scale * outputs)  # the float32 noise and outputs
+    if device.type == "cpu":
+        _refuse_over("--size", size, on_device + on_host, free_memory(device), what, "of free RAM")
         return
-    for name in settings.models:
-        for scale in settings.scales:
-            yield name, scale, _make_model(name, scale, settings.seed)
+    _refuse_over("--size", size, on_device, free_memory(device), what, f"free on {device_name(device)}")
+    _refuse_over("--size", size, on_host, free_memory(torch.device("cpu")), f"{what} (host copies)", "of free RAM")
+
+
+def _refuse_over(option: str, size: tuple[int, int], needed: int, limit: int, what: str, where: str) -> None:
+    """One sentence naming the option, what it needs and the limit it is over."""
+    if needed > limit:
+        raise ConfigError(
+            f"{option} {size[0]}x{size[1]}: {what} needs about {needed / 2**30:.1f} GiB, more than the "
+            f"{limit / 2**30:.1f} GiB {where}; give a smaller {option}"
+            + (" (--tiled WxH times large outputs in tiles)" if option == "--size" else "")
+        )
 
 
 @contextmanager
@@ -334,7 +393,10 @@ def run_bench(settings: BenchSettings, on_progress: Say | None = None) -> BenchR
         protocol=_protocol(settings, device),
         memory_kind=memory_kind(device),
     )
-    for name, scale, base in _networks(settings):
+    planned = _planned(settings)
+    check_memory(settings, device, planned)
+    for name, scale, shape in planned:
+        base = _network(name, scale, shape, settings.seed)
         outputs: dict[str, tuple[Measurement, torch.Tensor]] = {}
         for precision in settings.precisions:
             dtype = resolve_precision(precision, device)

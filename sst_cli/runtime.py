@@ -199,17 +199,27 @@ def _read_stat(name: str, key: str) -> int:
 def memory_budget(device: torch.device) -> int:
     """Bytes the activations of one tile may use: a safe fraction of free device memory or available RAM."""
     if device.type == "cuda":
+        return int(free_memory(device) * GPU_MEMORY_FRACTION)
+    if device.type == "mps":
+        limit = torch.mps.recommended_max_memory() - torch.mps.current_allocated_memory()
+        return int(min(limit * GPU_MEMORY_FRACTION, available_ram() * RAM_FRACTION))
+    return int(available_ram() * RAM_FRACTION)
+
+
+def free_memory(device: torch.device) -> int:
+    """Bytes new tensors on ``device`` may take at most, before it runs out (a GPU) or swaps (RAM)."""
+    if device.type == "cuda":
         # Memory PyTorch's caching allocator holds but no tensor uses is free to us, though not to the driver:
         # without it, a plan made after a warm-up (or after the previous image) saw a nearly full card and
         # cut a 3840x2160 x4 input into 64 px tiles on an 80 GB H100 (418 MiB used, 156 s).
         free, _ = torch.cuda.mem_get_info(device)
         cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-        return int((free + max(0, cached)) * GPU_MEMORY_FRACTION)
+        return int(free + max(0, cached))
     if device.type == "mps":
         # Unified memory: the device's recommended working set, less what PyTorch already holds, bounded by RAM.
         limit = torch.mps.recommended_max_memory() - torch.mps.current_allocated_memory()
-        return int(min(limit * GPU_MEMORY_FRACTION, available_ram() * RAM_FRACTION))
-    return int(available_ram() * RAM_FRACTION)
+        return int(max(0, min(limit, available_ram())))
+    return available_ram()
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

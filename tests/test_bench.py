@@ -107,6 +107,30 @@ def test_cpu_peak_reset_trims_the_heap_only_where_glibc_is(monkeypatch: pytest.M
         allocator._malloc_trim.cache_clear()
 
 
+def test_sizes_that_cannot_fit_are_refused_before_anything_is_allocated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--size / --tiled 200000x200000 relied on catching out-of-memory: under no ulimit the machine swapped or the
+    system killed sst; now refused up front, naming the option and the limit."""
+    import sst_cli.bench as bench
+
+    def built(*_args: object) -> None:
+        raise AssertionError("a network was built for timing")
+
+    monkeypatch.setattr(bench, "_make_model", built)
+    monkeypatch.setattr(bench, "free_memory", lambda device: 2 << 30)
+    monkeypatch.setattr(bench, "total_ram", lambda: 4 << 30)
+    whole = BenchSettings(**(TINY | {"size": (8000, 8000)}))
+    with pytest.raises(ConfigError, match=r"^--size 8000x8000: a whole-image pass of sst-light x4 fp32 needs about "
+                       r"[\d.]+ GiB, more than the 2.0 GiB of free RAM; give a smaller --size"):  # fmt: skip
+        run_bench(whole)
+    tiled = BenchSettings(**(TINY | {"size": None, "tiled": (200000, 200000)}))
+    with pytest.raises(ConfigError, match=r"^--tiled 200000x200000: the x4 result needs about 1220.0 GiB, more than "
+                       "the 4.0 GiB this process may use; give a smaller --tiled$"):  # fmt: skip
+        run_bench(tiled)
+    monkeypatch.setattr(bench, "free_memory", lambda device: 1 << 40)  # what fits is still timed
+    monkeypatch.setattr(bench, "_make_model", lambda name, scale, seed: create_model(name, scale).eval())
+    assert run_bench(BenchSettings(**(TINY | {"runs": 1, "warmup": 0}), precisions=("fp32",))).results
+
+
 def test_run_bench_measures_ours_and_the_reference() -> None:
     progress: list[str] = []
     settings = BenchSettings(**(TINY | {"runs": 1, "warmup": 0}), precisions=("fp32", "bf16"), reference=True)
