@@ -42,7 +42,7 @@ from .archs.sst import SST, SSTConfig
 from .checkpoint import read_metadata
 from .compiling import compile_network
 from .errors import ConfigError, OutputExists, WriteError
-from .files import atomic_save, clean_stale_temporaries, unwritable
+from .files import atomic_save, clean_stale_temporaries, removing_unused_folders, unwritable
 from .recipe import (
     BATCH_CPU,
     BATCH_CUDA,
@@ -423,9 +423,11 @@ def train(
 ) -> TrainResult:
     """Train (or, with ``resume``, continue) one network and save its EMA weights to ``config.out`` (``_train``),
     holding ``--out`` and ``--state`` for the whole run: a second run naming either is refused at once (two runs
-    writing one file both ended 'saved', and one of them was lost)."""
+    writing one file both ended 'saved', and one of them was lost). Folders made for them are removed again
+    when the run ends having written nothing there (refused, failed or interrupted before its first save)."""
     config.check()  # the two files differ, and other settings, before either is claimed
-    with _claimed([("--out", config.out), ("--state", config.state_file)]):
+    made = removing_unused_folders([config.out.parent, config.state_file.parent])
+    with made, _claimed([("--out", config.out), ("--state", config.state_file)]):
         return _train(config, on_progress=on_progress, on_message=on_message, on_start=on_start)
 
 

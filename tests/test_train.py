@@ -469,6 +469,29 @@ def test_folders_that_cannot_be_written_are_refused_first_and_a_lost_state_keeps
     assert config.out.is_file()
 
 
+def test_a_run_that_writes_nothing_leaves_no_folder_it_made(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--out deep/a/b/w.safetensors with an empty --data (a diverged loss, Ctrl-C while loading) left deep/a/b/."""
+    import sst_cli.train as training
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ConfigError, match="no images"):
+        train(_config(empty, tmp_path / "deep" / "a" / "b" / "w.safetensors"))
+    assert not (tmp_path / "deep").exists()
+    with pytest.raises(ConfigError, match="training diverged"):
+        train(_config(data, tmp_path / "nan" / "w.safetensors", lr=1e30, state=tmp_path / "st" / "w.state.pth"))
+    assert not (tmp_path / "nan").exists() and not (tmp_path / "st").exists()
+    monkeypatch.setattr(training, "load_images", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        train(_config(data, tmp_path / "c" / "w.safetensors"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
+    monkeypatch.undo()
+    train(_config(data, tmp_path / "made" / "w.safetensors", iters=1))  # a folder written into stays
+    assert sorted(p.name for p in (tmp_path / "made").iterdir()) == ["w.safetensors", "w.state.pth"]
+
+
 def test_a_checkpoint_that_cannot_be_written_does_not_end_the_run(
     data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
