@@ -1,13 +1,20 @@
 """What a weights file holds, as ``sst models info FILE`` says it: architecture, scale, parameters, purpose,
-which library runs it, and what the engine learnt from the model's descriptor."""
+which library runs it, what the engine learnt from the model's descriptor, and the record ``sst train`` keeps
+in the files it writes (how long, on what, from what). The record is read without torch (``models info NAME``
+shows it for bundled files and answers at once)."""
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import hub
-from .archs import describe
-from .loader import ConfigSource, load_model, weights_source
+
+if TYPE_CHECKING:
+    from .loader import ConfigSource
 
 
 def about_file(
@@ -16,6 +23,10 @@ def about_file(
     """Facts about the model in ``path`` (loaded on the CPU, into ``variant``'s architecture, or built from
     ``config``'s constructor keywords, when given). An ``hf://`` reference is downloaded into the Hugging Face
     cache first, unless it is there already."""
+    from .archs import describe
+    from .checkpoint import read_metadata
+    from .loader import load_model, weights_source
+
     source = weights_source(path)
     local = hub.download(hub.parse_hf_reference(source), rehash=True) if isinstance(source, str) else source
     model = load_model(local, variant=variant, config=config)
@@ -50,4 +61,80 @@ def about_file(
     }
     if d.seam_note:
         facts["seams"] = d.seam_note
-    return facts
+    metadata = read_metadata(local)
+    if metadata.get("variant") not in (None, "", "custom"):
+        facts["variant"] = metadata["variant"]
+    return facts | training_record(metadata)
+
+
+def header_record(path: str | os.PathLike[str]) -> dict[str, str]:
+    """``training_record`` of a safetensors file, from its header alone (no torch); empty for other files."""
+    if Path(path).suffix.lower() != ".safetensors":
+        return {}
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(os.fspath(path), framework="numpy") as f:
+            return training_record(f.metadata() or {})
+    except (SafetensorError, OSError):
+        return {}
+
+
+def training_record(metadata: Mapping[str, str]) -> dict[str, str]:
+    """The training record ``sst train`` writes into a weights file's metadata, a few short lines: who trained
+    it and for how long, on what data, from what weights, with which settings, and the file's own ``source``
+    line (bundled weights say there what they are). Empty for files without one."""
+    record: dict[str, str] = {}
+    if metadata.get("trained_by"):
+        record["trained"] = _trained(metadata)
+        if metadata.get("data"):
+            record["data"] = _data(metadata)
+        if metadata.get("init"):
+            record["init"] = metadata["init"]
+        recipe = _recipe(metadata)
+        if recipe:
+            record["recipe"] = recipe
+    if metadata.get("source"):
+        record["source"] = metadata["source"]
+    return record
+
+
+def _trained(metadata: Mapping[str, str]) -> str:
+    """``by sst-cli 0.1.0: 300 of 400 planned iterations, 62 min on cpu``."""
+    by = " ".join(filter(None, (metadata["trained_by"], metadata.get("sst_cli_version"))))
+    done, planned = metadata.get("iterations"), metadata.get("planned_iterations")
+    parts = []
+    if done:
+        parts.append(f"{done} of {planned} planned iterations" if planned and planned != done else f"{done} iterations")
+    seconds = metadata.get("seconds", "")
+    if seconds.isdigit():
+        parts.append(_duration(int(seconds)) + (f" on {metadata['device']}" if metadata.get("device") else ""))
+    return f"by {by}" + (": " + ", ".join(parts) if parts else "")
+
+
+def _duration(seconds: int) -> str:
+    if seconds < 60:
+        return f"{seconds} s"
+    return f"{seconds / 60:.0f} min" if seconds < 10 * 3600 else f"{seconds / 3600:.1f} h"
+
+
+def _data(metadata: Mapping[str, str]) -> str:
+    """The data named, and how many of its images were large enough to train on."""
+    images = metadata.get("images")
+    return metadata["data"] + (f"; {images} images used" if images else "")
+
+
+def _recipe(metadata: Mapping[str, str]) -> str:
+    """Batch, patch, lr, warm-up, EMA, seed and precision, from ``training_settings`` (or the flat keys)."""
+    try:
+        settings = json.loads(metadata.get("training_settings", "{}"))
+    except ValueError:
+        settings = {}
+    if not isinstance(settings, dict):
+        settings = {}
+    value = {key: settings.get(key, metadata.get(key)) for key in ("batch", "patch", "lr", "warmup", "ema_decay")}
+    labels = {"batch": "batch", "patch": "LR patch", "lr": "lr", "warmup": "warm-up", "ema_decay": "EMA"}
+    parts = [f"{labels[key]} {v}" for key, v in value.items() if v not in (None, "")]
+    parts += [f"seed {settings['seed']}"] if "seed" in settings else []
+    parts += [str(settings["precision"])] if settings.get("precision") else []
+    return ", ".join(parts)

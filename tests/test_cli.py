@@ -56,6 +56,27 @@ def test_models_info_of_our_weights(offline_cache: Path, x3_untrained: Path) -> 
     assert "sst-light-291_x4.safetensors (bundled)" in result.output
     digest = hashlib.sha256((Path(__file__).parents[1] / "weights" / "sst-light-291_x4.safetensors").read_bytes())
     assert digest.hexdigest() in result.output  # the bundled file's own digest, as the manifest checks it
+    # sst train's record in the bundled files (it was in their metadata, and shown nowhere)
+    assert "      trained by sst-cli 0.1.0: 600 iterations, 96 min on CPU (2 cores of an Intel Xeon)" in result.output
+    assert "      data    train291 (T91 + BSD200, 291 images); 284 images used" in result.output
+    assert "      init    sst-light-291_x4.safetensors" in result.output
+    assert "      source  sst-cli CPU demo weights: the sst-light architecture trained by sst-cli" in result.output
+
+
+def test_a_training_record_in_a_few_lines() -> None:
+    from sst_cli.about import training_record
+
+    record = training_record(
+        {"trained_by": "sst-cli", "sst_cli_version": "0.2.0", "iterations": "300", "planned_iterations": "400",
+         "seconds": "45000", "device": "NVIDIA H100", "data": "photos", "images": "12", "init": "", "batch": "16",
+         "patch": "64", "lr": "0.0005", "sst_config": "{}"}
+    )  # fmt: skip
+    assert record == {
+        "trained": "by sst-cli 0.2.0: 300 of 400 planned iterations, 12.5 h on NVIDIA H100",
+        "data": "photos; 12 images used",
+        "recipe": "batch 16, LR patch 64, lr 0.0005",
+    }
+    assert training_record({"sst_config": "{}"}) == {} and training_record({"source": "theirs"}) == {"source": "theirs"}
 
 
 def test_models_info(offline_cache: Path) -> None:
@@ -84,6 +105,21 @@ def test_models_info_of_a_file_takes_model_and_refuses_scale(tmp_path: Path) -> 
     assert "name the architecture with --model (it fits sst-light or sst-light+)" in " ".join(needs.output.split())
     named = runner.invoke(app, ["models", "info", str(bare), "--model", "sst-light"], env={"COLUMNS": "200"})
     assert named.exit_code == 0 and "architecture       SST" in named.output and "x4" in named.output
+    assert "trained" not in named.output  # the bare .pth has no record
+    bundled = runner.invoke(
+        app,
+        ["models", "info", str(Path(__file__).parents[1] / "weights" / "sst-light-291_x4.safetensors")],
+        env={"COLUMNS": "300"},
+    )
+    for line in (
+        "variant            sst-light-291",
+        "trained            by sst-cli 0.1.0: 400 iterations, 62 min on CPU (2 cores of an Intel Xeon)",
+        "data               train291 (T91 + BSD200, 291 images); 219 images used",
+        "init               init-x4.safetensors",
+        "recipe             batch 4, LR patch 64, lr 0.00025, warm-up 16, EMA 0.999, seed 1, fp32",
+        "source             sst-cli CPU demo weights:",
+    ):
+        assert "  " + line in bundled.output, bundled.output
     scaled = runner.invoke(app, ["models", "info", str(bare), "--scale", "2"])
     assert scaled.exit_code == 2 and "--scale applies to zoo names" in scaled.output
     missing = runner.invoke(app, ["models", "info", str(tmp_path / "nope.pth")])

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from .. import hub
+from ..about import header_record
 from ..errors import ConfigError
 from ..hub.discover import CHECKPOINT_SUFFIXES as SUFFIXES
 from ..zoo import VARIANTS, get_variant
@@ -123,6 +124,7 @@ def _describe(v_name: str, scale: int, hub_repo: str | None) -> list[str]:
         elif not _intact(location):
             lines.append("        the file no longer has this sha256 (changed or damaged): run "
                          f"`sst models pull {v_name} --scale {scale}{again}` to download it again")  # fmt: skip
+        lines += [f"{key:<7} {value}" for key, value in header_record(location.path).items()]  # sst train's record
     else:
         lines.append(f"path    not downloaded: `sst models pull {v_name} --scale {scale}{again}`")
         lines.append(f"sha256  {location.sha256 or 'recorded on download'}")
