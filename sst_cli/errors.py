@@ -61,6 +61,10 @@ class NonFiniteOutput(SstError, ArithmeticError):
     """The network produced NaN or Inf (usually reduced precision overflowing)."""
 
 
+class TrainingDiverged(SstError, ArithmeticError):
+    """A training loss became NaN or infinite: the run failed (exit 1), which no option was wrong to ask for."""
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM / SIGHUP, turned into an interrupt so that the work stops the way Ctrl-C stops it."""
 

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from .archs.sst import SST, SSTConfig
 from .checkpoint import read_metadata
 from .compiling import compile_network
-from .errors import ConfigError, OutputExists, WriteError
+from .errors import ConfigError, OutputExists, Terminated, TrainingDiverged, WriteError
 from .files import atomic_save, clean_stale_temporaries, removing_unused_folders, unwritable
 from .recipe import (
     BATCH_CPU,
@@ -111,11 +111,13 @@ class TrainResult:
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM: the state was saved first; still a KeyboardInterrupt, carrying the result."""
+    """Ctrl-C, SIGTERM or SIGHUP: the state was saved first; still a KeyboardInterrupt, carrying the result and,
+    as ``errors.Terminated`` does, the exit code a shell reports for that signal (130, 143, 129)."""
 
-    def __init__(self, result: TrainResult) -> None:
+    def __init__(self, result: TrainResult, signum: int = signal.SIGINT) -> None:
         super().__init__("interrupted")
-        self.result = result
+        self.result, self.signum = result, signum
+        self.exit_code = 128 + signum
 
 
 # --------------------------------------------------------------------------------------------- schedule
@@ -158,25 +160,25 @@ def _check_finite(losses: list[float], iteration: int, lr: float, state_file: Pa
     bad = next((v for v in losses if not math.isfinite(v)), None)
     if bad is not None:
         kept = f"the last checkpoint, {state_file}, is kept" if state_file.is_file() else "nothing was saved"
-        raise ConfigError(
+        raise TrainingDiverged(
             f"training diverged by iteration {iteration}: the loss became {bad} (learning rate {lr:g} too high, or "
             f"bf16 overflowing?); {kept}"
         )
 
 
 @contextlib.contextmanager
-def _stop_requests() -> Iterator[list[bool]]:
+def _stop_requests() -> Iterator[list[int]]:
     """Ctrl-C / SIGTERM / SIGHUP (a closed terminal or SSH session) ask the loop to stop after the current step,
-    which saves the state (a second signal stops at once)."""
-    flag = [False]
+    which saves the state (a second signal stops at once); the list holds the signal's number, 0 until one came."""
+    flag = [0]
     if threading.current_thread() is not threading.main_thread():
         yield flag
         return
 
     def request(signum: int, frame: object) -> None:
         if flag[0]:
-            raise KeyboardInterrupt
-        flag[0] = True
+            raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
+        flag[0] = signum
 
     signals = [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)]
     previous = {sig: signal.signal(sig, request) for sig in signals}
@@ -553,7 +555,7 @@ def _train(
         init=run.init,
     )
     if stopped_by == "interrupted":
-        raise TrainingInterrupted(result)
+        raise TrainingInterrupted(result, stop[0])
     try:
         run.save_weights(len(images))
     except WriteError as exc:

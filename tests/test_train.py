@@ -21,7 +21,7 @@ from sst_cli.archs.sst import SST, SSTConfig
 from sst_cli.archs.sst.layers import TransformerLayer
 from sst_cli.checkpoint import read_metadata, read_weights
 from sst_cli.cli import app
-from sst_cli.errors import CheckpointError, ConfigError, OutputExists
+from sst_cli.errors import CheckpointError, ConfigError, OutputExists, TrainingDiverged
 from sst_cli.train import (
     LR_GAMMA,
     MILESTONES,
@@ -115,13 +115,17 @@ def test_interrupted_then_resumed_equals_one_straight_run(data: Path, tmp_path: 
 
 
 def test_a_diverging_run_stops_before_saving_anything(data: Path, tmp_path: Path) -> None:
-    """--lr 5 in bf16 ended 'training L1 nan' with NaN weights saved and exit 0."""
+    """--lr 5 in bf16 ended 'training L1 nan' with NaN weights saved and exit 0; then it was a usage error (exit 2)
+    though no option was invalid: now a failed run, exit 1."""
     config = _config(data, tmp_path / "nan.safetensors", lr=1e30, checkpoint_iters=2)
-    with pytest.raises(ConfigError, match=r"training diverged by iteration \d+: the loss became -?(nan|inf) "):
+    with pytest.raises(TrainingDiverged, match=r"training diverged by iteration \d+: the loss became -?(nan|inf) "):
         train(config)
-    assert not config.out.exists()
+    assert not config.out.exists() and not isinstance(TrainingDiverged("x"), ConfigError)
     state = torch.load(state_path(config.out), weights_only=True) if state_path(config.out).exists() else None
     assert state is None or all(torch.isfinite(v).all() for v in state["params"].values())
+    failed = runner.invoke(app, ["train", "--data", str(data), "--iters", "2", "--out", str(tmp_path / "n.pth"),
+                                 "--patch", "8", "--batch", "1", "--lr", "1e30", "--device", "cpu"])  # fmt: skip
+    assert failed.exit_code == 1 and "error: training diverged" in failed.output
 
 
 def test_running_out_of_memory_is_one_sentence(data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -164,6 +168,33 @@ def test_a_hang_up_saves_the_state_as_ctrl_c_does(data: Path, tmp_path: Path) ->
     with pytest.raises(TrainingInterrupted) as stop:
         train(config, on_progress=hang_up_at_2)
     assert stop.value.result.iteration == 2 and state_path(config.out).is_file()
+    assert stop.value.exit_code == 129  # as a shell reports SIGHUP, and as upscale exits
+
+
+def test_exit_codes_say_which_signal_stopped_the_run_and_whether_the_state_was_saved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM exited 130 (upscale: 143), and Ctrl-C while loading said 'state saved' in the help though none was."""
+    import sst_cli.train as engine
+
+    result = engine.TrainResult(None, tmp_path / "s.state.pth", 3, 6, 1.0, [], False, "interrupted", 4)
+    stops: list[BaseException] = [engine.TrainingInterrupted(result, signal.SIGTERM), KeyboardInterrupt()]
+
+    def stopped(*_args: object, **_kwargs: object) -> None:
+        raise stops.pop(0)
+
+    monkeypatch.setattr(engine, "train", stopped)
+    data = _write_images(tmp_path / "d", count=1)
+    args = ["train", "--data", str(data), "--iters", "6", "--out", str(tmp_path / "s.safetensors")]
+    term = runner.invoke(app, args)
+    assert term.exit_code == 143 and "error: stopped by signal 15 at iteration 3 of 6; training state saved" in (
+        " ".join(term.output.split())
+    )
+    early = runner.invoke(app, args)
+    assert early.exit_code == 130 and "error: interrupted before training began: nothing was written" in early.output
+    helped = " ".join(runner.invoke(app, ["train", "--help"], env={"COLUMNS": "200"}).output.split())
+    assert "1 a file could not be read or written" in helped and "143 by SIGTERM" in helped
+    assert "130 interrupted (state saved)" not in helped
 
 
 def test_existing_run_needs_resume_or_overwrite_and_resume_needs_the_same_network(data: Path, tmp_path: Path) -> None:
@@ -480,7 +511,7 @@ def test_a_run_that_writes_nothing_leaves_no_folder_it_made(
     with pytest.raises(ConfigError, match="no images"):
         train(_config(empty, tmp_path / "deep" / "a" / "b" / "w.safetensors"))
     assert not (tmp_path / "deep").exists()
-    with pytest.raises(ConfigError, match="training diverged"):
+    with pytest.raises(TrainingDiverged, match="training diverged"):
         train(_config(data, tmp_path / "nan" / "w.safetensors", lr=1e30, state=tmp_path / "st" / "w.state.pth"))
     assert not (tmp_path / "nan").exists() and not (tmp_path / "st").exists()
     monkeypatch.setattr(training, "load_images", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt))

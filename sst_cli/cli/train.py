@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from ..recipe import EMA_DECAY, MILESTONES, PATCH
 from ._options import DeviceOption, path_text, refuse_stdio
-from .output import console, err_console, fail, handle_errors, note
+from .output import as_markup, console, err_console, fail, handle_errors, note
 
 if TYPE_CHECKING:
     from ..train import TrainProgress, TrainResult
@@ -33,6 +33,7 @@ class TrainReporter:
         self.task: TaskID | None = None
         self.last_log = float("-inf")
         self.seen, self.loss_sum, self.loss_count = 0, 0.0, 0  # training L1 since the last log line
+        self.started = False  # the data is loaded and the network ready: from here on, stopping saves the state
 
     @contextmanager
     def running(self, total: int) -> Iterator[None]:
@@ -56,6 +57,7 @@ class TrainReporter:
 
     def start(self, plan: dict[str, Any]) -> None:
         """The resolved settings, once the data is loaded: what is about to run."""
+        self.started = True
         if self.quiet:
             return
         iters, scale, patch = plan["iters"], plan["scale"], plan["patch"]
@@ -118,6 +120,11 @@ def _summary(result: TrainResult, half: bool) -> None:
         )
     console.print(f"EMA weights ({kind}): {result.out}", markup=False, soft_wrap=True)
     console.print(f"training state: {result.state}", markup=False, soft_wrap=True)
+
+
+def _stopped_by(code: int) -> str:
+    """How a signal's exit code reads: Ctrl-C's 130 is an interrupt, others name their signal."""
+    return "interrupted" if code == 130 else f"stopped by signal {code - 128}"
 
 
 @handle_errors
@@ -239,7 +246,10 @@ def train(
     sets (Set5, Set14, B100, Urban100, Manga109) are refused as training data. The state is saved every
     --checkpoint-every seconds (or --checkpoint-iters steps), at the end and on Ctrl-C, so the same
     command plus --resume STATE continues across sessions exactly where it stopped.
-    Exit status: 0 done (or stopped by --time-limit), 2 invalid options, 130 interrupted (state saved).
+    Exit status: 0 done (or stopped by --time-limit); 1 a file could not be read or written (an image in
+    --data, --init, --resume, a folder) or would be replaced (an existing --out: add --resume or --overwrite),
+    or the loss diverged; 2 invalid options (or --batch / --patch too large for the memory); 130 interrupted
+    by Ctrl-C, 143 by SIGTERM, 129 by SIGHUP (the state is saved once training has begun).
     """
     from ..checks import check_device_name
     from ..errors import ConfigError
@@ -301,10 +311,18 @@ def train(
                 settings, on_progress=reporter.update, on_message=reporter.note, on_start=reporter.start
             )
         except TrainingInterrupted as stop:
-            r = stop.result
+            r, saved = stop.result, as_markup(str(stop.result.state))
             raise fail(
-                f"interrupted at iteration {r.iteration} of {r.iters}; training state saved to {r.state}: "
-                f"rerun the same command with --resume {r.state} to continue",
-                130,
+                f"{_stopped_by(stop.exit_code)} at iteration {r.iteration} of {r.iters}; training state saved to "
+                f"{saved}: rerun the same command with --resume {saved} to continue",
+                stop.exit_code,
             ) from None
+        except KeyboardInterrupt as exc:  # before the loop began, or a second signal: nothing saved by this one
+            code = getattr(exc, "exit_code", 130)
+            said = (
+                "while training, before the state could be saved: the last checkpoint, if any, is kept"
+                if reporter.started
+                else "before training began: nothing was written"
+            )
+            raise fail(f"{_stopped_by(code)} {said}", code) from None
     _summary(result, half)
