@@ -40,6 +40,8 @@ EXTENSIONS: dict[str, str] = {"png": "png", "jpeg": "jpg", "webp": "webp", "tiff
 _IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".jfif", ".jpe", ".webp", ".tif", ".tiff", ".bmp", ".gif"})
 _PIL_FORMATS = {"PNG": "png", "JPEG": "jpeg", "MPO": "jpeg", "WEBP": "webp", "TIFF": "tiff", "BMP": "bmp", "GIF": "gif"}
 _OPEN_FORMATS = ["PNG", "JPEG", "WEBP", "TIFF", "BMP", "GIF"]  # MPO (multi-picture JPEG) comes via JPEG
+#: The formats ``read_image`` takes, as messages name them (png, jpeg, webp, tiff, bmp, gif).
+READABLE_FORMATS: tuple[str, ...] = tuple(_PIL_FORMATS[name] for name in _OPEN_FORMATS)
 _WRITE_FORMATS = ("png", "jpeg", "webp", "tiff")
 _ALIASES = {"jpg": "jpeg", "jfif": "jpeg", "jpe": "jpeg", "tif": "tiff"}
 _CODECS = ("zip", "raw", "libtiff", "packbits", "tiff_lzw")  # PNG/TIFF decoders whose raw mode we swap

@@ -479,7 +479,7 @@ def _train(
     settings = planned_settings(config)
     device = torch.device(settings["device"])
     state_file = config.state_file
-    files = find_images(config.data)
+    files = find_images(config.data, say)
     settings["data_files"] = fingerprint(files)
     saved = _prepare(config, settings, say)
     if settings["warmup"] >= config.iters:

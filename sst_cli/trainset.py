@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from .errors import ConfigError
-from .image_io import is_image_file, read_image
+from .image_io import READABLE_FORMATS, is_image_file, read_image
+from .inputs import UNSUPPORTED_SUFFIXES, Skips, is_hidden
 from .resize import imresize
 
 # Compared with each folder name, lower-case, without - _ and spaces.
@@ -43,8 +44,9 @@ def fingerprint(files: Sequence[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
-def find_images(folders: Sequence[str | os.PathLike[str]]) -> list[Path]:
-    """Every image file under each folder (recursive, sorted); refuses test sets and empty folders."""
+def find_images(folders: Sequence[str | os.PathLike[str]], on_message: Message | None = None) -> list[Path]:
+    """Every image file under each folder (recursive, sorted); refuses test sets and empty folders. Files that
+    look like images but cannot be read (HEIC, links to nothing) are left out and said (``on_message``)."""
     found: list[Path] = []
     for folder in map(Path, folders):
         named = benchmark_in_path(folder) or benchmark_in_path(folder.resolve())
@@ -52,7 +54,8 @@ def find_images(folders: Sequence[str | os.PathLike[str]]) -> list[Path]:
             raise ConfigError(f"--data {folder}: '{named}' is a benchmark test set, and test sets are never trained on")
         if not folder.is_dir():
             raise ConfigError(f"--data {folder} is not a folder")
-        files = _walk(folder)
+        files, skipped = _walk(folder)
+        said = f"skipped {_skipped_text(skipped)}" if skipped else ""
         inside = sorted({n for p in files if (n := benchmark_in_path(p.relative_to(folder).parent))})
         if inside:
             raise ConfigError(
@@ -63,7 +66,11 @@ def find_images(folders: Sequence[str | os.PathLike[str]]) -> list[Path]:
         if linked:
             raise ConfigError(f"--data {folder}: {linked[0]} is a link into the benchmark test set '{linked[1]}'")
         if not files:
-            raise ConfigError(f"--data {folder}: no images (png, jpg, webp, tif, bmp) found in it or below it")
+            formats = ", ".join(READABLE_FORMATS)
+            raise ConfigError(f"--data {folder}: no images sst-cli reads ({formats}) in it or below it"
+                              + (f"; {said}" if said else ""))  # fmt: skip
+        if said and on_message is not None:
+            on_message(f"--data {folder}: {said}")
         found += files
     unique: dict[Path, Path] = {}  # a folder given twice, or linked twice, counts once
     for path in found:
@@ -71,9 +78,12 @@ def find_images(folders: Sequence[str | os.PathLike[str]]) -> list[Path]:
     return list(unique.values())
 
 
-def _walk(folder: Path) -> list[Path]:
-    """Image files under ``folder``, sorted, following linked folders (each real folder once: no loops)."""
+def _walk(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """Image files under ``folder``, sorted, following linked folders (each real folder once: no loops), and the
+    image-like files left out with why (formats sst-cli cannot read, links to nothing). Hidden files and folders
+    are left out silently, as upscale's folder walks leave them (macOS's ._photo.png, .git/)."""
     files: list[Path] = []
+    skipped: list[tuple[Path, str]] = []
     seen: set[str] = set()
     for root, dirs, names in os.walk(folder, followlinks=True):
         real = os.path.realpath(root)
@@ -81,14 +91,40 @@ def _walk(folder: Path) -> list[Path]:
             dirs[:] = []
             continue
         seen.add(real)
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        files += [p for n in names if is_image_file(p := Path(root, n)) and p.is_file() and not _hidden(p, folder)]
-    return sorted(files)
+        dirs[:] = [d for d in dirs if not is_hidden(d)]
+        for path in (Path(root, n) for n in names if not is_hidden(n) and _image_like(n)):
+            why = _unreadable(path)
+            if why is None:
+                files.append(path)
+            else:
+                skipped.append((path, why))
+    return sorted(files), sorted(skipped)
 
 
-def _hidden(path: Path, folder: Path) -> bool:
-    """Left out of the walk, as upscale's folder walks leave them (macOS's ._photo.png, .git/)."""
-    return any(part.startswith(".") for part in path.relative_to(folder).parts)
+def _image_like(name: str) -> bool:
+    """An image sst-cli reads, or of a kind it does not (HEIC, ...): those are skipped aloud, as upscale does."""
+    return is_image_file(name) or os.path.splitext(name)[1].lower() in UNSUPPORTED_SUFFIXES
+
+
+def _unreadable(path: Path) -> str | None:
+    """Why an image-like file cannot be trained on, or None."""
+    if not is_image_file(path):
+        return Skips().reason(path)
+    if not path.is_file():
+        return "a link to nothing" if path.is_symlink() else "not a file"
+    return None
+
+
+def _skipped_text(skipped: Sequence[tuple[Path, str]]) -> str:
+    """``3 file(s): HEIC is not a format ...: a.heic, b.heic; a link to nothing: c.png``: a few names per reason."""
+    reasons: dict[str, list[str]] = {}
+    for path, why in skipped:
+        reasons.setdefault(why, []).append(path.name)
+    parts = []
+    for why, names in reasons.items():
+        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+        parts.append(f"{why}: {', '.join(names[:3])}{more}")
+    return f"{len(skipped)} file(s): " + "; ".join(parts)
 
 
 def load_images(files: Sequence[Path], min_side: int, on_message: Message | None = None) -> list[np.ndarray]:

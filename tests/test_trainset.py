@@ -94,3 +94,23 @@ def test_cuda_crops_equal_cpu_crops() -> None:
     lr_c, hr_c = cpu.sample(32)
     lr_g, hr_g = gpu.sample(32)
     assert torch.equal(hr_c, hr_g.cpu()) and torch.equal(lr_c, lr_g.cpu())
+
+
+def test_files_left_out_of_the_data_are_said(tmp_path: Path) -> None:
+    """HEIC files and links to nothing were dropped without a word; a folder of HEIC only said 'no images (png,
+    jpg, webp, tif, bmp)', leaving out GIF, which is read."""
+    for name in ("a.png", "b.HEIC", "c.heic", "d.HEIC", "e.heic", "f.heif", "notes.txt"):
+        (tmp_path / "data" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "data" / name).write_bytes(b"")
+    (tmp_path / "data" / "gone.png").symlink_to(tmp_path / "nowhere.png")
+    said: list[str] = []
+    assert find_images([tmp_path / "data"], said.append) == [tmp_path / "data" / "a.png"]
+    assert said == [
+        f"--data {tmp_path / 'data'}: skipped 6 file(s): HEIC is not a format sst-cli reads (convert it to PNG "
+        "first): b.HEIC, c.heic, d.HEIC and 1 more; HEIF is not a format sst-cli reads (convert it to PNG first): "
+        "f.heif; a link to nothing: gone.png"
+    ]
+    (tmp_path / "data" / "a.png").unlink()
+    with pytest.raises(ConfigError, match=r"no images sst-cli reads \(png, jpeg, webp, tiff, bmp, gif\) in it or "
+                       r"below it; skipped 6 file\(s\): HEIC is not"):  # fmt: skip
+        find_images([tmp_path / "data"])
