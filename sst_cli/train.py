@@ -56,7 +56,7 @@ from .recipe import (
 )
 from .runtime import is_out_of_memory, package_version, resolve_device
 from .trainconfig import TrainConfig, state_path
-from .trainset import Message, PatchSampler, find_images, fingerprint, load_images
+from .trainset import Message, PatchSampler, decode_images, find_images, fingerprint, large_enough
 from .trainstate import (
     InitReport,
     capture_rng,
@@ -226,38 +226,47 @@ def _adamw(model: torch.nn.Module, lr: float) -> torch.optim.AdamW:
         return torch.optim.AdamW(model.parameters(), lr=lr, betas=BETAS, weight_decay=WEIGHT_DECAY)
 
 
+def _network(
+    config: TrainConfig, arch: SSTConfig, device: torch.device, saved: dict[str, Any] | None, say: Message
+) -> tuple[SST, InitReport | None]:
+    """The seeded network, with the saved run's weights or ``--init``'s; built before any image is decoded, so
+    that a bad ``--init`` is refused at once (it was found only after all the data was read)."""
+    torch.manual_seed(config.seed)
+    random.seed(config.seed)
+    np.random.seed(config.seed)
+    model = SST(**arch.to_kwargs()).to(device)
+    if saved is not None:
+        model.load_state_dict(saved["params"])
+        return model, None
+    if config.init is None:
+        return model, None
+    init = init_from(model, config.init)
+    say(init.summary())
+    return model, init
+
+
 class _TrainingRun:
     """The live objects of one run (network, EMA, optimizer, sampler) and their state file."""
 
     def __init__(
         self,
         config: TrainConfig,
-        arch: SSTConfig,
         settings: dict[str, Any],
         device: torch.device,
+        network: tuple[SST, InitReport | None],
         images: list[np.ndarray],
         saved: dict[str, Any] | None,
-        say: Message,
     ) -> None:
         self.config, self.settings, self.device = config, settings, device
         self.batch, self.warmup, self.base_lr = settings["batch"], settings["warmup"], settings["lr"]
         self.iters = settings["iters"]
         self.state_file = config.state_file
-        torch.manual_seed(config.seed)
-        random.seed(config.seed)
-        np.random.seed(config.seed)
-        self.model = SST(**arch.to_kwargs()).to(device)
-        self.init: InitReport | None = None
-        if saved is not None:
-            self.model.load_state_dict(saved["params"])
-        elif config.init is not None:
-            self.init = init_from(self.model, config.init)
-            say(self.init.summary())
+        self.model, self.init = network
         self.live = list(self.model.state_dict().values())  # views of the parameters, updated in place
         source = saved["params_ema"] if saved is not None else self.model.state_dict()
         self.ema = {k: v.detach().to(device=device, dtype=torch.float32, copy=True) for k, v in source.items()}
         self.optimizer = _adamw(self.model, self.base_lr)
-        self.sampler = PatchSampler(images, config.patch, arch.scale, config.seed, device)
+        self.sampler = PatchSampler(images, config.patch, settings["scale"], config.seed, device)
         self.iteration, self.elapsed_before = 0, 0.0
         if saved is not None:
             self.optimizer.load_state_dict(saved["optimizer"])
@@ -486,8 +495,10 @@ def _train(
         say(f"--warmup {settings['warmup']} is not shorter than --iters {config.iters}: the peak lr is never reached")
     for folder in dict.fromkeys((config.out.parent, state_file.parent)):
         clean_stale_temporaries(folder, say)  # what a killed run left half-written there
-    images = load_images(files, config.patch * settings["scale"], say)
-    run = _TrainingRun(config, SSTConfig.from_kwargs(settings["sst_config"]), settings, device, images, saved, say)
+    usable = large_enough(files, config.patch * settings["scale"], say)  # headers only
+    network = _network(config, SSTConfig.from_kwargs(settings["sst_config"]), device, saved, say)
+    images = decode_images(usable)
+    run = _TrainingRun(config, settings, device, network, images, saved)
     if on_start is not None:
         on_start({**settings, "images": len(images), "iteration": run.iteration, "state": str(state_file)})
     first, every = run.iteration, settings["report_every"]

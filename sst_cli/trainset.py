@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from .errors import ConfigError
-from .image_io import READABLE_FORMATS, is_image_file, read_image
+from .image_io import READABLE_FORMATS, is_image_file, probe_image, read_image
 from .inputs import UNSUPPORTED_SUFFIXES, Skips, is_hidden
 from .resize import imresize
 
@@ -127,24 +127,38 @@ def _skipped_text(skipped: Sequence[tuple[Path, str]]) -> str:
     return f"{len(skipped)} file(s): " + "; ".join(parts)
 
 
-def load_images(files: Sequence[Path], min_side: int, on_message: Message | None = None) -> list[np.ndarray]:
-    """Decode each file once to (H, W, 3) uint8; images smaller than ``min_side`` are skipped, and said so."""
-    images: list[np.ndarray] = []
+def large_enough(files: Sequence[Path], min_side: int, on_message: Message | None = None) -> list[Path]:
+    """The files whose pictures are at least ``min_side`` on each side, known from their headers alone: smaller
+    ones are skipped and said, and a ``--patch`` larger than every picture is refused before any is decoded."""
+    kept: list[Path] = []
     small: list[str] = []
     for path in files:
-        picture = read_image(path)
-        if min(picture.color.shape[:2]) < min_side:
+        info = probe_image(path)
+        if min(info.width, info.height) < min_side:
             small.append(path.name)
-            continue
-        images.append(np.round(picture.color * 255.0).astype(np.uint8))
+        else:
+            kept.append(path)
     if small and on_message is not None:
         more = f" and {len(small) - 5} more" if len(small) > 5 else ""
         names = ", ".join(small[:5]) + more
         on_message(f"skipped {len(small)} image(s) smaller than the {min_side}x{min_side} HR patch: {names}")
-    if not images:
+    if not kept:
         folders = ", ".join(sorted({str(p.parent) for p in files}))
-        raise ConfigError(f"no training image is at least {min_side}x{min_side} pixels (the HR patch) in {folders}")
-    return images
+        raise ConfigError(
+            f"no training image is at least {min_side}x{min_side} pixels (the HR patch, --patch x scale) in "
+            f"{folders}: give a smaller --patch"
+        )
+    return kept
+
+
+def decode_images(files: Sequence[Path]) -> list[np.ndarray]:
+    """Decode each file once to (H, W, 3) uint8."""
+    return [np.round(read_image(path).color * 255.0).astype(np.uint8) for path in files]
+
+
+def load_images(files: Sequence[Path], min_side: int, on_message: Message | None = None) -> list[np.ndarray]:
+    """Decode each file at least ``min_side`` on each side (``large_enough``) to (H, W, 3) uint8."""
+    return decode_images(large_enough(files, min_side, on_message))
 
 
 class PatchSampler:

@@ -301,6 +301,22 @@ def test_training_folders_images_and_their_sizes(tmp_path: Path) -> None:
         find_images([good / "img0.png"])
 
 
+def test_a_bad_init_and_a_patch_larger_than_every_image_are_refused_before_any_image_is_decoded(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both were found only after every image was decoded (minutes for a large --data)."""
+    import sst_cli.trainset as trainset
+
+    decoded: list[Path] = []
+    monkeypatch.setattr(trainset, "read_image", lambda path, **kw: decoded.append(path))
+    (tmp_path / "bad.safetensors").write_bytes(b"not weights")
+    with pytest.raises(CheckpointError, match=r"^--init: "):
+        train(_config(data, tmp_path / "w.safetensors", init=tmp_path / "bad.safetensors"))
+    with pytest.raises(ConfigError, match=r"no training image is at least 80x80 pixels .*: give a smaller --patch"):
+        train(_config(data, tmp_path / "w.safetensors", patch=40))
+    assert decoded == []
+
+
 def test_learning_rate_schedule() -> None:
     base, iters, warmup = 5e-4, 1000, 40
     assert learning_rate(0, iters, base, warmup) == pytest.approx(base / warmup)
@@ -484,7 +500,7 @@ def test_folders_that_cannot_be_written_are_refused_first_and_a_lost_state_keeps
 
     (tmp_path / "file").write_text("in the way")
     read: list[object] = []
-    monkeypatch.setattr(training, "load_images", lambda *args: read.append(args) or [])
+    monkeypatch.setattr(training, "large_enough", lambda *args: read.append(args) or [])
     with pytest.raises(WriteError, match=r"--state .*: cannot write into '.*file': a file of that name is in the way"):
         train(_config(data, tmp_path / "w.safetensors", state=tmp_path / "file" / "w.state.pth"))
     assert read == []  # refused before any image was read
@@ -514,7 +530,7 @@ def test_a_run_that_writes_nothing_leaves_no_folder_it_made(
     with pytest.raises(TrainingDiverged, match="training diverged"):
         train(_config(data, tmp_path / "nan" / "w.safetensors", lr=1e30, state=tmp_path / "st" / "w.state.pth"))
     assert not (tmp_path / "nan").exists() and not (tmp_path / "st").exists()
-    monkeypatch.setattr(training, "load_images", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(training, "decode_images", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):
         train(_config(data, tmp_path / "c" / "w.safetensors"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
