@@ -536,7 +536,8 @@ def _train(
                     mean = sum(values) / len(values)
                     on_progress(TrainProgress(run.iteration, config.iters, mean, lr, run.elapsed(), rate))
             by_steps = config.checkpoint_iters > 0 and run.iteration % config.checkpoint_iters == 0
-            if (by_steps or time.monotonic() - last_save >= config.checkpoint_every) and run.iteration < config.iters:
+            by_time = config.checkpoint_every > 0 and time.monotonic() - last_save >= config.checkpoint_every
+            if (by_steps or by_time) and run.iteration < config.iters:  # 0 turns either off, as for both options
                 try:
                     run.save_state()
                     say(f"checkpoint: iteration {run.iteration}, state saved to {state_file}")

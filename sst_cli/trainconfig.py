@@ -41,8 +41,8 @@ class TrainConfig:
     ema_decay: float = EMA_DECAY
     seed: int = 0
     device: str = "auto"
-    checkpoint_every: float = CHECKPOINT_EVERY  # seconds between state saves
-    checkpoint_iters: int = 0  # also save every this many steps (0: only by time)
+    checkpoint_every: float = CHECKPOINT_EVERY  # seconds between state saves (0: not by time)
+    checkpoint_iters: int = 0  # also save every this many steps (0: not by steps)
     time_limit: float | None = None  # seconds of training in this session
     init: Path | None = None  # weights or a training state of another scale to start from
     resume: bool = False  # continue the run saved in ``state``

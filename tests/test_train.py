@@ -462,6 +462,21 @@ def test_checkpoint_every_n_steps_then_resume_that_state_from_the_cli(data: Path
     assert both.exit_code == 2 and "give --resume or --state, not both" in both.output
 
 
+def test_checkpoint_every_0_is_off_as_checkpoint_iters_0_is(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--checkpoint-every 0 saved the state after every step (15 MB a step for SST-light)."""
+    import sst_cli.train as training
+
+    saves: list[int] = []
+    save = training._TrainingRun.save_state
+    monkeypatch.setattr(training._TrainingRun, "save_state", lambda run: saves.append(run.iteration) or save(run))
+    train(_config(data, tmp_path / "w.safetensors", iters=4, checkpoint_every=0))
+    assert saves == [4]  # the end only
+    train(_config(data, tmp_path / "s.safetensors", iters=4, checkpoint_every=0, checkpoint_iters=2))
+    assert saves == [4, 2, 4]
+
+
 def test_x3_starts_from_a_tiny_x2_training_state(data: Path, tmp_path: Path) -> None:
     x2 = train(_config(data, tmp_path / "x2.safetensors", iters=3))
     x3_config = _config(data, tmp_path / "x3.safetensors", iters=2, scale=3, patch=6, init=x2.state)

@@ -210,7 +210,9 @@ def train(
     device: DeviceOption = "auto",
     checkpoint_every: Annotated[
         float,
-        typer.Option("--checkpoint-every", metavar="SECONDS", help="Seconds between saves of the training state."),
+        typer.Option(
+            "--checkpoint-every", metavar="SECONDS", help="Seconds between saves of the training state (0: off)."
+        ),
     ] = 300.0,
     checkpoint_iters: Annotated[
         int, typer.Option("--checkpoint-iters", metavar="N", help="Also save the state every N steps (0: off).")
