@@ -39,9 +39,9 @@ import torch
 import torch.nn.functional as F
 
 from .archs.sst import SST, SSTConfig
-from .checkpoint import read_metadata
+from .checkpoint import read_metadata, read_weights
 from .compiling import compile_network
-from .errors import ConfigError, OutputExists, Terminated, TrainingDiverged, WriteError
+from .errors import ConfigError, OutputExists, SstError, Terminated, TrainingDiverged, WriteError
 from .files import atomic_save, clean_stale_temporaries, removing_unused_folders, unwritable
 from .recipe import (
     BATCH_CPU,
@@ -406,11 +406,8 @@ def _prepare(config: TrainConfig, settings: dict[str, Any], say: Message) -> dic
     saved = read_state(state_file)
     settings["run"] = saved["settings"].get("run")
     run = settings["run"]  # None: a state of an older sst-cli, which named no run
-    if run is not None and config.out.exists() and read_metadata(config.out).get("run") != run:
-        raise OutputExists(
-            f"{config.out} exists and was not written by the run in {state_file}: give that run's --out, or move "
-            "the file away"
-        )
+    if run is not None and config.out.exists():
+        _check_written_by(config.out, run, state_file)
     for key in ("batch", "lr", "warmup"):  # defaults follow the saved run, not this command's --init
         if getattr(config, key) is None:
             settings[key] = saved["settings"][key]
@@ -423,6 +420,23 @@ def _prepare(config: TrainConfig, settings: dict[str, Any], say: Message) -> dic
             "left to train (a larger --iters goes on); the weights are written again")  # fmt: skip
     settings["init"] = saved["settings"].get("init")
     return saved
+
+
+def _check_written_by(out: Path, run: str, state_file: Path) -> None:
+    """Resuming writes ``out`` again: refused unless the run in ``state_file`` wrote it; a file that cannot be read
+    at all is said to be damaged (it was said to be another run's)."""
+    if read_metadata(out).get("run") == run:
+        return
+    try:
+        read_weights(out)
+    except SstError as exc:
+        raise OutputExists(
+            f"--out {exc}: if the run in {state_file} wrote it, delete it and --resume writes it again; otherwise "
+            "give this run another --out"
+        ) from None
+    raise OutputExists(
+        f"{out} exists and was not written by the run in {state_file}: give that run's --out, or move the file away"
+    )
 
 
 def train(

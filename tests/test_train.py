@@ -228,6 +228,20 @@ def test_resume_never_replaces_weights_another_run_wrote(data: Path, tmp_path: P
     assert train(replace(resumed, out=first.out)).iteration == 3  # its own weights are replaced as it goes on
 
 
+def test_a_damaged_out_of_the_same_run_is_said_to_be_damaged(data: Path, tmp_path: Path) -> None:
+    """A truncated --out of the run being resumed was said to be written by another run."""
+    config = _config(data, tmp_path / "w.safetensors", iters=2)
+    train(config)
+    config.out.write_bytes(config.out.read_bytes()[:50])
+    with pytest.raises(OutputExists) as refused:
+        train(replace(config, iters=4, resume=True))
+    message = str(refused.value)
+    assert message.startswith(f"--out {config.out}: not a readable safetensors file (truncated or corrupt?)")
+    assert "wrote it, delete it and --resume writes it again" in message and "not written by" not in message
+    config.out.unlink()
+    assert train(replace(config, iters=4, resume=True)).iteration == 4
+
+
 def test_time_limit_stops_cleanly_and_saves(data: Path, tmp_path: Path) -> None:
     result = train(_config(data, tmp_path / "t.safetensors", iters=1000, time_limit=1e-9))
     assert result.stopped_by == "time limit" and not result.finished and result.iteration == 0
