@@ -18,3 +18,10 @@ PATCH = 64  # LR pixels: HR crops are 128 / 192 / 256 at x2 / x3 / x4, as in the
 BATCH_CUDA = 16  # per GPU in the authors' runs (4 GPUs, so 64 in all)
 BATCH_CPU = 4
 CHECKPOINT_EVERY = 300.0
+MAX_ITERS = 10**9  # 2000 times the authors' 500k: more is a typo (the lr schedule and the ETA lose their meaning)
+
+
+def milestones(iters: int) -> list[int]:
+    """The iterations after which the lr is halved: MILESTONES of the run, rounded, and never before the first
+    step (``--iters 1`` rounded 0.5 to 0 and started at half the lr)."""
+    return [max(1, round(m * iters)) for m in MILESTONES]

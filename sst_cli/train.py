@@ -50,9 +50,9 @@ from .recipe import (
     LR_FROM_INIT,
     LR_GAMMA,
     LR_SCRATCH,
-    MILESTONES,
     WARMUP_FRACTION,
     WEIGHT_DECAY,
+    milestones,
 )
 from .runtime import is_out_of_memory, package_version, resolve_device
 from .trainconfig import TrainConfig, state_path
@@ -125,7 +125,7 @@ class TrainingInterrupted(KeyboardInterrupt):
 
 def learning_rate(iteration: int, iters: int, base: float, warmup: int) -> float:
     """lr of the step after ``iteration`` completed steps: linear warm-up, halved at MILESTONES of ``iters``."""
-    halvings = sum(iteration >= round(m * iters) for m in MILESTONES)
+    halvings = sum(iteration >= step for step in milestones(iters))
     ramp = min(1.0, (iteration + 1) / warmup) if warmup > 0 else 1.0
     return base * ramp * LR_GAMMA**halvings
 
@@ -306,7 +306,7 @@ class _TrainingRun:
     def save_state(self) -> None:
         """The resumable state, in the authors' layout (``params``, ``params_ema``) plus what resuming needs."""
         scheduler = {
-            "milestones": [round(m * self.iters) for m in MILESTONES],
+            "milestones": milestones(self.iters),
             "gamma": LR_GAMMA,
             "warmup": self.warmup,
             "base_lr": self.base_lr,

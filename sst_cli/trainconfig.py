@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import ConfigError
-from .recipe import CHECKPOINT_EVERY, EMA_DECAY, PATCH
+from .recipe import CHECKPOINT_EVERY, EMA_DECAY, MAX_ITERS, PATCH
 
 if TYPE_CHECKING:
     from .archs.sst import SSTConfig
@@ -70,6 +70,10 @@ class TrainConfig:
         """Refuse invalid settings before torch is imported or any image is read."""
         checks = [
             (self.iters >= 1, f"--iters must be at least 1, got {self.iters}"),
+            (
+                self.iters <= MAX_ITERS,
+                f"--iters must be at most {MAX_ITERS:,} (the paper trains 500,000), got {self.iters}",
+            ),
             (self.patch >= 1, f"--patch must be at least 1 LR pixel, got {self.patch}"),
             (self.batch is None or self.batch >= 1, f"--batch must be at least 1, got {self.batch}"),
             (self.lr is None or (math.isfinite(self.lr) and self.lr > 0), f"--lr must be positive, got {self.lr}"),

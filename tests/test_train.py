@@ -22,9 +22,9 @@ from sst_cli.archs.sst.layers import TransformerLayer
 from sst_cli.checkpoint import read_metadata, read_weights
 from sst_cli.cli import app
 from sst_cli.errors import CheckpointError, ConfigError, OutputExists, TrainingDiverged
+from sst_cli.recipe import MILESTONES
 from sst_cli.train import (
     LR_GAMMA,
-    MILESTONES,
     TrainConfig,
     TrainingInterrupted,
     TrainProgress,
@@ -339,6 +339,26 @@ def test_learning_rate_schedule() -> None:
     for halvings, fraction in enumerate(MILESTONES, start=1):
         assert learning_rate(round(fraction * iters), iters, base, warmup) == pytest.approx(base * LR_GAMMA**halvings)
     assert learning_rate(999, iters, base, 0) == pytest.approx(base * LR_GAMMA ** len(MILESTONES))
+    # --iters 1 was halved from step 0 ("halved at 0, 1, 1, 1, 1"): the milestones never come before step 1
+    assert learning_rate(0, 1, base, 0) == base and learning_rate(1, 1, base, 0) == base * LR_GAMMA**5
+    assert [round(m * 500_000) for m in MILESTONES] == [250_000, 400_000, 450_000, 475_000, 490_000]
+    assert all(learning_rate(i, 500_000, base, 20_000) == learning_rate_before(i, 500_000, base, 20_000)
+               for i in (0, 19_999, 249_999, 250_000, 399_999, 400_000, 489_999, 490_000, 499_999))  # fmt: skip
+    for iters in range(2, 60):  # the recipe as it was for every run longer than one step
+        assert all(learning_rate(i, iters, base, 3) == learning_rate_before(i, iters, base, 3) for i in range(iters))
+
+
+def learning_rate_before(iteration: int, iters: int, base: float, warmup: int) -> float:
+    """The schedule before milestones were kept from step 0, for the comparison above."""
+    halvings = sum(iteration >= round(m * iters) for m in MILESTONES)
+    ramp = min(1.0, (iteration + 1) / warmup) if warmup > 0 else 1.0
+    return base * ramp * LR_GAMMA**halvings
+
+
+def test_iters_are_bounded() -> None:
+    """--iters 99999999999999999999999 was accepted (lr 1.25e-25 by the end, an ETA of 3.2e21 minutes)."""
+    with pytest.raises(ConfigError, match=r"^--iters must be at most 1,000,000,000 \(the paper trains 500,000\)"):
+        TrainConfig(data=("d",), out=Path("w.safetensors"), iters=99999999999999999999999).check()
 
 
 def test_cli_trains_end_to_end_and_reports_bad_data_in_one_line(data: Path, tmp_path: Path) -> None:

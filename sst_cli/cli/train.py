@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 
-from ..recipe import EMA_DECAY, MILESTONES, PATCH
+from ..recipe import EMA_DECAY, PATCH, milestones
 from ._options import DeviceOption, path_text, refuse_stdio
 from .output import as_markup, console, err_console, fail, handle_errors, note
 
@@ -61,12 +61,12 @@ class TrainReporter:
         if self.quiet:
             return
         iters, scale, patch = plan["iters"], plan["scale"], plan["patch"]
-        milestones = ", ".join(str(round(m * iters)) for m in MILESTONES)
+        halved = ", ".join(map(str, milestones(iters)))
         resumed = f", resuming at iteration {plan['iteration']}" if plan["iteration"] else ""
         console.print(
             f"training {plan['model']} x{scale} on {plan['images']} images from {', '.join(plan['data'])}: "
             f"{iters} iterations{resumed}, batch {plan['batch']}, LR patch {patch} (HR {patch * scale}), "
-            f"lr {plan['lr']:g} (warm-up {plan['warmup']}, halved at {milestones}), EMA {plan['ema_decay']}, "
+            f"lr {plan['lr']:g} (warm-up {plan['warmup']}, halved at {halved}), EMA {plan['ema_decay']}, "
             f"{plan['device']} ({plan['precision']}{', compiled' if plan['compile'] else ''}), "
             f"loss read every {plan['report_every']} steps",
             markup=False,
