@@ -96,17 +96,19 @@ class BenchSettings:
             check_choice(precision, BENCH_PRECISIONS, "precision")
         if not (self.models and self.scales and self.precisions):
             raise ConfigError("give at least one model, scale and precision")
-        if self.runs < 1 or self.warmup < 0:
-            raise ConfigError(f"runs must be >= 1 and warm-up >= 0, got {self.runs} and {self.warmup}")
+        if self.runs < 1:
+            raise ConfigError(f"--runs must be at least 1, got {self.runs}")
+        if self.warmup < 0:
+            raise ConfigError(f"--warmup must be 0 or more, got {self.warmup}")
         if self.size is None and self.tiled is None:
             raise ConfigError("nothing to measure: give an output size, a tiled size, or both")
-        for size in (self.size, self.tiled):
+        for option, size in (("--size", self.size), ("--tiled", self.tiled)):
             if size is not None and min(size) < 1:
-                raise ConfigError(f"sizes must be positive, got {size[0]}x{size[1]}")
+                raise ConfigError(f"{option} must be positive on both sides, got {size[0]}x{size[1]}")
         if self.compile not in COMPILE_MODES:
             raise ConfigError(f"unknown compile mode {self.compile!r}; choose one of {', '.join(COMPILE_MODES)}")
         if self.tile != "auto" and (not isinstance(self.tile, int) or self.tile < 0):
-            raise ConfigError(f"tile must be 'auto', 0 or a positive size, got {self.tile!r}")
+            raise ConfigError(f"--tile must be 'auto', 0 or a positive size, got {self.tile!r}")
         check_backend(self.attention)
         if self.input is not None and not Path(self.input).is_file():
             raise ConfigError(f"the input image {self.input} is not a file")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from .errors import ConfigError
 from .recipe import CHECKPOINT_EVERY, EMA_DECAY, MAX_ITERS, PATCH
+from .zoo import SCALES
 
 if TYPE_CHECKING:
     from .archs.sst import SSTConfig
@@ -73,6 +74,10 @@ class TrainConfig:
             (
                 self.iters <= MAX_ITERS,
                 f"--iters must be at most {MAX_ITERS:,} (the paper trains 500,000), got {self.iters}",
+            ),
+            (
+                self.scale is None or self.scale in SCALES,
+                f"--scale must be one of {', '.join(map(str, SCALES))}, got {self.scale}",
             ),
             (self.patch >= 1, f"--patch must be at least 1 LR pixel, got {self.patch}"),
             (self.batch is None or self.batch >= 1, f"--batch must be at least 1, got {self.batch}"),

@@ -35,7 +35,9 @@ def test_lr_size_covers_the_output() -> None:
         ({"models": ("sst-xxl",)}, "unknown model"),
         ({"scales": (5,)}, "scale must be"),
         ({"precisions": ("fp16",)}, "unknown precision"),
-        ({"runs": 0}, "runs must be"),
+        ({"runs": 0}, "^--runs must be at least 1, got 0$"),
+        ({"warmup": -1}, "^--warmup must be 0 or more, got -1$"),  # it said "runs must be >= 1 and warm-up >= 0"
+        ({"size": (0, 5)}, "^--size must be positive on both sides, got 0x5$"),
         ({"size": None}, "nothing to measure"),
         ({"compile": "fast"}, "compile mode"),
         ({"attention": "xformers"}, "attention backend"),

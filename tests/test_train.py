@@ -355,6 +355,12 @@ def learning_rate_before(iteration: int, iters: int, base: float, warmup: int) -
     return base * ramp * LR_GAMMA**halvings
 
 
+def test_a_scale_refused_names_the_option() -> None:
+    """--config tiny.json -s 5 said 'scale must be one of 2, 3, 4, got 5', naming no option."""
+    with pytest.raises(ConfigError, match=r"^--scale must be one of 2, 3, 4, got 5$"):
+        TrainConfig(data=("d",), out=Path("w.safetensors"), iters=1, model=TINY, scale=5).check()
+
+
 def test_iters_are_bounded() -> None:
     """--iters 99999999999999999999999 was accepted (lr 1.25e-25 by the end, an ETA of 3.2e21 minutes)."""
     with pytest.raises(ConfigError, match=r"^--iters must be at most 1,000,000,000 \(the paper trains 500,000\)"):
