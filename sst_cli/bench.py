@@ -42,6 +42,7 @@ from .runtime import (
     fp32_mode,
     free_memory,
     is_out_of_memory,
+    package_version,
     resolve_device,
     resolve_precision,
     synchronize,
@@ -181,6 +182,8 @@ class BenchReport:
     threads: int
     protocol: str
     memory_kind: str
+    sst_cli_version: str
+    settings: dict[str, Any]  # ``BenchSettings`` as plain data: what the protocol line says, for programs
     kernels: dict[str, str] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
     results: list[Measurement] = field(default_factory=list)
@@ -394,6 +397,8 @@ def run_bench(settings: BenchSettings, on_progress: Say | None = None) -> BenchR
         threads=torch.get_num_threads(),
         protocol=_protocol(settings, device),
         memory_kind=memory_kind(device),
+        sst_cli_version=package_version(),
+        settings=asdict(settings),
     )
     planned = _planned(settings)
     check_memory(settings, device, planned)

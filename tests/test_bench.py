@@ -198,6 +198,13 @@ def test_cli_prints_the_table_and_writes_json(tmp_path: Path) -> None:
         assert text in result.output
     data = json.loads(out.read_text())
     assert [r["path"] for r in data["results"]] == ["ours", "reference"]
+    # the version and the settings as data (runs, warm-up, attention were only inside the protocol sentence)
+    from sst_cli import __version__
+
+    assert data["sst_cli_version"] == __version__
+    settings = data["settings"]
+    assert settings["runs"] == 1 and settings["warmup"] == 0 and settings["attention"] == "auto"
+    assert settings["size"] == [64, 48] and settings["models"] == ["sst-light"] and settings["reference"] is True
 
 
 @pytest.mark.parametrize(

@@ -255,7 +255,12 @@ def bench(
     ] = None,
     json_path: Annotated[
         Path | None,
-        typer.Option("--json", metavar="FILE", help="Also write all figures to this JSON file.", parser=path_text),
+        typer.Option(
+            "--json",
+            metavar="FILE",
+            help="Also write all figures to this JSON file (with the settings and the sst-cli version).",
+            parser=path_text,
+        ),
     ] = None,
     overwrite: OverwriteOption = False,
     weights: WeightsOption = None,
