@@ -101,7 +101,7 @@ class TrainConfig:
             (bool(self.data), "give at least one --data folder"),
             (
                 self.out.suffix.lower() in WEIGHT_SUFFIXES,
-                f"--out {self.out}: name it .safetensors (recommended) or .pth",
+                f"--out {self.out}: name it .safetensors (recommended), .pth or .pt",
             ),
         ]
         for ok, message in checks:

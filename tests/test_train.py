@@ -355,6 +355,15 @@ def learning_rate_before(iteration: int, iters: int, base: float, warmup: int) -
     return base * ramp * LR_GAMMA**halvings
 
 
+def test_the_help_says_what_the_defaults_and_files_are() -> None:
+    """--scale said "(default 4)" also with --config, the test sets left DIV2K valid out, and .pt was not named."""
+    helped = " ".join(runner.invoke(app, ["train", "--help"], env={"COLUMNS": "200"}).output.split())
+    assert "(default 4, or --config's upscaling_factor)" in helped
+    assert "Manga109, DIV2K valid) are refused" in helped and "or .pth / .pt" in helped
+    with pytest.raises(ConfigError, match=r"name it .safetensors \(recommended\), .pth or .pt$"):
+        TrainConfig(data=("d",), out=Path("w.bin"), iters=1).check()
+
+
 def test_a_scale_refused_names_the_option() -> None:
     """--config tiny.json -s 5 said 'scale must be one of 2, 3, 4, got 5', naming no option."""
     with pytest.raises(ConfigError, match=r"^--scale must be one of 2, 3, 4, got 5$"):

@@ -147,7 +147,7 @@ def train(
             "--out",
             "-o",
             metavar="FILE",
-            help="Weights to write: .safetensors (recommended) or .pth.",
+            help="Weights to write: .safetensors (recommended), or .pth / .pt (PyTorch, the authors' layout).",
             parser=path_text,
         ),
     ],
@@ -161,7 +161,13 @@ def train(
         ),
     ] = None,
     scale: Annotated[
-        int | None, typer.Option("--scale", "-s", metavar="N", help="Upscaling factor: 2, 3 or 4 (default 4).")
+        int | None,
+        typer.Option(
+            "--scale",
+            "-s",
+            metavar="N",
+            help="Upscaling factor: 2, 3 or 4 (default 4, or --config's upscaling_factor).",
+        ),
     ] = (None),
     init: Annotated[
         Path | None,
@@ -245,7 +251,7 @@ def train(
     """Train an SST network on your images (L1, AdamW, EMA; the authors' schedule scaled to --iters).
 
     LR patches are made from random HR crops with MATLAB-compatible bicubic downscaling; benchmark test
-    sets (Set5, Set14, B100, Urban100, Manga109) are refused as training data. The state is saved every
+    sets (Set5, Set14, B100, Urban100, Manga109, DIV2K valid) are refused as training data. The state is saved every
     --checkpoint-every seconds (or --checkpoint-iters steps), at the end and on Ctrl-C, so the same
     command plus --resume STATE continues across sessions exactly where it stopped.
     Exit status: 0 done (or stopped by --time-limit); 1 a file could not be read or written (an image in
