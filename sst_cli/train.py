@@ -551,7 +551,7 @@ def _train(
                     on_progress(TrainProgress(run.iteration, config.iters, mean, lr, run.elapsed(), rate))
             by_steps = config.checkpoint_iters > 0 and run.iteration % config.checkpoint_iters == 0
             by_time = config.checkpoint_every > 0 and time.monotonic() - last_save >= config.checkpoint_every
-            if (by_steps or by_time) and run.iteration < config.iters:  # 0 turns either off, as for both options
+            if (by_steps or by_time) and run.iteration < config.iters:  # 0 turns either off
                 try:
                     run.save_state()
                     say(f"checkpoint: iteration {run.iteration}, state saved to {state_file}")

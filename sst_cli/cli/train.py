@@ -251,9 +251,9 @@ def train(
     """Train an SST network on your images (L1, AdamW, EMA; the authors' schedule scaled to --iters).
 
     LR patches are made from random HR crops with MATLAB-compatible bicubic downscaling; benchmark test
-    sets (Set5, Set14, B100, Urban100, Manga109, DIV2K valid) are refused as training data. The state is saved every
-    --checkpoint-every seconds (or --checkpoint-iters steps), at the end and on Ctrl-C, so the same
-    command plus --resume STATE continues across sessions exactly where it stopped.
+    sets (Set5, Set14, B100, Urban100, Manga109, DIV2K valid) are refused as training data. The state is
+    saved every --checkpoint-every seconds (or --checkpoint-iters steps), at the end and on Ctrl-C, so the
+    same command plus --resume STATE continues across sessions exactly where it stopped.
     Exit status: 0 done (or stopped by --time-limit); 1 a file could not be read or written (an image in
     --data, --init, --resume, a folder) or would be replaced (an existing --out: add --resume or --overwrite),
     or the loss diverged; 2 invalid options (or --batch / --patch too large for the memory); 130 interrupted
