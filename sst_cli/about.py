@@ -23,7 +23,7 @@ def about_file(
     """Facts about the model in ``path`` (loaded on the CPU, into ``variant``'s architecture, or built from
     ``config``'s constructor keywords, when given). An ``hf://`` reference is downloaded into the Hugging Face
     cache first, unless it is there already."""
-    from .archs import describe
+    from .archs import describe, network_of
     from .checkpoint import read_metadata
     from .loader import load_model, weights_source
 
@@ -40,6 +40,9 @@ def about_file(
         "purpose": "SR" if d.scale > 1 else "Restoration",
         "library": "sst-cli",
     }
+    to_kwargs = getattr(getattr(network_of(model), "config", None), "to_kwargs", None)  # sst-cli's architectures
+    if to_kwargs is not None:  # as JSON, ready for --config (split sizes, windows ... are in no line above)
+        facts["config"] = json.dumps(to_kwargs(), separators=(", ", ": "))
     extra = getattr(model, "facts", None)  # models loaded through spandrel say more (sst_cli.spandrel)
     if extra is not None:
         facts |= {

@@ -105,6 +105,8 @@ def test_models_info_of_a_file_takes_model_and_refuses_scale(tmp_path: Path) -> 
     assert "name the architecture with --model (it fits sst-light or sst-light+)" in " ".join(needs.output.split())
     named = runner.invoke(app, ["models", "info", str(bare), "--model", "sst-light"], env={"COLUMNS": "200"})
     assert named.exit_code == 0 and "architecture       SST" in named.output and "x4" in named.output
+    said = next(line for line in named.output.splitlines() if line.startswith("  config "))
+    assert json.loads(said.split(None, 1)[1]) == get_variant("sst-light").config(4).to_kwargs()  # for --config
     assert "trained" not in named.output  # the bare .pth has no record
     bundled = runner.invoke(
         app,
