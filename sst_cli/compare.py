@@ -18,7 +18,7 @@ from .choices import DEFAULT_SCALE
 from .errors import ConfigError
 from .evaluate import BICUBIC, model_labels
 from .files import check_output_file, check_spared
-from .image_io import Picture, is_image_file, read_image
+from .image_io import READABLE_FORMATS, Picture, is_image_file, read_image
 from .loader import ModelSpec
 from .resize import imresize
 from .upscaler import UpscaleOptions, Upscaler
@@ -81,7 +81,7 @@ def find_inputs(paths: tuple[Path, ...]) -> list[Path]:
         if path.is_dir():
             files = sorted(p for p in path.iterdir() if p.is_file() and is_image_file(p))
             if not files:
-                raise ConfigError(f"'{path}' holds no images (png, jpg, webp, tiff or bmp)")
+                raise ConfigError(f"'{path}' holds no images ({', '.join(READABLE_FORMATS)})")
             found += files
         elif path.is_file():
             found.append(path)

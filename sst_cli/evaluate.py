@@ -20,7 +20,7 @@ import torch
 from .choices import DEFAULT_SCALE
 from .errors import ConfigError, ImageError, OutputExists, WriteError
 from .files import unwritable
-from .image_io import Picture, is_image_file, probe_image, read_image, write_image
+from .image_io import READABLE_FORMATS, Picture, is_image_file, probe_image, read_image, write_image
 from .inputs import is_hidden
 from .loader import ModelSpec
 from .metrics import SSIM_WINDOW, psnr, psnr_ssim_y, ssim
@@ -177,7 +177,7 @@ def _open_dataset(name: str, root: Path) -> Dataset:
     found = (p for p in hr.iterdir() if p.is_file() and is_image_file(p) and not is_hidden(p.name))  # ._x.png
     files = tuple(sorted(found, key=lambda p: p.name))
     if not files:
-        raise ConfigError(f"'{hr}' holds no images (png, jpg, webp, tiff or bmp)")
+        raise ConfigError(f"'{hr}' holds no images ({', '.join(READABLE_FORMATS)})")
     return Dataset(name, root, files)
 
 
