@@ -93,7 +93,7 @@ OTHER_COMMANDS = [
     (["bench", "--precision", "fp16"], "unknown precision 'fp16'"),
     (["bench", "--attention", "foo"], "unknown attention backend 'foo'"),
     (["train", "--data", ".", "--iters", "0", "--out", "w.safetensors"], "iters must be at least 1"),
-    (["train", "--data", ".", "--iters", "9", "--out", "w.bin"], "name it .safetensors (recommended) or .pth"),
+    (["train", "--data", ".", "--iters", "9", "--out", "w.bin"], "name it .safetensors (recommended), .pth or .pt"),
     (
         ["train", "--data", ".", "--iters", "9", "--out", "w.pth", "--time-limit", "-1"],
         "--time-limit must be a positive number of minutes, got -1",
