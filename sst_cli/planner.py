@@ -22,7 +22,7 @@ from .archs import ModelDescriptor, SRNetwork, network_of
 from .options import UpscaleOptions
 from .runtime import fp32_mode, is_out_of_memory, memory_budget, release_memory
 from .seamcache import SeamCache, cache_key, weights_digest
-from .seams import MAX_PROBE, MIN_PROBE, MIN_TILE, PROBE_STEP, SeamGuide, probe_side
+from .seams import CONTEXTS, MAX_PROBE, MIN_PROBE, MIN_TILE, PROBE_STEP, SeamGuide, probe_side
 from .tiling import (
     TileSize,
     align_overlap,
@@ -117,10 +117,16 @@ class Planner:
         if o.tile != "auto":
             tile: TileSize = align_tile_size(o.tile, align) if o.tile else 0
             tile = 0 if covers_whole(height, width, tile, overlap) else tile  # tiles as large as the image with context
+            if (
+                blend
+                and o.tile_overlap is None
+                and covers_whole(height, width, tile, self._widest_context())
+                and max(height, width) <= self._largest_probe()  # the probe would run a larger picture whole
+            ):
+                tile = 0  # whatever context the probe found, each tile would see the whole picture: it is not run
             if blend and o.tile_overlap is None and tile:
                 # The context the chosen tiles need, learned at their size (cheaper, and often less context).
                 overlap = max(overlap, self.seams_for(height, width, min(tile_sides(tile))).needed.context)
-                tile = 0 if covers_whole(height, width, tile, overlap) else tile
             batch = o.batch
             while self.memory_ceiling is not None and self.pass_bytes(tile, overlap, batch, height, width) > (
                 self.memory_ceiling
@@ -252,6 +258,10 @@ class Planner:
             key = cache_key(weights_digest(self.model), d.scale, d.size_multiple, self.dtype, self.device.type)
             self._seam_cache = SeamCache(key)
         return self._seam_cache
+
+    def _widest_context(self) -> int:
+        """The most context a seams probe can ask for (``SeamGuide.contexts``), aligned."""
+        return align_overlap(max(self.descriptor.default_context, *CONTEXTS), self.descriptor.size_multiple)
 
     def _largest_probe(self) -> int:
         """The largest probe side (a multiple of ``PROBE_STEP`` up to ``MAX_PROBE``) whose whole run fits memory,

@@ -265,7 +265,7 @@ def run_tiles_adaptive(
             if not is_oom(exc):
                 raise
             failed = min(batch, last_pass[0])
-            smaller = smaller_pass(tile, failed, height, width, align)
+            smaller = smaller_pass(tile, failed, height, width, align, overlap)
             if smaller is None:
                 raise
         # Outside the except block the traceback (and the device tensors its frames hold) is gone.
@@ -274,12 +274,17 @@ def run_tiles_adaptive(
             on_oom(tile, batch, failed)
 
 
-def smaller_pass(tile: TileSize, tiles: int, height: int, width: int, align: int) -> tuple[TileSize, int] | None:
+def smaller_pass(
+    tile: TileSize, tiles: int, height: int, width: int, align: int, overlap: int = 0
+) -> tuple[TileSize, int] | None:
     """After a pass of ``tiles`` tiles ran out of memory: (tile, batch) with half as many tiles per pass, or, from
-    a pass of one, half the tile one per pass; None when the tile cannot shrink below ``align``."""
+    a pass of one, half the tile one per pass; None when the tile cannot shrink below ``align``, or when every
+    smaller tile's context (``overlap``) would still be the whole image, which is what ran out."""
     if tiles > 1:
         return tile, tiles // 2
     smaller = halve_tile(tile, height, width, align)
+    while smaller is not None and covers_whole(height, width, smaller, overlap):
+        smaller = halve_tile(smaller, height, width, align)
     return None if smaller is None else (smaller, 1)
 
 

@@ -91,10 +91,10 @@ def test_guide_says_when_no_context_reaches_the_target() -> None:
 
 def test_upscaler_tiles_with_the_learned_context() -> None:
     model = GlobalMix(0.002)
-    image = probe_picture(96, seed=3)
+    image = probe_picture(128, seed=3)
     messages: list[str] = []
     up = Upscaler(model, device="cpu", precision="fp32", tile=32, on_message=messages.append)
-    plan = up.plan(96, 96)
+    plan = up.plan(128, 128)
     assert plan.blend and plan.overlap == up.seams.needed.context > model.describe().default_context
     got = up.run(image).image
     with torch.inference_mode():
@@ -290,14 +290,14 @@ def test_the_bound_holds_on_a_picture_larger_than_the_smallest_probe() -> None:
 def test_a_second_upscaler_on_the_same_weights_reads_the_probe_from_disk(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("SST_SEAMS_CACHE", str(tmp_path / "cache"))
     first = GlobalMix(0.002)
-    plan = Upscaler(first, device="cpu", precision="fp32", tile=32, batch=16).plan(96, 96)
+    plan = Upscaler(first, device="cpu", precision="fp32", tile=32, batch=16).plan(128, 128)
     assert first.calls > 0, "the first upscaler measures"
     second = GlobalMix(0.002)
     up = Upscaler(second, device="cpu", precision="fp32", tile=32, batch=16)
-    assert up.plan(96, 96) == plan and up.seams.needed == Upscaler(first, tile=32, device="cpu").seams.needed
+    assert up.plan(128, 128) == plan and up.seams.needed == Upscaler(first, tile=32, device="cpu").seams.needed
     assert second.calls == 0, "the same weights: the figures come from the cache"
     other = GlobalMix(0.004)
-    Upscaler(other, device="cpu", precision="fp32", tile=32, batch=16).plan(96, 96)
+    Upscaler(other, device="cpu", precision="fp32", tile=32, batch=16).plan(128, 128)
     assert other.calls > 0, "other weights are measured"
     files = list((tmp_path / "cache").glob("*.json"))
     leftovers = [p for p in (tmp_path / "cache").iterdir() if p.name.endswith(TEMP_SUFFIX)]
@@ -366,18 +366,18 @@ def test_processes_measuring_the_same_figure_measure_it_once(tmp_path) -> None: 
 
 def test_a_corrupt_or_unwritable_cache_is_ignored(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("SST_SEAMS_CACHE", str(tmp_path / "cache"))
-    expected = Upscaler(GlobalMix(0.002), device="cpu", precision="fp32", tile=32, batch=16).plan(96, 96)
+    expected = Upscaler(GlobalMix(0.002), device="cpu", precision="fp32", tile=32, batch=16).plan(128, 128)
     (stored,) = (tmp_path / "cache").glob("*.json")
     for text in ("{not json", f'{{"version": {PROBE_VERSION}, "psnr": [1, 2]}}', '{"psnr": {"192/32/4": "x"}}'):
         stored.write_text(text)
         model = GlobalMix(0.002)
-        assert Upscaler(model, device="cpu", precision="fp32", tile=32, batch=16).plan(96, 96) == expected
+        assert Upscaler(model, device="cpu", precision="fp32", tile=32, batch=16).plan(128, 128) == expected
         assert model.calls > 0, "measured again"
         assert SeamCache(stored.stem, stored.parent).get(MIN_PROBE, 32, expected.overlap) is not None, "rewritten"
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     monkeypatch.setenv("SST_SEAMS_CACHE", str(blocker / "cache"))  # a folder that cannot be made
-    assert Upscaler(GlobalMix(0.002), device="cpu", precision="fp32", tile=32, batch=16).plan(96, 96) == expected
+    assert Upscaler(GlobalMix(0.002), device="cpu", precision="fp32", tile=32, batch=16).plan(128, 128) == expected
 
 
 def test_tiles_whose_context_is_the_whole_image_run_it_once_without_a_probe() -> None:
@@ -400,3 +400,5 @@ def test_tiles_whose_context_is_the_whole_image_run_it_once_without_a_probe() ->
     wide = WideContext(0.002)
     probed = Upscaler(wide, device="cpu", precision="fp32", tile=32, on_message=messages.append)
     assert probed.plan(37, 53).tile == 0 and wide.calls == 0 and messages == []  # no probe: the default covers it
+    mixed = GlobalMix(0.2)  # default context 4: the probe would learn more, and 32 px tiles with 64 px cover 90x90
+    assert Upscaler(mixed, device="cpu", precision="fp32", tile=32).plan(90, 90).tile == 0 and mixed.calls == 0

@@ -465,6 +465,16 @@ def test_adaptive_results_do_not_depend_on_where_memory_ran_out() -> None:
         assert model.failures and torch.equal(got, expected), (blend, limit, used, batch)
 
 
+def test_adaptive_gives_up_when_every_smaller_tile_would_still_see_the_whole_image() -> None:
+    """With 64 px of context on a 37x53 picture every tile is the whole picture: halving reran the same whole pass
+    twice and then said it had tried 24 px and 8 px tiles, which never ran."""
+    model, said = LimitedModel(37 * 53 - 1), []
+    with pytest.raises(FakeOOM):
+        run_tiles_adaptive(model, image(1, 37, 53), 2, tile=0, overlap=64, align=8, is_oom=is_fake_oom,
+                           on_oom=lambda *p: said.append(p))  # fmt: skip
+    assert model.failures == 1 and said == []
+
+
 def test_adaptive_gives_up_and_passes_other_errors() -> None:
     img = image(1, 16, 16)
     with pytest.raises(FakeOOM):
