@@ -128,7 +128,7 @@ def available_ram() -> int:
 
     available = int(psutil.virtual_memory().available)
     cgroup = cgroup_memory()
-    return available if cgroup is None else max(0, min(available, cgroup[0] - cgroup[1]))
+    return available if cgroup is None else min(available, cgroup[1])
 
 
 def total_ram() -> int:
@@ -141,9 +141,10 @@ def total_ram() -> int:
 
 
 def cgroup_memory(proc: str = "/proc/self/cgroup", mount: str = "/sys/fs/cgroup") -> tuple[int, int] | None:
-    """(limit, bytes in use less reclaimable file cache) of the tightest memory limit among this process's
-    cgroup and its ancestors (cgroup v2, or v1's memory controller), or None where no limit is set or this is
-    not Linux. A container's processes usually see their own cgroup as the mount's root."""
+    """(smallest limit, least room left: a limit less the bytes in use, reclaimable file cache not counted) among
+    the memory limits of this process's cgroup and its ancestors (cgroup v2, or v1's memory controller), or None
+    where no limit is set or this is not Linux. The two may come from different levels (a full slice around an
+    empty container). A container's processes usually see their own cgroup as the mount's root."""
     try:
         with open(proc, encoding="utf-8") as f:
             lines = [line.rstrip("\n").split(":", 2) for line in f if line.count(":") >= 2]
@@ -166,7 +167,8 @@ def cgroup_memory(proc: str = "/proc/self/cgroup", mount: str = "/sys/fs/cgroup"
 
 def _tightest(root: str, path: str, limit_file: str, usage_file: str, cache_key: str) -> tuple[int, int] | None:
     """``cgroup_memory`` for one hierarchy: each folder from the cgroup up to the mount's root."""
-    best: tuple[int, int] | None = None
+    limits: list[int] = []
+    rooms: list[int] = []
     parts = [p for p in path.split("/") if p]
     for depth in range(len(parts), -1, -1):
         folder = os.path.join(root, *parts[:depth])
@@ -175,9 +177,9 @@ def _tightest(root: str, path: str, limit_file: str, usage_file: str, cache_key:
             continue
         used = _read_int(os.path.join(folder, usage_file)) or 0
         cache = _read_stat(os.path.join(folder, "memory.stat"), cache_key)
-        if best is None or limit - used + cache < best[0] - best[1]:
-            best = limit, max(0, used - cache)
-    return best
+        limits.append(limit)
+        rooms.append(max(0, limit - max(0, used - cache)))
+    return (min(limits), min(rooms)) if limits else None
 
 
 def _read_int(name: str) -> int | None:

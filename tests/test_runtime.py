@@ -41,19 +41,25 @@ def test_a_container_limit_bounds_the_memory_a_run_plans_with(tmp_path: Path) ->
         tmp_path / "v2", "0::/\n",
         {"memory.max": "4294967296\n", "memory.current": "1073741824\n", "memory.stat": "anon 5\ninactive_file 1024\n"},
     )  # fmt: skip
-    assert runtime.cgroup_memory(*v2) == (4 << 30, (1 << 30) - 1024)  # file cache the kernel can drop is free
+    assert runtime.cgroup_memory(*v2) == (4 << 30, (3 << 30) + 1024)  # file cache the kernel can drop is free
     nested = _cgroups(
         tmp_path / "nested", "0::/user.slice/run.scope\n",
         {"user.slice/memory.max": "2147483648", "user.slice/memory.current": "0",
          "user.slice/run.scope/memory.max": "max", "memory.max": "max"},
     )  # fmt: skip
-    assert runtime.cgroup_memory(*nested) == (2 << 30, 0)  # a parent's limit binds its children
+    assert runtime.cgroup_memory(*nested) == (2 << 30, 2 << 30)  # a parent's limit binds its children
     v1 = _cgroups(
         tmp_path / "v1", "4:memory:/docker/abc\n3:cpu:/\n",
         {"memory/memory.limit_in_bytes": "1073741824", "memory/memory.usage_in_bytes": "536870912",
          "memory/memory.stat": "cache 9\ntotal_inactive_file 268435456\n"},
     )  # fmt: skip
-    assert runtime.cgroup_memory(*v1) == (1 << 30, 256 << 20)  # the container's cgroup seen as the mount's root
+    assert runtime.cgroup_memory(*v1) == (1 << 30, 768 << 20)  # the container's cgroup seen as the mount's root
+    full_slice = _cgroups(
+        tmp_path / "slice", "0::/slice/box\n",
+        {"slice/memory.max": str(8 << 30), "slice/memory.current": str(7 << 30),
+         "slice/box/memory.max": str(4 << 30), "slice/box/memory.current": "0"},
+    )  # fmt: skip
+    assert runtime.cgroup_memory(*full_slice) == (4 << 30, 1 << 30)  # the smallest limit, the least room: two levels
     unlimited = _cgroups(tmp_path / "none", "4:memory:/\n", {"memory/memory.limit_in_bytes": str(9223372036854771712)})
     assert runtime.cgroup_memory(*unlimited) is None
     assert runtime.cgroup_memory(str(tmp_path / "no-proc"), str(tmp_path)) is None  # not Linux
@@ -61,7 +67,7 @@ def test_a_container_limit_bounds_the_memory_a_run_plans_with(tmp_path: Path) ->
 
 def test_available_and_total_ram_take_the_cgroup_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runtime, "cgroup_memory", lambda: (3 << 20, 1 << 20))
-    assert runtime.total_ram() == 3 << 20 and runtime.available_ram() == 2 << 20
+    assert runtime.total_ram() == 3 << 20 and runtime.available_ram() == 1 << 20
     monkeypatch.setattr(runtime, "cgroup_memory", lambda: None)
     assert runtime.total_ram() > 3 << 20
 
