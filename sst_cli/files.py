@@ -378,23 +378,24 @@ def removing_unused_folders(folders: Iterable[Path]) -> Iterator[None]:
 
 
 def _swap_in(temp: Path, target: Path) -> None:
-    """Rename ``temp`` to ``target``; an existing ``target`` is moved aside first and deleted last."""
-    old = None
-    if target.exists():
+    """Rename ``temp`` to ``target``; an existing ``target`` is moved aside first and deleted last, locked while
+    aside, so that another run's clean-up does not take it for a leftover (a killed run's is one)."""
+    if not target.exists():
+        _replace(temp, target)
+        return
+    with holding(target):
         old = temp_name(target, ".old")
         _replace(target, old)
-    try:
-        _replace(temp, target)
-    except BaseException:
-        if old is not None:
+        try:
+            _replace(temp, target)
+        except BaseException:
             with suppress(OSError):
                 _replace(old, target)
-        raise
-    if old is not None:
+            raise
         shutil.rmtree(old, ignore_errors=True)
 
 
-_TEMP_NAME = re.compile(r"\..+\.[0-9a-f]{8}" + re.escape(TEMP_SUFFIX))
+_TEMP_NAME = re.compile(r"\..+\.[0-9a-f]{8}(\.old)?" + re.escape(TEMP_SUFFIX))  # .old: a replaced folder, aside
 
 
 def clean_stale_temporaries(folder: Path, note: Callable[[str], None] = lambda text: None) -> None:

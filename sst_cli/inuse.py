@@ -11,6 +11,7 @@ be deleted anyway, and the age rule alone decides, as it does on a file system w
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +21,7 @@ try:
 except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
+_LOCK_TRIES = 100  # 10 ms apart
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
 
@@ -28,7 +30,7 @@ def holding(path: Path) -> Iterator[None]:
     """Hold the lock of ``path`` (a file or folder this process just made) until the block ends. The lock is on
     the file, not its name: rename or remove ``path`` inside the block, so no clean-up finds it unlocked."""
     fd = _open(path)
-    if fd is not None and _try_lock(fd) is not True:  # no locks on this file system: the age rule protects it
+    if fd is not None and _lock_soon(fd) is not True:  # no locks on this file system: the age rule protects it
         os.close(fd)
         fd = None
     try:
@@ -59,6 +61,17 @@ def _open(path: Path) -> int | None:
         return os.open(path, _OPEN_FLAGS)
     except OSError:
         return None
+
+
+def _lock_soon(fd: int) -> bool | None:
+    """``_try_lock``, retried for up to a second while another holds it: a clean-up's ``in_use`` holds a lock for
+    a moment only, and a writer that gave up then would have written its file unprotected."""
+    for _ in range(_LOCK_TRIES):
+        taken = _try_lock(fd)
+        if taken is not False:
+            return taken
+        time.sleep(0.01)
+    return False
 
 
 def _try_lock(fd: int) -> bool | None:
