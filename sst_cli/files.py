@@ -490,17 +490,27 @@ def _identity(path: str) -> tuple[int, int] | None:
 
 @functools.lru_cache(maxsize=256)
 def folds_case(folder: str) -> bool:
-    """Whether names in ``folder`` ignore case (macOS, Windows): the nearest existing folder up from it whose name
-    has letters is found again under its name with the case swapped. Nothing is written; a folder that cannot
-    tell (no letters up to the root) counts as case-sensitive."""
+    """Whether names in ``folder`` ignore case (macOS, Windows, a FAT stick, a casefolded ext4 folder): an entry
+    of the folder itself is found again under its name with the case swapped; in an empty or missing folder, the
+    nearest existing folder up from it whose name has letters is, in its parent. Nothing is written; a folder
+    that cannot tell (no letters up to the root) counts as case-sensitive."""
     path = os.path.realpath(folder)
+    if os.path.isdir(path):  # its own entries: a mount point's parent lives on another file system
+        with suppress(OSError), os.scandir(path) as entries:
+            name = next((e.name for e in entries if e.name.swapcase() != e.name), None)
+            if name is not None:
+                return _same_entry(os.path.join(path, name), os.path.join(path, name.swapcase()))
     while True:
         parent, name = os.path.split(path)
         if name and name.swapcase() != name and os.path.isdir(path):
-            try:
-                return os.path.samefile(path, os.path.join(parent, name.swapcase()))
-            except OSError:
-                return False
+            return _same_entry(path, os.path.join(parent, name.swapcase()))
         if parent == path:
             return False
         path = parent
+
+
+def _same_entry(path: str, other: str) -> bool:
+    try:
+        return os.path.samefile(path, other)
+    except OSError:
+        return False

@@ -285,6 +285,17 @@ def test_outputs_differing_only_in_case_clash_where_names_ignore_case(upscaler: 
     Path("oUT").unlink()
     folds_case.cache_clear()
     assert not folds_case("Out")  # here, as on Linux, the two names are two files
+    Path("Stick").mkdir()
+    Path("sTICK").symlink_to("Stick")  # the parent folds case: a FAT stick mounted on it may not ...
+    Path("Stick/Photo.png").write_bytes(b"")
+    Path("Stick/pHOTO.PNG").write_bytes(b"")  # ... its own entries tell: two files, so it does not
+    folds_case.cache_clear()
+    assert not folds_case("Stick")
+    Path("Stick/pHOTO.PNG").unlink()
+    Path("Stick/pHOTO.PNG").symlink_to("Photo.png")  # and where they are one file, it does
+    folds_case.cache_clear()
+    assert folds_case("Stick")
+    folds_case.cache_clear()
     again = run_batch(discover_inputs(["in"]), upscaler, naming=naming(folder=Path("Out2")), writing=WriteOptions())
     assert [r.status for r in again.files] == ["done", "done"]
 
