@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 import sys
-from numbers import Integral
+from numbers import Real
 
 from .choices import ALPHA_MODES, BACKENDS, COMPILE_CHOICES, PRECISIONS
 from .errors import ConfigError
@@ -40,14 +40,14 @@ def parse_size(text: str | None, option: str = "--max-memory") -> int | None:
     return size
 
 
-def memory_bytes(value: int | str | None, option: str = "max_memory") -> int | None:
+def memory_bytes(value: float | str | None, option: str = "max_memory") -> int | None:
     """A memory budget in bytes: a whole number as it is, a size text as ``--max-memory`` takes it ('4G'); an API
     caller's ``max_memory="2G"`` met "'<=' not supported between instances of 'str' and 'int'"."""
     if value is None or isinstance(value, str):
         return parse_size(value, option)
-    if isinstance(value, bool) or not isinstance(value, Integral):
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
         raise ConfigError(f"{option} must be a number of bytes or a size such as '4G' or '512M', got {value!r}")
-    return int(value)
+    return int(value)  # 4e9 and 1.5 * 2**30 as whole bytes, as before sizes were taken
 
 
 def check_choice(value: str, choices: tuple[str, ...], what: str) -> str:

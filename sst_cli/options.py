@@ -42,7 +42,7 @@ class UpscaleOptions:
     tile_overlap: int | None = None
     exact: bool = False
     batch: int = 1
-    max_memory: int | str | None = None  # bytes; a size text such as "4G" (as --max-memory takes) becomes bytes
+    max_memory: float | str | None = None  # bytes (a float: whole bytes); a size text such as "4G" becomes bytes
     alpha: str = "model"
     outscale: float | None = None
     ig_lambda: float | None = None

@@ -376,8 +376,7 @@ class Upscaler:
 
     def _out_of_memory(self, exc: BaseException, tried: list[tuple[TileSize, int]]) -> OutOfMemory:
         """The error when even the smallest pass ran out of memory, saying which passes did (``tried``)."""
-        allocation = allocation_tried(exc)
-        asked = f" (a single allocation of {allocation})" if allocation else ""
+        asked = _allocation_said(exc)
         last = tried[-1][0]
         smallest = "the whole image" if not tile_sides(last)[0] else f"one {tile_label(last)} tile per pass"
         history = f"; tried {_passes_tried(tried)}" if len(tried) > 1 else ""
@@ -389,8 +388,7 @@ class Upscaler:
     def _exact_out_of_memory(self, exc: BaseException) -> OutOfMemory:
         """The error when ``exact`` needs the whole image (no context makes this network's tiles exact) and it does
         not fit: tiles, which would stray from it, are not run instead."""
-        allocation = allocation_tried(exc)
-        asked = f" (a single allocation of {allocation})" if allocation else ""
+        asked = _allocation_said(exc)
         return OutOfMemory(
             f"out of memory on {self.device.type} running the whole image{asked}: --exact needs the whole image in "
             f"memory at once, since no context makes {self.descriptor.architecture}'s tiles equal it; drop --exact "
@@ -598,6 +596,12 @@ class Upscaler:
             for picture, colour, like in zip(chunk, colours, arrays[start : start + per_pass], strict=True):
                 results.append(to_array(self._finish(picture, colour, None), like))
         return results
+
+
+def _allocation_said(exc: BaseException) -> str:
+    """`` (a single allocation of 2.5 GiB)`` where the error says how much it asked for, else nothing."""
+    allocation = allocation_tried(exc)
+    return f" (a single allocation of {allocation})" if allocation else ""
 
 
 def _never(exc: BaseException) -> bool:

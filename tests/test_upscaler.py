@@ -682,8 +682,9 @@ def test_max_memory_takes_the_sizes_the_cli_takes() -> None:
     assert UpscaleOptions(max_memory=np.int64(512)).max_memory == 512
     with pytest.raises(ConfigError, match="max_memory must be a size such as 4G or 512M, got 'lots'"):
         UpscaleOptions(max_memory="lots")
+    assert UpscaleOptions(max_memory=4e9).max_memory == 4_000_000_000  # a float of bytes, taken before sizes were
     with pytest.raises(ConfigError, match="max_memory must be a number of bytes or a size such as '4G'"):
-        UpscaleOptions(max_memory=2.5e9)  # type: ignore[arg-type]
+        UpscaleOptions(max_memory=float("inf"))
 
 
 def test_a_weights_file_named_by_text_is_loaded_as_a_path_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
