@@ -259,9 +259,13 @@ def atomic_folder(
     temporary folder and leaves the old ``path`` exactly as it was (system errors become ``error``, others pass
     through). An existing non-empty ``path`` is replaced
     only when ``may_replace(path)`` says it is one of ours (default: never), so a mistyped folder is never lost.
+    Anything that appeared in ``path`` while the body worked (another run's output) is not ours either: then
+    ``path`` is kept as it is, the new folder is placed beside it as ``NAME.new`` (``.new-2`` ...) and ``error``
+    says so, since deleting either would lose someone's work.
     """
     target = Path(os.path.abspath(path))
     check_folder_replaceable(target, may_replace, error=error)
+    before = _entries(target)
     parent = target.parent if str(target.parent) else Path(".")
     try:
         parent.mkdir(parents=True, exist_ok=True)
@@ -273,7 +277,7 @@ def atomic_folder(
     with holding(temp):  # another run's clean-up leaves it alone while the body works
         try:
             yield temp
-            _swap_in(temp, target)
+            _swap_in(temp, target, lambda: _check_unchanged(target, before, temp, may_replace, error))
         except BaseException as exc:
             shutil.rmtree(temp, ignore_errors=True)
             if isinstance(exc, OSError) and not isinstance(exc, SstError):  # disk full, permissions ...
@@ -289,6 +293,47 @@ def check_folder_replaceable(
         raise error(f"cannot write '{target}': it exists and is not a folder")
     if target.is_dir() and any(target.iterdir()) and not (may_replace is not None and may_replace(target)):
         raise error(f"refusing to replace '{target}': the folder is not empty and was not written by sst-cli")
+
+
+def _entries(folder: Path) -> set[str]:
+    """The paths below ``folder`` (relative; none when it is missing), to tell later what appeared there."""
+    found: set[str] = set()
+    for root, dirs, names in os.walk(folder):
+        found.update(os.path.relpath(os.path.join(root, name), folder) for name in (*dirs, *names))
+    return found
+
+
+def _check_unchanged(
+    target: Path, before: set[str], temp: Path, may_replace: Callable[[Path], bool] | None, error: type[SstError]
+) -> None:
+    """Refuse to swap ``temp`` in for ``target`` when files appeared there meanwhile (or it stopped being ours):
+    ``temp`` is kept beside it under a visible name, so that neither the newcomers nor the new folder is lost."""
+    foreign = sorted(_entries(target) - before)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        reason = f"refusing to replace '{target}': {shown} appeared there while this run worked"
+    else:
+        try:
+            check_folder_replaceable(target, may_replace, error=error)
+            return
+        except SstError as exc:
+            reason = str(exc)
+    raise error(f"{reason}; it is left as it was, and the new one was written to '{_set_aside(temp, target)}'")
+
+
+def _set_aside(temp: Path, target: Path) -> Path:
+    """Rename ``temp`` to the first free ``TARGET.new``, ``TARGET.new-2`` ...; a rename replaces only an empty
+    folder, so whatever took a name meanwhile is kept."""
+    for number in range(1, 1000):
+        beside = target.with_name(target.name + (".new" if number == 1 else f".new-{number}"))
+        if os.path.lexists(beside):
+            continue
+        try:
+            os.rename(temp, beside)
+        except OSError:
+            continue
+        return beside
+    raise OSError(errno.EEXIST, f"no free name beside '{target}'")
 
 
 def is_within(path: str | os.PathLike[str], folder: str | os.PathLike[str]) -> bool:
@@ -377,13 +422,15 @@ def removing_unused_folders(folders: Iterable[Path]) -> Iterator[None]:
                 folder.rmdir()
 
 
-def _swap_in(temp: Path, target: Path) -> None:
+def _swap_in(temp: Path, target: Path, check: Callable[[], None] = lambda: None) -> None:
     """Rename ``temp`` to ``target``; an existing ``target`` is moved aside first and deleted last, locked while
-    aside, so that another run's clean-up does not take it for a leftover (a killed run's is one)."""
+    aside, so that another run's clean-up does not take it for a leftover (a killed run's is one). ``check``
+    runs under that lock just before, and may refuse."""
     if not target.exists():
         _replace(temp, target)
         return
     with holding(target):
+        check()
         old = temp_name(target, ".old")
         _replace(target, old)
         try:

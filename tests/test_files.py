@@ -174,3 +174,34 @@ def test_a_replaced_folder_left_aside_by_a_killed_run_is_cleaned_up(tmp_path: Pa
     notes: list[str] = []
     files.clean_stale_temporaries(tmp_path, notes.append)
     assert not aside.exists() and len(notes) == 1
+
+
+@pytest.mark.parametrize("existed", [False, True])
+def test_a_report_keeps_the_files_another_run_wrote_into_its_folder_meanwhile(tmp_path: Path, existed: bool) -> None:
+    """An upscale writing into a report's folder while the report was built lost its output when the report was
+    swapped in: now the folder is left as it is, and the new report is placed beside it under a visible name."""
+    target = tmp_path / "report"
+    if existed:
+        target.mkdir()
+        (target / "index.html").write_text("old")
+    appeared = r"img0_x4\.png appeared there while this run worked"
+    with (
+        pytest.raises(files.WriteError, match=appeared) as caught,
+        files.atomic_folder(target, may_replace=lambda folder: True) as folder,
+    ):
+        (folder / "index.html").write_text("new")
+        target.mkdir(exist_ok=True)
+        (target / "img0_x4.png").write_bytes(b"upscaled")  # another sst process, meanwhile
+    assert (target / "img0_x4.png").read_bytes() == b"upscaled"
+    assert (tmp_path / "report.new" / "index.html").read_text() == "new"
+    assert "report.new" in str(caught.value)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["report", "report.new"]
+
+
+def test_a_report_replaces_its_own_earlier_report(tmp_path: Path) -> None:
+    target = tmp_path / "report"
+    target.mkdir()
+    (target / "index.html").write_text("old")
+    with files.atomic_folder(target, may_replace=lambda folder: True) as folder:
+        (folder / "index.html").write_text("new")
+    assert (target / "index.html").read_text() == "new" and sorted(tmp_path.iterdir()) == [target]
