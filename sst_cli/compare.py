@@ -204,7 +204,7 @@ def run_compare(
             for note in report.notes[len(first_notes) :]:
                 on_message(note)
         if settings.png is not None:
-            write_sheet(report, settings.png)
+            write_sheet(report, settings.png, overwrite=settings.overwrite)
 
     page = None
     if settings.report is not None:

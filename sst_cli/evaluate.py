@@ -308,10 +308,12 @@ def evaluate_dataset(
     *,
     rgb: bool = False,
     save_dir: Path | None = None,
+    overwrite: bool = True,
     on_image: Callable[[ImageScore], None] | None = None,
     on_output: Callable[[EvalOutput], None] | None = None,
 ) -> DatasetResult:
-    """Score every image of ``dataset`` at ``scale``; optionally save each SR output as PNG.
+    """Score every image of ``dataset`` at ``scale``; optionally save each SR output as PNG (replacing a file
+    there only with ``overwrite``).
 
     ``on_output`` receives each image's pixels (HR, LR and SR) with its score, for reports that show them.
     """
@@ -323,7 +325,7 @@ def evaluate_dataset(
         entry = ImageScore(hr_path.stem, *score(out, hr, scale, rgb=rgb))
         result.images.append(entry)
         if save_dir is not None:
-            save_sr(out, save_dir / dataset.name / f"x{scale}" / f"{hr_path.stem}.png")
+            save_sr(out, save_dir / dataset.name / f"x{scale}" / f"{hr_path.stem}.png", overwrite=overwrite)
         if on_output is not None:
             on_output(EvalOutput(model, dataset.name, scale, entry, hr, lr, out))
         if on_image is not None:
@@ -331,13 +333,14 @@ def evaluate_dataset(
     return result
 
 
-def save_sr(values: np.ndarray, path: Path) -> None:
-    """Write an SR result as 8-bit PNG (gray stays gray), replacing an earlier run's file (``_check_saved`` asked)."""
+def save_sr(values: np.ndarray, path: Path, *, overwrite: bool = True) -> None:
+    """Write an SR result as 8-bit PNG (gray stays gray); an earlier run's file is replaced only with ``overwrite``
+    (``_check_saved`` asked at the start; a file another run wrote meanwhile is refused too)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     gray = values.ndim == 2
     rgb = np.repeat(values[..., None], 3, axis=2) if gray else values
     picture = Picture(rgb.astype(np.float32) / 255.0, None, gray, 8, None, None, "png")
-    write_image(path, picture, format="png", overwrite=True)
+    write_image(path, picture, format="png", overwrite=overwrite)
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -492,6 +495,7 @@ def run_evaluation(
                         label,
                         rgb=settings.rgb,
                         save_dir=_save_dir(settings, label),
+                        overwrite=settings.overwrite,
                         on_image=None if on_image is None else functools.partial(on_image, ds.name, s),
                         on_output=on_output,
                     )

@@ -235,14 +235,17 @@ def json_text(data: Any, indent: int | None = None) -> str:
     return json.dumps(finite(data), indent=indent, allow_nan=False)
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str, *, error: type[SstError] = WriteError) -> None:
-    """A UTF-8 text file (reports, JSON), atomically; missing parent folders are made first."""
+def atomic_write_text(
+    path: str | os.PathLike[str], text: str, *, error: type[SstError] = WriteError, overwrite: bool = True
+) -> None:
+    """A UTF-8 text file (reports, JSON), atomically; missing parent folders are made first (``overwrite``: as
+    for ``atomic_save``, so that a file another run wrote meanwhile is not replaced unasked)."""
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise _fail(error, target, exc) from exc
-    atomic_write(target, lambda fh: fh.write(text.encode("utf-8")), error=error)
+    atomic_write(target, lambda fh: fh.write(text.encode("utf-8")), error=error, overwrite=overwrite)
 
 
 @contextmanager

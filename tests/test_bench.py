@@ -244,3 +244,23 @@ def test_an_sst_file_is_timed_in_the_architecture_model_names(tmp_path: Path) ->
     assert several.exit_code == 2 and "--weights holds one scale: give at most one --scale" in several.output
     untiled = runner.invoke(app, [*args, "-m", "sst-light", "--tile", "64"])
     assert untiled.exit_code == 2 and "--tile sets the tiles of a --tiled run" in untiled.output
+
+
+def test_a_json_another_run_wrote_meanwhile_is_not_replaced_unasked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two `sst bench --json` at once: the later silently replaced the earlier's file, both exiting 0."""
+    from sst_cli import bench
+
+    out = tmp_path / "bench.json"
+    original = bench.run_bench
+
+    def racing(*args: object, **kwargs: object) -> object:
+        out.write_text("theirs")  # another run, meanwhile
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(bench, "run_bench", racing)
+    args = ["bench", "-m", "sst-light", "-s", "2", "--size", "32x24", "--runs", "1", "--warmup", "0", "--device", "cpu"]
+    result = runner.invoke(app, [*args, "--json", str(out)])
+    assert result.exit_code == 1 and "written while this run worked" in result.output, result.output
+    assert out.read_text() == "theirs"

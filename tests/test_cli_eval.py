@@ -221,3 +221,33 @@ def test_save_images_into_a_folder_that_cannot_be_made_is_refused_first(tmp_path
     assert "--save-images: cannot write into 'sfile/sub/mine/x2': a file is in the way" in " ".join(
         result.output.split()
     )
+
+
+def test_files_another_run_wrote_meanwhile_are_not_replaced_unasked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two `sst eval --json r.json` at once: the later silently replaced the earlier's file, both exiting 0.
+    Now the file that appeared while this run worked is kept and the run fails; --overwrite replaces it."""
+    from sst_cli import evaluate
+
+    data = tmp_path / "mine"
+    (data / "HR").mkdir(parents=True)
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (24, 24, 3), dtype=np.uint8)).save(data / "HR" / "a.png")
+    original = evaluate.score
+
+    def racing(*args: object, **kwargs: object) -> object:  # another run writes its files meanwhile
+        for name in ("r.json", "r.csv", "sr/mine/x2/a.png"):
+            Path(name).parent.mkdir(parents=True, exist_ok=True)
+            Path(name).write_text("theirs")
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(evaluate, "score", racing)
+    base = ["eval", "-m", "bicubic", "-d", str(data), "-s", "2", "-q"]
+    for option, name in (("--json", "r.json"), ("--csv", "r.csv"), ("--save-images", "sr")):
+        for leftover in ("r.json", "r.csv", "sr/mine/x2/a.png"):
+            Path(leftover).unlink(missing_ok=True)
+        result = runner.invoke(app, [*base, option, name])
+        assert result.exit_code == 1 and "refusing to overwrite" in result.output, result.output
+        assert Path(name if option != "--save-images" else "sr/mine/x2/a.png").read_text() == "theirs"
+    assert runner.invoke(app, [*base, "--json", "r.json", "--overwrite"]).exit_code == 0
+    assert json.loads(Path("r.json").read_text())["results"][0]["model"] == "bicubic"

@@ -492,3 +492,22 @@ def test_a_staging_folder_a_killed_run_left_is_removed_by_the_next_report(tmp_pa
     os.utime(stale, (old, old))
     _build(tmp_path / "r")
     assert not stale.exists() and (tmp_path / "r" / "index.html").is_file()
+
+
+def test_compare_keeps_a_png_another_run_wrote_meanwhile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two `sst compare --png side.png` at once: the later silently replaced the earlier's sheet, both exiting 0."""
+    from sst_cli.report import sheet
+
+    a = tiny_weights(tmp_path / "tiny_a.safetensors", 1)
+    Image.fromarray(pattern(40, 48, 1)).save(tmp_path / "photo.png")
+    original = sheet.render_sheet
+
+    def racing(report: object) -> object:
+        Path("side.png").write_text("theirs")  # another run, meanwhile
+        return original(report)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sheet, "render_sheet", racing)
+    args = ["compare", "photo.png", "--weights", str(a), "--device", "cpu", "-q", "--png", "side.png"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and "written while this run worked" in result.output, result.output
+    assert Path("side.png").read_text() == "theirs"

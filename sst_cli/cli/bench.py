@@ -311,5 +311,5 @@ def bench(
     report = run_bench(settings, on_progress=lambda text: err_console.print(f"running {text}", style="dim"))
     print_report(report)
     if json_path is not None:
-        atomic_write_text(json_path, json_text(report.to_dict(), indent=2) + "\n")
+        atomic_write_text(json_path, json_text(report.to_dict(), indent=2) + "\n", overwrite=overwrite)
         err_console.print(f"wrote {json_path}", markup=False)

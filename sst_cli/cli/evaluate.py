@@ -318,8 +318,10 @@ def eval_command(
     report_options = {"self_ensemble": self_ensemble, "tile": tile if not every_bicubic else None}
     if json_path is not None:  # provenance hashes the weights files: only for the file that records it
         report_options |= _provenance(models, labels, device, precision)
-        atomic_write_text(json_path, json_text(_report(results, report_options, PROTOCOL), indent=2) + "\n")
+        atomic_write_text(
+            json_path, json_text(_report(results, report_options, PROTOCOL), indent=2) + "\n", overwrite=overwrite
+        )
     if csv_path is not None:
-        atomic_write_text(csv_path, _csv_text(results, rgb))
+        atomic_write_text(csv_path, _csv_text(results, rgb), overwrite=overwrite)
     if report is not None:
         console.print(f"report: {report / 'index.html'}", soft_wrap=True, markup=False)

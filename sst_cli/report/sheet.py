@@ -104,9 +104,10 @@ def render_sheet(report: ReportBuilder) -> Image.Image:
     return sheet
 
 
-def write_sheet(report: ReportBuilder, path: str | Path) -> Path:
-    """Render the sheet and write it as PNG, atomically."""
+def write_sheet(report: ReportBuilder, path: str | Path, *, overwrite: bool = True) -> Path:
+    """Render the sheet and write it as PNG, atomically (``overwrite``: as for ``files.atomic_save``, so that a
+    file another run wrote meanwhile is not replaced unasked)."""
     target = Path(path)
     image = render_sheet(report)
-    atomic_save(target, lambda temp: image.save(temp, format="PNG", optimize=True))
+    atomic_save(target, lambda temp: image.save(temp, format="PNG", optimize=True), overwrite=overwrite)
     return target
