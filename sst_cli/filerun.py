@@ -224,6 +224,9 @@ class _BatchRun:
                 raise ImageError(f"cannot read '{job.source}': its pixels do not match its header")
             upscaled, record.tile = self.upscaler.upscale_picture(picture, self.on_tile)
             with self.upscaler.phases.timed("write"):
+                # Planning proved this folder writable (made it, if missing); another run's clean-up of its own
+                # unused folders may have removed it since, while empty: this run's result still goes there.
+                plan.target.parent.mkdir(parents=True, exist_ok=True)
                 write_image(
                     plan.target,
                     upscaled,

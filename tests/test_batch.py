@@ -514,3 +514,22 @@ def test_folders_a_run_made_and_left_empty_are_removed_again() -> None:
         Path("stopped/e").mkdir(parents=True)
         raise KeyboardInterrupt
     assert not Path("stopped").exists()
+
+
+def test_a_planned_folder_another_run_removed_meanwhile_is_made_again(
+    upscaler: Upscaler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run A made out/, wrote nothing and removed it again as unused while this run (out/ existed, so not its
+    own) computed: the result then failed 'the folder does not exist' after all the work. Now it is written."""
+    png(Path("in/a.png"))
+    Path("out").mkdir()
+    original = upscaler.upscale_picture
+
+    def racing(*args: Any, **kwargs: Any) -> Any:
+        Path("out").rmdir()  # the other run's clean-up, meanwhile
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(upscaler, "upscale_picture", racing)
+    result = run_batch(discover_inputs(["in"]), upscaler, naming=naming(folder=Path("out")))
+    assert (result.done, result.failed) == (1, 0), [r.reason for r in result.files]
+    assert files_under(Path("out")) == ["a_nn_x2.png"]
