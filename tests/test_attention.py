@@ -442,11 +442,15 @@ def test_the_kernel_line_names_the_kernel_and_the_padding() -> None:
     assert padded.notices == ()
     assert padded.line == (
         f"{KERNEL_LINE_PREFIX}PyTorch SDPA (CPU flash kernel, fp32); head sizes q,k/v 9/6 -> 9/9, 11/6 -> 11/11"
+        " (sst-cli CPU kernel off: no C compiler found (test))"
     )
     exact = describe_attention("math", "cpu", torch.float32, model.attention_head_sizes)
     assert exact.line.endswith("(matmul + softmax, fp32, exact); head sizes q,k/v 9/6, 11/6")
     pairs = describe_attention("auto", "cpu", torch.float32, [(9, 6), (11, 6)])  # rooms without shared factors
-    assert pairs.line.endswith("(CPU flash kernel, fp32); head sizes q,k/v 9/6 -> 9/9, 11/6 -> 11/11")
+    assert pairs.line.endswith(
+        "(CPU flash kernel, fp32); head sizes q,k/v 9/6 -> 9/9, 11/6 -> 11/11"
+        " (sst-cli CPU kernel off: no C compiler found (test))"
+    )
 
 
 def test_upscaler_reports_its_kernel_and_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,6 +6,7 @@ import math
 import os
 import stat
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -183,9 +184,105 @@ def test_a_build_is_compiled_once_and_then_loaded_from_the_cache(
     real = cpu_kernel._compile
     monkeypatch.setattr(cpu_kernel, "_compile", lambda *a: compiles.append(1) or real(*a))
     assert kernel_problem() is None
-    assert len(compiles) == 1 and len(list(fresh_build.iterdir())) == 1
+    assert len(compiles) == 1 and len(list(fresh_build.glob("*.so"))) == 1
     cpu_kernel._library.cache_clear()  # a new process
     assert kernel_problem() is None and len(compiles) == 1
+
+
+def _counting_compiles(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    compiles: list[int] = []
+    real = cpu_kernel._compile
+    monkeypatch.setattr(cpu_kernel, "_compile", lambda *a: compiles.append(1) or real(*a))
+    return compiles
+
+
+def _swap(library: Path, data: bytes) -> None:
+    """Replace the file, as ``mv`` does: this process has the old one mapped, and changing it in place is SIGBUS."""
+    library.with_suffix(".new").write_bytes(data)
+    os.replace(library.with_suffix(".new"), library)
+
+
+def _built(fresh_build: Path) -> Path:
+    assert kernel_problem() is None
+    (library,) = fresh_build.glob("*.so")
+    cpu_kernel._library.cache_clear()  # a new process
+    return library
+
+
+@needs_native
+def test_a_cut_short_kernel_is_rebuilt_never_loaded(fresh_build: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build cut short by a crash made every run die with SIGBUS in dlopen: its own process, for that."""
+    library = _built(fresh_build)
+    whole = library.read_bytes()
+    _swap(library, whole[:1000])
+    out, err = _child(fresh_build).communicate(timeout=300)
+    assert out.strip() == "None", err[-2000:]
+    assert library.stat().st_size == len(whole)
+
+
+def _child(fresh_build: Path) -> subprocess.Popen:
+    """A process of its own that asks for the kernel (and so builds it, if no good one is cached)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", "from sst_cli.archs.cpu_kernel import kernel_problem; print(kernel_problem())"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "SST_KERNEL_CACHE": str(fresh_build), "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+
+
+@needs_native
+def test_two_processes_building_at_once_both_get_a_good_kernel(fresh_build: Path) -> None:
+    children = [_child(fresh_build) for _ in range(2)]
+    results = [(child.wait(timeout=300), child.communicate()) for child in children]
+    assert [(rc, out.strip()) for rc, (out, _) in results] == [(0, "None")] * 2, results
+    assert kernel_problem() is None
+
+
+@needs_native
+def test_a_garbled_kernel_is_rebuilt_not_given_up(fresh_build: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    library = _built(fresh_build)
+    compiles = _counting_compiles(monkeypatch)
+    _swap(library, b"garbage\n")
+    assert kernel_problem() is None and len(compiles) == 1
+    cpu_kernel._library.cache_clear()
+    assert kernel_problem() is None and len(compiles) == 1  # the rebuilt one is kept
+
+
+@needs_native
+def test_a_damaged_kernel_that_cannot_be_rebuilt_says_why(fresh_build: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Auto falls back to SDPA silently: the -v line is where the reason shows."""
+    library = _built(fresh_build)
+    size = library.stat().st_size
+    _swap(library, b"garbage\n")
+    monkeypatch.setattr(cpu_kernel, "_compile", lambda *a: "error: no room")
+    problem = kernel_problem()
+    assert problem is not None and problem.endswith(
+        f"failed: error: no room (rebuilding: {library} is damaged (8 bytes, not the {size} built))"
+    )
+    report = attention.describe_attention("auto", "cpu", torch.float32, [(9, 6)])
+    assert report.line.endswith(f" (sst-cli CPU kernel off: {problem})")
+
+
+@needs_native
+def test_leftovers_of_killed_builds_are_removed_after_an_hour(fresh_build: Path) -> None:
+    fresh_build.mkdir()
+    old, recent = fresh_build / "tmpab_cd123.so", fresh_build / "tmpzz_yy987.so"
+    for path in (old, recent):
+        path.write_bytes(b"half a build")
+    os.utime(old, (1e9, 1e9))
+    assert kernel_problem() is None
+    assert not old.exists() and recent.exists()  # a build in progress elsewhere is left alone
+
+
+@needs_native
+def test_a_good_kernel_in_a_read_only_cache_is_used_not_rebuilt(
+    fresh_build: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _built(fresh_build)
+    compiles = _counting_compiles(monkeypatch)
+    usable = cpu_kernel._usable
+    monkeypatch.setattr(cpu_kernel, "_usable", lambda folder, private: private and usable(folder, private))
+    assert kernel_problem() is None and compiles == []
+    assert not list((fresh_build.parent / "tmp").glob("*/*.so"))
 
 
 @needs_native

@@ -479,7 +479,15 @@ def describe_attention(
         groups.setdefault(plan.label, []).append(plan)
     parts = [f"{label}; head sizes q,k/v {', '.join(p.sizes for p in group)}" for label, group in groups.items()]
     notices = tuple(dict.fromkeys(p.notice for p in plans if p.notice))
-    return AttentionReport(KERNEL_LINE_PREFIX + " | ".join(parts), notices, plans)
+    return AttentionReport(KERNEL_LINE_PREFIX + " | ".join(parts) + _native_off(backend, plans), notices, plans)
+
+
+def _native_off(backend: str, plans: Iterable[AttentionPlan]) -> str:
+    """Where ``auto`` would have run sst-cli's CPU kernel but cannot, why (a damaged cache, no compiler): auto
+    falls back silently, so the descriptive line is the one place that says it."""
+    wanted = backend == "auto" and any(p.device_type == "cpu" and p.dtype == torch.float32 for p in plans)
+    problem = kernel_problem() if wanted else None
+    return "" if problem is None else f" (sst-cli CPU kernel off: {problem})"
 
 
 # ----------------------------------------------------------------------------- kernels

@@ -8,7 +8,9 @@ channels. It measured 1.5-2.1x faster than padded SDPA per call (benchmarks/RESU
 ship it in, so it is compiled here with the machine's C compiler (``$CC``, else ``cc``/``gcc``/``clang``;
 ``-O3 -march=native``, a few seconds, once) into
 ``$XDG_CACHE_HOME/sst-cli/kernels`` (default ``~/.cache``; ``SST_KERNEL_CACHE`` overrides), keyed by the
-source, the compiler and the CPU, and checked against float64 attention before first use. Without a compiler,
+source, the compiler and the CPU, with a record of its size and sha256 beside it: a file that does not match
+(cut short by a crash, changed) is never loaded but rebuilt. It is checked against float64 attention before
+first use. Without a compiler,
 or if anything fails, ``kernel_problem`` says why and the attention room uses PyTorch's kernels instead.
 """
 
@@ -25,7 +27,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -39,6 +43,10 @@ from .tracing import never_traced
 SOURCE = Path(__file__).with_name("cpu_attention.c")
 _COMPILE_TIMEOUT_S = 120
 _SELF_TEST_TOLERANCE = 1e-4
+_RECORD_SUFFIX = ".ok"  # beside each library: "<size> <sha256>" of the file as built
+_LOCK_TIMEOUT_S = 10.0
+_LEFTOVER_AGE_S = 3600.0
+_LEFTOVER_RE = re.compile(r"tmp[a-z0-9_]{8}\.(so|dll|ok)")  # mkstemp's names: builds or records cut short
 
 
 @dataclass(frozen=True)
@@ -90,11 +98,13 @@ def _first_line(text: str) -> str:
 
 
 def _compile(compiler: list[str], source: Path, target: Path, extra: Sequence[str] = ()) -> str | None:
-    """Build ``target``; returns None, or the first error line of the first try (-march=native, -mcpu=native,
-    then no tuning flag: compilers differ in which they accept). ``extra`` flags follow the tuning flag."""
+    """Build ``target`` and its record; returns None, or the first error line of the first try (-march=native,
+    -mcpu=native, then no tuning flag: compilers differ in which they accept). ``extra`` flags follow the tuning
+    flag."""
     suffix = ".dll" if sys.platform == "win32" else ".so"
     common = ["-O3", "-std=gnu11", "-shared", "-fPIC", "-pthread"]
     first_error = None
+    _sweep_leftovers(target.parent)
     for arch in (["-march=native"], ["-mcpu=native"], []):
         fd, tmp = tempfile.mkstemp(suffix=suffix, dir=target.parent)
         os.close(fd)
@@ -104,7 +114,7 @@ def _compile(compiler: list[str], source: Path, target: Path, extra: Sequence[st
                 capture_output=True, text=True, timeout=_COMPILE_TIMEOUT_S, check=False,
             )  # fmt: skip
             if run.returncode == 0:
-                os.replace(tmp, target)  # atomic: a concurrent process sees the old file or the whole new one
+                _publish(Path(tmp), target)
                 return None
             error = _first_line(run.stderr) or f"exit status {run.returncode}"
         except (OSError, subprocess.SubprocessError) as exc:
@@ -113,6 +123,94 @@ def _compile(compiler: list[str], source: Path, target: Path, extra: Sequence[st
             Path(tmp).unlink(missing_ok=True)
         first_error = first_error or error
     return first_error
+
+
+def _sweep_leftovers(folder: Path) -> None:
+    """Delete temporary files of builds killed over an hour ago: nothing else ever removes them."""
+    cutoff = time.time() - _LEFTOVER_AGE_S
+    for path in folder.glob("tmp*"):
+        try:
+            if _LEFTOVER_RE.fullmatch(path.name) and path.lstat().st_mtime < cutoff:
+                path.unlink()
+        except OSError:
+            pass  # another process's clean-up, or not ours to delete
+
+
+def _fsync_replace(tmp: Path, target: Path) -> None:
+    """``os.replace`` after the data is on disk: a crash must leave the old file or the whole new one, never
+    a short one (loading a truncated library kills the process with SIGBUS)."""
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, target)
+    if hasattr(os, "O_DIRECTORY"):  # the rename itself, where folders can be synced
+        folder = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+
+
+def _record(library: Path) -> Path:
+    return library.with_name(library.name + _RECORD_SUFFIX)
+
+
+def _digest(path: Path) -> str:
+    data = path.read_bytes()
+    return f"{len(data)} {hashlib.sha256(data).hexdigest()}"
+
+
+def _publish(tmp: Path, target: Path) -> None:
+    """Put a finished build in place, then its record (size and sha256), both durably and under the lock, so
+    that the pair on disk always belongs together."""
+    digest = _digest(tmp)
+    fd, record_tmp = tempfile.mkstemp(suffix=_RECORD_SUFFIX, dir=target.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(digest + "\n")
+        with _guard(target):
+            _fsync_replace(tmp, target)
+            _fsync_replace(Path(record_tmp), _record(target))
+    finally:
+        Path(record_tmp).unlink(missing_ok=True)
+
+
+def _damage(library: Path) -> str | None:
+    """Why ``library`` must not be loaded (a file cut short, changed, or built before records were kept), or
+    None when it is the file its record describes. Never load an unchecked file: dlopen can SIGBUS."""
+    try:
+        expected = _record(library).read_text().strip()
+    except OSError:
+        return f"{library} has no record of a finished build"
+    try:
+        actual = _digest(library)
+    except OSError as exc:
+        return f"cannot read {library} ({exc.strerror or exc})"
+    if actual != expected:
+        size = actual.split()[0]
+        return f"{library} is damaged ({size} bytes, not the {expected.split()[0]} built)"
+    return None
+
+
+@contextmanager
+def _guard(library: Path) -> Iterator[None]:
+    """Held while a build is published and while one is checked and loaded, so that no process loads a file
+    replaced after its check. Where the lock cannot be had (a read-only folder, a stuck holder), go on without:
+    files are only ever replaced whole."""
+    from filelock import FileLock, Timeout
+
+    if not os.access(library.parent, os.W_OK):
+        yield
+        return
+    lock = FileLock(str(library) + ".lock", timeout=_LOCK_TIMEOUT_S)
+    try:
+        lock.acquire()
+    except (Timeout, OSError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _version(compiler: list[str]) -> str:
@@ -173,27 +271,43 @@ def _library() -> _Library:
     identity = [SOURCE.read_text(), *compiler, version, _cpu_identity()]
     key = hashlib.sha256("\n".join(identity).encode()).hexdigest()
     name = f"cpu_attention-{key[:20]}{'.dll' if sys.platform == 'win32' else '.so'}"
-    # A read-only home (containers, sandboxes) must not cost the kernel: build in the temp folder then.
-    candidates = ((_cache_dir(), False), (_temp_folder(), True))
-    folders = [folder for folder, private in candidates if _usable(folder, private)]
-    if not folders:
-        return _Library(None, f"no writable folder to build the kernel in ({_cache_dir()}, {_temp_folder()})")
-    target = next((folder / name for folder in folders if (folder / name).exists()), None)
-    if target is None:
-        target = folders[0] / name
-        error = _compile(compiler, SOURCE, target)
-        if error is not None:
-            return _Library(None, f"compiling {SOURCE.name} with {_name(compiler)} failed: {error}")
-    try:
-        lib = ctypes.CDLL(str(target))
-        _declare(lib)
-    except (OSError, AttributeError) as exc:
-        return _Library(None, f"cannot load {target} ({exc})")
+    # A read-only home (containers, sandboxes) must not cost the kernel: one built there is used, else build in
+    # the temp folder (only a private one: nobody else may plant a library in it).
+    cache, temp = _cache_dir(), _temp_folder()
+    writable = [folder for folder, private in ((cache, False), (temp, True)) if _usable(folder, private)]
+    damaged = None
+    for folder in dict.fromkeys([cache, *writable]):
+        if (folder / name).exists():
+            loaded = _checked_load(folder / name, version)
+            if isinstance(loaded, _Library):
+                return loaded
+            damaged = damaged or loaded
+    if not writable:
+        return _Library(None, f"no writable folder to build the kernel in ({cache}, {temp})")
+    target = writable[0] / name
+    error = _compile(compiler, SOURCE, target)
+    if error is not None:
+        rebuilding = f" (rebuilding: {damaged})" if damaged else ""
+        return _Library(None, f"compiling {SOURCE.name} with {_name(compiler)} failed: {error}{rebuilding}")
+    loaded = _checked_load(target, version)
+    return loaded if isinstance(loaded, _Library) else _Library(None, loaded)
+
+
+def _checked_load(library: Path, version: str) -> _Library | str:
+    """The loaded, self-tested library (or the self-test's verdict); a string says why the file itself is unfit
+    and should be rebuilt: it is not the file its record describes, or it does not load."""
+    with _guard(library):
+        damage = _damage(library)
+        if damage is not None:
+            return damage
+        try:
+            lib = ctypes.CDLL(str(library))
+            _declare(lib)
+        except (OSError, AttributeError) as exc:
+            return f"cannot load {library} ({exc})"
     built = _Library(lib, version, lib.sst_attention_vector(), lib.sst_attention_key_tile())
     error = _self_test(built)
-    if error is not None:
-        return _Library(None, error)
-    return built
+    return built if error is None else _Library(None, error)
 
 
 def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
