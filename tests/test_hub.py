@@ -552,3 +552,26 @@ def test_a_slow_time_out_is_not_asked_again(monkeypatch: pytest.MonkeyPatch) -> 
     with pytest.raises(ConnectionError):
         library.retried(lambda: stalls(60.0, ConnectionError("connection reset")))
     assert len(calls) == 3
+
+
+def _pin_many(home: str, prefix: str) -> None:
+    """One of two processes pinning at once (module level: multiprocessing runs it by name)."""
+    constants.HF_HOME = home
+    for i in range(40):
+        sha = hashlib.sha256(f"{prefix}{i}".encode()).hexdigest()
+        hub.pins.save_pin(f"{prefix}{i}.pth", hub.pins.Pin("release", f"{prefix}{i}.pth", sha, url="https://x/y"))
+
+
+def test_pins_saved_by_two_processes_at_once_are_all_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unlocked read-modify-writes kept 64 of 80."""
+    import multiprocessing
+
+    monkeypatch.setattr(constants, "HF_HOME", str(tmp_path))
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_pin_many, args=(str(tmp_path), prefix)) for prefix in ("a", "b")]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    assert [worker.exitcode for worker in workers] == [0, 0]
+    assert len(hub.pins.read_pins()) == 80

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from .refs import COMMIT_RE, SHA256_RE
 
 PINS_FORMAT = 1
 _RACY_NS = 2_000_000_000  # a file modified this recently is not remembered as hashed
+_LOCK_TIMEOUT_S = 10.0
 
 
 def sst_home() -> Path:
@@ -112,12 +114,34 @@ def _write(pins: dict[str, Pin]) -> None:
     atomic_write_text(pins_path(), json.dumps(data, indent=2) + "\n")
 
 
-def save_pin(key: str, pin: Pin) -> None:
-    """Record ``pin`` (read-modify-write of the small JSON; a failure to write only costs a later lookup)."""
-    pins = read_pins()
-    pins[key] = pin
+@contextlib.contextmanager
+def _pins_locked() -> Iterator[None]:
+    """Held around a read-modify-write of ``pins.json``: two processes pinning at once lost each other's
+    updates. A lock that cannot be had within seconds (an unwritable folder, a stuck holder) must not stop a
+    run: go on without it, at worst losing a pin (a shortcut only)."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(pins_path()) + ".lock", timeout=_LOCK_TIMEOUT_S)
     try:
-        _write(pins)
+        pins_path().parent.mkdir(parents=True, exist_ok=True)
+        lock.acquire()
+    except (Timeout, OSError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def save_pin(key: str, pin: Pin) -> None:
+    """Record ``pin`` (read-modify-write of the small JSON under a lock; a failure to write only costs a later
+    lookup)."""
+    try:
+        with _pins_locked():
+            pins = read_pins()
+            pins[key] = pin
+            _write(pins)
     except WriteError as exc:  # the download is fine; later runs look for it again (pull says when it matters)
         note(f"{key} is downloaded, but where it came from could not be recorded ({exc}): make that file "
              "writable, or later runs may have to look for it again")  # fmt: skip
