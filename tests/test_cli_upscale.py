@@ -288,7 +288,12 @@ def test_interrupt_exits_130_without_partial_files_and_skip_existing_finishes(
     logged = sst("in", "-o", "logged", "--json-log")  # b.png had a file_start and no end; no error event
     events = [json.loads(line) for line in logged.stdout.splitlines()]
     assert logged.exit_code == 130 and [e["event"] for e in events][-3:] == ["file_done", "summary", "error"]
-    assert events[-3] == {"event": "file_done", "total": 3, "input": str(Path("in", "b.png")), "status": "interrupted"}
+    done = [e for e in events if e["event"] == "file_done"]
+    assert [sorted(e) for e in done[:-1]] == [sorted(done[-1])]  # the same keys as every other file_done
+    assert events[-3] == {
+        "event": "file_done", "index": 2, "total": 3, "input": str(Path("in", "b.png")), "output": None,
+        "status": "interrupted", "reason": None, "error": None, "megapixels": None, "seconds": None, "tile": None,
+    }  # fmt: skip
     assert events[-1]["interrupted"] is True and events[-1]["exit_code"] == 130
     monkeypatch.setattr(Upscaler, "upscale_picture", spy)
     count_upscales.clear()

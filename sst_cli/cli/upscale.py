@@ -77,6 +77,7 @@ class Reporter:
         self.tiles_task: TaskID | None = None
         self.phases = Phases()  # the command's own phases (start-up, imports); the upscaler keeps the rest
         self.upscaler: Upscaler | None = None
+        self.indices: dict[str, int] = {}  # input -> its 1-based index in file_start, for an interrupted file
 
     def emit(self, event: str, **fields: Any) -> None:
         json_event(event, **fields)
@@ -118,12 +119,21 @@ class Reporter:
             self.progress = None
 
     def file_start(self, job: Job, index: int, total: int) -> None:
+        self.indices[str(job.source)] = index + 1
         if self.json_log:
             self.emit("file_start", index=index + 1, total=total, input=str(job.source))
         if self.progress is not None and self.tiles_task is not None:
             self.progress.update(
                 self.tiles_task, description=f"  {as_markup(show(Path(job.source.name)))}", completed=0, total=None
             )
+
+    def file_interrupted(self, job: Job, total: int) -> None:
+        """The file running at an interrupt ends with a file_done of the same keys as every other: readers index
+        by them. Nothing was written, so no output."""
+        if self.json_log:
+            fields = dict.fromkeys(("output", "reason", "error", "megapixels", "seconds", "tile"))
+            fields.update(input=str(job.source), status="interrupted")
+            self.emit("file_done", index=self.indices.get(str(job.source)), total=total, **fields)
 
     def tile(self, done: int, total: int) -> None:
         if self.progress is not None and self.tiles_task is not None:
@@ -438,8 +448,8 @@ def upscale(
                 )
     except BatchInterrupted as stop:
         reporter.stop()
-        if json_log and stop.current is not None:  # its file_start had no end: a reader would wait for it
-            json_event("file_done", total=stop.total, input=str(stop.current.source), status="interrupted")
+        if stop.current is not None:  # its file_start had no end: a reader would wait for it
+            reporter.file_interrupted(stop.current, stop.total)
         reporter.summary(stop.result, interrupted=True, exit_code=stop.exit_code)
         where = f" while upscaling {show(stop.current.source)}" if stop.current else ""
         done = len(stop.result.files)
