@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -575,3 +576,32 @@ def test_pins_saved_by_two_processes_at_once_are_all_kept(tmp_path: Path, monkey
         worker.join(timeout=120)
     assert [worker.exitcode for worker in workers] == [0, 0]
     assert len(hub.pins.read_pins()) == 80
+
+
+def _hash_many(home: str, folder: str, prefix: str) -> None:
+    """One of two processes remembering hashes at once (module level: multiprocessing runs it by name)."""
+    constants.HF_HOME = home
+    for i in range(30):
+        path = Path(folder) / f"{prefix}{i}.bin"
+        hub.pins.remember_sha256(path, hashlib.sha256(path.read_bytes()).hexdigest())
+
+
+def test_hashes_remembered_by_two_processes_at_once_are_all_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """hashed.json had the same unlocked read-modify-write as pins.json."""
+    import multiprocessing
+
+    monkeypatch.setattr(constants, "HF_HOME", str(tmp_path))
+    for prefix in ("a", "b"):
+        for i in range(30):
+            (tmp_path / f"{prefix}{i}.bin").write_bytes(f"{prefix}{i}".encode())
+            os.utime(tmp_path / f"{prefix}{i}.bin", (time.time() - 60, time.time() - 60))  # not racy
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_hash_many, args=(str(tmp_path), str(tmp_path), p)) for p in ("a", "b")]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    assert [worker.exitcode for worker in workers] == [0, 0]
+    assert len(hub.pins._hashed_files()) == 60

@@ -115,15 +115,15 @@ def _write(pins: dict[str, Pin]) -> None:
 
 
 @contextlib.contextmanager
-def _pins_locked() -> Iterator[None]:
-    """Held around a read-modify-write of ``pins.json``: two processes pinning at once lost each other's
-    updates. A lock that cannot be had within seconds (an unwritable folder, a stuck holder) must not stop a
-    run: go on without it, at worst losing a pin (a shortcut only)."""
+def _locked(path: Path) -> Iterator[None]:
+    """Held around a read-modify-write of ``pins.json`` or ``hashed.json``: two processes writing at once lost
+    each other's updates. A lock that cannot be had within seconds (an unwritable folder, a stuck holder) must
+    not stop a run: go on without it, at worst losing an entry (a shortcut only)."""
     from filelock import FileLock, Timeout
 
-    lock = FileLock(str(pins_path()) + ".lock", timeout=_LOCK_TIMEOUT_S)
+    lock = FileLock(str(path) + ".lock", timeout=_LOCK_TIMEOUT_S)
     try:
-        pins_path().parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         lock.acquire()
     except (Timeout, OSError):
         yield
@@ -138,7 +138,7 @@ def save_pin(key: str, pin: Pin) -> None:
     """Record ``pin`` (read-modify-write of the small JSON under a lock; a failure to write only costs a later
     lookup)."""
     try:
-        with _pins_locked():
+        with _locked(pins_path()):
             pins = read_pins()
             pins[key] = pin
             _write(pins)
@@ -185,15 +185,16 @@ def remember_sha256(path: Path, sha256: str) -> None:
     stat = _stat_key(path)
     if stat is None or time.time_ns() - stat[1] < _RACY_NS:
         return  # changed within the file system's clock step: a change now could keep this mtime (racy git)
-    files = {k: v for k, v in _hashed_files().items() if Path(k).exists()}
-    files[str(path.resolve())] = {"sha256": sha256, "stat": stat}
-    text = json.dumps({"_comment": "written by sst-cli: files already hashed; safe to delete", "files": files})
-    with contextlib.suppress(WriteError, OSError):
+    with contextlib.suppress(WriteError, OSError), _locked(hashed_path()):
+        files = {k: v for k, v in _hashed_files().items() if Path(k).exists()}
+        files[str(path.resolve())] = {"sha256": sha256, "stat": stat}
+        text = json.dumps({"_comment": "written by sst-cli: files already hashed; safe to delete", "files": files})
         atomic_write_text(hashed_path(), text + "\n")
 
 
 def drop_pin(key: str) -> None:
-    pins = read_pins()
-    if pins.pop(key, None) is not None:
-        with contextlib.suppress(WriteError):
-            _write(pins)
+    with _locked(pins_path()):
+        pins = read_pins()
+        if pins.pop(key, None) is not None:
+            with contextlib.suppress(WriteError):
+                _write(pins)
