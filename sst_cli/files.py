@@ -564,3 +564,23 @@ def _same_entry(path: str, other: str) -> bool:
         return os.path.samefile(path, other)
     except OSError:
         return False
+
+
+@contextmanager
+def locked_if_possible(path: Path, timeout: float = 10.0) -> Iterator[None]:
+    """Hold ``PATH.lock`` (``filelock``) around a read-modify-write shared by processes (pins, hashes, a kernel
+    build). Where it cannot be had within ``timeout`` (a read-only folder, a stuck holder), go on without it: these
+    files are only caches, and a run must never hang on one."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(path) + ".lock", timeout=timeout)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock.acquire()
+    except (Timeout, OSError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.release()

@@ -28,8 +28,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..files import cache_root
+from ..files import cache_root, locked_if_possible
 from .tracing import never_traced
 
 SOURCE = Path(__file__).with_name("cpu_attention.c")
@@ -191,26 +191,10 @@ def _damage(library: Path) -> str | None:
     return None
 
 
-@contextmanager
-def _guard(library: Path) -> Iterator[None]:
+def _guard(library: Path) -> AbstractContextManager[None]:
     """Held while a build is published and while one is checked and loaded, so that no process loads a file
-    replaced after its check. Where the lock cannot be had (a read-only folder, a stuck holder), go on without:
-    files are only ever replaced whole."""
-    from filelock import FileLock, Timeout
-
-    if not os.access(library.parent, os.W_OK):
-        yield
-        return
-    lock = FileLock(str(library) + ".lock", timeout=_LOCK_TIMEOUT_S)
-    try:
-        lock.acquire()
-    except (Timeout, OSError):
-        yield
-        return
-    try:
-        yield
-    finally:
-        lock.release()
+    replaced after its check; without it where it cannot be had (files are only ever replaced whole)."""
+    return locked_if_possible(library, _LOCK_TIMEOUT_S)
 
 
 def _version(compiler: list[str]) -> str:

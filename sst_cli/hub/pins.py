@@ -11,12 +11,11 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..errors import WriteError
-from ..files import atomic_write_text
+from ..files import atomic_write_text, locked_if_possible
 from .manifest import Entry
 from .progress import note
 from .refs import COMMIT_RE, SHA256_RE
@@ -114,31 +113,11 @@ def _write(pins: dict[str, Pin]) -> None:
     atomic_write_text(pins_path(), json.dumps(data, indent=2) + "\n")
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Held around a read-modify-write of ``pins.json`` or ``hashed.json``: two processes writing at once lost
-    each other's updates. A lock that cannot be had within seconds (an unwritable folder, a stuck holder) must
-    not stop a run: go on without it, at worst losing an entry (a shortcut only)."""
-    from filelock import FileLock, Timeout
-
-    lock = FileLock(str(path) + ".lock", timeout=_LOCK_TIMEOUT_S)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lock.acquire()
-    except (Timeout, OSError):
-        yield
-        return
-    try:
-        yield
-    finally:
-        lock.release()
-
-
 def save_pin(key: str, pin: Pin) -> None:
     """Record ``pin`` (read-modify-write of the small JSON under a lock; a failure to write only costs a later
     lookup)."""
     try:
-        with _locked(pins_path()):
+        with locked_if_possible(pins_path(), _LOCK_TIMEOUT_S):
             pins = read_pins()
             pins[key] = pin
             _write(pins)
@@ -185,7 +164,7 @@ def remember_sha256(path: Path, sha256: str) -> None:
     stat = _stat_key(path)
     if stat is None or time.time_ns() - stat[1] < _RACY_NS:
         return  # changed within the file system's clock step: a change now could keep this mtime (racy git)
-    with contextlib.suppress(WriteError, OSError), _locked(hashed_path()):
+    with contextlib.suppress(WriteError, OSError), locked_if_possible(hashed_path(), _LOCK_TIMEOUT_S):
         files = {k: v for k, v in _hashed_files().items() if Path(k).exists()}
         files[str(path.resolve())] = {"sha256": sha256, "stat": stat}
         text = json.dumps({"_comment": "written by sst-cli: files already hashed; safe to delete", "files": files})
@@ -193,7 +172,7 @@ def remember_sha256(path: Path, sha256: str) -> None:
 
 
 def drop_pin(key: str) -> None:
-    with _locked(pins_path()):
+    with locked_if_possible(pins_path(), _LOCK_TIMEOUT_S):
         pins = read_pins()
         if pins.pop(key, None) is not None:
             with contextlib.suppress(WriteError):
