@@ -182,9 +182,9 @@ def run_compare(
         for path in inputs:
             picture = read_image(path)
             keys[path] = key = str(path)
-            report.add_image(
+            report.add_image(  # named and filed by the file's name: a shared report shows no one's folders
                 key, path.name, scale=scale, lr=frame(picture), bicubic=frame(bicubic_picture(picture, scale)),
-                bit_depth=picture.bit_depth,
+                bit_depth=picture.bit_depth, folder=path.name,
             )  # fmt: skip
         for index, (spec, label) in enumerate(zip(networks, labels, strict=True)):
             upscaler = upscalers.pop(index, None)

@@ -425,6 +425,28 @@ def test_nothing_the_run_keeps_may_lie_in_the_report_folder_it_replaces(tmp_path
     assert a_file.exit_code == 1 and "--save-images 'afile': it is a file, not a folder" in a_file.output
 
 
+def test_compare_of_long_paths_files_images_by_their_names(tmp_path: Path) -> None:
+    """A 280-character path failed with "cannot write '<report>': File name too long" (the whole path was the
+    image's folder name) and put the user's folders into the report's folder names."""
+    deep = tmp_path.joinpath(*["private-folder-" + "d" * 40] * 6)
+    long_name = "holiday-" + "x" * 190 + ".png"
+    inputs = [deep / "a" / "photo.png", deep / "b" / "photo.png", deep / long_name]
+    for i, path in enumerate(inputs):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(pattern(16, 16, i)).save(path)
+    assert len(str(inputs[0])) > 280
+    result = runner.invoke(app, ["compare", *map(str, inputs), "-m", "bicubic", "-o", "rep", "-q"])
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "rep" / "report.json").read_text(encoding="utf-8"))
+    folders = [image["folder"] for image in data["images"]]
+    assert folders[:2] == ["images/photo.png", "images/photo.png-2"]
+    assert folders[2].startswith("images/holiday-xxx") and len(folders[2]) <= len("images/") + 100
+    assert [image["name"] for image in data["images"]] == ["photo.png", "photo.png", long_name]
+    page = (tmp_path / "rep" / "index.html").read_text(encoding="utf-8")
+    assert "private-folder" not in page and "private-folder" not in json.dumps(data)
+    assert all((tmp_path / "rep" / folder / "lr.png").is_file() for folder in folders)
+
+
 def test_eval_of_weights_at_two_scales_says_which_scale_ran(tmp_path: Path) -> None:
     x2 = tiny_weights(tmp_path / "tiny_x2.safetensors", 1)
     torch.manual_seed(3)

@@ -8,6 +8,7 @@ per method (placed by ``crops.choose_crop`` unless a box is given), a thumbnail 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -39,6 +40,7 @@ REPORT_JSON = "report.json"
 GENERATOR = "sst-cli report"
 THUMB_SIDE = 160  # px, longest side of a thumbnail
 PNG_LEVEL = 3  # zlib level for full-size PNGs: a third of level 9's time, a few percent larger
+SLUG_MAX = 100  # characters of an image's folder name, well under the 255 bytes file systems allow
 
 
 def is_report(folder: Path) -> bool:
@@ -55,9 +57,17 @@ def check_target(folder: Path) -> None:
     check_folder_replaceable(Path(folder), is_report)
 
 
-def slugify(text: str) -> str:
-    """A file-name-safe form of ``text`` (letters, digits, ., -, _)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip(".-") or "image"
+def slugify(text: str, limit: int = SLUG_MAX) -> str:
+    """A file-name-safe form of ``text`` (letters, digits, ., -, _) of at most ``limit`` characters.
+
+    A longer form is cut and ends in a short hash of the whole ``text``, so two long names that start
+    alike still get different folders.
+    """
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip(".-") or "image"
+    if len(slug) <= limit:
+        return slug
+    digest = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    return f"{slug[: limit - len(digest) - 1].rstrip('.-')}-{digest}"
 
 
 def _save_png(frame: np.ndarray, path: Path) -> None:
@@ -132,8 +142,13 @@ class ReportBuilder:
         dataset: str | None = None,
         bit_depth: int = 8,
         bicubic_score: Score | None = None,
+        folder: str | None = None,
     ) -> ImageEntry:
-        """Register an image: its input ``lr``, the ``bicubic`` baseline and (for eval) ``hr``, as uint8 frames."""
+        """Register an image: its input ``lr``, the ``bicubic`` baseline and (for eval) ``hr``, as uint8 frames.
+
+        ``key`` names the image in later calls and never leaves this process; its folder under ``images/`` is
+        named from ``folder`` (default ``key``), made safe, short and unique.
+        """
         if key in self.entries:
             raise ConfigError(f"the report already has an image {key!r}")
         if (hr is not None) != self.ground_truth:
@@ -142,7 +157,7 @@ class ReportBuilder:
         for what, frame in (("bicubic", bicubic), ("HR", hr)):
             if frame is not None and frame.shape[:2] != expected:
                 raise ConfigError(f"{key}: the {what} image is {frame.shape[1]}x{frame.shape[0]}, not x{scale}")
-        slug = base = slugify(key)
+        slug = base = slugify(key if folder is None else folder)
         counter = 2
         while slug.lower() in self._slugs:
             slug, counter = f"{base}-{counter}", counter + 1
