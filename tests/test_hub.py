@@ -605,3 +605,30 @@ def test_hashes_remembered_by_two_processes_at_once_are_all_kept(
         worker.join(timeout=120)
     assert [worker.exitcode for worker in workers] == [0, 0]
     assert len(hub.pins._hashed_files()) == 60
+
+
+@pytest.mark.parametrize(
+    ("proxy", "probed"),
+    [
+        ("https://proxy.example", ("proxy.example", 443)),
+        ("http://proxy.example", ("proxy.example", 80)),
+        ("proxy.example", ("proxy.example", 80)),
+        ("https://proxy.example:8443", ("proxy.example", 8443)),
+    ],
+)
+def test_the_network_probe_knocks_on_the_proxy_port_its_scheme_means(
+    monkeypatch: pytest.MonkeyPatch, proxy: str, probed: tuple[str, int]
+) -> None:
+    """An https:// proxy without a port was probed on port 80: "no network" for a proxy listening on 443."""
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", proxy)
+    tried: list[tuple[str, int]] = []
+
+    def connect(address: tuple[str, int], timeout: float | None = None) -> socket.socket:
+        tried.append(address)
+        raise OSError("refused")
+
+    monkeypatch.setattr(hub.net.socket, "create_connection", connect)
+    assert not hub.net.reachable("https://huggingface.co/api/models", timeout=1)
+    assert tried == [probed]

@@ -44,14 +44,18 @@ def _address(url: str) -> tuple[str, int] | None:
     parts = urlsplit(url)
     if not parts.hostname:
         return None
-    default = 443 if parts.scheme == "https" else 80
     proxies = urllib.request.getproxies()
     proxy = proxies.get(parts.scheme) or proxies.get("all")
     if proxy and not urllib.request.proxy_bypass(parts.hostname):
         proxy_parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
         if proxy_parts.hostname:
-            return proxy_parts.hostname, proxy_parts.port or 80
-    return parts.hostname, parts.port or default
+            return proxy_parts.hostname, proxy_parts.port or _default_port(proxy_parts.scheme)
+    return parts.hostname, parts.port or _default_port(parts.scheme)
+
+
+def _default_port(scheme: str) -> int:
+    """The port a URL of ``scheme`` without one connects to (an https:// proxy listens on 443, like any TLS server)."""
+    return 443 if scheme == "https" else 80
 
 
 def reachable(url: str, timeout: float | None = None) -> bool:
