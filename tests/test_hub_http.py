@@ -472,6 +472,60 @@ def test_hf_reference_over_http_then_offline(fake: FakeHub, monkeypatch: pytest.
         hub.download(hub.HubFile("someone/weights", "other.pth"))
 
 
+def _no_symlinks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache like Windows without Developer Mode makes: plain files in the snapshots, no blob names to read."""
+    import huggingface_hub.file_download
+
+    monkeypatch.setattr(huggingface_hub.file_download, "are_symlinks_supported", lambda *args, **kwargs: False)
+
+
+def test_without_symlinks_a_download_is_still_checked_against_the_hubs_sha256(
+    fake: FakeHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cache without symlinks hides the LFS sha256 in no blob name: hf:// and --hub-repo files were used unchecked."""
+    _no_symlinks(monkeypatch)
+    fake.add_repo("someone/bad", {"w.safetensors": b"tampered"}, lfs_sha256={"w.safetensors": "0" * 64})
+    with pytest.raises(CheckpointError) as info:
+        hub.download(hub.parse_hf_reference("hf://someone/bad/w.safetensors"))
+    _one_sentence(str(info.value))
+    assert "0" * 64 in str(info.value) and "removed from the cache" in str(info.value)
+    assert hub.cached_path(hub.HubFile("someone/bad", "w.safetensors")) is None
+    fake.add_repo("someone/mirror", {LIGHT2: b"mirror weights"}, lfs_sha256={LIGHT2: "1" * 64})
+    with pytest.raises(CheckpointError, match="1" * 64):
+        hub.resolve_pretrained("sst-light", 2, repo_id="someone/mirror")
+
+
+def test_without_symlinks_a_cached_file_is_checked_online_and_refused_offline_until_checked(
+    fake: FakeHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _no_symlinks(monkeypatch)
+    fake.add_repo("someone/weights", {"model.safetensors": b"tensors"})
+    ref = hub.parse_hf_reference("hf://someone/weights/model.safetensors")
+    path = hub.download(ref)
+    assert not path.is_symlink() and path.read_bytes() == b"tensors"
+    _offline(monkeypatch)
+    with pytest.raises(CheckpointError) as info:  # downloaded this instant: not yet remembered as checked
+        hub.download(ref)
+    _one_sentence(str(info.value))
+    assert "plain file (no symlinks)" in str(info.value) and "HF_HUB_OFFLINE is set" in str(info.value)
+    assert path.exists()
+    old = time.time() - 60
+    os.utime(path, (old, old))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    path.write_bytes(b"tensorZ")  # damaged in place: the Hub's sha256 says so
+    os.utime(path, (old, old))
+    assert hub.download(ref, rehash=True).read_bytes() == b"tensors"
+    path = hub.cached_path(ref) or path
+    os.utime(path, (old, old))
+    assert hub.download(ref, rehash=True) == path  # checked against the Hub again, and remembered
+    _offline(monkeypatch)
+    assert hub.download(ref) == path  # checked before and unchanged since: fine offline
+    path.write_bytes(b"tensorY")
+    with pytest.raises(CheckpointError, match="cannot be checked against its sha256"):
+        hub.download(ref)
+
+
 def test_a_damaged_cached_file_is_downloaded_again_online(fake: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
     """hf:// and --hub-repo used a damaged cached file silently (the library finds the blob by its name)."""
     fake.add_repo("someone/mirror", {"w.safetensors": b"tensors", LIGHT2: b"mirror weights"})

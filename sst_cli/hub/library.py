@@ -170,6 +170,21 @@ def hub_download(repo_id: str, filename: str, revision: str | None) -> Path:
         raise
 
 
+def file_etag(repo_id: str, filename: str, revision: str | None) -> str | None:
+    """The Hub's ETag for ``filename`` at ``revision``: for an LFS file its sha256 (the X-Linked-Etag), for a file
+    kept in git its git sha1. One HEAD request, retried, given at most SST_HUB_TIMEOUT seconds.
+
+    ``get_hf_file_metadata`` answers it the same way on every supported huggingface_hub (0.23 to 2.x)."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    url = hf_hub_url(repo_id, filename, revision=revision, endpoint=endpoint())
+    metadata = answered(
+        lambda: retried(lambda: get_hf_file_metadata(url, library_name="sst-cli", library_version=__version__)),
+        endpoint(),
+    )
+    return metadata.etag
+
+
 def remove_stale_partials(folder: Path) -> None:
     """Remove the ``.incomplete`` files a killed process left in ``folder`` (a repository's blobs, or the release
     folder): those untouched for STALE_PARTIAL_S, since a transfer in progress writes to its own all the time."""

@@ -501,9 +501,45 @@ def _expected_sha256(path: Path, file: HubFile) -> str | None:
     return file.sha256 or _lfs_sha256(path)
 
 
+def _layout_hides_sha256(path: Path, file: HubFile) -> bool:
+    """True when nothing here says the sha256 a cached ``path`` must have: none was given and the cache keeps it as
+    a plain file (no symlinks: Windows without Developer Mode, a cache copied without its links), so there is no
+    blob name to read the LFS sha256 from."""
+    return file.sha256 is None and not path.is_symlink()
+
+
+def _hub_sha256(path: Path, file: HubFile) -> str | None:
+    """The LFS sha256 the Hub declares for ``file`` at the commit of its cached copy ``path`` (one request); None for
+    a file kept in git (its ETag is a git sha1): there is nothing to check it against."""
+    try:
+        etag = library.file_etag(file.repo_id, file.filename, _commit_of(path) or file.revision)
+    except Exception as exc:  # huggingface_hub/httpx raise many unrelated types; all become one sentence
+        raise _download_error(file, exc) from exc
+    return etag if etag and SHA256_RE.match(etag) else None
+
+
+def _plain_file_sha256(path: Path, file: HubFile, *, hint: str, pulling: bool) -> str | None:
+    """The sha256 a cached ``path`` whose layout hides it must have: the one remembered when it was last checked
+    (it is unchanged since), else the Hub's. Without either, it is refused: README promises a check before use."""
+    known = known_sha256(path)
+    if known is not None:
+        return known
+    if not net.offline() and net.reachable(net.endpoint()):
+        return _hub_sha256(path, file)
+    what = f"{file.filename} from {file.repo_id}" + (f"@{file.revision}" if file.revision else "")
+    why = "HF_HUB_OFFLINE is set" if net.offline() else f"no network: cannot reach {net.host_of(net.endpoint())}"
+    again = _UNSET_OFFLINE if pulling and net.offline() else f"{hint} with network access (checked once, remembered)"
+    raise CheckpointError(
+        f"the cached {what} ({path}) cannot be checked against its sha256: the Hugging Face cache holds it as a plain "
+        f"file (no symlinks), so only the Hub can say it, and {why}; {again}, or pass --weights PATH"
+    )
+
+
 def _verified(path: Path, file: HubFile) -> Path:
     """A freshly downloaded ``path``, checked against its expected sha256; removed from the cache if it fails."""
     expected = _expected_sha256(path, file)
+    if expected is None and _layout_hides_sha256(path, file):
+        expected = _hub_sha256(path, file)
     if expected is None:
         return path
     actual = sha256_of(path)
@@ -518,11 +554,10 @@ def _verified(path: Path, file: HubFile) -> Path:
     return path
 
 
-def _damaged(path: Path, file: HubFile, *, rehash: bool) -> str | None:
-    """None when a cached ``path`` has its expected sha256 (or none is known); else, having removed it from the
+def _damaged(path: Path, file: HubFile, *, rehash: bool, expected: str | None) -> str | None:
+    """None when a cached ``path`` has its ``expected`` sha256 (or none is known); else, having removed it from the
     cache, a phrase saying what was wrong with it (a disk error, an interrupted copy, an edit by hand). A file
     hashed before and unchanged since (size, mtime, inode) is not read again unless ``rehash``."""
-    expected = _expected_sha256(path, file)
     if expected is None or (not rehash and known_sha256(path) == expected):
         return None
     actual = sha256_of(path)
@@ -539,21 +574,27 @@ def _damaged(path: Path, file: HubFile, *, rehash: bool) -> str | None:
 def download(file: HubFile, *, pull_hint: str | None = None, pulling: bool = False, rehash: bool = False) -> Path:
     """Fetch ``file`` into the standard HF cache (or find it there) and verify its sha256.
 
-    A cached file is first checked against its sha256 (given, else its LFS sha256), read whole only when it
-    changed since it was last hashed, when ``pulling`` or when ``rehash``: a damaged one is removed and
-    downloaded again (refused when offline). A good one is used without a request when offline, when its
-    revision is a commit, or when the Hub does not answer the quick probe. ``pull_hint``: the command suggested
-    when offline and not cached; ``pulling``: that command is the one running.
+    A cached file is first checked against its sha256 (given, else its LFS sha256: the blob's name in the cache,
+    or where the cache keeps plain files, the one remembered when it was last checked, else the Hub's; neither
+    known: refused), read whole only when it changed since it was last hashed, when ``pulling`` or when
+    ``rehash``: a damaged one is removed and downloaded again (refused when offline). A good one is used without
+    a request when offline, when its revision is a commit, or when the Hub does not answer the quick probe.
+    ``pull_hint``: the command suggested when offline and not cached; ``pulling``: that command is the one running.
     """
+    hint = f"run `{pull_hint}`" if pull_hint else "run this command again"
     cached = cached_path(file)
-    damaged = _damaged(cached, file, rehash=pulling or rehash) if cached is not None else None
+    damaged = None
+    if cached is not None:
+        expected = _expected_sha256(cached, file)
+        if expected is None and _layout_hides_sha256(cached, file):
+            expected = _plain_file_sha256(cached, file, hint=hint, pulling=pulling)
+        damaged = _damaged(cached, file, rehash=pulling or rehash, expected=expected)
     if damaged is not None:
         cached = None
     pinned_commit = bool(file.revision and COMMIT_RE.match(file.revision))
     if cached is not None and (net.offline() or pinned_commit):
         return cached
     what = f"{file.filename} from {file.repo_id}" + (f"@{file.revision}" if file.revision else "")
-    hint = f"run `{pull_hint}`" if pull_hint else "run this command again"
     if net.offline():
         if damaged is not None:
             again = _UNSET_OFFLINE if pulling else f"{hint} with network access to download it again"
