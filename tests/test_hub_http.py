@@ -106,7 +106,7 @@ def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _cache_files() -> list[Path]:
-    """Every file in the HF cache and sst-cli's folder (temporary files included), pins.json and the locks beside it aside."""
+    """Every file in the HF cache and sst-cli's folder (temporary files included), pins.json and its locks aside."""
     home = Path(constants.HF_HOME)
     skip = ("pins.json", "pins.json.lock", "hashed.json.lock", "CACHEDIR.TAG")  # locks: kept, as filelock does
     return sorted(p for p in home.rglob("*") if p.is_file() and p.name not in skip and ".locks" not in p.parts)
