@@ -4,8 +4,9 @@ The driver finds the inputs and plans every output exactly as a local batch does
 outputs skipped with ``skip_existing``, so a rerun resumes); Ray actors, each holding one loaded
 ``Upscaler``, compute the files one at a time and write them atomically. Paths must be ones every node
 sees (a shared file system); ``fsspec`` URLs are not supported yet. A file whose task fails for a reason
-that may pass (its actor died, a RuntimeError or out of memory) is tried once more; failures are
-reported by file like a local batch. Nothing here prints.
+that may pass (its actor died, a RuntimeError or out of memory) is tried once more; an actor that dies
+again after its restart gets no more files, and only when every actor is gone do the files left fail.
+Failures are reported by file like a local batch. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ def _sst_error_names() -> frozenset[str]:
         names.add(cls.__name__)
         todo.extend(cls.__subclasses__())
     return frozenset(names)
+
+
+RESTARTS = 1  # how often Ray restarts an actor that died; one that dies again gets no more files
 
 
 class _Actor:
@@ -144,15 +148,27 @@ def upscale_files_ray(
         count = ray_options.actors or max(1, int(resources.get("GPU", 0) // gpus if gpus else resources.get("CPU", 1)))
         count = min(count, len(todo))
         device = "cuda" if gpus else "cpu"
-        actor_class = ray.remote(_Actor).options(num_cpus=1, num_gpus=gpus, max_restarts=1)
+        actor_class = ray.remote(_Actor).options(num_cpus=1, num_gpus=gpus, max_restarts=RESTARTS)
         actor_options = replace(options, device=device)
         actors = [actor_class.remote(model, actor_options, naming, writing) for _ in range(count)]
         idle = list(actors)
         running: dict[Any, tuple[Any, int]] = {}
         tries: dict[int, int] = {}
+        deaths: dict[Any, int] = {}  # per actor; past RESTARTS it is dead for good and gets no more files
         permanent = _sst_error_names()
         try:
             while todo or running:
+                if not idle and not running:  # every actor died past its restart: nothing can compute the rest
+                    reason = "every Ray actor died (killed, or out of memory); rerun with --skip-existing"
+                    while todo:
+                        index = todo.popleft()
+                        plan = plans[index]
+                        finish(
+                            index,
+                            FileResult(plan.job.source, plan.target, "failed", reason, "ActorDied"),
+                            index in tries,
+                        )
+                    break
                 while todo and idle:
                     actor, index = idle.pop(), todo.popleft()
                     if index not in tries and events.file_start is not None:
@@ -162,11 +178,15 @@ def upscale_files_ray(
                 ready, _ = ray.wait(list(running), num_returns=1)
                 for ref in ready:
                     actor, index = running.pop(ref)
-                    idle.append(actor)  # a dead actor is restarted by Ray (max_restarts=1)
                     try:
                         record = ray.get(ref)
                         retry = record.status == "failed" and record.error_type not in permanent
+                        idle.append(actor)
                     except ray.exceptions.RayError as exc:
+                        if isinstance(exc, ray.exceptions.RayActorError):
+                            deaths[actor] = deaths.get(actor, 0) + 1
+                        if deaths.get(actor, 0) <= RESTARTS:  # Ray restarts a dead actor this many times
+                            idle.append(actor)
                         plan = plans[index]
                         reason = f"its Ray task failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"
                         record = FileResult(plan.job.source, plan.target, "failed", reason, type(exc).__name__)

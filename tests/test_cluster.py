@@ -1,10 +1,12 @@
 """The batch on a local Ray (2 CPUs), against one process: same bytes, failures by file, resume by skipping.
-Skipped where Ray is not installed (the optional extra ray)."""
+Those tests are skipped where Ray is not installed (the optional extra ray); a fake Ray covers dying actors."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,14 +14,13 @@ import torch
 from conftest import GOLDEN, needs_golden
 from PIL import Image
 
+from sst_cli import cluster
 from sst_cli.batch import WriteOptions, upscale_files
+from sst_cli.cluster import RayOptions, upscale_files_ray
 from sst_cli.errors import ConfigError
+from sst_cli.filerun import FileResult
 from sst_cli.loader import ModelSpec
 from sst_cli.upscaler import UpscaleOptions
-
-ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")
-
-from sst_cli.cluster import RayOptions, upscale_files_ray  # noqa: E402
 
 pytestmark = needs_golden
 SPEC = ModelSpec(weights=str(GOLDEN / "mini_x3.pth"), config=str(GOLDEN / "mini_x3.json"))
@@ -28,6 +29,7 @@ OPTIONS = UpscaleOptions(device="cpu")
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
+    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]')")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
@@ -70,3 +72,91 @@ def test_ray_batch_matches_one_process(tmp_path: Path, local_ray: None) -> None:
         [str(tmp_path / "in")], tmp_path / "two", model=SPEC, options=OPTIONS, writing=writing, ray_options=RayOptions()
     )
     assert (again.done, again.skipped, again.failed) == (0, 4, 1)  # resume: nothing left to compute
+
+
+# ------------------------------------------------------------------------------------------ a fake Ray
+
+
+class _RayError(Exception):
+    pass
+
+
+class _ActorDied(_RayError):
+    pass
+
+
+class _Ref:
+    def __init__(self, actor: Any, plan: Any) -> None:
+        self.actor, self.plan = actor, plan
+
+
+class _FakeRay:
+    """Enough of Ray for the driver loop: tasks run at once; the actors numbered in ``dead`` are dead for good."""
+
+    exceptions = SimpleNamespace(RayError=_RayError, RayActorError=_ActorDied)
+
+    def __init__(self, dead: set[int]) -> None:
+        self.dead = dead
+        self.actors: list[Any] = []
+        self.sent: list[tuple[int, str]] = []  # (actor number, file name) of every task
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def cluster_resources(self) -> dict[str, float]:
+        return {"CPU": 2.0}
+
+    def remote(self, cls: type) -> Any:
+        fake = self
+
+        class Actor:
+            def __init__(self) -> None:
+                self.number = len(fake.actors)
+                fake.actors.append(self)
+                self.one = SimpleNamespace(remote=self.task)
+
+            def task(self, plan: Any) -> _Ref:
+                fake.sent.append((self.number, plan.job.source.name))
+                return _Ref(self, plan)
+
+        maker = SimpleNamespace(remote=lambda *args: Actor())
+        return SimpleNamespace(options=lambda **kwargs: maker)
+
+    def wait(self, refs: list[Any], num_returns: int) -> tuple[list[Any], list[Any]]:
+        return refs[:num_returns], refs[num_returns:]
+
+    def get(self, ref: _Ref) -> FileResult:
+        actor, plan = ref.actor, ref.plan
+        if actor.number in self.dead:
+            raise _ActorDied("The actor died unexpectedly before finishing this task.")
+        return FileResult(plan.job.source, plan.target, "done", None, None, plan.megapixels)
+
+    def kill(self, actor: Any) -> None:
+        pass
+
+
+def _fake_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dead: set[int]) -> tuple[_FakeRay, Any]:
+    fake = _FakeRay(dead)
+    monkeypatch.setattr(cluster, "_import_ray", lambda: fake)
+    rng = np.random.default_rng(4)
+    (tmp_path / "in").mkdir()
+    for i in range(8):
+        Image.fromarray(rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)).save(tmp_path / "in" / f"q{i}.png")
+    result = upscale_files_ray(
+        [str(tmp_path / "in")], tmp_path / "out", model=SPEC, options=OPTIONS, writing=WriteOptions(),
+        ray_options=RayOptions(actors=2),
+    )  # fmt: skip
+    return fake, result
+
+
+def test_a_dead_actor_gets_no_more_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dead actor was put back after its restart: each file sent to it failed at once, so most files failed."""
+    fake, result = _fake_batch(tmp_path, monkeypatch, {0})
+    assert (result.done, result.failed) == (8, 0), [r.reason for r in result.failures]
+    assert [actor for actor, _ in fake.sent].count(0) == 1 + cluster.RESTARTS  # its first life, then its restarts
+
+
+def test_files_fail_with_a_reason_once_every_actor_is_dead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, result = _fake_batch(tmp_path, monkeypatch, {0, 1})
+    assert (result.done, result.failed) == (0, 8)
+    assert "every Ray actor died" in result.failures[-1].reason
