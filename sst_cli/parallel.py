@@ -10,6 +10,10 @@ display, one summary and the same events as one process. Nothing here prints.
 Stopping: Ctrl-C or SIGTERM in the parent cancels the files not started, and each busy worker is
 interrupted (a signal on POSIX; a stop flag it checks between tiles everywhere), so its atomic writer
 removes the temporary file; an idle worker ignores the signal. The parent then raises ``BatchInterrupted``.
+
+A worker process that dies (killed for memory, a driver crash) breaks the whole pool. Only the file it was
+computing fails; the other workers are stopped as above, a file whose output was renamed into place counts
+as done, and the files left are handed to a fresh pool, at most as many times as there are workers.
 """
 
 from __future__ import annotations
@@ -164,7 +168,7 @@ def _work(index: int, plan: _Plan) -> FileResult | _Stopped:
             raise KeyboardInterrupt
 
     run.on_tile = on_tile
-    events.put(("start", index))
+    events.put(("start", index, os.getpid()))
     _state["watch"] = OutputWatch(plan.job, plan.target, plan.megapixels)
     _state["busy"] = True
     try:
@@ -227,19 +231,28 @@ def run_batch_parallel(
     devices = workers.devices[: len(todo)]
     threads = max(1, usable_cores() // len(devices))
     context = multiprocessing.get_context("spawn")
-    device_queue: Queue[str] = context.Queue()
-    for device in devices:
-        device_queue.put(device)
     messages: Queue[tuple[Any, ...]] = context.Queue()
-    stop = context.Event()
-    pool = ProcessPoolExecutor(
-        max_workers=len(devices),
-        mp_context=context,
-        initializer=_init_worker,
-        initargs=(device_queue, messages, stop, spec, upscaler.options, naming, writing, threads),
-    )
+
+    def start_pool() -> tuple[ProcessPoolExecutor, Event]:
+        """A pool whose workers each take one of ``devices`` (afresh: those of a broken pool are gone with it)."""
+        device_queue: Queue[str] = context.Queue()
+        for device in devices:
+            device_queue.put(device)
+        stop = context.Event()
+        pool = ProcessPoolExecutor(
+            max_workers=len(devices),
+            mp_context=context,
+            initializer=_init_worker,
+            initargs=(device_queue, messages, stop, spec, upscaler.options, naming, writing, threads),
+        )
+        return pool, stop
+
+    pool, stop = start_pool()
     futures: dict[Future[FileResult | _Stopped], int] = {}
     showing: int | None = None  # the file whose tiles the progress display follows
+    started_by: dict[int, int] = {}  # file -> process id of the worker that last started it
+    watches = {index: OutputWatch(plans[index].job, plans[index].target, plans[index].megapixels) for index in todo}
+    restarts = 0  # pools started again after a worker process died
 
     def drain() -> None:
         nonlocal showing
@@ -250,10 +263,11 @@ def run_batch_parallel(
                 return
             kind = event[0]
             if kind == "start" and event[1] not in records:
-                started_files.add(event[1])
+                started_by[event[1]] = event[2]
                 showing = event[1]
-                if events.file_start is not None:
+                if event[1] not in started_files and events.file_start is not None:  # once, even when run again
                     events.file_start(plans[event[1]].job, event[1], total)
+                started_files.add(event[1])
             elif kind == "tile" and event[1] == showing and event[1] not in records and events.tile is not None:
                 events.tile(event[2], event[3])
             elif kind == "note":
@@ -261,22 +275,64 @@ def run_batch_parallel(
             elif kind == "warning" and events.warning is not None:
                 events.warning(event[1])
 
+    def after_broken_pool() -> list[int]:
+        """A worker process died, and the pool with it: stop the others (none may still write a file the next
+        pool computes), then fail only the file(s) a dead worker was computing. A file whose output was renamed
+        into place counts as done; the others, never started or interrupted on a healthy worker, are returned
+        to run again."""
+        nonlocal restarts
+        processes = _stop_workers(pool, stop)
+        drain()
+        dead = {process.pid for process in processes if process.exitcode not in (0, None)}
+        again: list[int] = []
+        for index in futures.values():
+            if index in records:
+                continue
+            written = watches[index].finished()
+            if written is not None:
+                finish(index, written)
+            elif started_by.get(index) in dead:
+                finish(index, _lost(plans[index]))
+            else:
+                again.append(index)
+        started_by.clear()
+        if again:
+            restarts += 1
+            if restarts > len(devices):  # each new pool lost a worker too: give up rather than loop
+                reason = (
+                    f"not computed: worker processes stopped unexpectedly {restarts} times (killed, or out of "
+                    "memory); rerun with --skip-existing"
+                )
+                for index in again:
+                    finish(index, _lost(plans[index], reason))
+                return []
+        return again
+
     try:
-        with _children_ignore_ctrl_c():
-            futures = {pool.submit(_work, index, plans[index]): index for index in todo}
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
-            drain()
-            for future in done:
-                index = futures[future]
-                try:
-                    answer = future.result()
-                except BrokenProcessPool:
-                    answer = _lost(plans[index])
-                if isinstance(answer, _Stopped):  # a worker was signalled on its own (Ctrl-C in its terminal)
-                    raise KeyboardInterrupt
-                finish(index, answer)
+        queued = list(todo)
+        while queued:
+            if restarts:
+                pool, stop = start_pool()
+            with _children_ignore_ctrl_c():
+                futures = {pool.submit(_work, index, plans[index]): index for index in queued}
+            queued = []
+            broken = False
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
+                drain()
+                for future in done:
+                    index = futures[future]
+                    try:
+                        answer = future.result()
+                    except BrokenProcessPool:  # every file of the pool ends so: sorted out below
+                        broken = True
+                        continue
+                    if isinstance(answer, _Stopped):  # a worker was signalled on its own (Ctrl-C in its terminal)
+                        raise KeyboardInterrupt
+                    finish(index, answer)
+            if broken:
+                queued = after_broken_pool()
         drain()
     except KeyboardInterrupt as interrupt:
         code = getattr(interrupt, "exit_code", 130)
@@ -313,14 +369,14 @@ def _children_ignore_ctrl_c() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _lost(plan: _Plan) -> FileResult:
+def _lost(plan: _Plan, reason: str | None = None) -> FileResult:
     """A file whose worker process died (killed, or out of memory at the operating-system level)."""
-    reason = "its worker process stopped unexpectedly (killed, or out of memory); rerun with --skip-existing"
+    reason = reason or "its worker process stopped unexpectedly (killed, or out of memory); rerun with --skip-existing"
     return FileResult(plan.job.source, plan.target, "failed", reason, "WorkerLost", plan.megapixels)
 
 
-def _stop_workers(pool: ProcessPoolExecutor, stop: Event) -> None:
-    """Cancel queued files, interrupt busy workers, and wait until every worker process has exited."""
+def _stop_workers(pool: ProcessPoolExecutor, stop: Event) -> list[multiprocessing.process.BaseProcess]:
+    """Cancel queued files, interrupt busy workers, and wait until every worker process has exited (returned)."""
     stop.set()
     processes = list((getattr(pool, "_processes", None) or {}).values())  # no public accessor for them
     pool.shutdown(wait=False, cancel_futures=True)
@@ -338,3 +394,4 @@ def _stop_workers(pool: ProcessPoolExecutor, stop: Event) -> None:
             if process.is_alive():  # stuck past the wait: nothing of it is kept (its temporaries go next run)
                 process.kill()
                 process.join(5)
+    return processes

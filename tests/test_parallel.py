@@ -181,3 +181,60 @@ def test_workers_start_with_ctrl_c_ignored_until_their_handler_is_set() -> None:
     assert signal.getsignal(signal.SIGINT) is before  # the parent's own handler is back at once
     assert answers.get(timeout=60) is True
     child.join(60)
+
+
+def _work_dying_on_p2(index: int, plan: object) -> object:
+    """The worker's task, except that the worker process dies (as when killed for memory) on p2.png once its
+    start has reached the parent. Runs in the worker: the parent hands it over in place of ``_work``."""
+    from sst_cli import parallel
+
+    if plan.job.source.name == "p2.png":  # type: ignore[attr-defined]
+        events = parallel._state["events"]
+        events.put(("start", index, os.getpid()))
+        events.close()
+        events.join_thread()
+        os._exit(9)
+    return parallel._work(index, plan)  # type: ignore[arg-type]
+
+
+@needs_golden
+def test_a_dead_worker_fails_only_its_own_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One worker process dying failed every file left in the batch, even files finished or never started."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sst_cli.parallel._work", _work_dying_on_p2)
+    images(tmp_path / "in", 6)
+    result = runner.invoke(app, ["upscale", "in", "-o", "out", *MODEL, "--workers", "2", "--json-log"])
+    assert result.exit_code == 1, result.output
+    events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    summary = next(e for e in events if e["event"] == "summary")
+    assert (summary["done"], summary["failed"]) == (5, 1), summary["failures"]
+    assert [f["input"] for f in summary["failures"]] == [os.path.join("in", "p2.png")]
+    assert "stopped unexpectedly" in summary["failures"][0]["reason"]
+    starts = [e["input"] for e in events if e["event"] == "file_start"]
+    assert len(starts) == len(set(starts)) == 6  # each file started once, even when computed again
+    names = listing(tmp_path / "out")
+    assert names == [f"p{i}_mini_x3_x3.png" for i in (0, 1, 3, 4, 5)]  # no temporaries
+    for name in names:
+        with Image.open(tmp_path / "out" / name) as picture:
+            assert picture.size == (48, 36)
+            picture.load()
+
+
+def _work_dying_at_once(index: int, plan: object) -> object:
+    os._exit(9)  # before the file's start is sent, as a worker whose driver crashes on the first call
+
+
+@needs_golden
+def test_pools_that_keep_dying_are_restarted_a_bounded_number_of_times(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sst_cli.parallel._work", _work_dying_at_once)
+    images(tmp_path / "in", 3)
+    result = runner.invoke(app, ["upscale", "in", "-o", "out", *MODEL, "--workers", "2", "--json-log"])
+    assert result.exit_code == 1, result.output
+    summary = next(json.loads(line) for line in result.stdout.splitlines() if '"summary"' in line)
+    assert (summary["done"], summary["failed"]) == (0, 3)
+    assert {f["reason"].split(";")[0] for f in summary["failures"]} == {
+        "not computed: worker processes stopped unexpectedly 3 times (killed, or out of memory)"
+    }
