@@ -128,6 +128,14 @@ def _through_linked_folder(found: Path, root: Path) -> bool:
     return any(os.path.islink(root.joinpath(*inner[: i + 1])) for i in range(len(inner)))
 
 
+def glob_matches(pattern: str) -> tuple[Path, list[Path]]:
+    """The literal root of a glob INPUT (outputs keep the tree below it) and its matches, sorted, leaving out
+    those reached through a linked folder. Shared by the image and the video batch."""
+    root = _glob_root(pattern)
+    found = (Path(m) for m in sorted(glob.glob(pattern, recursive=True)))
+    return root, [p for p in found if not _through_linked_folder(p, root)]
+
+
 def _expand(item: str, recursive: bool, exclude: Sequence[Path], skips: Skips) -> list[Job]:
     path = Path(item)
     if path.is_dir():
@@ -136,12 +144,9 @@ def _expand(item: str, recursive: bool, exclude: Sequence[Path], skips: Skips) -
         return [Job(path, path.parent)]  # named explicitly: tried whatever its name, so errors are reported
     if not is_glob(item):
         return [Job(path, path.parent, error=f"cannot read '{item}': no such file or folder")]
-    root = _glob_root(item)
+    root, matches = glob_matches(item)
     jobs: list[Job] = []
-    for match in sorted(glob.glob(item, recursive=True)):
-        found = Path(match)
-        if _through_linked_folder(found, root):
-            continue
+    for found in matches:
         if found.is_dir():
             jobs.extend(
                 replace(j, base=root, from_folder=False) for j in _folder_images(found, recursive, exclude, skips)

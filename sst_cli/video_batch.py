@@ -9,7 +9,6 @@ is started again from its first frame, since its partial output was never kept.
 
 from __future__ import annotations
 
-import glob
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -22,7 +21,7 @@ from .errors import ConfigError, SstError, VideoError
 from .filerun import BatchEvents, BatchResult, FileResult, FileStep, run_in_turn
 from .files import TEMP_SUFFIX, InputFiles, clean_stale_temporaries, removing_unused_folders, unwritable
 from .image_io import is_image_file
-from .inputs import Job, is_glob, is_own_output
+from .inputs import Job, glob_matches, is_glob, is_hidden, is_own_output
 from .loader import ModelSpec
 from .naming import Naming, WriteOptions, model_label
 from .preflight import claim_output
@@ -67,9 +66,9 @@ def find_videos(
             if images or not found:
                 rest.append(item)
         elif not path.exists() and is_glob(item):  # a glob: its videos here, the rest to the image batch
-            matches = sorted(glob.glob(item, recursive=True))
-            clips = [Path(m) for m in matches if is_video_file(m) and Path(m).is_file()]
-            videos.extend(Job(p, p.parent, skip=_own(p, own_labels)) for p in clips)
+            root, matches = glob_matches(item)
+            clips = [m for m in matches if is_video_file(m) and m.is_file() and not is_hidden(m.name)]
+            videos.extend(Job(p, root, skip=_own(p, own_labels)) for p in clips)
             if not matches or any(not is_video_file(m) for m in matches):
                 rest.append(item)
         elif is_video_file(path):

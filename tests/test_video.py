@@ -612,3 +612,16 @@ def test_an_rgb_source_encoded_as_yuv_is_tagged_with_the_matrix_used(tmp_path: P
     before = decoded(clip)[0][1].to_ndarray(format="rgb24").astype(int)
     after = decoded(out)[0][1].to_ndarray(format="rgb24", src_colorspace=5).astype(int)  # read as BT.601
     assert np.abs(after[::2, ::2] - before).max() <= 3
+
+
+def test_video_globs_keep_the_tree_below_their_root_and_skip_linked_folders(tmp_path: Path) -> None:
+    from sst_cli.video_batch import find_videos
+
+    for name in ("clips/a/x.mkv", "clips/b/x.mkv", "clips/.hidden.mkv", "elsewhere/y.mkv"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "clips/link").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    jobs, rest = find_videos([str(tmp_path / "clips/**/*.mkv")], recursive=False)
+    assert [j.relative.as_posix() for j in jobs] == ["a/x.mkv", "b/x.mkv"] and rest == []
+    jobs, _ = find_videos([str(tmp_path / "clips/*/x.mkv")], recursive=False)
+    assert [j.relative.as_posix() for j in jobs] == ["a/x.mkv", "b/x.mkv"]
