@@ -274,12 +274,14 @@ def _damage(source: Path, done: VideoResult, info: VideoInfo) -> list[str]:
 
 
 def _ends_early(done: VideoResult, info: VideoInfo) -> bool:
-    """Whether fewer frames were read than the clip holds. A listed count is exact; otherwise the frames' own
-    timestamps are compared with the video's duration, to within a tenth and two frames (a count estimated from
-    duration x nominal rate would call a complete variable-frame-rate clip short)."""
-    if info.container in UNCOUNTED_CONTAINERS:
+    """Whether fewer frames were read than the clip holds. The frames' own timestamps are compared with the
+    video's duration, to within a tenth and two frames (a count estimated from duration x nominal rate would call
+    a complete variable-frame-rate clip short). A listed count is only an upper bound: it includes the samples an
+    MP4 edit list skips, so it must be short too (and is the whole test when the duration is unknown)."""
+    if info.container in UNCOUNTED_CONTAINERS or info.frames <= 0:
         return False
-    if info.frames_listed:
-        return done.frames + done.lost < info.frames
     frame = 1 / float(info.rate) if info.rate else 0.0
-    return info.frames > 0 and done.seconds < 0.9 * info.seconds - 2 * frame
+    short = done.seconds < 0.9 * info.seconds - 2 * frame
+    if info.frames_listed:
+        return done.frames + done.lost < info.frames and (short or not info.seconds)
+    return short

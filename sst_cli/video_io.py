@@ -131,7 +131,7 @@ class VideoInfo:
     container: str  # demuxer name(s), e.g. "mov,mp4,m4a,3gp,3g2,mj2"
     others: tuple[str, ...]  # the other streams: "audio aac", "subtitle mov_text", ...
     alpha: bool = False  # frames carry transparency
-    frames_listed: bool = False  # ``frames`` is the container's own count (MP4, MOV), not an estimate
+    frames_listed: bool = False  # ``frames`` is the container's own count (MP4, MOV): an upper bound (edit lists)
     seconds: float = 0.0  # the video's duration (``_seconds``), 0 when unknown
     aspect: Fraction | None = None  # sample (pixel) aspect ratio when not square, e.g. 4/3 for anamorphic video
 
@@ -167,6 +167,8 @@ def probe_video(path: str | os.PathLike[str]) -> VideoInfo:
         seconds = _seconds(stream, container)
         if not frames and rate:
             frames = round(seconds * float(rate))
+        elif listed and rate and seconds and round(seconds * float(rate)) < frames - 1:
+            frames = round(seconds * float(rate))  # an edit list (``-ss ... -c copy``) hides the samples it skips
         others = tuple(f"{s.type} {stream_codec(s)}" for s in container.streams if s.index != stream.index)
         aspect = stream.sample_aspect_ratio  # the container's, else the codec's
         return VideoInfo(

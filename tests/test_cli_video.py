@@ -163,6 +163,17 @@ def test_a_truncated_clip_says_it_ends_early(tmp_path: Path, name: str, kwargs: 
     assert f"warning: {name}: ends early:" in result.stderr and f"where {how} (a truncated file?)" in result.stderr
 
 
+def test_an_mp4_cut_with_an_edit_list_is_not_called_truncated(tmp_path: Path) -> None:
+    # 8 samples listed, the first 2 before the edit list's start: FFmpeg decodes 6, covering the whole 0.24 s
+    make_clip(tmp_path / "cut.mp4", size=(16, 12), pts_ms=tuple(range(-80, 240, 40)), audio=False,
+              options={"avoid_negative_ts": "disabled"})  # fmt: skip
+    result = sst("cut.mp4", "--json-log")
+    assert result.exit_code == 0, result.output
+    assert "ends early" not in result.output
+    progress = [e for e in map(json.loads, result.stdout.splitlines()) if e["event"] == "progress"]
+    assert progress and {e["frames_expected"] for e in progress} == {6}
+
+
 def test_bad_clip_is_one_sentence_before_the_model_loads(tmp_path: Path) -> None:
     Path("bad.mp4").write_bytes(b"nothing")
     config = str(GOLDEN / "mini_x3.json")  # read at once; the weights only when a clip needs them

@@ -625,3 +625,16 @@ def test_video_globs_keep_the_tree_below_their_root_and_skip_linked_folders(tmp_
     assert [j.relative.as_posix() for j in jobs] == ["a/x.mkv", "b/x.mkv"] and rest == []
     jobs, _ = find_videos([str(tmp_path / "clips/*/x.mkv")], recursive=False)
     assert [j.relative.as_posix() for j in jobs] == ["a/x.mkv", "b/x.mkv"]
+
+
+def test_a_listed_count_the_timestamps_cover_is_no_early_end(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from sst_cli.video import VideoResult
+    from sst_cli.video_batch import _ends_early
+
+    info = probe_video(make_clip(tmp_path / "a.mp4", size=(16, 12), pts_ms=tuple(range(0, 400, 40)), audio=False))
+    listed = replace(info, frames=12)  # two samples more than play: those an edit list skips
+    assert info.frames_listed and info.seconds == pytest.approx(0.4)
+    assert not _ends_early(VideoResult(frames=10, seconds=0.4), listed)
+    assert _ends_early(VideoResult(frames=3, seconds=0.12), listed)  # what a truncated file is
