@@ -21,7 +21,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from .errors import OutputExists, VideoError
+from .errors import OutputExists, SstError, VideoError
 from .files import atomic_save
 from .pipeline import Channel, Worker, workers
 from .upscaler import Upscaler
@@ -37,6 +37,7 @@ from .video_io import (
     probe_video,
     require_av,
     stream_codec,
+    unreadable,
 )
 from .video_tags import keep_container_labels, keep_labels
 
@@ -89,8 +90,19 @@ def upscale_video(
     result = VideoResult()
     per_pass = upscaler.images_per_pass(info.height, info.width, limit=options.most_per_pass)
     save = lambda temp: _transcode(upscaler, info, plan, per_pass, temp, result, on_frame)  # noqa: E731
-    atomic_save(target, save, error=VideoError, overwrite=overwrite)
+    try:
+        atomic_save(target, save, error=VideoError, overwrite=overwrite)
+    except _NotWriting as passed:
+        raise passed.cause from None  # the upscaler's own error, as it was raised
     return result
+
+
+class _NotWriting(SstError):
+    """Carries an upscaler error through ``atomic_save``, which would call it a failure to write the output."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 def _transcode(
@@ -105,10 +117,11 @@ def _transcode(
     av = require_av()
     # Timestamps are written as they are: muxers otherwise shift a clip whose audio starts before 0 (AAC priming).
     keep = {"avoid_negative_ts": "disabled"}
-    with (
-        av.open(os.fspath(info.path)) as source,
-        av.open(os.fspath(temp), "w", format=plan.muxer, options=keep) as output,
-    ):
+    try:
+        opened = av.open(os.fspath(info.path))
+    except (OSError, av.error.FFmpegError) as exc:
+        raise unreadable(info.path, exc) from exc
+    with opened as source, av.open(os.fspath(temp), "w", format=plan.muxer, options=keep) as output:
         video = source.streams.video[0]
         # On the CPU the codecs get one thread each: background codec threads would take cores from the network's
         # threads, which wait for each other; beside a GPU they run in parallel with it.
@@ -124,7 +137,12 @@ def _transcode(
         streams = [video, *(source.streams[i] for i in copies)]
 
         def decode(stop: threading.Event) -> None:
-            _decode(source, streams, frame_decoder(video, threads), info, plan, result, decoded)
+            try:
+                _decode(source, streams, frame_decoder(video, threads), info, plan, result, decoded)
+            except (OSError, av.error.FFmpegError) as exc:
+                if isinstance(exc, SstError):
+                    raise
+                raise unreadable(info.path, exc) from exc
 
         def write(stop: threading.Event) -> None:
             _write(upscaled, copies, info.time_base, plan, encoder, output)
@@ -191,7 +209,12 @@ def _upscale(upscaler: Upscaler, pending: list[tuple[Any, int, Any]], out: Chann
     """The pending frames through the network (several per pass where memory allows), on to the encoder."""
     if not pending:
         return
-    images = upscaler.upscale_batch([array for array, _, _ in pending])
+    try:
+        images = upscaler.upscale_batch([array for array, _, _ in pending])
+    except SstError:
+        raise
+    except Exception as exc:
+        raise _NotWriting(exc) from exc
     for image, (_, pts, like) in zip(images, pending, strict=True):
         out.put(("frame", image, pts, like), writer)
         result.frames += 1

@@ -340,6 +340,11 @@ def stream_codec(stream: Any) -> str:
     return str(getattr(stream, "name", None) or "unknown")
 
 
+def unreadable(path: str | os.PathLike[str], exc: BaseException) -> VideoError:
+    """A clip failing part-way through reading (an input disk error, a demuxer or decoder fault), said as such."""
+    return VideoError(f"cannot read '{os.fspath(path)}': {_reason(exc)}")
+
+
 def _reason(exc: BaseException) -> str:
     text = getattr(exc, "strerror", None) or str(exc)
     return text.rstrip(".").lower() if text else type(exc).__name__

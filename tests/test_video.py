@@ -399,9 +399,12 @@ def test_frames_are_stacked_as_memory_allows_and_keep_their_order(
         VideoOptions(frames_per_pass=0)
 
 
-@pytest.mark.parametrize("where", ["frame_to_array", "array_to_frame"])
+@pytest.mark.parametrize(("where", "error", "said"), [
+    ("frame_to_array", OSError(5, "Input/output error"), "cannot read '{clip}': input/output error"),
+    ("array_to_frame", OSError(28, "No space left on device"), "cannot write '{out}': no space left on device"),
+])  # fmt: skip
 def test_a_failure_in_the_decoding_or_encoding_thread_is_the_usual_error(
-    tmp_path: Path, tiny: Upscaler, where: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, tiny: Upscaler, where: str, error: OSError, said: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import sst_cli.video as video
 
@@ -411,7 +414,7 @@ def test_a_failure_in_the_decoding_or_encoding_thread_is_the_usual_error(
     def broken(*args: object) -> object:
         calls.append(1)
         if len(calls) == 3:
-            raise OSError(28, "No space left on device")
+            raise error
         return real(*args)
 
     monkeypatch.setattr(video, where, broken)
@@ -419,7 +422,26 @@ def test_a_failure_in_the_decoding_or_encoding_thread_is_the_usual_error(
     out = tmp_path / "a_x2.mp4"
     with pytest.raises(VideoError) as caught:
         upscale_video(tiny, clip, out)
-    assert str(caught.value) == f"cannot write '{out}': no space left on device"
+    assert str(caught.value) == said.format(clip=clip, out=out)  # a failing input is not called a write error
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.mp4"] and _no_video_threads()
+
+
+def test_an_upscaler_error_mid_clip_is_raised_as_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    upscaler = _tiny()
+    real = upscaler.upscale_batch
+    calls: list[int] = []
+
+    def failing(images: list) -> list:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return real(images)
+
+    monkeypatch.setattr(upscaler, "upscale_batch", failing)
+    clip = make_clip(tmp_path / "a.mp4")
+    with pytest.raises(RuntimeError, match="illegal memory access") as caught:
+        upscale_video(upscaler, clip, tmp_path / "a_x2.mp4", options=VideoOptions(frames_per_pass=1))
+    assert not isinstance(caught.value, VideoError)  # not "cannot write 'a_x2.mp4': ..."
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.mp4"] and _no_video_threads()
 
 
