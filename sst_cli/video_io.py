@@ -503,19 +503,6 @@ def plan_encoding(
     notes: list[str] = []
     if deep and _depth(pix_fmt) <= 8 and options.pix_fmt is None:  # a --pix-fmt chose 8 bits: nothing to say
         notes.append(f"{codec} cannot store {info.bit_depth}-bit samples: writing 8-bit {pix_fmt}")
-    fmt = av.VideoFormat(pix_fmt)
-    width, height = out_width, out_height
-    if fmt.chroma_width(2) == 1 and width % 2:
-        width -= 1
-    if fmt.chroma_height(2) == 1 and height % 2:
-        height -= 1
-    if (width, height) != (out_width, out_height):
-        cuts = (("column", width != out_width), ("row", height != out_height))
-        lost = " and ".join(side for side, cut in cuts if cut)
-        notes.append(
-            f"{pix_fmt} needs even sides: the {out_width}x{out_height} result loses its last {lost} "
-            f"({width}x{height}); --pix-fmt yuv444p or --lossless keep every pixel"
-        )
     opts: dict[str, str] = {}
     if options.crf is not None:  # checked by choose_codec
         opts["crf"] = str(options.crf)
@@ -530,6 +517,7 @@ def plan_encoding(
     if codec == "libsvtav1":
         os.environ.setdefault("SVT_LOG", "1")  # errors only: SVT-AV1 prints ~20 lines of its settings otherwise
     depth = 16 if deep and (options.lossless or _depth(pix_fmt) > 8) else 8
+    width, height = _stored_size(codec, pix_fmt, out_width, out_height, opts, notes)
     _try_encoder(codec, pix_fmt, width, height, opts)
     return EncodePlan(codec, pix_fmt, muxer, ext, width, height, depth, opts, tuple(notes), alpha, tuple(warnings))
 
@@ -551,9 +539,30 @@ def _lost_geometry(info: VideoInfo, codec: str, muxer: str, ext: str) -> list[st
     return lost
 
 
-def _try_encoder(codec: str, pix_fmt: str, width: int, height: int, opts: dict[str, str]) -> None:
-    """Open the encoder as the result will (milliseconds), so that one that cannot start (a GPU encoder without
-    its GPU, a size it refuses) fails in one sentence before any frame is computed."""
+def _stored_size(
+    codec: str, pix_fmt: str, width: int, height: int, opts: dict[str, str], notes: list[str]
+) -> tuple[int, int]:
+    """The result's size as ``codec`` stores it: sides that are no multiple of ``pix_fmt``'s chroma block (2 for
+    4:2:0, 4 for yuv411p / yuv410p) are cropped only when the encoder refuses them (x264 and x265 do; FFV1, VP9,
+    AV1 store any size), with a note of what is lost."""
+    av = require_av()
+    fmt = av.VideoFormat(pix_fmt)
+    block_w, block_h = 64 // fmt.chroma_width(64), 64 // fmt.chroma_height(64)
+    cropped = width - width % block_w, height - height % block_h
+    if cropped == (width, height) or _encoder_error(codec, pix_fmt, width, height, opts) is None:
+        return width, height
+    cuts = (("column", width % block_w), ("row", height % block_h))
+    lost = " and ".join(side if n == 1 else f"{n} {side}s" for side, n in cuts if n)
+    sides = "even sides" if (block_w, block_h) in ((2, 2), (2, 1)) else f"sides in multiples of {block_w}x{block_h}"
+    notes.append(
+        f"{codec} {pix_fmt} needs {sides}: the {width}x{height} result loses its last {lost} "
+        f"({cropped[0]}x{cropped[1]}); --pix-fmt yuv444p or --lossless keep every pixel"
+    )
+    return cropped
+
+
+def _encoder_error(codec: str, pix_fmt: str, width: int, height: int, opts: dict[str, str]) -> str | None:
+    """Why the encoder cannot open as the result will (milliseconds); None when it can."""
     av = require_av()
     context = av.CodecContext.create(codec, "w")
     context.width, context.height, context.pix_fmt = width, height, pix_fmt
@@ -562,7 +571,16 @@ def _try_encoder(codec: str, pix_fmt: str, width: int, height: int, opts: dict[s
     try:
         context.open()
     except (av.error.FFmpegError, ValueError, OSError) as exc:
-        raise VideoError(f"the encoder {codec} cannot start for {width}x{height} {pix_fmt}: {_reason(exc)}") from None
+        return _reason(exc)
+    return None
+
+
+def _try_encoder(codec: str, pix_fmt: str, width: int, height: int, opts: dict[str, str]) -> None:
+    """Open the encoder as the result will, so that one that cannot start (a GPU encoder without its GPU, a size
+    it refuses) fails in one sentence before any frame is computed."""
+    reason = _encoder_error(codec, pix_fmt, width, height, opts)
+    if reason is not None:
+        raise VideoError(f"the encoder {codec} cannot start for {width}x{height} {pix_fmt}: {reason}")
 
 
 def has_alpha(pix_fmt: str) -> bool:

@@ -23,7 +23,7 @@ from sst_cli.signals import stop_on_signals
 av = pytest.importorskip("av", reason="PyAV is not installed: pip install -e '.[video]' to run the video tests")
 
 from sst_cli import video_io  # noqa: E402
-from sst_cli.video import upscale_video  # noqa: E402
+from sst_cli.video import plan_video, upscale_video  # noqa: E402
 from sst_cli.video_io import VideoOptions, plan_encoding, probe_video, require_av  # noqa: E402
 from sst_cli.video_tags import kept_tags  # noqa: E402
 
@@ -298,6 +298,32 @@ def test_odd_result_sides_are_cropped_for_420_and_kept_in_444(tmp_path: Path) ->
         upscale_video(up, clip, out, options=VideoOptions(pix_fmt=pix_fmt))
         frames, _ = decoded(out)
         assert [(f.width, f.height) for f in frames] == [size] * 3 and seconds(out) == seconds(clip)
+
+
+def test_odd_sides_are_kept_by_encoders_that_store_them_and_cropped_to_the_chroma_block(tmp_path: Path) -> None:
+    up = Upscaler(_Nearest(3), device="cpu", tile=0)
+    clip = make_clip(tmp_path / "odd.mkv", size=(15, 9), codec="ffv1", pts_ms=(0, 40), audio=False)
+    out = tmp_path / "odd_x3.mkv"
+    upscale_video(up, clip, out, options=VideoOptions(codec="ffv1"))
+    assert [(f.width, f.height, f.format.name) for f in decoded(out)[0]] == [(45, 27, "yuv420p")] * 2
+    info = probe_video(clip)
+    assert plan_video(up, info, VideoOptions(codec="ffv1")).notes == ()
+    plan = plan_encoding(info, 45, 27, VideoOptions(codec="libx264"))  # x264 refuses odd 4:2:0 sides
+    assert (plan.width, plan.height) == (44, 26) and "loses its last column and row (44x26)" in plan.notes[0]
+    plan = plan_encoding(info, 45, 27, VideoOptions(codec="libx264", pix_fmt="yuv444p"))
+    assert (plan.width, plan.height, plan.notes) == (45, 27, ())
+
+
+def test_a_refused_size_is_cropped_to_the_formats_chroma_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = video_io._encoder_error
+
+    def in_blocks_only(codec: str, pix_fmt: str, width: int, height: int, opts: dict) -> str | None:
+        return "size refused" if width % 4 or height % 4 else real(codec, pix_fmt, width, height, opts)
+
+    monkeypatch.setattr(video_io, "_encoder_error", in_blocks_only)  # as an encoder of whole chroma blocks would
+    info = probe_video(make_clip(tmp_path / "a.mkv", size=(15, 9), codec="ffv1", pts_ms=(0,), audio=False))
+    plan = plan_encoding(info, 45, 27, VideoOptions(codec="ffv1", pix_fmt="yuv410p"))  # 4x4 chroma blocks
+    assert (plan.width, plan.height) == (44, 24) and "loses its last column and 3 rows (44x24)" in plan.notes[0]
 
 
 def test_frames_that_must_be_tiled_go_one_by_one_through_the_tiles(tmp_path: Path) -> None:
