@@ -225,7 +225,9 @@ def _upscale(upscaler: Upscaler, pending: list[tuple[Any, int, Any]], out: Chann
 
 def _write(items: Channel, copies: dict[int, Any], time_base: Fraction, plan: EncodePlan, encoder: Any,
            output: Any) -> None:  # fmt: skip
-    """Encoding thread: upscaled frames encoded and muxed, copied packets muxed, the encoder flushed at ``_END``."""
+    """Encoding thread: upscaled frames encoded and muxed, copied packets muxed, the encoder flushed at ``_END``.
+    Timestamps are kept, or rescaled to the encoder's own time base (``plan.time_base``), never to one taken twice."""
+    last: int | None = None
     while (item := items.get()) is not _END:
         if item[0] == "packet":
             packet = item[1]
@@ -234,7 +236,11 @@ def _write(items: Channel, copies: dict[int, Any], time_base: Fraction, plan: En
             continue
         _, image, pts, like = item
         frame = array_to_frame(image, plan, like)
-        frame.pts, frame.time_base = pts, time_base
+        if plan.time_base is not None:
+            pts = round(pts * time_base / plan.time_base)
+            pts = pts if last is None or pts > last else last + 1
+            last = pts
+        frame.pts, frame.time_base = pts, plan.time_base or time_base
         output.mux(encoder.encode(frame))
     output.mux(encoder.encode(None))
 

@@ -368,6 +368,7 @@ class EncodePlan:
     notes: tuple[str, ...] = ()
     alpha: bool = False  # transparency is upscaled and kept (RGBA through the network)
     warnings: tuple[str, ...] = ()  # what the result loses (transparency)
+    time_base: Fraction | None = None  # the encoder's where it cannot take the input's (``encoder_time_base``)
 
 
 def output_extension(source: Path, options: VideoOptions, codec: str | None = None) -> str:
@@ -517,9 +518,13 @@ def plan_encoding(
     if codec == "libsvtav1":
         os.environ.setdefault("SVT_LOG", "1")  # errors only: SVT-AV1 prints ~20 lines of its settings otherwise
     depth = 16 if deep and (options.lossless or _depth(pix_fmt) > 8) else 8
-    width, height = _stored_size(codec, pix_fmt, out_width, out_height, opts, notes)
-    _try_encoder(codec, pix_fmt, width, height, opts)
-    return EncodePlan(codec, pix_fmt, muxer, ext, width, height, depth, opts, tuple(notes), alpha, tuple(warnings))
+    time_base = encoder_time_base(codec, info.time_base)
+    width, height = _stored_size(codec, pix_fmt, out_width, out_height, opts, notes, time_base)
+    _try_encoder(codec, pix_fmt, width, height, opts, time_base)
+    return EncodePlan(
+        codec, pix_fmt, muxer, ext, width, height, depth, opts, tuple(notes), alpha, tuple(warnings),
+        time_base if time_base != info.time_base else None,
+    )  # fmt: skip
 
 
 def _lost_geometry(info: VideoInfo, codec: str, muxer: str, ext: str) -> list[str]:
@@ -540,7 +545,7 @@ def _lost_geometry(info: VideoInfo, codec: str, muxer: str, ext: str) -> list[st
 
 
 def _stored_size(
-    codec: str, pix_fmt: str, width: int, height: int, opts: dict[str, str], notes: list[str]
+    codec: str, pix_fmt: str, width: int, height: int, opts: dict[str, str], notes: list[str], time_base: Fraction
 ) -> tuple[int, int]:
     """The result's size as ``codec`` stores it: sides that are no multiple of ``pix_fmt``'s chroma block (2 for
     4:2:0, 4 for yuv411p / yuv410p) are cropped only when the encoder refuses them (x264 and x265 do; FFV1, VP9,
@@ -549,7 +554,7 @@ def _stored_size(
     fmt = av.VideoFormat(pix_fmt)
     block_w, block_h = 64 // fmt.chroma_width(64), 64 // fmt.chroma_height(64)
     cropped = width - width % block_w, height - height % block_h
-    if cropped == (width, height) or _encoder_error(codec, pix_fmt, width, height, opts) is None:
+    if cropped == (width, height) or _encoder_error(codec, pix_fmt, width, height, opts, time_base) is None:
         return width, height
     cuts = (("column", width % block_w), ("row", height % block_h))
     lost = " and ".join(side if n == 1 else f"{n} {side}s" for side, n in cuts if n)
@@ -561,12 +566,14 @@ def _stored_size(
     return cropped
 
 
-def _encoder_error(codec: str, pix_fmt: str, width: int, height: int, opts: dict[str, str]) -> str | None:
-    """Why the encoder cannot open as the result will (milliseconds); None when it can."""
+def _encoder_error(
+    codec: str, pix_fmt: str, width: int, height: int, opts: dict[str, str], time_base: Fraction
+) -> str | None:
+    """Why the encoder cannot open as the result will (milliseconds), in the result's time base; None when it can."""
     av = require_av()
     context = av.CodecContext.create(codec, "w")
     context.width, context.height, context.pix_fmt = width, height, pix_fmt
-    context.time_base = Fraction(1, 25)
+    context.time_base = time_base
     context.options = dict(opts)
     try:
         context.open()
@@ -575,12 +582,27 @@ def _encoder_error(codec: str, pix_fmt: str, width: int, height: int, opts: dict
     return None
 
 
-def _try_encoder(codec: str, pix_fmt: str, width: int, height: int, opts: dict[str, str]) -> None:
+def _try_encoder(codec: str, pix_fmt: str, width: int, height: int, opts: dict[str, str], time_base: Fraction) -> None:
     """Open the encoder as the result will, so that one that cannot start (a GPU encoder without its GPU, a size
     it refuses) fails in one sentence before any frame is computed."""
-    reason = _encoder_error(codec, pix_fmt, width, height, opts)
+    reason = _encoder_error(codec, pix_fmt, width, height, opts, time_base)
     if reason is not None:
         raise VideoError(f"the encoder {codec} cannot start for {width}x{height} {pix_fmt}: {reason}")
+
+
+#: Encoders whose time base must fit 16 bits (MPEG-4 part 2 and H.263 store it so): MPEG-TS's 1/90000 does not.
+_SHORT_TIME_BASE = frozenset({"mpeg4", "h263", "h263p", "msmpeg4", "msmpeg4v2", "flv"})
+
+
+def encoder_time_base(codec: str, time_base: Fraction) -> Fraction:
+    """The time base ``codec`` encodes in: the input's (timestamps copied as they are), or for encoders that take
+    denominators up to 65535 only, the nearest coarser one that divides it evenly (1/90000 -> 1/45000)."""
+    if codec not in _SHORT_TIME_BASE or time_base.denominator <= 65535:
+        return time_base
+    for step in range(2, time_base.denominator):
+        if time_base.denominator % step == 0 and time_base.denominator // step <= 65535:
+            return Fraction(time_base.numerator, time_base.denominator // step)
+    return time_base.limit_denominator(65535)
 
 
 def has_alpha(pix_fmt: str) -> bool:
@@ -619,9 +641,9 @@ def open_output_stream(output: Any, info: VideoInfo, source_stream: Any, plan: E
     rate = info.rate or Fraction(25)
     stream = output.add_stream(plan.codec, rate=rate, options=plan.options)
     stream.width, stream.height, stream.pix_fmt = plan.width, plan.height, plan.pix_fmt
-    stream.time_base = info.time_base
+    stream.time_base = plan.time_base or info.time_base
     ctx = stream.codec_context
-    ctx.time_base = info.time_base
+    ctx.time_base = plan.time_base or info.time_base
     ctx.thread_count = threads
     if info.aspect:
         ctx.sample_aspect_ratio = info.aspect  # unchanged by upscaling: both sides grow alike

@@ -317,8 +317,8 @@ def test_odd_sides_are_kept_by_encoders_that_store_them_and_cropped_to_the_chrom
 def test_a_refused_size_is_cropped_to_the_formats_chroma_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = video_io._encoder_error
 
-    def in_blocks_only(codec: str, pix_fmt: str, width: int, height: int, opts: dict) -> str | None:
-        return "size refused" if width % 4 or height % 4 else real(codec, pix_fmt, width, height, opts)
+    def in_blocks_only(codec: str, pix_fmt: str, width: int, height: int, opts: dict, tb: Fraction) -> str | None:
+        return "size refused" if width % 4 or height % 4 else real(codec, pix_fmt, width, height, opts, tb)
 
     monkeypatch.setattr(video_io, "_encoder_error", in_blocks_only)  # as an encoder of whole chroma blocks would
     info = probe_video(make_clip(tmp_path / "a.mkv", size=(15, 9), codec="ffv1", pts_ms=(0,), audio=False))
@@ -356,7 +356,7 @@ def test_codec_choices_are_checked_before_computing(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--pix-fmt nonsense is not a pixel format"):
         plan_encoding(info, 64, 48, VideoOptions(codec="rawvideo", pix_fmt="nonsense"))
     with pytest.raises(VideoError, match=r"the encoder libx265 cannot start for 64x48 yuv420p"):
-        video_io._try_encoder("libx265", "yuv420p", 64, 48, {"crf": "60"})  # an encoder refusing to open
+        video_io._try_encoder("libx265", "yuv420p", 64, 48, {"crf": "60"}, Fraction(1, 25))  # refusing to open
 
 
 def test_damaged_frames_are_counted_and_the_rest_keep_their_time_and_subtitles(tmp_path: Path, tiny: Upscaler) -> None:
@@ -686,3 +686,16 @@ def test_a_listed_count_the_timestamps_cover_is_no_early_end(tmp_path: Path) -> 
     assert info.frames_listed and info.seconds == pytest.approx(0.4)
     assert not _ends_early(VideoResult(frames=10, seconds=0.4), listed)
     assert _ends_early(VideoResult(frames=3, seconds=0.12), listed)  # what a truncated file is
+
+
+def test_mpeg4_encodes_an_mpeg_ts_clip_in_a_time_base_it_can_store(tmp_path: Path) -> None:
+    up = Upscaler(_Nearest(2), device="cpu", tile=0)
+    clip = make_clip(tmp_path / "a.ts", size=(16, 12), pts_ms=(0, 40, 100), audio=False)
+    info = probe_video(clip)
+    plan = plan_video(up, info, VideoOptions(codec="mpeg4"))
+    assert info.time_base == Fraction(1, 90000) and plan.time_base == Fraction(1, 45000)  # 16 bits at most
+    out = tmp_path / "a_x2.mkv"
+    result = upscale_video(up, clip, out, options=VideoOptions(codec="mpeg4"), info=info, plan=plan)
+    assert result.frames == 3 and seconds(out) == seconds(clip)
+    with pytest.raises(VideoError, match="the encoder mpeg4 cannot start for 32x24 yuv420p"):
+        video_io._try_encoder("mpeg4", "yuv420p", 32, 24, {}, Fraction(1, 90000))  # found before the model loads
