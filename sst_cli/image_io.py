@@ -197,9 +197,14 @@ def read_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAULT
             _check_pixels(name, im, max_pixels)
             if _tifffile_reads(im):
                 return _read_tiff(name, max_pixels)
+            tiff_turn = int(getattr(im, "tag_v2", {}).get(274, 1) or 1)  # read before decoding (see below)
             values, maxval, gray, icc = _decode(name, im)
             fmt = _PIL_FORMATS.get(im.format or "", "png")
             exif_bytes, text_exif, orientation = _exif_and_orientation(im, fmt)
+            if fmt == "tiff":  # Pillow turns a TIFF's pixels upright as it decodes them; 10.x keeps the tag, which
+                orientation, pixels_turn = tiff_turn, 1  # turned them a second time here (13 drops it)
+            else:
+                pixels_turn = orientation
             dpi = upright_dpi(im.info.get("dpi"), turned=orientation in (5, 6, 7, 8))
             chunks = (
                 _upright_png_chunks(_kept_png_chunks(name), orientation, text_exif is not None) if fmt == "png" else ()
@@ -218,7 +223,7 @@ def read_image(path: str | os.PathLike[str], *, max_pixels: int | None = DEFAULT
     except Exception as exc:  # Pillow raises SyntaxError, ValueError, EOFError, struct.error ... on bad data
         raise ImageError(f"cannot read '{name}': the file is damaged or unsupported ({exc})") from exc
 
-    values = _orient(values, orientation)
+    values = _orient(values, pixels_turn)
     if exif_bytes:
         exif_bytes = reset_orientation(exif_bytes if exif_bytes.startswith(EXIF_HEADER) else EXIF_HEADER + exif_bytes)
     scaled = values.astype(np.float32)

@@ -23,7 +23,7 @@ def loaded(image: Image.Image) -> Image.Image:
         image.load()
     except OSError as exc:
         raise ImageError(f"cannot read the image: {exc}") from exc
-    except (AssertionError, ValueError) as exc:  # how Pillow says that the file is closed
+    except (AssertionError, ValueError, AttributeError) as exc:  # how Pillow says the file is closed (10.0: no fp)
         raise ImageError(
             f"cannot read the image: it is closed or unreadable ({str(exc) or type(exc).__name__}); an image opened "
             "in a with block is closed at its end unless loaded: upscale it in the block, or call image.load() there"

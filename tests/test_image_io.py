@@ -959,3 +959,19 @@ def test_an_interrupted_png_encode_stops_at_once(tmp_path: Path, monkeypatch: py
         write_image(tmp_path / "out.png", _picture(color=np.zeros((200, 20, 3), np.float32)))
     assert len(calls) < 20  # of 200 one-row slices (all 200: 5 s)
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("orientation", [3, 6])
+def test_a_turned_8_bit_tiff_is_turned_once_and_its_resolution_with_it(tmp_path: Path, orientation: int) -> None:
+    """Pillow turns a TIFF's pixels as it decodes them; Pillow 10 keeps the orientation tag, and the reader turned
+    the pixels a second time (found by CI's lowest-versions run); with 13 the resolution was not turned."""
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    pixels = _u8(4, 6, 3)
+    Image.fromarray(pixels).save(tmp_path / "in.tif", exif=exif, dpi=(300, 100))
+    Image.fromarray(pixels).save(tmp_path / "in.png", exif=exif)
+    with Image.open(tmp_path / "in.png") as png:
+        expected = np.asarray(ImageOps.exif_transpose(png))
+    picture = read_image(tmp_path / "in.tif")
+    np.testing.assert_array_equal(_as_int(picture.color, 255), expected)
+    assert picture.dpi == pytest.approx((100, 300) if orientation == 6 else (300, 100))
