@@ -498,8 +498,8 @@ def test_a_tiff_inputs_exif_is_carried_to_the_output(tmp_path: Path) -> None:
     exif[0x8769] = {0x9003: "2020:01:01 10:00:00"}
     Image.fromarray(_u8(4, 6, 3)).save(tmp_path / "in.tif", exif=exif.tobytes())  # bytes: sub-IFD written
     picture = read_image(tmp_path / "in.tif")
-    with Image.open(tmp_path / "in.tif") as stored:  # Pillow 13 turns the pixels when writing, 10.0 tags them
-        assert picture.color.shape[:2] == ImageOps.exif_transpose(stored).size[::-1]
+    assert picture.color.shape[:2] == (6, 4)  # stored 6 wide, 4 high, turned 90 degrees (ImageOps.exif_transpose
+    # of Pillow 10 turns such a TIFF twice: Pillow turns it as it decodes it, and keeps the tag)
     write_image(tmp_path / "out.png", picture)
     with Image.open(tmp_path / "out.png") as im:
         out = im.getexif()
