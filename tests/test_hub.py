@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -565,17 +566,22 @@ def _pin_many(home: str, prefix: str) -> None:
 
 def test_pins_saved_by_two_processes_at_once_are_all_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Unlocked read-modify-writes kept 64 of 80."""
+    monkeypatch.setattr(constants, "HF_HOME", str(tmp_path))
+    assert _in_two_processes(_pin_many, [(str(tmp_path), prefix) for prefix in ("a", "b")]) == [0, 0]
+    assert len(hub.pins.read_pins()) == 80
+
+
+def _in_two_processes(target: Callable[..., None], args: list[tuple[str, ...]]) -> list[int | None]:
+    """Run ``target`` in one spawned process per ``args``, all at once; their exit codes."""
     import multiprocessing
 
-    monkeypatch.setattr(constants, "HF_HOME", str(tmp_path))
     context = multiprocessing.get_context("spawn")
-    workers = [context.Process(target=_pin_many, args=(str(tmp_path), prefix)) for prefix in ("a", "b")]
+    workers = [context.Process(target=target, args=a) for a in args]
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join(timeout=120)
-    assert [worker.exitcode for worker in workers] == [0, 0]
-    assert len(hub.pins.read_pins()) == 80
+    return [worker.exitcode for worker in workers]
 
 
 def _hash_many(home: str, folder: str, prefix: str) -> None:
@@ -590,20 +596,12 @@ def test_hashes_remembered_by_two_processes_at_once_are_all_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """hashed.json had the same unlocked read-modify-write as pins.json."""
-    import multiprocessing
-
     monkeypatch.setattr(constants, "HF_HOME", str(tmp_path))
     for prefix in ("a", "b"):
         for i in range(30):
             (tmp_path / f"{prefix}{i}.bin").write_bytes(f"{prefix}{i}".encode())
             os.utime(tmp_path / f"{prefix}{i}.bin", (time.time() - 60, time.time() - 60))  # not racy
-    context = multiprocessing.get_context("spawn")
-    workers = [context.Process(target=_hash_many, args=(str(tmp_path), str(tmp_path), p)) for p in ("a", "b")]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(timeout=120)
-    assert [worker.exitcode for worker in workers] == [0, 0]
+    assert _in_two_processes(_hash_many, [(str(tmp_path), str(tmp_path), p) for p in ("a", "b")]) == [0, 0]
     assert len(hub.pins._hashed_files()) == 60
 
 
