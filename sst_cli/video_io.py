@@ -518,7 +518,7 @@ def plan_encoding(
     if codec == "libsvtav1":
         os.environ.setdefault("SVT_LOG", "1")  # errors only: SVT-AV1 prints ~20 lines of its settings otherwise
     depth = 16 if deep and (options.lossless or _depth(pix_fmt) > 8) else 8
-    time_base = encoder_time_base(codec, info.time_base)
+    time_base = encoder_time_base(codec, info)
     width, height = _stored_size(codec, pix_fmt, out_width, out_height, opts, notes, time_base)
     _try_encoder(codec, pix_fmt, width, height, opts, time_base)
     return EncodePlan(
@@ -592,11 +592,27 @@ def _try_encoder(codec: str, pix_fmt: str, width: int, height: int, opts: dict[s
 
 #: Encoders whose time base must fit 16 bits (MPEG-4 part 2 and H.263 store it so): MPEG-TS's 1/90000 does not.
 _SHORT_TIME_BASE = frozenset({"mpeg4", "h263", "h263p", "msmpeg4", "msmpeg4v2", "flv"})
+#: Encoders that store a frame rate from a fixed list, one tick a frame, in place of timestamps.
+_LISTED_RATES = frozenset({"mpeg1video", "mpeg2video"})
+_MPEG_RATES = tuple(
+    Fraction(n, d) for n, d in ((24000, 1001), (24, 1), (25, 1), (30000, 1001), (30, 1), (50, 1), (60000, 1001), (60, 1))
+)
 
 
-def encoder_time_base(codec: str, time_base: Fraction) -> Fraction:
-    """The time base ``codec`` encodes in: the input's (timestamps copied as they are), or for encoders that take
-    denominators up to 65535 only, the nearest coarser one that divides it evenly (1/90000 -> 1/45000)."""
+def encoder_time_base(codec: str, info: VideoInfo) -> Fraction:
+    """The time base ``codec`` encodes in: the input's (timestamps copied as they are); for encoders that take
+    denominators up to 65535 only, the nearest coarser one that divides it evenly (1/90000 -> 1/45000); for MPEG-1/2,
+    one frame of the clip's rate, which must be one of the rates they store."""
+    time_base = info.time_base
+    if codec in _LISTED_RATES:
+        rate = next((r for r in _MPEG_RATES if info.rate and abs(info.rate / r - 1) < 1e-3), None)  # 29.97 is NTSC's
+        if rate is None:
+            listed = ", ".join(f"{float(r):g}" for r in _MPEG_RATES)
+            shown = f"{float(info.rate):g} frames/s" if info.rate else "no constant frame rate"
+            raise VideoError(
+                f"{codec} stores only the frame rates {listed}; '{info.path}' has {shown}: choose another --codec"
+            )
+        return 1 / rate
     if codec not in _SHORT_TIME_BASE or time_base.denominator <= 65535:
         return time_base
     for step in range(2, time_base.denominator):

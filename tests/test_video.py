@@ -699,3 +699,21 @@ def test_mpeg4_encodes_an_mpeg_ts_clip_in_a_time_base_it_can_store(tmp_path: Pat
     assert result.frames == 3 and seconds(out) == seconds(clip)
     with pytest.raises(VideoError, match="the encoder mpeg4 cannot start for 32x24 yuv420p"):
         video_io._try_encoder("mpeg4", "yuv420p", 32, 24, {}, Fraction(1, 90000))  # found before the model loads
+
+
+def test_mpeg2_encodes_one_tick_a_frame_and_refuses_a_rate_it_cannot_store(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    up = Upscaler(_Nearest(2), device="cpu", tile=0)
+    clip = make_clip(tmp_path / "a.mkv", size=(16, 12), pts_ms=(0, 40, 80), audio=False)
+    info = probe_video(clip)
+    plan = plan_video(up, info, VideoOptions(codec="mpeg2video"))
+    assert info.time_base == Fraction(1, 1000) and plan.time_base == Fraction(1, 25)  # MPEG-2 stores 25 frames/s
+    out = tmp_path / "a_x2.mkv"
+    result = upscale_video(up, clip, out, options=VideoOptions(codec="mpeg2video"), info=info, plan=plan)
+    assert result.frames == 3 and seconds(out) == seconds(clip)
+    with pytest.raises(VideoError, match=r"mpeg2video stores only the frame rates 23\.976, 24, 25.*'.*a\.mkv' has 15 "):
+        plan_video(up, replace(info, rate=Fraction(15)), VideoOptions(codec="mpeg2video"))  # before any frame runs
+    assert plan_video(up, replace(info, rate=Fraction(2997, 100)), VideoOptions(codec="mpeg2video")).time_base == (
+        Fraction(1001, 30000)
+    )  # a rate rounded in its container is taken as the NTSC rate it stands for
