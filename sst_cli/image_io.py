@@ -721,10 +721,8 @@ def write_image(
         raise ConfigError(f"quality must be between 1 and 100, not {quality}")
     depth = 16 if picture.bit_depth == 16 and fmt in ("png", "tiff") else 8
     samples = _quantise(picture, depth, name)
-    if samples.shape[2] == 2 and (fmt == "webp" or (fmt == "tiff" and depth == 16)):
-        samples = samples[..., [0, 0, 0, 1]]  # WebP has no gray; Pillow cannot read back 16-bit LA TIFF
-    elif samples.shape[2] == 1 and fmt == "webp":
-        samples = samples[..., [0, 0, 0]]
+    if fmt == "webp" or (fmt == "tiff" and depth == 16 and samples.shape[2] == 2):
+        samples = _gray_as_rgb(samples, picture.icc_profile)  # WebP has no gray; Pillow cannot read 16-bit LA TIFF
     gray = samples.shape[2] in (1, 2)
     icc = picture.icc_profile
     icc = icc if icc and (icc[16:20] == b"GRAY") == gray else None  # mismatched profiles confuse viewers
@@ -752,6 +750,36 @@ def write_image(
             image.save(fh, format=fmt.upper(), **params)
 
     atomic_write(name, encode, error=ImageError, overwrite=overwrite)
+
+
+def _gray_as_rgb(samples: np.ndarray, icc: bytes | None) -> np.ndarray:
+    """Gray samples (and alpha) as RGB(A) for files without gray, taken through the picture's gray ICC profile into
+    sRGB, what an untagged RGB file means, so that the result looks as the gray picture did; R = G = B without one
+    (or with a profile littleCMS cannot read). Colour samples are returned as they are."""
+    if samples.shape[2] not in (1, 2):
+        return samples
+    curve = _gray_profile_curve(icc, samples.dtype) if icc and icc[16:20] == b"GRAY" else None
+    gray = samples[..., 0]
+    colour = np.repeat(gray[..., None], 3, axis=2) if curve is None else curve[gray]
+    return np.concatenate([colour, samples[..., 1:]], axis=2)
+
+
+def _gray_profile_curve(icc: bytes, dtype: np.dtype) -> np.ndarray | None:
+    """A (levels, 3) table from a gray profile's levels to sRGB. littleCMS in Pillow works in 8 bits: 16-bit levels
+    are interpolated between its 256 (within half an 8-bit step of the profile's own curve)."""
+    try:
+        source = ImageCms.ImageCmsProfile(io.BytesIO(icc))
+        ramp = Image.fromarray(np.arange(256, dtype=np.uint8)[None])
+        exact = ImageCms.buildTransform(source, ImageCms.createProfile("sRGB"), "L", "RGB", flags=0x0100)
+        srgb = ImageCms.applyTransform(ramp, exact)  # 0x0100: NOOPTIMIZE; optimised, dark levels were 10 steps off
+    except (ImageCms.PyCMSError, OSError, ValueError):
+        return None
+    knots = np.asarray(srgb, dtype=np.float64)[0]
+    if dtype == np.uint8:
+        return knots.astype(np.uint8)
+    levels = np.arange(65536) / 257
+    curve = np.stack([np.interp(levels, np.arange(256), knots[:, c] * 257) for c in range(3)], axis=1)
+    return np.rint(curve).astype(np.uint16)
 
 
 def normalise_format(fmt: str) -> str:

@@ -595,7 +595,8 @@ _SHORT_TIME_BASE = frozenset({"mpeg4", "h263", "h263p", "msmpeg4", "msmpeg4v2", 
 #: Encoders that store a frame rate from a fixed list, one tick a frame, in place of timestamps.
 _LISTED_RATES = frozenset({"mpeg1video", "mpeg2video"})
 _MPEG_RATES = tuple(
-    Fraction(n, d) for n, d in ((24000, 1001), (24, 1), (25, 1), (30000, 1001), (30, 1), (50, 1), (60000, 1001), (60, 1))
+    Fraction(n, d)
+    for n, d in ((24000, 1001), (24, 1), (25, 1), (30000, 1001), (30, 1), (50, 1), (60000, 1001), (60, 1))
 )
 
 

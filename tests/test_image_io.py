@@ -522,6 +522,49 @@ def test_gray_profile_is_dropped_for_colour_output(tmp_path: Path) -> None:
     assert read_image(tmp_path / "out.png").icc_profile is None
 
 
+def _gray_icc(gamma: float) -> bytes:
+    """A minimal ICC v2 gray display profile (white point D50, one gamma curve), built by hand: Pillow makes none."""
+
+    def xyz(x: float, y: float, z: float) -> bytes:
+        return struct.pack(">iii", *(round(v * 65536) for v in (x, y, z)))
+
+    name = b"gray test"
+    tags = [
+        (b"desc", b"desc\0\0\0\0" + struct.pack(">I", len(name) + 1) + name + b"\0" * 80),
+        (b"wtpt", b"XYZ \0\0\0\0" + xyz(0.9642, 1.0, 0.8249)),
+        (b"kTRC", b"curv\0\0\0\0" + struct.pack(">IH", 1, round(gamma * 256)) + b"\0\0"),
+    ]
+    start = 128 + 4 + 12 * len(tags)
+    table, data = struct.pack(">I", len(tags)), b""
+    for sig, body in tags:
+        body += b"\0" * (-len(body) % 4)
+        table, data = table + sig + struct.pack(">II", start + len(data), len(body)), data + body
+    header = b"\0" * 4 + bytes([2, 0x10, 0, 0]) + b"mntrGRAYXYZ " + b"\0" * 12 + b"acsp"  # after the size
+    header = (header + b"\0" * 28 + xyz(0.9642, 1.0, 0.8249)).ljust(124, b"\0")  # the D50 illuminant at byte 68
+    return struct.pack(">I", start + len(data)) + header + table + data
+
+
+@pytest.mark.parametrize(("fmt", "depth", "alpha"), [("webp", 8, False), ("webp", 8, True), ("tiff", 16, True)])
+def test_gray_picture_written_as_rgb_goes_through_its_gray_profile(
+    tmp_path: Path, fmt: str, depth: int, alpha: bool
+) -> None:
+    level = np.linspace(0, 1, 20, dtype=np.float32).reshape(4, 5)
+    picture = _picture(
+        color=np.repeat(level[..., None], 3, axis=2), grayscale=True, bit_depth=depth, icc_profile=_gray_icc(1.0),
+        alpha=np.ones((4, 5), np.float32) if alpha else None, lossless=True,
+    )  # fmt: skip
+    write_image(tmp_path / f"out.{fmt}", picture)
+    with Image.open(tmp_path / f"out.{fmt}") as im:
+        assert "icc_profile" not in im.info  # a gray profile cannot tag RGB: the samples carry it instead
+    out = read_image(tmp_path / f"out.{fmt}")
+    top = 2**depth - 1
+    stored = np.round(level * top) / top  # the gray levels the file can hold, in linear light
+    srgb = np.where(stored <= 0.0031308, 12.92 * stored, 1.055 * stored ** (1 / 2.4) - 0.055)  # -> sRGB
+    assert out.color.shape == (4, 5, 3) and np.array_equal(out.color[..., 0], out.color[..., 2])
+    assert np.abs(out.color[..., 1] - srgb).max() <= 1.5 / 255  # not the gray levels written as sRGB (0.2 darker)
+    assert np.abs(level - srgb).max() > 0.2
+
+
 def test_unicode_path(tmp_path: Path) -> None:
     folder = tmp_path / "фото 写真"
     folder.mkdir()
