@@ -69,6 +69,26 @@ from .tiling import (
 TileCallback = Callable[[int, int], None]  # (tiles done, tiles in all)
 
 
+class _TwoPasses:
+    """One progress count over the colour pass and the alpha pass of ``--alpha model``, so that the bar runs once, to
+    the tiles of both (the alpha pass is counted as long as the colour pass until it starts)."""
+
+    def __init__(self, on_tile: TileCallback) -> None:
+        self.on_tile, self.first = on_tile, 0
+
+    def colour(self, done: int, total: int) -> None:
+        self.first = total
+        self.on_tile(done, 2 * total)
+
+    def alpha(self, done: int, total: int) -> None:
+        self.on_tile(self.first + done, self.first + total)
+
+
+def _constant(alpha: np.ndarray) -> bool:
+    """An alpha plane of one value: passed through at the result's size, not upscaled."""
+    return float(alpha.min()) == float(alpha.max())
+
+
 class Upscaled(NamedTuple):
     """A run's output (C, H*scale, W*scale) and the tile it used (0 = whole image), after any
     out-of-memory halving."""
@@ -479,8 +499,10 @@ class Upscaler:
 
         Returns the upscaled picture (metadata carried over) and the tile side used for the colour.
         """
-        result = self.run(_colour_tensor(picture), on_tile)
-        return self._finish(picture, result.image, on_tile), result.tile
+        alpha_pass = picture.alpha is not None and self.options.alpha == "model" and not _constant(picture.alpha)
+        count = _TwoPasses(on_tile) if on_tile is not None and alpha_pass else None
+        result = self.run(_colour_tensor(picture), count.colour if count else on_tile)
+        return self._finish(picture, result.image, count.alpha if count else on_tile), result.tile
 
     def _finish(self, picture: Picture, colour: torch.Tensor, on_tile: TileCallback | None) -> Picture:
         """The upscaled picture from the network's colour output: resized to ``outscale``, alpha upscaled."""
@@ -494,7 +516,7 @@ class Upscaler:
     def _upscale_alpha(self, alpha: np.ndarray, on_tile: TileCallback | None) -> np.ndarray:
         h, w = alpha.shape
         a = torch.from_numpy(np.ascontiguousarray(alpha, dtype=np.float32))[None]
-        if float(a.min()) == float(a.max()):
+        if _constant(alpha):
             width, height = self.output_size(w, h)  # rounded as the colour's size is
             return np.full((height, width), float(a[0, 0, 0]), dtype=np.float32)
         if self.options.alpha == "model":

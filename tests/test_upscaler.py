@@ -488,6 +488,18 @@ class _Bicubic(torch.nn.Module):
         return torch.nn.functional.interpolate(x, scale_factor=2, mode="bicubic", align_corners=False)
 
 
+def test_alpha_through_the_model_counts_one_progress_over_both_passes() -> None:
+    rgba = np.random.default_rng(4).random((40, 40, 4)).astype(np.float32)
+    seen: list[tuple[int, int]] = []
+    Upscaler(_Bicubic(), device="cpu", tile=16, alpha="model").upscale(rgba, on_tile=lambda d, t: seen.append((d, t)))
+    done = [d for d, _ in seen]
+    assert done == sorted(done) and seen[-1][0] == seen[-1][1] > 1  # once from 0 to the end: not 0..N twice
+    assert {t for _, t in seen} == {seen[-1][1]}  # the colour pass already counts the alpha pass's tiles
+    seen.clear()
+    Upscaler(_Bicubic(), device="cpu", tile=16, alpha="resize").upscale(rgba, on_tile=lambda d, t: seen.append((d, t)))
+    assert seen[-1][0] == seen[-1][1] == len(seen)  # one pass: its own tiles
+
+
 @pytest.mark.parametrize("alpha_mode", ["model", "resize"])
 def test_transparent_colour_does_not_bleed_into_the_edge(alpha_mode: str) -> None:
     """A white disc on transparent black: composited over white, its upscaled edge stays white (no dark halo)."""
