@@ -205,3 +205,22 @@ def test_at_a_laptop_width_the_crops_stay_in_one_row_and_the_header_sticks(brows
         assert browser.evaluate("document.querySelector('#images thead th').getBoundingClientRect().top") == 0
     finally:
         browser.call("Emulation.clearDeviceMetricsOverride")
+
+
+def test_an_exact_match_sorts_as_the_best_score_not_as_a_missing_one(browser: Browser, tmp_path: Path) -> None:
+    hr = tmp_path / "flat" / "HR"
+    hr.mkdir(parents=True)
+    Image.new("RGB", (32, 32), (90, 120, 150)).save(hr / "a_flat.png")  # bicubic is exact: PSNR infinite
+    for i in range(2):
+        Image.fromarray(pattern(32, 32, i)).save(hr / f"b_real{i}.png")
+    args = ["eval", "-d", str(tmp_path / "flat"), "-m", "bicubic", "-s", "2", "-q", "--report", str(tmp_path / "r")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    browser.open((tmp_path / "r" / "index.html").as_uri())
+    browser.wait_for("document.body.getAttribute('data-ready') === '1'")
+    order = "Array.from(document.querySelectorAll('#images tbody')).map(t => t.id)"
+    browser.evaluate("document.querySelector(\"button[data-key='psnr-bicubic']\").click()")
+    assert browser.evaluate(order)[0] == "img-flat-x2-a_flat"  # descending: the exact match first (it was last)
+    browser.evaluate("document.querySelector(\"button[data-key='psnr-bicubic']\").click()")
+    assert browser.evaluate(order)[-1] == "img-flat-x2-a_flat"
+    assert "inf" not in browser.evaluate("document.querySelector('table.summary').innerText")  # "∞", as the rows

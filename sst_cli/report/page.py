@@ -23,17 +23,20 @@ def template() -> Template:
     return Template(resources.files("sst_cli.report").joinpath("template.html").read_text(encoding="utf-8"))
 
 
-def _num(value: float | None, digits: int = 2) -> str:
+def _num(value: float | None, digits: int = 2, *, sign: bool = False) -> str:
     if value is None:
         return "—"
     if math.isinf(value):
-        return "∞"
-    return f"{value:.{digits}f}"
+        return ("+∞" if sign else "∞") if value > 0 else "−∞"
+    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
 
 
 def _attr(value: float | None) -> str:
-    """A sort key for a data- attribute: a number, or empty (sorted last)."""
-    return "" if value is None or not math.isfinite(value) else f"{value:.6f}"
+    """A sort key for a data- attribute: a number (``Infinity`` for an exact match: the best, not missing), or
+    empty (sorted last)."""
+    if value is None or math.isnan(value):
+        return ""
+    return ("Infinity" if value > 0 else "-Infinity") if math.isinf(value) else f"{value:.6f}"
 
 
 def _summary(report: ReportView) -> str:
@@ -50,14 +53,14 @@ def _summary(report: ReportView) -> str:
     for row in report.summary():
         paper = row.get("published")
         published = "—" if paper is None else f"{paper['psnr_y']:.2f} / {_num(paper['ssim_y'], 4)}"
-        delta = "—" if paper is None else f"{row['psnr_y'] - paper['psnr_y']:+.2f}"
+        delta = "—" if paper is None else _num(row["psnr_y"] - paper["psnr_y"], sign=True)
         title = "" if paper is None else f' title="{escape(paper["source"])}"'
         cells = [
             escape(str(row["dataset"] or "")),
             f"x{row['scale']}",
             escape(row["method"]),
             str(row["images"]),
-            f"{row['psnr_y']:.2f}",
+            _num(row["psnr_y"]),
             _num(row["ssim_y"], 4),
         ]
         body = "".join(f"<td>{c}</td>" for c in cells)
