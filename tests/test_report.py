@@ -6,6 +6,7 @@ Everything runs on tiny random SST networks (x2, a few thousand weights) and sma
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -489,6 +490,29 @@ def test_sst_eval_report_with_two_models_and_bicubic(tmp_path: Path) -> None:
     assert json.loads(Path("rep/report.json").read_text())["methods"] == ["LR", "bicubic", "HR"]
     bad = runner.invoke(app, ["eval", "-d", str(data), "--model", "bicubic", "--crop", "0,0,8,8"])
     assert bad.exit_code == 2 and "give --report DIR too" in bad.output
+
+
+def test_sheet_labels_fit_their_tile_and_accents_are_drawn() -> None:
+    from PIL import ImageFont
+
+    from sst_cli.report import sheet
+
+    font = sheet._font(16)
+    long = "my weights, iteration 200000, EMA, final.safetensors"
+    cut = sheet.fitted(long, font, 120)
+    assert cut.endswith("…") and font.getlength(cut) <= 120 and long.startswith(cut[:-1])  # ran over the next tile
+    assert sheet.fitted("sst-l+", font, 120) == "sst-l+"
+    installed = []
+    for name in sheet.UNICODE_FONTS:
+        with contextlib.suppress(OSError):
+            installed.append(ImageFont.truetype(name, 16))
+    if not installed:
+        pytest.skip(f"none of {', '.join(sheet.UNICODE_FONTS)} is installed: the sheet falls back to ASCII-only")
+
+    def glyph(text: str) -> bytes:
+        return bytes(font.getmask(text))
+
+    assert glyph("é") != glyph("\U0010fffd")  # a letter, not the box of a missing glyph ("caf□")
 
 
 def test_sheet_of_a_report_without_models(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ checkerboard.
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,11 +29,31 @@ INK = (29, 29, 31)
 MUTED = (95, 99, 104)
 
 
+#: TrueType fonts with accented and non-Latin letters, looked for in the system's font folders (Linux, macOS,
+#: Windows); Pillow's own font has ASCII only, and drew "café" as "caf□".
+UNICODE_FONTS = ("DejaVuSans.ttf", "NotoSans-Regular.ttf", "LiberationSans-Regular.ttf", "Arial.ttf", "arial.ttf")
+
+
+@functools.cache
 def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
+    for name in UNICODE_FONTS:
+        try:
+            return ImageFont.truetype(name, size)
+        except OSError:  # not installed (or Pillow without FreeType)
+            continue
     try:
         return ImageFont.load_default(size=size)
     except (TypeError, OSError):  # Pillow without FreeType: the fixed bitmap font
         return ImageFont.load_default()
+
+
+def fitted(text: str, font: ImageFont.ImageFont | ImageFont.FreeTypeFont, width: float) -> str:
+    """``text`` cut to ``width`` px with an ellipsis, so that a long label never runs over its neighbour's."""
+    if font.getlength(text) <= width:
+        return text
+    while text and font.getlength(text + "…") > width:
+        text = text[:-1]
+    return text + "…"
 
 
 def checkerboard(width: int, height: int, square: int = 8) -> Image.Image:
@@ -96,9 +117,9 @@ def render_sheet(report: ReportBuilder) -> Image.Image:
         for tile, label, detail in tiles:
             sheet.paste(tile, (x, y))
             draw.rectangle((x - 1, y - 1, x + tile.width, y + tile.height), outline=(218, 220, 224))
-            draw.text((x, y + tile.height + 4), label, font=font, fill=INK)
+            draw.text((x, y + tile.height + 4), fitted(label, font, tile.width), font=font, fill=INK)
             if detail:
-                draw.text((x, y + tile.height + 4 + line), detail, font=font, fill=MUTED)
+                draw.text((x, y + tile.height + 4 + line), fitted(detail, font, tile.width), font=font, fill=MUTED)
             x += tile.width + GAP
         top += height
     return sheet
