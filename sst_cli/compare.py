@@ -8,6 +8,7 @@ transparent pictures go through the models as ``sst upscale`` does and are shown
 from __future__ import annotations
 
 import tempfile
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -134,6 +135,20 @@ def _title(settings: CompareSettings, labels: list[str], scale: int) -> str:
     return f"bicubic vs {', '.join(labels)} at x{scale}" if labels else f"bicubic at x{scale}"
 
 
+def shown_names(paths: list[Path]) -> dict[Path, str]:
+    """Each input's file name, with as many of its folders as tell it from another input of that name
+    (``a/photo.png``, ``b/photo.png``); one of a kind keeps its bare name, so a shared report shows no folders."""
+    depth = dict.fromkeys(paths, 1)
+    while True:
+        names = {p: "/".join(p.parts[-depth[p] :]) for p in paths}
+        counts = Counter(names.values())
+        clashing = [p for p in paths if counts[names[p]] > 1 and depth[p] < len(p.parts)]
+        if not clashing:
+            return names
+        for p in clashing:
+            depth[p] += 1
+
+
 def run_compare(
     settings: CompareSettings,
     *,
@@ -168,7 +183,8 @@ def run_compare(
             scale = DEFAULT_SCALE
     if on_start is not None:
         on_start(len(inputs) * len(networks))
-    first_notes = [f"Inputs: {', '.join(p.name for p in inputs[:12])}{' …' if len(inputs) > 12 else ''}"]
+    shown = shown_names(inputs)
+    first_notes = [f"Inputs: {', '.join(shown[p] for p in inputs[:12])}{' …' if len(inputs) > 12 else ''}"]
     report_settings = {
         "title": _title(settings, labels, scale),
         "models": labels,
@@ -183,7 +199,7 @@ def run_compare(
             picture = read_image(path)
             keys[path] = key = str(path)
             report.add_image(  # named and filed by the file's name: a shared report shows no one's folders
-                key, path.name, scale=scale, lr=frame(picture), bicubic=frame(bicubic_picture(picture, scale)),
+                key, shown[path], scale=scale, lr=frame(picture), bicubic=frame(bicubic_picture(picture, scale)),
                 bit_depth=picture.bit_depth, folder=path.name,
             )  # fmt: skip
         for index, (spec, label) in enumerate(zip(networks, labels, strict=True)):
@@ -197,7 +213,7 @@ def run_compare(
                 out, _ = upscaler.upscale_picture(read_image(path))
                 report.add_output(keys[path], label, frame(out))
                 if on_image is not None:
-                    on_image(label, path.name)
+                    on_image(label, shown[path])
             del upscaler
         report.finish()
         if on_message is not None:

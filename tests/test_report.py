@@ -442,10 +442,23 @@ def test_compare_of_long_paths_files_images_by_their_names(tmp_path: Path) -> No
     folders = [image["folder"] for image in data["images"]]
     assert folders[:2] == ["images/photo.png", "images/photo.png-2"]
     assert folders[2].startswith("images/holiday-xxx") and len(folders[2]) <= len("images/") + 100
-    assert [image["name"] for image in data["images"]] == ["photo.png", "photo.png", long_name]
+    assert [image["name"] for image in data["images"]] == ["a/photo.png", "b/photo.png", long_name]  # told apart
     page = (tmp_path / "rep" / "index.html").read_text(encoding="utf-8")
     assert "private-folder" not in page and "private-folder" not in json.dumps(data)
     assert all((tmp_path / "rep" / folder / "lr.png").is_file() for folder in folders)
+
+
+def test_inputs_of_one_name_are_shown_with_the_folders_that_tell_them_apart() -> None:
+    from sst_cli.compare import shown_names
+
+    paths = [Path("x/a/photo.png"), Path("y/a/photo.png"), Path("z/b/photo.png"), Path("c/cat.png"), Path("photo.png")]
+    assert list(shown_names(paths).values()) == [
+        "x/a/photo.png",
+        "y/a/photo.png",
+        "b/photo.png",
+        "cat.png",
+        "photo.png",
+    ]
 
 
 def test_eval_of_weights_at_two_scales_says_which_scale_ran(tmp_path: Path) -> None:
