@@ -292,7 +292,11 @@ def check_folder_replaceable(
     target: Path, may_replace: Callable[[Path], bool] | None = None, *, error: type[SstError] = WriteError
 ) -> None:
     """Refuse (before any work) a ``target`` that is a file, or a non-empty folder ``may_replace`` does not own."""
-    if target.is_symlink() or (target.exists() and not target.is_dir()):
+    if target.is_symlink():  # replacing the folder would replace the link, not what it points to
+        raise error(
+            f"cannot write '{target}': it is a symbolic link; name the folder it points to ('{target.resolve()}')"
+        )
+    if target.exists() and not target.is_dir():
         raise error(f"cannot write '{target}': it exists and is not a folder")
     if target.is_dir() and any(target.iterdir()) and not (may_replace is not None and may_replace(target)):
         raise error(f"refusing to replace '{target}': the folder is not empty and was not written by sst-cli")

@@ -262,6 +262,12 @@ def test_a_folder_that_is_not_a_report_is_never_replaced(tmp_path: Path) -> None
     (tmp_path / "empty").mkdir()
     _build(tmp_path / "empty")
     assert is_report(tmp_path / "empty")
+    (tmp_path / "link").symlink_to(tmp_path / "empty")
+    with pytest.raises(
+        WriteError, match=r"'.*link': it is a symbolic link; name the folder it points to \('.*empty'\)"
+    ):
+        _build(tmp_path / "link")  # it said "not a folder", which a link to a folder is, for its user
+    assert (tmp_path / "link").is_symlink() and is_report(tmp_path / "empty")
 
 
 def test_many_images_stay_light(tmp_path: Path) -> None:
