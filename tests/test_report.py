@@ -496,7 +496,9 @@ def test_sst_eval_report_with_two_models_and_bicubic(tmp_path: Path) -> None:
               for s in r["images"]}  # fmt: skip
     report = json.loads(Path("rep/report.json").read_text())
     assert report["methods"] == ["LR", "bicubic", "tiny_a", "tiny_b", "HR"]
+    assert report["title"] == "bicubic, tiny_a, tiny_b on mine"  # the dataset's name, not the path to it
     html = Path("rep/index.html").read_text()
+    assert str(tmp_path) not in html
     for image in report["images"]:
         for label in ("bicubic", "tiny_a", "tiny_b"):
             assert image["psnr_y"][label] == pytest.approx(scores[(label, image["name"])], abs=1e-6)

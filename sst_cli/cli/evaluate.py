@@ -285,7 +285,8 @@ def eval_command(
         if report is not None:
             from ..report import eval_recorder, open_report
 
-            title = f"{', '.join(labels)} on {', '.join(dataset)}"
+            names = (Path(d).name or d for d in dataset)  # a folder's name: a shared report shows no one's folders
+            title = f"{', '.join(labels)} on {', '.join(names)}"
             if scale:
                 title += f" at {', '.join(f'x{s}' for s in dict.fromkeys(scale))}"
             builder = stack.enter_context(
