@@ -94,11 +94,24 @@ def wants_compile(choice: str, device: torch.device, megapixels: float) -> bool:
 
 
 def compile_cache_dir() -> Path:
-    """Where inductor keeps compiled artefacts: the user's ``TORCHINDUCTOR_CACHE_DIR``, else ours, per version."""
-    if os.environ.get(_CACHE_ENV):
-        return Path(os.environ[_CACHE_ENV])
+    """Where inductor keeps compiled artefacts: the user's ``TORCHINDUCTOR_CACHE_DIR``, else ours, per version.
+    torch's own default in that variable is not the user's: torch writes it there when anything asks for its
+    cache folder (importing torchvision does), which sent spandrel models' artefacts to /tmp."""
+    chosen = os.environ.get(_CACHE_ENV)
+    if chosen and os.path.abspath(chosen) != _torch_default_cache():
+        return Path(chosen)
     torch_version = torch.__version__.replace("+", "_")
     return cache_root() / "compile" / f"sst-{package_version()}-torch-{torch_version}"
+
+
+def _torch_default_cache() -> str | None:
+    """The folder torch puts in ``TORCHINDUCTOR_CACHE_DIR`` when it finds none (a private helper of torch's: None
+    where it moved)."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:
+        return None
+    return os.path.abspath(default_cache_dir())
 
 
 def compiler_problem(device: torch.device) -> str | None:

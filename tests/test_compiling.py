@@ -41,6 +41,11 @@ def test_cache_folder_is_keyed_by_versions_unless_the_user_chose_one(
     assert package_version() in ours.name and torch.__version__.replace("+", "_") in ours.name
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
     assert compile_cache_dir() == tmp_path / "mine"
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    cache_dir()  # what importing torchvision does: torch writes its /tmp default into the variable
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] and compile_cache_dir() == ours  # not taken for the user's choice
 
 
 def test_unknown_choice_is_an_option_error() -> None:
