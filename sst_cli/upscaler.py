@@ -18,6 +18,7 @@ from torch import nn
 
 from .archs import ModelDescriptor, SRNetwork, describe, network_of
 from .archs.attention import AttentionReport, describe_attention
+from .archs.cpu_kernel import builds_said_to
 from .checks import check_scale_type
 from .choices import DEFAULT_MODEL, DEFAULT_SCALE
 from .compiling import CompiledNetwork, wants_compile
@@ -183,16 +184,17 @@ class Upscaler:
         self.scale = self.descriptor.scale
         self._settle_precision(wanted)
         self.attention: AttentionReport | None = None
+        self.on_message = on_message
         network = network_of(self.model)
         _check_settings(self.options.settings, self.descriptor.settings, self.descriptor.architecture)
         if isinstance(network, SRNetwork):
             network.configure(**self.options.settings)
             network.set_attention_backend(self.options.attention)
             if self.descriptor.attention_head_sizes:
-                self.attention = describe_attention(
-                    self.options.attention, self.device, self.dtype, self.descriptor.attention_head_sizes
-                )
-        self.on_message = on_message
+                with self.phases.timed("kernel"), builds_said_to(self._say):  # built on a first run: seconds
+                    self.attention = describe_attention(
+                        self.options.attention, self.device, self.dtype, self.descriptor.attention_head_sizes
+                    )
         self._said_plans: set[tuple[TileSize, int, int]] = set()  # (tile, overlap, batch) already described
         self._said_budget = False  # that the memory budget is below the smallest pass: said once
         self.planner = Planner(

@@ -377,3 +377,19 @@ def test_cc_may_carry_a_wrapper_and_flags(fresh_build: Path, monkeypatch: pytest
     wrapper = _script(fresh_build.parent / "bin" / "wrap", 'shift; exec "$@"\n')  # drops its marker argument
     monkeypatch.setenv("CC", f"{wrapper} --marker {real[0]}")
     assert kernel_problem() is None
+
+
+@needs_native
+def test_a_first_run_says_it_builds_the_kernel_and_times_it(fresh_build: Path) -> None:
+    from conftest import tiny_sst
+
+    from sst_cli import Upscaler
+
+    said: list[str] = []
+    up = Upscaler(tiny_sst(), device="cpu", attention="auto", on_message=said.append)
+    assert [s for s in said if "building sst-cli's CPU attention kernel" in s] != []  # a silent pause of seconds
+    assert "kernel" in up.phases.seconds and up.phases.seconds["kernel"] > 0
+    said.clear()
+    cpu_kernel._library.cache_clear()  # a new process: the cached build is loaded, without a word
+    Upscaler(tiny_sst(), device="cpu", attention="auto", on_message=said.append)
+    assert not [s for s in said if "building" in s]

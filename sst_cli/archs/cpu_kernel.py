@@ -28,8 +28,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -246,6 +246,20 @@ def _usable(folder: Path, private: bool) -> bool:
     return os.access(folder, os.W_OK)
 
 
+_BUILD_NOTICES: list[Callable[[str], None]] = []
+
+
+@contextmanager
+def builds_said_to(say: Callable[[str], None]) -> Iterator[None]:
+    """While the block runs, a build of the kernel (seconds, once per machine and compiler) is announced through
+    ``say`` before it starts: a first run otherwise paused without a word."""
+    _BUILD_NOTICES.append(say)
+    try:
+        yield
+    finally:
+        _BUILD_NOTICES.remove(say)
+
+
 @cache
 def _library() -> _Library:
     compiler = _compiler()
@@ -269,6 +283,8 @@ def _library() -> _Library:
     if not writable:
         return _Library(None, f"no writable folder to build the kernel in ({cache}, {temp})")
     target = writable[0] / name
+    for say in _BUILD_NOTICES[-1:]:
+        say(f"building sst-cli's CPU attention kernel with {_name(compiler)} (once per machine and compiler: seconds)")
     error = _compile(compiler, SOURCE, target)
     if error is not None:
         rebuilding = f" (rebuilding: {damaged})" if damaged else ""
