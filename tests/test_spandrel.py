@@ -112,7 +112,7 @@ def _spandrel_output(path: Path, image: torch.Tensor) -> torch.Tensor:
     import spandrel
 
     descriptor = spandrel.ModelLoader().load_from_file(path).eval()
-    x = image[None]
+    x = image[None].clone()  # RCAN writes into its input
     if descriptor.input_channels == 1:
         x = (x * torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)).sum(1, keepdim=True)
     y = descriptor(x)[0]
@@ -419,3 +419,55 @@ def test_eval_weights_runs_a_spandrel_checkpoint(tmp_path: Path) -> None:
     rows = json.loads(out.read_text())
     text = json.dumps(rows)
     assert '"scale": 4' in text and '"Set5"' in text
+
+
+def _write_foreign(tmp_path: Path, name: str) -> Path:
+    """A random-weight state dict of spandrel's PLKSR, RealPLKSR or RCAN (which write into tensors in place)."""
+    from spandrel.architectures.PLKSR.__arch.PLKSR import PLKSR
+    from spandrel.architectures.PLKSR.__arch.RealPLKSR import RealPLKSR
+    from spandrel.architectures.RCAN.__arch.rcan_arch import RCAN
+
+    build: dict[str, Callable[[], torch.nn.Module]] = {
+        "PLKSR": lambda: PLKSR(dim=16, n_blocks=2, upscaling_factor=2, kernel_size=9),
+        "RealPLKSR": lambda: RealPLKSR(dim=16, n_blocks=2, upscaling_factor=2, kernel_size=9),
+        "RCAN": lambda: RCAN(scale=2, n_resgroups=1, n_resblocks=1, n_feats=16, reduction=4),
+    }
+    torch.manual_seed(0)
+    path = tmp_path / f"{name}.pth"
+    torch.save(build[name]().state_dict(), path)
+    return path
+
+
+@needs_spandrel
+@pytest.mark.parametrize("name", ["PLKSR", "RealPLKSR", "RCAN"])
+def test_models_writing_in_place_load_and_tile(tmp_path: Path, name: str) -> None:
+    """PLKSR writes its conv's output into its input in place, RCAN scales its input in place: measuring the
+    receptive field by autograd failed on both, and the files were refused as failing on a test image."""
+    path = _write_foreign(tmp_path, name)
+    image = _image(40, 48)
+    expected = _spandrel_output(path, image)
+    whole = Upscaler(weights=path, device="cpu", precision="fp32", tile=0)
+    assert torch.equal(whole.run(image).image.clamp(0, 1), expected)
+    assert torch.equal(image, _image(40, 48)), "the caller's image is left as it was"
+    tiled = Upscaler(weights=path, device="cpu", precision="fp32", tile=16, batch=4)
+    got = tiled.run(image).image.clamp(0, 1)
+    if tiled.descriptor.exact_context is not None:  # a finite measured field: tiles are exact, to rounding
+        assert float((got - expected).abs().max()) < 1e-5
+    else:
+        assert _psnr(got, expected) >= 60.0
+
+
+def test_a_model_failing_without_gradients_too_still_fails() -> None:
+    """The measurement without gradients is a fallback for autograd's troubles, not a way to hide a model's own."""
+    from sst_cli.spandrel.context import measure_reach
+
+    class Broken(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 3, 3, padding=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise RuntimeError("shapes do not match")
+
+    with pytest.raises(RuntimeError, match="shapes do not match"):
+        measure_reach(Broken(), 3, 1, probe=16)

@@ -5,8 +5,11 @@ of one output block (at the centre of a noise probe) with respect to the input i
 the input can change that block, so its extent is the receptive field. A field that reaches the probe's
 border (window transformers, deep convnets, global pooling) has no finite bound we can state; the context
 then starts at the radius holding all but 1e-6 of the measured sensitivity, and the engine measures what
-tiles need on top of that when it tiles (``sst_cli.seams``). The measurement takes a forward and a backward
-pass on the CPU (10 s for HAT_SRx4 on 2 cores), so what it found is kept beside the seams figures, per weights.
+tiles need on top of that when it tiles (``sst_cli.seams``). A model whose in-place writes autograd cannot undo
+(PLKSR) is measured without gradients: the output change one changed input pixel makes, the same field seen from
+the input's side; a model that fails that way too fails on the test image. The measurement takes a forward
+and a backward pass on the CPU (10 s for HAT_SRx4 on 2 cores), so what it found is kept beside the seams
+figures, per weights.
 """
 
 from __future__ import annotations
@@ -79,13 +82,53 @@ def measure_reach(
     generator = torch.Generator().manual_seed(0)
     param = next(model.parameters(), None)
     device = param.device if param is not None else torch.device("cpu")
-    x = torch.rand(1, channels, side, side, generator=generator).to(device).requires_grad_(True)
-    c = side // 2
+    x = torch.rand(1, channels, side, side, generator=generator).to(device)
+    run = call if call is not None else _plain_call
+    try:
+        sensitivity = _gradient_sensitivity(model, run, x, scale)
+    except RuntimeError:  # in-place writes autograd needs undone (PLKSR): measured without gradients instead
+        sensitivity = _perturbation_sensitivity(model, run, x, scale)
+    return _reach_of(sensitivity, side // 2)
+
+
+def _plain_call(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return model(x)
+
+
+def _gradient_sensitivity(
+    model: nn.Module, run: Callable[[nn.Module, torch.Tensor], torch.Tensor], x: torch.Tensor, scale: int
+) -> torch.Tensor:
+    """|d centre output block / d input|, summed over channels: (side, side). The model gets a copy of the leaf,
+    so that one writing into its input (RCAN scales it in place) does not write into a leaf autograd tracks."""
+    leaf = x.clone().requires_grad_(True)
+    c = x.shape[-1] // 2
     with torch.enable_grad():
-        y = call(model, x) if call is not None else model(x)
+        y = run(model, leaf.clone())
         y[..., c * scale : (c + 1) * scale, c * scale : (c + 1) * scale].sum().backward()
-    assert x.grad is not None
-    sensitivity = x.grad.detach().abs().sum((0, 1)).double().cpu()
+    assert leaf.grad is not None
+    return leaf.grad.detach().abs().sum((0, 1)).double().cpu()
+
+
+def _perturbation_sensitivity(
+    model: nn.Module, run: Callable[[nn.Module, torch.Tensor], torch.Tensor], x: torch.Tensor, scale: int
+) -> torch.Tensor:
+    """How much each LR position's output block changes when the centre input pixel changes by 0.5: (side, side).
+
+    The field seen from the other side (what one input reaches, not what one output sees), which is the same
+    extent for a model that treats every position alike; two forwards, no gradients. Copies go in: a model may
+    write into its input."""
+    c = x.shape[-1] // 2
+    moved = x.clone()
+    centre = moved[..., c, c]
+    moved[..., c, c] = torch.where(centre < 0.5, centre + 0.5, centre - 0.5)
+    with torch.no_grad():
+        change = (run(model, moved) - run(model, x.clone())).abs().sum((0, 1)).double().cpu()
+    side = x.shape[-1]
+    return change[: side * scale, : side * scale].reshape(side, scale, side, scale).sum((1, 3))
+
+
+def _reach_of(sensitivity: torch.Tensor, c: int) -> Reach:
+    """The reach a (side, side) sensitivity map centred on ``c`` shows."""
     rows = torch.nonzero(sensitivity.sum(1)).flatten()
     cols = torch.nonzero(sensitivity.sum(0)).flatten()
     if rows.numel() == 0:  # a constant output: any context is exact
