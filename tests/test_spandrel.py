@@ -471,3 +471,19 @@ def test_a_model_failing_without_gradients_too_still_fails() -> None:
 
     with pytest.raises(RuntimeError, match="shapes do not match"):
         measure_reach(Broken(), 3, 1, probe=16)
+
+
+@needs_spandrel
+def test_many_size_mismatches_show_the_first_three(tmp_path: Path) -> None:
+    """A wrong-shaped first conv makes spandrel build an ESRGAN whose every later layer mismatches the file: the
+    message listed them all (~30 clauses, 3 KB on one line)."""
+    path = _checkpoint(tmp_path, "ESRGAN")
+    state = torch.load(path, weights_only=True)["params_ema"]
+    state["model.0.weight"], state["model.0.bias"] = torch.zeros(24, 3, 3, 3), torch.zeros(24)
+    torch.save(state, tmp_path / "odd.pth")
+    with pytest.raises(CheckpointError) as info:
+        Upscaler(weights=tmp_path / "odd.pth", device="cpu", precision="fp32", tile=0)
+    text = str(info.value)
+    assert text.count("size mismatch for") == 3 and re.search(r"\.\.\. and \d+ more$", text), text
+    assert "size mismatch for model.1.sub.0.RDB1.conv1.0.weight: file [32, 16, 3, 3] vs model [32, 24, 3, 3]" in text
+    assert len(text) < 600

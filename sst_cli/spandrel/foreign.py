@@ -130,7 +130,16 @@ def _plain(exc: BaseException) -> str:
         r"file \1 vs model \2",
         text,
     )
-    return text or type(exc).__name__
+    return _first_mismatches(text) or type(exc).__name__
+
+
+def _first_mismatches(text: str, shown: int = 3) -> str:
+    """``text`` with its first ``shown`` "size mismatch for" clauses and a count of the rest: one wrong-shaped
+    tensor upstream mismatches every layer after it, ~30 clauses (3 KB) that bury the first, which says it."""
+    starts = [m.start() for m in re.finditer(r"size mismatch for ", text)]
+    if len(starts) <= shown:
+        return text
+    return f"{text[: starts[shown]].rstrip()} ... and {len(starts) - shown} more"
 
 
 def _a(name: str) -> str:
