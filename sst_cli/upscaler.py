@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
-from .archs import ModelDescriptor, SRNetwork, describe, network_of
+from .archs import ModelDescriptor, SRNetwork, bf16_failure, describe, network_of
 from .archs.attention import AttentionReport, describe_attention
 from .archs.cpu_kernel import builds_said_to
 from .checks import check_scale_type
@@ -248,13 +248,15 @@ class Upscaler:
             self.model(x)
 
     def _settle_precision(self, wanted: torch.dtype) -> None:
-        """bf16 only for models that say they support it: ``auto`` stays in fp32, ``bf16`` is refused. Cast after
-        asking, not before: a round trip through bf16 would have rounded every weight of a model left in fp32."""
+        """bf16 only for models whose network vouches for it on this device: ``auto`` stays in fp32, ``bf16`` is
+        refused. Cast after asking, not before: a round trip through bf16 would have rounded every weight of a
+        model left in fp32."""
         if wanted != torch.bfloat16:
             return
-        if not self.descriptor.bf16_safe:
+        failure = bf16_failure(self.model, self.device)
+        if failure is not None:
             if self.options.precision != "auto":
-                raise ConfigError(f"{self.descriptor.architecture} models do not support bf16: use --precision fp32")
+                raise ConfigError(f"{self.descriptor.architecture} {failure}: use --precision fp32")
             return
         self.model = self.model.to(dtype=torch.bfloat16)
         self.dtype = torch.bfloat16

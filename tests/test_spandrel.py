@@ -487,3 +487,38 @@ def test_many_size_mismatches_show_the_first_three(tmp_path: Path) -> None:
     assert text.count("size mismatch for") == 3 and re.search(r"\.\.\. and \d+ more$", text), text
     assert "size mismatch for model.1.sub.0.RDB1.conv1.0.weight: file [32, 16, 3, 3] vs model [32, 24, 3, 3]" in text
     assert len(text) < 600
+
+
+def _drct(tmp_path: Path) -> Path:
+    """A tiny DRCT: spandrel says it supports bf16, but off its img_size (32) it builds its window mask in fp32."""
+    from spandrel.architectures.DRCT.__arch.drct_arch import DRCT
+
+    torch.manual_seed(0)
+    model = DRCT(
+        embed_dim=12, depths=(1,), num_heads=(2,), window_size=8, upscale=2, upsampler="pixelshuffle", img_size=32, gc=8
+    )
+    path = tmp_path / "DRCT.pth"
+    torch.save(model.state_dict(), path)
+    return path
+
+
+@needs_spandrel
+def test_bf16_is_checked_not_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DRCT's bf16 flag is checked by a small bf16 forward: an explicit bf16 is refused by name, auto stays fp32;
+    models whose bf16 works still run in it. The answer is kept per weights and device kind."""
+    from sst_cli import upscaler
+
+    path = _drct(tmp_path)
+    with pytest.raises(
+        ConfigError, match=r"^DRCT fails in bf16 on a 45x37 image \(RuntimeError: .*\): use --precision fp32$"
+    ):
+        Upscaler(weights=path, device="cpu", precision="bf16")
+    assert len(list((tmp_path / "seams-cache").glob("bf16-*-cpu.json"))) == 1
+    for name in ("ESRGAN", "HAT"):
+        up = Upscaler(weights=_checkpoint(tmp_path, name), device="cpu", precision="bf16", tile=0)
+        assert up.dtype == torch.bfloat16 and up.run(_image(20, 24)).image.shape[-2:] == (40, 48)
+    monkeypatch.setattr(upscaler, "resolve_precision", lambda precision, device: torch.bfloat16)
+    up = Upscaler(weights=path, device="cpu", precision="auto", tile=0)
+    assert up.dtype == torch.float32 and next(up.model.parameters()).dtype == torch.float32
+    image = _image(37, 45)
+    assert torch.equal(up.run(image).image.clamp(0, 1), _spandrel_output(path, image))

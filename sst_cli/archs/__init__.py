@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import torch
 
 from ..errors import CheckpointError
-from .base import ArchConfig, Architecture, ModelDescriptor, SRNetwork, describe, network_of
+from .base import ArchConfig, Architecture, ModelDescriptor, SRNetwork, bf16_failure, describe, network_of
 from .dat import ARCH as DAT_ARCH
 from .foreign import recognise
 from .sst import ARCH as SST_ARCH
@@ -85,6 +85,7 @@ __all__ = [
     "Architecture",
     "ModelDescriptor",
     "SRNetwork",
+    "bf16_failure",
     "describe",
     "detect_architecture",
     "get_architecture",

@@ -163,6 +163,11 @@ class SRNetwork(nn.Module):
         """Rough peak activation memory of one forward pass (no grad) on a ``height x width`` input."""
         raise NotImplementedError
 
+    def bf16_failure(self, device: torch.device) -> str | None:
+        """Why bf16 inference cannot be trusted on ``device`` (a phrase after the architecture's name), None where
+        it can. What ``describe().bf16_safe`` states; a network may check further (spandrel's models do)."""
+        return None if self.describe().bf16_safe else "models do not support bf16"
+
     def reference_path(self) -> AbstractContextManager[nn.Module]:
         """A context in which the network runs the plain way of its authors' code (the baseline of ``sst bench
         --reference``); the same function, so outputs agree to rounding."""
@@ -204,6 +209,14 @@ def network_of(model: nn.Module) -> nn.Module:
     """The network itself, also when ``torch.compile`` wrapped it."""
     inner = getattr(model, "_orig_mod", None)
     return inner if isinstance(inner, nn.Module) else model
+
+
+def bf16_failure(model: nn.Module, device: torch.device) -> str | None:
+    """``SRNetwork.bf16_failure`` of the network; for a foreign module, what its descriptor states."""
+    network = network_of(model)
+    if isinstance(network, SRNetwork):
+        return network.bf16_failure(device)
+    return None if describe(model).bf16_safe else "models do not support bf16"
 
 
 def describe(model: nn.Module) -> ModelDescriptor:

@@ -58,6 +58,20 @@ def cached_reach(key: str, measure: Callable[[], Reach]) -> Reach:
     return reach
 
 
+def cached_failure(name: str, trial: Callable[[], str | None]) -> str | None:
+    """The answer stored as ``name`` (a failure, or None for none), else ``trial()``, stored; kept beside the
+    reach, as it is a fact measured once per weights. A cache that cannot be read or written is ignored."""
+    path = seams_cache_dir() / f"{name}.json"
+    with suppress(OSError, ValueError, TypeError, KeyError):
+        failure = json.loads(path.read_text())["failure"]
+        if failure is None or isinstance(failure, str):
+            return failure
+    failure = trial()
+    with suppress(WriteError):
+        atomic_write_text(path, json.dumps({"failure": failure}))
+    return failure
+
+
 def probe_side(minimum: int, multiple_of: int, wanted: int) -> int:
     side = max(wanted, minimum)
     return -(-side // multiple_of) * multiple_of

@@ -117,7 +117,7 @@ def load_foreign(state: Mapping[str, torch.Tensor], source: str) -> SpandrelNetw
             f"{source}: the {descriptor.architecture.name} model spandrel built from it fails on a test image "
             f"({type(exc).__name__}{': ' + _plain(exc) if str(exc).strip() else ''})"
         ) from exc
-    return SpandrelNetwork(descriptor, reach, library_version())
+    return SpandrelNetwork(descriptor, reach, library_version(), key)
 
 
 def _plain(exc: BaseException) -> str:

@@ -8,6 +8,7 @@ requirements, the architecture's call function, clamping, cropping), so the pixe
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -17,9 +18,10 @@ import torch
 from torch import nn
 
 from ..archs import ModelDescriptor, SRNetwork
-from .context import Reach
+from .context import Reach, cached_failure
 
 _LUMA = (0.299, 0.587, 0.114)  # ITU-R BT.601, the weights grayscale models are trained on
+_TRIAL = (37, 45)  # an input size no window, multiple or training patch divides (DRCT's bf16 broke off its img_size)
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,12 @@ def _contiguous_first(_block: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ..
     return (first.contiguous(), *args[1:]) if isinstance(first, torch.Tensor) else args
 
 
+def _first_line(exc: BaseException) -> str:
+    """``Type: first line of the message``: a PyTorch error can run to pages."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
 def requirement_text(minimum: int, multiple_of: int, square: bool) -> str:
     parts = [f"minimum {minimum} px"] if minimum else []
     parts += [f"multiple of {multiple_of} px"] if multiple_of > 1 else []
@@ -97,8 +105,9 @@ class SpandrelNetwork(SRNetwork):
     Grayscale models get the BT.601 luma of the input and their one output channel is repeated to RGB.
     """
 
-    def __init__(self, descriptor: Any, reach: Reach, library: str) -> None:
+    def __init__(self, descriptor: Any, reach: Reach, library: str, key: str = "") -> None:
         super().__init__()
+        self._key = key  # the weights' cache key: measured facts are kept under it ("" keeps none)
         self.inner = descriptor.model  # a submodule, so .to() and .eval() reach the weights
         self._call = descriptor  # spandrel's call: pads, runs, clamps and crops as spandrel does
         self.repeated_block = repeated_block(descriptor.model)
@@ -132,6 +141,27 @@ class SpandrelNetwork(SRNetwork):
 
     def describe(self) -> ModelDescriptor:
         return self._descriptor
+
+    def bf16_failure(self, device: torch.device) -> str | None:
+        """spandrel's bf16 flag, checked once per weights and device kind by a small bf16 forward: DRCT says it
+        supports bf16 but builds its attention mask in fp32 at any size but its training patch's."""
+        stated = super().bf16_failure(device)
+        if stated is not None:
+            return stated
+        if not self._key:
+            return self._bf16_trial(device)
+        return cached_failure(f"bf16-{self._key}-{device.type}", lambda: self._bf16_trial(device))
+
+    def _bf16_trial(self, device: torch.device) -> str | None:
+        """A forward of a bf16 copy (the weights themselves stay fp32) at ``_TRIAL``; what it raised, if anything."""
+        trial = copy.deepcopy(self).to(device=device, dtype=torch.bfloat16)
+        x = torch.rand(1, 3, *_TRIAL, device=device, dtype=torch.bfloat16)
+        try:
+            with torch.inference_mode():
+                trial(x)
+        except Exception as exc:  # third-party code: whatever it raises, bf16 is what failed
+            return f"fails in bf16 on a {_TRIAL[1]}x{_TRIAL[0]} image ({_first_line(exc)})"
+        return None
 
     def compile_regions(self) -> list[nn.Module]:
         """The repeated blocks, first made alike where they differ only in ways that do nothing at inference
