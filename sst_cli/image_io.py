@@ -770,8 +770,9 @@ def _gray_profile_curve(icc: bytes, dtype: np.dtype) -> np.ndarray | None:
     try:
         source = ImageCms.ImageCmsProfile(io.BytesIO(icc))
         ramp = Image.fromarray(np.arange(256, dtype=np.uint8)[None])
-        exact = ImageCms.buildTransform(source, ImageCms.createProfile("sRGB"), "L", "RGB", flags=0x0100)
-        srgb = ImageCms.applyTransform(ramp, exact)  # 0x0100: NOOPTIMIZE; optimised, dark levels were 10 steps off
+        unoptimised: Any = 0x0100  # NOOPTIMIZE (Pillow 10.0 has no ImageCms.Flags): optimised, shadows were 10 off
+        exact = ImageCms.buildTransform(source, ImageCms.createProfile("sRGB"), "L", "RGB", flags=unoptimised)
+        srgb = ImageCms.applyTransform(ramp, exact)
     except (ImageCms.PyCMSError, OSError, ValueError):
         return None
     knots = np.asarray(srgb, dtype=np.float64)[0]
