@@ -147,12 +147,21 @@ class Planner:
 
         if fits(height, width):
             return TilePlan(0, overlap, align, blend)
+        if (
+            blend
+            and o.tile_overlap is None
+            and covers_whole(height, width, align, self._widest_context())
+            and max(height, width) <= self._largest_probe()
+        ):
+            return TilePlan(0, overlap, align, blend)  # even the smallest tile would see the whole picture: no probe
         if blend and o.tile_overlap is None:
             overlap = self._learned_overlap(height, width, overlap, fits)
 
         # When nothing fits, the smallest aligned tile runs and out-of-memory halving has the last word.
         found = cheapest_tile(height, width, overlap, align, fits)
         rows, cols = found or (align, align)
+        if covers_whole(height, width, (rows, cols), overlap):
+            return TilePlan(0, overlap, align, blend)  # one tile with its context is the whole picture: said as such
         largest = self.pass_bytes((rows, cols), overlap, 1, height, width)
         batch = max(1, min(o.batch, budget // max(1, largest)))
         return TilePlan(rows if rows == cols else (rows, cols), overlap, align, blend, batch, largest * (not found))

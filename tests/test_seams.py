@@ -402,3 +402,17 @@ def test_tiles_whose_context_is_the_whole_image_run_it_once_without_a_probe() ->
     assert probed.plan(37, 53).tile == 0 and wide.calls == 0 and messages == []  # no probe: the default covers it
     mixed = GlobalMix(0.2)  # default context 4: the probe would learn more, and 32 px tiles with 64 px cover 90x90
     assert Upscaler(mixed, device="cpu", precision="fp32", tile=32).plan(90, 90).tile == 0 and mixed.calls == 0
+
+
+def test_auto_tiles_that_would_each_see_the_whole_picture_run_it_once_without_a_probe() -> None:
+    """--tile auto under a small memory budget planned 16 px tiles of a 19x25 picture for DAT, ran a seams probe of
+    six minutes first, and then computed the picture whole anyway (each tile's context was all of it)."""
+    model = GlobalMix(0.002)
+    messages: list[str] = []
+    up = Upscaler(model, device="cpu", precision="fp32", tile="auto", max_memory=64 * 8 * 8, on_message=messages.append)
+    plan = up.plan(19, 25)
+    assert plan.tile == 0 and model.calls == 0 and messages == []
+    image = torch.rand(3, 19, 25)
+    whole = Upscaler(model, device="cpu", precision="fp32", tile=0).run(image).image
+    model.calls = 0
+    assert torch.equal(up.run(image).image, whole) and model.calls == 1 and messages == []
