@@ -522,3 +522,21 @@ def test_bf16_is_checked_not_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert up.dtype == torch.float32 and next(up.model.parameters()).dtype == torch.float32
     image = _image(37, 45)
     assert torch.equal(up.run(image).image.clamp(0, 1), _spandrel_output(path, image))
+
+
+@needs_spandrel
+def test_a_bf16_trial_that_runs_out_of_memory_is_not_kept_as_a_failure(tmp_path: Path) -> None:
+    """A busy GPU's out-of-memory in the bf16 trial said nothing of bf16: kept, it would have turned bf16 off for
+    those weights for good."""
+    from sst_cli.archs import network_of
+
+    network = network_of(Upscaler(weights=_checkpoint(tmp_path, "ESRGAN"), device="cpu", tile=0).model)
+    calls = []
+
+    def hungry(x: torch.Tensor) -> torch.Tensor:
+        calls.append(1)
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (simulated)")
+
+    network._call = hungry  # the trial's copy calls it too
+    assert network.bf16_failure(torch.device("cpu")) is None and calls == [1]  # the flag trusted
+    assert list((tmp_path / "seams-cache").glob("bf16-*.json")) == []  # nothing kept: the next run tries again

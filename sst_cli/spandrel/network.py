@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from ..archs import ModelDescriptor, SRNetwork
+from ..runtime import is_out_of_memory
 from .context import Reach, cached_failure
 
 _LUMA = (0.299, 0.587, 0.114)  # ITU-R BT.601, the weights grayscale models are trained on
@@ -86,6 +87,10 @@ def _contiguous_first(_block: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ..
     return (first.contiguous(), *args[1:]) if isinstance(first, torch.Tensor) else args
 
 
+class _TrialOutOfMemory(Exception):
+    """The bf16 trial ran out of memory: it says nothing of bf16."""
+
+
 def _first_line(exc: BaseException) -> str:
     """``Type: first line of the message``: a PyTorch error can run to pages."""
     text = str(exc).strip()
@@ -148,18 +153,24 @@ class SpandrelNetwork(SRNetwork):
         stated = super().bf16_failure(device)
         if stated is not None:
             return stated
-        if not self._key:
-            return self._bf16_trial(device)
-        return cached_failure(f"bf16-{self._key}-{device.type}", lambda: self._bf16_trial(device))
+        try:
+            if not self._key:
+                return self._bf16_trial(device)
+            return cached_failure(f"bf16-{self._key}-{device.type}", lambda: self._bf16_trial(device))
+        except _TrialOutOfMemory:
+            return (
+                None  # not an answer to keep (a busy GPU): the flag is trusted, the run's own memory handling follows
+            )
 
     def _bf16_trial(self, device: torch.device) -> str | None:
         """A forward of a bf16 copy (the weights themselves stay fp32) at ``_TRIAL``; what it raised, if anything."""
-        trial = copy.deepcopy(self).to(device=device, dtype=torch.bfloat16)
-        x = torch.rand(1, 3, *_TRIAL, device=device, dtype=torch.bfloat16)
         try:
+            trial = copy.deepcopy(self).to(device=device, dtype=torch.bfloat16)
             with torch.inference_mode():
-                trial(x)
-        except Exception as exc:  # third-party code: whatever it raises, bf16 is what failed
+                trial(torch.rand(1, 3, *_TRIAL, device=device, dtype=torch.bfloat16))
+        except Exception as exc:  # third-party code: whatever it raises, bf16 is what failed, but for memory
+            if is_out_of_memory(exc):
+                raise _TrialOutOfMemory from exc
             return f"fails in bf16 on a {_TRIAL[1]}x{_TRIAL[0]} image ({_first_line(exc)})"
         return None
 
