@@ -39,7 +39,7 @@ def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
     for name in UNICODE_FONTS:
         try:
             return ImageFont.truetype(name, size)
-        except OSError:  # not installed (or Pillow without FreeType)
+        except (OSError, ImportError):  # not installed, or Pillow without FreeType
             continue
     try:
         return ImageFont.load_default(size=size)
