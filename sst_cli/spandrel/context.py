@@ -20,6 +20,7 @@ import math
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -27,6 +28,8 @@ from torch import nn
 from ..errors import WriteError
 from ..files import atomic_write_text
 from ..seamcache import seams_cache_dir
+
+T = TypeVar("T")
 
 _TAIL = 1e-6  # share of the sensitivity a non-exact context may leave outside
 _MARGIN = 2  # pixels added to a measured finite field: a probe's dead ReLU may hide its last ring
@@ -45,31 +48,40 @@ class Reach:
 
 def cached_reach(key: str, measure: Callable[[], Reach]) -> Reach:
     """The reach stored under ``key`` (``seamcache.cache_key`` of the weights and what the probe depends on),
-    else ``measure()``, stored. A cache that cannot be read or written is ignored: the probe then runs."""
-    path = seams_cache_dir() / f"reach-{key}.json"
-    with suppress(OSError, ValueError, TypeError, KeyError):
-        data = json.loads(path.read_text())
-        exact, default, note = data["exact"], data["default"], data["note"]
-        if (exact is None or type(exact) is int) and type(default) is int and isinstance(note, str):
-            return Reach(exact, default, note)
-    reach = measure()
-    with suppress(WriteError):
-        atomic_write_text(path, json.dumps(dataclasses.asdict(reach)))
-    return reach
+    else ``measure()``, stored."""
+    return _remembered(f"reach-{key}", _reach_from, measure, dataclasses.asdict)
 
 
 def cached_failure(name: str, trial: Callable[[], str | None]) -> str | None:
     """The answer stored as ``name`` (a failure, or None for none), else ``trial()``, stored; kept beside the
-    reach, as it is a fact measured once per weights. A cache that cannot be read or written is ignored."""
+    reach, as it is a fact measured once per weights."""
+    return _remembered(name, _failure_from, trial, lambda failure: {"failure": failure})
+
+
+def _remembered(name: str, parse: Callable[[Any], T], measure: Callable[[], T], stored: Callable[[T], object]) -> T:
+    """``parse`` of the JSON kept as ``name`` in the seams cache, else ``measure()``, kept there. A cache that
+    cannot be read or written, or holds what ``parse`` refuses (ValueError), is ignored: ``measure`` then runs."""
     path = seams_cache_dir() / f"{name}.json"
     with suppress(OSError, ValueError, TypeError, KeyError):
-        failure = json.loads(path.read_text())["failure"]
-        if failure is None or isinstance(failure, str):
-            return failure
-    failure = trial()
+        return parse(json.loads(path.read_text()))
+    value = measure()
     with suppress(WriteError):
-        atomic_write_text(path, json.dumps({"failure": failure}))
-    return failure
+        atomic_write_text(path, json.dumps(stored(value)))
+    return value
+
+
+def _reach_from(data: Any) -> Reach:
+    exact, default, note = data["exact"], data["default"], data["note"]
+    if (exact is None or type(exact) is int) and type(default) is int and isinstance(note, str):
+        return Reach(exact, default, note)
+    raise ValueError("not a stored reach")
+
+
+def _failure_from(data: Any) -> str | None:
+    failure = data["failure"]
+    if failure is None or isinstance(failure, str):
+        return failure
+    raise ValueError("not a stored bf16 answer")
 
 
 def probe_side(minimum: int, multiple_of: int, wanted: int) -> int:
