@@ -145,6 +145,9 @@ class ModelDescriptor:
     seam_note: str = ""
 
 
+NO_BF16 = "models do not support bf16"  # after the architecture's name, in the refusal
+
+
 class SRNetwork(nn.Module):
     """Base class of every network: NCHW RGB in [0, 1] to NCHW RGB ``scale`` times larger, any input size."""
 
@@ -166,7 +169,7 @@ class SRNetwork(nn.Module):
     def bf16_failure(self, device: torch.device) -> str | None:
         """Why bf16 inference cannot be trusted on ``device`` (a phrase after the architecture's name), None where
         it can. What ``describe().bf16_safe`` states; a network may check further (spandrel's models do)."""
-        return None if self.describe().bf16_safe else "models do not support bf16"
+        return None if self.describe().bf16_safe else NO_BF16
 
     def reference_path(self) -> AbstractContextManager[nn.Module]:
         """A context in which the network runs the plain way of its authors' code (the baseline of ``sst bench
@@ -216,7 +219,7 @@ def bf16_failure(model: nn.Module, device: torch.device) -> str | None:
     network = network_of(model)
     if isinstance(network, SRNetwork):
         return network.bf16_failure(device)
-    return None if describe(model).bf16_safe else "models do not support bf16"
+    return None if describe(model).bf16_safe else NO_BF16
 
 
 def describe(model: nn.Module) -> ModelDescriptor:
