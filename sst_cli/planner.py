@@ -117,12 +117,7 @@ class Planner:
         if o.tile != "auto":
             tile: TileSize = align_tile_size(o.tile, align) if o.tile else 0
             tile = 0 if covers_whole(height, width, tile, overlap) else tile  # tiles as large as the image with context
-            if (
-                blend
-                and o.tile_overlap is None
-                and covers_whole(height, width, tile, self._widest_context())
-                and max(height, width) <= self._largest_probe()  # the probe would run a larger picture whole
-            ):
+            if blend and o.tile_overlap is None and self._sees_whole_with_any_context(height, width, tile):
                 tile = 0  # whatever context the probe found, each tile would see the whole picture: it is not run
             if blend and o.tile_overlap is None and tile:
                 # The context the chosen tiles need, learned at their size (cheaper, and often less context).
@@ -147,12 +142,7 @@ class Planner:
 
         if fits(height, width):
             return TilePlan(0, overlap, align, blend)
-        if (
-            blend
-            and o.tile_overlap is None
-            and covers_whole(height, width, align, self._widest_context())
-            and max(height, width) <= self._largest_probe()
-        ):
+        if blend and o.tile_overlap is None and self._sees_whole_with_any_context(height, width, align):
             return TilePlan(0, overlap, align, blend)  # even the smallest tile would see the whole picture: no probe
         if blend and o.tile_overlap is None:
             overlap = self._learned_overlap(height, width, overlap, fits)
@@ -165,6 +155,11 @@ class Planner:
         largest = self.pass_bytes((rows, cols), overlap, 1, height, width)
         batch = max(1, min(o.batch, budget // max(1, largest)))
         return TilePlan(rows if rows == cols else (rows, cols), overlap, align, blend, batch, largest * (not found))
+
+    def _sees_whole_with_any_context(self, height: int, width: int, tile: TileSize) -> bool:
+        """Whether each ``tile`` would see the whole picture with the widest context a seams probe could ask for (and
+        the probe would run a picture this size whole): then no probe need run."""
+        return covers_whole(height, width, tile, self._widest_context()) and max(height, width) <= self._largest_probe()
 
     @property
     def seams(self) -> SeamGuide:
