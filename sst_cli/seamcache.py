@@ -7,7 +7,7 @@ root as ``compiling.py``'s cache; ``$SST_SEAMS_CACHE`` names another folder), ke
 these plus sst-cli's version. A cache that cannot be read or written is ignored: the probe then simply runs.
 Writes are atomic (a temporary file, then a rename). Worker processes that start together measure each figure
 once: the first holds a lock file beside the figures (``filelock``, released by the OS if it dies) and the
-others wait for it, then read what it wrote.
+others wait for it (``files.locked_if_possible``), then read what it wrote.
 """
 
 from __future__ import annotations
@@ -21,12 +21,11 @@ from contextlib import suppress
 from pathlib import Path
 
 import torch
-from filelock import FileLock, Timeout
 from torch import nn
 
 from ._version import __version__
 from .errors import WriteError
-from .files import atomic_write_text, cache_root
+from .files import atomic_write_text, cache_root, locked_if_possible
 
 PROBE_VERSION = 2  # bump when the probe picture or its measurement changes: old figures are then not used
 LOCK_WAIT_S = 30 * 60  # longer than any one probe run measured (minutes for a large network on a CPU)
@@ -75,29 +74,13 @@ class SeamCache:
         psnr = self.get(side, tile, context)
         if psnr is not None:
             return psnr
-        lock = self._lock()
-        try:
-            if lock is not None:
-                self._figures = None  # read again: the process we waited for may have written it
-                psnr = self.get(side, tile, context)
+        with locked_if_possible(self.path, LOCK_WAIT_S):
+            self._figures = None  # read again: a process we waited for may have written it
+            psnr = self.get(side, tile, context)
             if psnr is None:
                 psnr = measure()
                 self.put(side, tile, context, psnr)
             return psnr
-        finally:
-            if lock is not None:
-                lock.release()
-
-    def _lock(self) -> FileLock | None:
-        """The lock file held while measuring, acquired; None where it cannot be (an unwritable folder, a process
-        stuck for ``LOCK_WAIT_S``): then this process measures regardless."""
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            lock = FileLock(self.path.with_suffix(".lock"), timeout=LOCK_WAIT_S)
-            lock.acquire()
-            return lock
-        except (Timeout, OSError):
-            return None
 
     def put(self, side: int, tile: int, context: int, psnr: float) -> None:
         self._figures = None  # read again: another process may have added figures since
