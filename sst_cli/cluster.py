@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError, SstError
+from .errors import ConfigError, SstError, one_line
 
 if TYPE_CHECKING:
     from .filerun import BatchEvents, BatchResult, FileResult
@@ -188,7 +188,7 @@ def upscale_files_ray(
                         if deaths.get(actor, 0) <= RESTARTS:  # Ray restarts a dead actor this many times
                             idle.append(actor)
                         plan = plans[index]
-                        reason = f"its Ray task failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+                        reason = f"its Ray task failed: {one_line(exc)}"
                         record = FileResult(plan.job.source, plan.target, "failed", reason, type(exc).__name__)
                         retry = True
                     if retry and tries[index] < 2:

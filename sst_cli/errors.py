@@ -72,3 +72,16 @@ class Terminated(KeyboardInterrupt):
         super().__init__(f"signal {signum}")
         self.signum = signum
         self.exit_code = 128 + signum  # what a shell reports for a process killed by that signal
+
+
+def first_line(text: str, limit: int = 300) -> str:
+    """The first non-blank line of a message, stripped and cut to ``limit``: compilers' and PyTorch's errors run
+    to pages, and a user's message has room for one line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0][:limit] if lines else ""
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: first line of the message``, or the type alone for an exception without a message."""
+    line = first_line(str(exc))
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__

@@ -95,8 +95,9 @@ class _FakeRay:
 
     exceptions = SimpleNamespace(RayError=_RayError, RayActorError=_ActorDied)
 
-    def __init__(self, dead: set[int]) -> None:
+    def __init__(self, dead: set[int], message: str) -> None:
         self.dead = dead
+        self.message = message  # what a dead actor's error says
         self.actors: list[Any] = []
         self.sent: list[tuple[int, str]] = []  # (actor number, file name) of every task
 
@@ -128,15 +129,17 @@ class _FakeRay:
     def get(self, ref: _Ref) -> FileResult:
         actor, plan = ref.actor, ref.plan
         if actor.number in self.dead:
-            raise _ActorDied("The actor died unexpectedly before finishing this task.")
+            raise _ActorDied(self.message)
         return FileResult(plan.job.source, plan.target, "done", None, None, plan.megapixels)
 
     def kill(self, actor: Any) -> None:
         pass
 
 
-def _fake_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dead: set[int]) -> tuple[_FakeRay, Any]:
-    fake = _FakeRay(dead)
+def _fake_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dead: set[int], message: str = "The actor died unexpectedly."
+) -> tuple[_FakeRay, Any]:
+    fake = _FakeRay(dead, message)
     monkeypatch.setattr(cluster, "_import_ray", lambda: fake)
     rng = np.random.default_rng(4)
     (tmp_path / "in").mkdir()
@@ -160,3 +163,10 @@ def test_files_fail_with_a_reason_once_every_actor_is_dead(tmp_path: Path, monke
     _, result = _fake_batch(tmp_path, monkeypatch, {0, 1})
     assert (result.done, result.failed) == (0, 8)
     assert "every Ray actor died" in result.failures[-1].reason
+
+
+def test_a_ray_error_without_a_message_fails_its_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reason took the message's first line, and an empty message has none: the driver died of IndexError."""
+    _, result = _fake_batch(tmp_path, monkeypatch, {0, 1}, message="")
+    assert (result.done, result.failed) == (0, 8)
+    assert all("every Ray actor died" in f.reason for f in result.failures)

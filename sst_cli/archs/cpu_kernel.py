@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..errors import first_line
 from ..files import cache_root, locked_if_possible
 from .tracing import never_traced
 
@@ -92,11 +93,6 @@ def _cpu_identity() -> str:
     return "\n".join(identity)
 
 
-def _first_line(text: str) -> str:
-    lines = [line for line in text.splitlines() if line.strip()]
-    return lines[0].strip()[:160] if lines else ""
-
-
 def _compile(compiler: list[str], source: Path, target: Path, extra: Sequence[str] = ()) -> str | None:
     """Build ``target`` and its record; returns None, or the first error line of the first try (-march=native,
     -mcpu=native, then no tuning flag: compilers differ in which they accept). ``extra`` flags follow the tuning
@@ -116,7 +112,7 @@ def _compile(compiler: list[str], source: Path, target: Path, extra: Sequence[st
             if run.returncode == 0:
                 _publish(Path(tmp), target)
                 return None
-            error = _first_line(run.stderr) or f"exit status {run.returncode}"
+            error = first_line(run.stderr, 160) or f"exit status {run.returncode}"
         except (OSError, subprocess.SubprocessError) as exc:
             error = f"{type(exc).__name__}: {exc}"
         finally:
@@ -204,7 +200,7 @@ def _version(compiler: list[str]) -> str:
         text = out.stdout
     except (OSError, subprocess.SubprocessError):
         text = ""
-    line = _first_line(text)
+    line = first_line(text)
     family = "clang" if "clang" in line else "gcc" if "Free Software Foundation" in text else _name(compiler)
     number = re.search(r"\d+\.\d+(\.\d+)?", re.sub(r"\([^)]*\)", "", line))
     return f"{family} {number.group(0)}" if number else family

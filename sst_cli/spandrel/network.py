@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from ..archs import ModelDescriptor, SRNetwork
+from ..errors import one_line
 from ..runtime import is_out_of_memory
 from .context import Reach, cached_failure
 
@@ -89,12 +90,6 @@ def _contiguous_first(_block: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ..
 
 class _TrialOutOfMemory(Exception):
     """The bf16 trial ran out of memory: it says nothing of bf16."""
-
-
-def _first_line(exc: BaseException) -> str:
-    """``Type: first line of the message``: a PyTorch error can run to pages."""
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 def requirement_text(minimum: int, multiple_of: int, square: bool) -> str:
@@ -171,7 +166,7 @@ class SpandrelNetwork(SRNetwork):
         except Exception as exc:  # third-party code: whatever it raises, bf16 is what failed, but for memory
             if is_out_of_memory(exc):
                 raise _TrialOutOfMemory from exc
-            return f"fails in bf16 on a {_TRIAL[1]}x{_TRIAL[0]} image ({_first_line(exc)})"
+            return f"fails in bf16 on a {_TRIAL[1]}x{_TRIAL[0]} image ({one_line(exc)})"
         return None
 
     def compile_regions(self) -> list[nn.Module]:

@@ -36,6 +36,7 @@ from functools import cache
 import torch
 import torch.nn.functional as F
 
+from ...errors import one_line
 from .windows import merge_gated as merge_gated_plain
 from .windows import partition_into
 
@@ -86,7 +87,7 @@ def _launch(op: object, out: torch.Tensor, *args: object) -> bool:
         raise
     except Exception as err:
         _state["enabled"] = False
-        message = f"{type(err).__name__}: {err}".splitlines()[0][:300]
+        message = one_line(err)
         warnings.warn(f"sst-cli's fused Triton kernels failed ({message}); the plain PyTorch path runs instead",
                       RuntimeWarning, stacklevel=3)  # fmt: skip
         return False
