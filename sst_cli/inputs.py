@@ -6,6 +6,7 @@ passed over silently; a named file that does not exist becomes a failed job so t
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import re
@@ -72,19 +73,35 @@ def is_own_output(path: Path, labels: frozenset[str]) -> bool:
     return any(head.endswith("_" + label) and len(head) > len(label) + 1 for label in labels)
 
 
+def why_unreadable(exc: OSError) -> str:
+    """``permission denied``: the system's reason, worded as sst-cli's messages are."""
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+        return "no such file or folder"
+    reason = exc.strerror or type(exc).__name__
+    return reason[:1].lower() + reason[1:]
+
+
+def unreadable_folder(exc: OSError) -> str:
+    """What a folder walk says of a folder it could not enter (``os.walk``'s ``onerror``): never passed over."""
+    return f"cannot read the folder '{exc.filename}': {why_unreadable(exc)}"
+
+
 def _folder_images(folder: Path, recursive: bool, exclude: Sequence[Path], skips: Skips) -> list[Job]:
     """Jobs for the image files in ``folder`` (the whole tree with ``recursive``), hidden and temp files left out;
-    images sst-cli cannot read or wrote itself become skipped jobs, so that none is passed over silently."""
+    images sst-cli cannot read or wrote itself become skipped jobs, and folders it cannot enter failed ones, so
+    that none is passed over silently."""
     excluded = {os.path.realpath(p) for p in exclude}
     found: list[Path] = []
-    for root, dirs, files in os.walk(folder):
+    unreadable: list[OSError] = []
+    for root, dirs, files in os.walk(folder, onerror=unreadable.append):
         dirs[:] = (
             []
             if not recursive
             else [d for d in dirs if not is_hidden(d) and os.path.realpath(os.path.join(root, d)) not in excluded]
         )
         found.extend(Path(root, f) for f in files if not is_hidden(f) and _image_like(f))
-    return [Job(p, folder, True, skip=skips.reason(p)) for p in sorted(found, key=lambda p: p.as_posix())]
+    jobs = [Job(p, folder, True, skip=skips.reason(p)) for p in sorted(found, key=lambda p: p.as_posix())]
+    return jobs + [Job(Path(exc.filename), folder, True, error=unreadable_folder(exc)) for exc in unreadable]
 
 
 def _image_like(name: str) -> bool:
@@ -138,12 +155,13 @@ def glob_matches(pattern: str) -> tuple[Path, list[Path]]:
 
 def _expand(item: str, recursive: bool, exclude: Sequence[Path], skips: Skips) -> list[Job]:
     path = Path(item)
-    if path.is_dir():
+    if os.path.isdir(item):  # False, not an error, where a folder on the way may not be entered
         return _folder_images(path, recursive, exclude, skips)
-    if path.exists() or os.path.islink(item):
+    missing = _missing(item)
+    if missing is None:
         return [Job(path, path.parent)]  # named explicitly: tried whatever its name, so errors are reported
-    if not is_glob(item):
-        return [Job(path, path.parent, error=f"cannot read '{item}': no such file or folder")]
+    if not is_glob(item) or missing.errno not in (errno.ENOENT, errno.ENOTDIR):
+        return [Job(path, path.parent, error=f"cannot read '{item}': {why_unreadable(missing)}")]
     root, matches = glob_matches(item)
     jobs: list[Job] = []
     for found in matches:
@@ -158,13 +176,26 @@ def _expand(item: str, recursive: bool, exclude: Sequence[Path], skips: Skips) -
     return jobs
 
 
+def _missing(item: str) -> OSError | None:
+    """Why ``item`` cannot be looked at (no such path; a folder on the way that may not be entered), or None
+    where it exists, itself or as a link."""
+    try:
+        os.lstat(item)
+    except OSError as exc:
+        return exc
+    return None
+
+
 def check_inputs_exist(items: Sequence[str]) -> None:
     """Refuse a run in which no INPUT names anything (each one a missing path, or a pattern that matches
     nothing), before anything is loaded. One missing among others is not refused: the batch reports it."""
     if not items:
         return
     for item in items:
-        if os.path.lexists(item) or (is_glob(item) and glob.glob(item, recursive=True)):
+        missing = _missing(item)
+        if missing is None or missing.errno not in (errno.ENOENT, errno.ENOTDIR):
+            return  # there, or there but hidden from this user: its job says why
+        if is_glob(item) and glob.glob(item, recursive=True):
             return
     if len(items) == 1:
         raise ConfigError(f"nothing to upscale: '{items[0]}' does not exist (no such file, folder or match)")
@@ -238,7 +269,14 @@ def discover_inputs(
 
 def _recursive_hint(items: Sequence[str], recursive: bool) -> str:
     """Where folders found empty have sub-folders that --recursive would search, a hint saying so."""
-    folders = [i for i in items if Path(i).is_dir()]
-    nested = any(any(p.is_dir() and not is_hidden(p.name) for p in Path(f).iterdir()) for f in folders)
+    folders = [i for i in items if os.path.isdir(i)]
+    nested = any(_has_subfolders(Path(f)) for f in folders)
     who = "it has" if len(folders) == 1 else "they have"
     return f"; {who} sub-folders: add --recursive to search them" if nested and not recursive else ""
+
+
+def _has_subfolders(folder: Path) -> bool:
+    try:
+        return any(p.is_dir() and not is_hidden(p.name) for p in folder.iterdir())
+    except OSError:  # a folder that cannot be listed: its job says so
+        return False

@@ -17,7 +17,7 @@ import torch
 
 from .errors import ConfigError
 from .image_io import READABLE_FORMATS, is_image_file, probe_image, read_image
-from .inputs import UNSUPPORTED_SUFFIXES, Skips, is_hidden
+from .inputs import UNSUPPORTED_SUFFIXES, Skips, is_hidden, unreadable_folder
 from .resize import imresize
 
 # Compared with each folder name, lower-case, without - _ and spaces.
@@ -85,7 +85,8 @@ def _walk(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
     files: list[Path] = []
     skipped: list[tuple[Path, str]] = []
     seen: set[str] = set()
-    for root, dirs, names in os.walk(folder, followlinks=True):
+    unreadable: list[OSError] = []
+    for root, dirs, names in os.walk(folder, followlinks=True, onerror=unreadable.append):
         real = os.path.realpath(root)
         if real in seen:
             dirs[:] = []
@@ -98,6 +99,8 @@ def _walk(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
                 files.append(path)
             else:
                 skipped.append((path, why))
+    if unreadable:  # a training set with a part missing would train another network than the one asked for
+        raise ConfigError(f"--data {folder}: {unreadable_folder(unreadable[0])}; training reads every image below it")
     return sorted(files), sorted(skipped)
 
 

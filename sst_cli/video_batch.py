@@ -60,12 +60,12 @@ def find_videos(
     rest: list[str] = []
     for item in inputs:
         path = Path(item)
-        if path.is_dir():
+        if os.path.isdir(item):  # False, not an error, where a folder on the way may not be entered
             found, images = _scan(path, recursive)
             videos.extend(Job(p, path, from_folder=True, skip=_own(p, own_labels)) for p in found)
             if images or not found:
-                rest.append(item)
-        elif not path.exists() and is_glob(item):  # a glob: its videos here, the rest to the image batch
+                rest.append(item)  # the image batch also says which folders could not be read
+        elif not os.path.exists(item) and is_glob(item):  # a glob: its videos here, the rest to the image batch
             root, matches = glob_matches(item)
             clips = [m for m in matches if is_video_file(m) and m.is_file() and not is_hidden(m.name)]
             videos.extend(Job(p, root, skip=_own(p, own_labels)) for p in clips)
@@ -85,9 +85,12 @@ def _own(path: Path, labels: frozenset[str]) -> str | None:
 
 
 def _scan(folder: Path, recursive: bool) -> tuple[list[Path], bool]:
+    """The clips in ``folder``, and whether the image batch has something there too: images, or a folder that
+    could not be read (it says so)."""
     found: list[Path] = []
+    unreadable: list[OSError] = []
     images = False
-    for root, dirs, files in os.walk(folder):
+    for root, dirs, files in os.walk(folder, onerror=unreadable.append):
         dirs[:] = [d for d in dirs if not d.startswith(".")] if recursive else []
         for name in files:
             if name.startswith(".") or name.endswith(TEMP_SUFFIX):
@@ -95,7 +98,7 @@ def _scan(folder: Path, recursive: bool) -> tuple[list[Path], bool]:
             if is_video_file(name):
                 found.append(Path(root, name))
             images = images or is_image_file(name)
-    return sorted(found, key=lambda p: p.as_posix()), images
+    return sorted(found, key=lambda p: p.as_posix()), images or bool(unreadable)
 
 
 def upscale_video_files(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -163,3 +165,23 @@ def x3_untrained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (folder / f"sst-light-291_x{scale}.safetensors").symlink_to(shipped / f"sst-light-291_x{scale}.safetensors")
     monkeypatch.setenv("SST_WEIGHTS_DIR", str(folder))
     return folder
+
+
+def lock(monkeypatch: pytest.MonkeyPatch, folder: str) -> None:
+    """Make ``folder`` behave as one this user may not enter (chmod 000 does not stop root, who runs CI): listing
+    it, and looking at anything inside it, fail with EACCES, as the system's calls do."""
+    locked = os.path.abspath(folder)
+
+    def guarded(call: Any, inside_only: bool) -> Any:
+        def wrapper(path: Any, *args: Any, **kwargs: Any) -> Any:
+            where = os.path.abspath(os.fspath(path))
+            if where.startswith(locked + os.sep) or (not inside_only and where == locked):
+                raise PermissionError(errno.EACCES, "Permission denied", os.fspath(path))
+            return call(path, *args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(os, "scandir", guarded(os.scandir, inside_only=False))
+    monkeypatch.setattr(os, "listdir", guarded(os.listdir, inside_only=False))
+    monkeypatch.setattr(os, "stat", guarded(os.stat, inside_only=True))
+    monkeypatch.setattr(os, "lstat", guarded(os.lstat, inside_only=True))

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import lock
 from PIL import Image
 from torch import nn
 
@@ -153,6 +154,33 @@ def test_nothing_found_is_a_clear_error_with_a_recursive_hint() -> None:
     png(Path("in/sub/a.png"))
     with pytest.raises(ConfigError, match=r"no image files found in 'in'.*--recursive"):
         discover_inputs(["in"], recursive=False)
+
+
+def test_a_folder_that_cannot_be_entered_is_a_failed_job_not_a_crash_or_a_silence(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It crashed with a PermissionError traceback named alone or beside other inputs (the 'has sub-folders' hint
+    listed it), and was passed over without a word inside a --recursive tree, exit 0."""
+    png(Path("in/a.png"))
+    png(Path("in/locked/b.png"))
+    lock(monkeypatch, "in/locked")
+    for items, recursive in ((["in/locked"], False), (["in/a.png", "in/locked"], False), (["in"], True)):
+        jobs = discover_inputs(items, recursive=recursive)
+        failed = [j for j in jobs if j.error is not None]
+        assert [(j.source, j.error) for j in failed] == [
+            (Path("in/locked"), "cannot read the folder 'in/locked': permission denied")
+        ], items
+        found = [Path("in/a.png")] if len(items) > 1 or recursive else []
+        assert [j.source for j in jobs if j.error is None] == found
+
+
+def test_a_file_in_a_folder_that_cannot_be_entered_is_said_so_not_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    png(Path("in/locked/b.png"))
+    lock(monkeypatch, "in/locked")
+    (job,) = discover_inputs(["in/locked/b.png"])
+    assert job.error == "cannot read 'in/locked/b.png': permission denied"  # it was "does not exist"
+    with pytest.raises(ConfigError, match=r"'nope\.png' does not exist"):
+        discover_inputs(["nope.png"])
 
 
 # -------------------------------------------------------------------------------------------- naming

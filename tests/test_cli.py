@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import GOLDEN, add_to_cache, needs_golden
+from conftest import GOLDEN, add_to_cache, lock, needs_golden
 from typer.testing import CliRunner
 
 from sst_cli import __version__, load_model
@@ -193,6 +193,18 @@ def test_compare_of_a_missing_picture_is_a_command_line_error(tmp_path: Path, mo
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["compare", "missing.png", "--png", "side.png"])
     assert result.exit_code == 2 and "cannot read 'missing.png': no such file or folder" in result.output
+
+
+def test_a_system_refusal_no_check_foresaw_is_one_line_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sst compare`` of a folder the user may not list ended in a PermissionError traceback."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "shots").mkdir()
+    lock(monkeypatch, "shots")
+    result = runner.invoke(app, ["compare", "shots", "--png", "side.png"])
+    assert result.exit_code == 1, result.output
+    assert "error: cannot use 'shots': permission denied" in result.output and "Traceback" not in result.output
 
 
 def test_a_damaged_bundled_file_is_shown_as_such(

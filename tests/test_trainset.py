@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import lock
 
 from sst_cli.errors import ConfigError
 from sst_cli.resize import imresize
@@ -113,4 +114,16 @@ def test_files_left_out_of_the_data_are_said(tmp_path: Path) -> None:
     (tmp_path / "data" / "a.png").unlink()
     with pytest.raises(ConfigError, match=r"no images sst-cli reads \(png, jpeg, webp, tiff, bmp, gif\) in it or "
                        r"below it; skipped 6 file\(s\): HEIC is not"):  # fmt: skip
+        find_images([tmp_path / "data"])
+
+
+def test_a_folder_of_the_training_set_that_cannot_be_entered_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its images were left out without a word: a network trained on part of what was asked for."""
+    for name in ("a.png", "locked/b.png"):
+        (tmp_path / "data" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "data" / name).write_bytes(b"")
+    lock(monkeypatch, str(tmp_path / "data" / "locked"))
+    with pytest.raises(ConfigError, match=r"cannot read the folder '.*locked': permission denied; training reads"):
         find_images([tmp_path / "data"])

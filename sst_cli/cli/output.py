@@ -142,6 +142,14 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def system_error_text(exc: OSError) -> str:
+    """``cannot use 'photos/x': permission denied``: an OSError as one line naming its file."""
+    from ..inputs import why_unreadable
+
+    where = f"cannot use '{exc.filename}': " if exc.filename is not None else ""
+    return where + why_unreadable(exc)
+
+
 def handle_errors(command: F) -> F:
     """Turn library errors into one line and an exit code; tracebacks too with --debug. A command run with
     ``--json-log`` also gets the error as a JSON event on stdout, so that a program reading it learns why."""
@@ -158,6 +166,13 @@ def handle_errors(command: F) -> F:
             if kwargs.get("json_log"):
                 json_event("error", message=str(exc), exit_code=exc.exit_code)
             raise fail(as_markup(str(exc)), exc.exit_code) from None
+        except OSError as exc:  # the system's refusal where no check of ours foresaw it: one line, not a traceback
+            if debug_enabled():
+                err_console.print(traceback.format_exc().rstrip(), markup=False, highlight=False, soft_wrap=True)
+            message = system_error_text(exc)
+            if kwargs.get("json_log"):
+                json_event("error", message=message, exit_code=1)
+            raise fail(as_markup(message)) from None
         except KeyboardInterrupt as exc:  # before a command's own handling (a batch's summary) begins
             code = getattr(exc, "exit_code", 130)
             message = "interrupted" if code == 130 else f"stopped by signal {code - 128}"
