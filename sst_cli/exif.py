@@ -16,6 +16,7 @@ ORIENTATION = 0x0112
 _EXIF_IFD = 0x8769  # IFD0's pointer to the Exif sub-directory
 _SUB_IFDS = (_EXIF_IFD, 0x8825)  # Exif, GPS (0xA005, interoperability, hangs below Exif)
 _PIXEL_X, _PIXEL_Y = 0xA002, 0xA003  # the Exif sub-directory's image size
+_MAKER_NOTE, _INTEROP = 0x927C, 0xA005  # in the Exif sub-directory: the camera's private data; an offset
 
 # A TIFF's own tags that say what the picture is, not how it is stored: what EXIF carries to the output.
 _TIFF_DESCRIPTION = (0x010E, 0x010F, 0x0110, 0x0131, 0x0132, 0x013B, 0x8298)  # description ... copyright
@@ -84,6 +85,25 @@ def _ifd_entries(tiff: bytes, order: str, offset: int) -> Iterator[tuple[int, in
     for entry in range(offset + 2, min(offset + 2 + 12 * count, len(tiff) - 11), 12):
         tag, kind = struct.unpack_from(order + "HH", tiff, entry)
         yield tag, kind, entry + 8
+
+
+def without_maker_note(exif: bytes) -> bytes | None:
+    """EXIF without the camera's maker note and the thumbnail, for a JPEG, whose EXIF segment holds 64 KiB: the
+    maker note is what runs over it, and the main tags, the Exif and GPS sub-directories (camera, date, place) are
+    kept. None where Pillow cannot parse it."""
+    try:
+        tags = parsed(exif)
+        kept = Image.Exif()
+        for tag, value in tags.items():
+            if tag not in _SUB_IFDS:
+                kept[tag] = value
+        for pointer in _SUB_IFDS:
+            sub = {tag: value for tag, value in tags.get_ifd(pointer).items() if tag not in (_MAKER_NOTE, _INTEROP)}
+            if sub:
+                kept[pointer] = sub  # a dict value is written as a sub-directory
+        return kept.tobytes()
+    except Exception:
+        return None
 
 
 def parsed(exif: bytes) -> Image.Exif:

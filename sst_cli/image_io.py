@@ -25,7 +25,15 @@ from PIL import Image, ImageCms, ImageFile, UnidentifiedImageError
 
 from sst_cli.encoders import write_png, write_tiff
 from sst_cli.errors import ConfigError, ImageError, OutputExists, SstError
-from sst_cli.exif import EXIF_HEADER, ORIENTATION, exif_of_tiff, parsed, reset_orientation, with_image_size
+from sst_cli.exif import (
+    EXIF_HEADER,
+    ORIENTATION,
+    exif_of_tiff,
+    parsed,
+    reset_orientation,
+    with_image_size,
+    without_maker_note,
+)
 from sst_cli.files import atomic_write
 
 #: Largest input accepted by default, in pixels: Pillow's own decompression-bomb error threshold
@@ -44,6 +52,7 @@ _OPEN_FORMATS = ["PNG", "JPEG", "WEBP", "TIFF", "BMP", "GIF"]  # MPO (multi-pict
 READABLE_FORMATS: tuple[str, ...] = tuple(_PIL_FORMATS[name] for name in _OPEN_FORMATS)
 _WRITE_FORMATS = ("png", "jpeg", "webp", "tiff")
 _ALIASES = {"jpg": "jpeg", "jfif": "jpeg", "jpe": "jpeg", "tif": "tiff"}
+_JPEG_EXIF_BYTES = 65533  # an APP1 segment's 64 KiB, less its length field and Pillow's own header bytes
 _CODECS = ("zip", "raw", "libtiff", "packbits", "tiff_lzw")  # PNG/TIFF decoders whose raw mode we swap
 
 
@@ -737,8 +746,9 @@ def write_image(
         elif fmt == "tiff":
             write_tiff(fh, samples, icc=icc, exif=exif, dpi=picture.dpi)
         else:
-            fits = fmt != "jpeg" or len(exif or b"") <= 65533
-            params: dict[str, object] = {k: v for k, v in (("icc_profile", icc), ("exif", exif if fits else None)) if v}
+            kept = exif if fmt != "jpeg" or len(exif or b"") <= _JPEG_EXIF_BYTES else without_maker_note(exif or b"")
+            fits = len(kept or b"") <= _JPEG_EXIF_BYTES or fmt != "jpeg"
+            params: dict[str, object] = {k: v for k, v in (("icc_profile", icc), ("exif", kept if fits else None)) if v}
             if picture.dpi is not None:
                 params["dpi"] = picture.dpi
             params["quality"] = quality

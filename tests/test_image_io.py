@@ -458,6 +458,27 @@ def test_icc_profile_and_exif_are_kept(tmp_path: Path, fmt: str, depth: int) -> 
         assert dict(im.getexif().get_ifd(0x8769)) == kept
 
 
+def test_a_maker_note_too_large_for_jpeg_is_left_out_not_the_whole_exif(tmp_path: Path) -> None:
+    """A JPEG's EXIF segment holds 64 KiB: EXIF with a 70 KB maker note was dropped whole, camera, date and place
+    with it, without a word."""
+    exif = Image.Exif()
+    exif[0x010F] = "SST camera"
+    exif[0x8769] = {0x9003: "2020:01:01 10:00:00", 0x927C: b"\x07" * 70_000, 0xA002: 3, 0xA003: 2}
+    exif[0x8825] = {1: "N", 5: 0}  # GPS: latitude ref, altitude ref
+    Image.fromarray(_u8(6, 6, 3)).save(tmp_path / "in.png", exif=exif)
+    assert len(read_image(tmp_path / "in.png").exif or b"") > 70_000
+    write_image(tmp_path / "out.jpg", read_image(tmp_path / "in.png"))
+    with Image.open(tmp_path / "in.png") as im:
+        place = dict(im.getexif().get_ifd(0x8825))
+    with Image.open(tmp_path / "out.jpg") as im:
+        kept = im.getexif()
+        assert kept[0x010F] == "SST camera" and dict(kept.get_ifd(0x8825)) == place and place
+        assert dict(kept.get_ifd(0x8769)) == {0x9003: "2020:01:01 10:00:00", 0xA002: 6, 0xA003: 6}
+    write_image(tmp_path / "out.png", read_image(tmp_path / "in.png"))  # where it fits, it is kept whole
+    with Image.open(tmp_path / "out.png") as im:
+        assert len(im.getexif().get_ifd(0x8769)[0x927C]) == 70_000
+
+
 @pytest.mark.parametrize("note", ['{"shape": [5, 7, 3]}', "ImageJ=1.54f\nimages=1\n"])
 def test_a_writers_note_of_the_stored_layout_is_not_carried(tmp_path: Path, note: str) -> None:
     """tifffile's shape note (and ImageJ's header) went to the output, which then read back with a warning that
