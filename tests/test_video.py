@@ -24,7 +24,7 @@ av = pytest.importorskip("av", reason="PyAV is not installed: pip install -e '.[
 
 from sst_cli import video_io  # noqa: E402
 from sst_cli.video import plan_video, upscale_video  # noqa: E402
-from sst_cli.video_io import VideoOptions, plan_encoding, probe_video, require_av  # noqa: E402
+from sst_cli.video_io import VideoOptions, frame_to_array, plan_encoding, probe_video, require_av  # noqa: E402
 from sst_cli.video_tags import kept_tags  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -148,6 +148,24 @@ class _Nearest(torch.nn.Module):
         return torch.nn.functional.interpolate(x, scale_factor=self.scale, mode="nearest")
 
 
+@pytest.mark.parametrize(
+    ("pix_fmt", "full"), [("yuv420p", False), ("yuv422p", False), ("yuvj420p", True), ("nv12", False)]
+)
+def test_subsampled_8bit_frames_decode_to_their_colour(pix_fmt: str, full: bool) -> None:
+    """swscale's direct 4:2:0 -> RGB path gave a flat BT.601 colour 1 to 2.4 levels dark (Y 100, Cb 90, Cr 180:
+    179, 68, 20 for 180.8, 70.4, 21.2), so each pass through sst-cli darkened a clip."""
+    frame = av.VideoFrame(32, 24, "yuv420p")
+    for plane, value in zip(frame.planes, (100, 90, 180), strict=True):
+        plane.update(np.full(plane.buffer_size, value, np.uint8).tobytes())
+    frame.color_range = 2 if full else 1
+    frame = frame.reformat(format=pix_fmt) if pix_fmt != "yuv420p" else frame  # flat: any layout holds the same
+    frame.color_range = 2 if full else 1
+    y, cb, cr = (100.0, -38.0, 52.0) if full else ((100 - 16) * 255 / 219, -38 * 255 / 224, 52 * 255 / 224)
+    exact = np.array([y + 1.402 * cr, y - 0.344136 * cb - 0.714136 * cr, y + 1.772 * cb])
+    got = frame_to_array(frame, 8).reshape(-1, 3).astype(float)
+    assert np.abs(got - exact).max() <= 0.5 + 1e-9, (got.mean(0), exact)
+
+
 @pytest.mark.parametrize("bt709", [True, False])
 def test_colours_survive_the_yuv_round_trip(tmp_path: Path, bt709: bool) -> None:
     clip = make_clip(tmp_path / "red.mp4", colour=(200, 40, 60), bt709=bt709, pts_ms=(0, 40), audio=False)
@@ -262,7 +280,7 @@ def test_lossless_frames_are_exactly_the_upscalers(tmp_path: Path, tiny: Upscale
     assert result[0].format.name == "bgr0" and len(result) == len(source) == 6
     assert seconds(out) == seconds(clip) and audio_packets(out) == audio_packets(clip)
     for before, after in zip(source, result, strict=True):  # --lossless runs one frame per pass by default
-        expected = tiny.upscale(before.to_ndarray(format="rgb24"))
+        expected = tiny.upscale(frame_to_array(before, 8))
         np.testing.assert_array_equal(after.to_ndarray(format="rgb24"), expected)
 
 
@@ -333,7 +351,7 @@ def test_frames_that_must_be_tiled_go_one_by_one_through_the_tiles(tmp_path: Pat
     clip = make_clip(tmp_path / "a.mp4", pts_ms=(0, 40, 100), audio=False)
     upscale_video(up, clip, tmp_path / "a.mkv", options=VideoOptions(lossless=True, frames_per_pass=8))
     for before, after in zip(decoded(clip)[0], decoded(tmp_path / "a.mkv")[0], strict=True):
-        np.testing.assert_array_equal(after.to_ndarray(format="rgb24"), up.upscale(before.to_ndarray(format="rgb24")))
+        np.testing.assert_array_equal(after.to_ndarray(format="rgb24"), up.upscale(frame_to_array(before, 8)))
 
 
 def test_codec_choices_are_checked_before_computing(tmp_path: Path) -> None:
@@ -413,7 +431,7 @@ def test_frames_are_stacked_as_memory_allows_and_keep_their_order(
     out = tmp_path / "a.mkv"
     upscale_video(up, clip, out, options=VideoOptions(lossless=True, frames_per_pass=8))
     assert passes == [4, 2] and seconds(out) == seconds(clip) and audio_packets(out) == audio_packets(clip)
-    source = [frame.to_ndarray(format="rgb24") for frame in decoded(clip)[0]]
+    source = [frame_to_array(frame, 8) for frame in decoded(clip)[0]]
     expected = real(up, source[:4]) + real(up, source[4:])
     for after, image, alone in zip(decoded(out)[0], expected, map(up.upscale, source), strict=True):
         np.testing.assert_array_equal(after.to_ndarray(format="rgb24"), image)
