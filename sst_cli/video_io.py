@@ -268,16 +268,18 @@ def _box_header(file: IO[bytes], offset: int) -> tuple[str, int] | None:
 
 
 def _seconds(stream: Any, container: Any) -> float:
-    """The video's duration: the stream's own, else Matroska's per-stream DURATION tag, else the container's
-    (which covers every stream, so audio longer than the picture inflates it); 0 when none says."""
-    if stream.duration:
-        return float(stream.duration * stream.time_base)
+    """The video's duration: Matroska's per-stream DURATION tag, else the stream's own, else the container's
+    (which covers every stream, so audio longer than the picture inflates it); 0 when none says. The tag comes
+    first: for Matroska, FFmpeg fills the stream's duration in from the container's."""
     tag = stream.metadata.get("DURATION", "")  # "HH:MM:SS.nnnnnnnnn"
     try:
         hours, minutes, secs = tag.split(":")
         return int(hours) * 3600 + int(minutes) * 60 + float(secs)
     except ValueError:
-        return container.duration / 1_000_000 if container.duration else 0.0
+        pass
+    if stream.duration:
+        return float(stream.duration * stream.time_base)
+    return container.duration / 1_000_000 if container.duration else 0.0
 
 
 def frame_decoder(stream: Any, threads: int = 0) -> Callable[[Any], list[Any]]:

@@ -148,6 +148,30 @@ class _Nearest(torch.nn.Module):
         return torch.nn.functional.interpolate(x, scale_factor=self.scale, mode="nearest")
 
 
+def test_a_matroska_clip_whose_audio_outlasts_the_picture_is_timed_by_the_picture(tmp_path: Path) -> None:
+    """FFmpeg fills a Matroska video stream's duration in from the container's, so 0.3 s of picture beside 2 s of
+    audio was taken for 2 s: 'ends early: 3 frame(s) where its duration suggests about 20 (a truncated file?)'."""
+    path = tmp_path / "long_audio.mkv"
+    with av.open(str(path), "w") as out:
+        video = out.add_stream("libx264", rate=10)  # with FFV1 the stream's duration stays unset
+        video.width, video.height, video.pix_fmt = 32, 24, "yuv420p"
+        sound = out.add_stream("pcm_s16le", rate=8000)
+        sound.layout = "mono"
+        for i in range(3):
+            grey = av.VideoFrame.from_ndarray(np.full((24, 32, 3), 90, np.uint8), format="rgb24")
+            frame = grey.reformat(format="yuv420p")
+            frame.pts, frame.time_base = i, Fraction(1, 10)
+            out.mux(video.encode(frame))
+        out.mux(video.encode(None))
+        for i in range(16):  # 2 s in 1/8 s blocks
+            block = av.AudioFrame.from_ndarray(np.zeros((1, 1000), np.int16), format="s16", layout="mono")
+            block.sample_rate, block.pts, block.time_base = 8000, i * 1000, Fraction(1, 8000)
+            out.mux(sound.encode(block))
+        out.mux(sound.encode(None))
+    info = probe_video(path)
+    assert info.seconds == pytest.approx(0.3, abs=0.06) and info.frames == 3, (info.seconds, info.frames)
+
+
 @pytest.mark.parametrize(
     ("pix_fmt", "full"), [("yuv420p", False), ("yuv422p", False), ("yuvj420p", True), ("nv12", False)]
 )
