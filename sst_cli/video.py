@@ -241,8 +241,23 @@ def _write(items: Channel, copies: dict[int, Any], time_base: Fraction, plan: En
             pts = pts if last is None or pts > last else last + 1
             last = pts
         frame.pts, frame.time_base = pts, plan.time_base or time_base
-        output.mux(encoder.encode(frame))
-    output.mux(encoder.encode(None))
+        output.mux(_sane_dts(encoder.encode(frame)))
+    output.mux(_sane_dts(encoder.encode(None)))
+
+
+#: Further than this from its own presentation time, a packet's decoding time is not an encoder's reordering (a few
+#: frames) but garbage: libx265 gave a clip of fewer frames than its lookahead dts = pts + an uninitialised value,
+#: which Matroska refused at random ("pts (0) < dts (9187201950435737472)", seen as "Invalid argument").
+_DTS_REACH_S = 60
+
+
+def _sane_dts(packets: list[Any]) -> list[Any]:
+    """The encoder's packets, a decoding time that cannot be right left for the muxer to fill in."""
+    for packet in packets:
+        known = packet.dts is not None and packet.pts is not None and packet.time_base is not None
+        if known and abs(packet.dts - packet.pts) * packet.time_base > _DTS_REACH_S:
+            packet.dts = None
+    return packets
 
 
 def _frame_step(info: VideoInfo) -> int:

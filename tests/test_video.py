@@ -759,3 +759,18 @@ def test_mpeg2_encodes_one_tick_a_frame_and_refuses_a_rate_it_cannot_store(tmp_p
     assert plan_video(up, replace(info, rate=Fraction(2997, 100)), VideoOptions(codec="mpeg2video")).time_base == (
         Fraction(1001, 30000)
     )  # a rate rounded in its container is taken as the NTSC rate it stands for
+
+
+def test_a_decoding_time_an_encoder_made_up_is_left_to_the_muxer() -> None:
+    """libx265 gave a clip shorter than its lookahead dts = pts + an uninitialised value: Matroska refused the file
+    at random ("Invalid argument"); B-frame reordering, a few frames, is kept as the encoder said."""
+    from types import SimpleNamespace
+
+    from sst_cli.video import _sane_dts
+
+    tick = Fraction(1, 1000)
+    made_up = SimpleNamespace(pts=0, dts=9187201950435737472, time_base=tick)
+    reordered = SimpleNamespace(pts=5120, dts=0, time_base=Fraction(1, 1024))
+    first = SimpleNamespace(pts=0, dts=-2048, time_base=Fraction(1, 1024))
+    assert _sane_dts([made_up, reordered, first]) == [made_up, reordered, first]
+    assert (made_up.dts, reordered.dts, first.dts) == (None, 0, -2048)
