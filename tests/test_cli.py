@@ -222,3 +222,23 @@ def test_a_damaged_bundled_file_is_shown_as_such(
     assert table.exit_code == 0 and "│ damaged" in table.output
     info = runner.invoke(app, ["models", "info", "sst-light-291", "-s", "4"], env={"COLUMNS": "300"})
     assert "no longer has this sha256 (changed or damaged): reinstall sst-cli" in info.output
+
+
+def test_a_command_line_click_refuses_is_a_json_error_event_too(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--scale abc --json-log`` wrote nothing to stdout: Click refuses the value before the command's own error
+    handling runs, and a program reading the log never learnt why the run stopped."""
+    from sst_cli.cli import main, output
+
+    monkeypatch.setattr(output, "_errors_said", [])
+    monkeypatch.setattr("sys.argv", ["sst", "upscale", "a.png", "--scale", "abc", "--json-log"])
+    with pytest.raises(SystemExit) as stopped:
+        main()
+    assert stopped.value.code == 2
+    (line,) = capsys.readouterr().out.splitlines()
+    assert json.loads(line) == {
+        "event": "error",
+        "message": "the command line was refused: its message is on standard error",
+        "exit_code": 2,
+    }

@@ -6,6 +6,7 @@ option errors answer without importing torch.
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
@@ -13,7 +14,7 @@ import typer
 from .. import __version__
 from ..signals import second_interrupt_exits_at_once
 from . import bench, compare, evaluate, models, train, upscale
-from .output import console, set_debug
+from .output import console, say_refused_command_line, set_debug
 
 HELP = """Upscale images with SST, the Scalable SR Transformer.
 
@@ -86,4 +87,8 @@ def quiet_decoders() -> None:
 
 def main() -> None:
     second_interrupt_exits_at_once()
-    app()
+    try:
+        app()
+    except SystemExit as exc:
+        say_refused_command_line(sys.argv[1:], exc.code)
+        raise

@@ -126,9 +126,21 @@ def count_progress(*, disable: bool = False, **options: Any) -> Progress:
     return Progress(*columns, console=target, transient=True, disable=not shown, **options)
 
 
+_errors_said: list[str] = []  # the error events written by this process
+
+
 def json_event(event: str, **fields: Any) -> None:
     """One ``--json-log`` line on stdout: a JSON object whose ``event`` names what happened."""
+    if event == "error":
+        _errors_said.append(str(fields.get("message")))
     print(json_text({"event": event, **fields}), file=_stdout, flush=True)
+
+
+def say_refused_command_line(argv: list[str], exit_code: object) -> None:
+    """The ``error`` event of a command line Click refused before any command ran (``--scale abc``, an unknown
+    option): the README promises one for every error that stops a run. Click has written its message to stderr."""
+    if exit_code == 2 and "--json-log" in argv and not _errors_said:
+        json_event("error", message="the command line was refused: its message is on standard error", exit_code=2)
 
 
 def note(text: str) -> None:
