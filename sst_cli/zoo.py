@@ -16,6 +16,7 @@ own names so that an official name always means the paper's weights.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -210,6 +211,18 @@ def create_model(name: str, scale: int) -> SRNetwork:
     return get_architecture(variant.arch).build(variant.config(scale))
 
 
+#: A Hub repository id: OWNER/NAME, each of letters, digits, '-', '_' and '.' (the Hub's own rule, less its length
+#: limits), so that a mistyped one is refused before anything is looked up.
+_REPO_ID = re.compile(r"[\w.-]+/[\w.-]+", re.ASCII)
+
+
+def check_hub_repo(hub_repo: str | None) -> None:
+    """Refuse a ``--hub-repo`` that is no repository id, before anything is looked up (huggingface_hub's own words
+    named an ``hf://`` address the user never typed)."""
+    if hub_repo is not None and not _REPO_ID.fullmatch(hub_repo):
+        raise ConfigError(f"--hub-repo {hub_repo!r} is not a Hugging Face repository: give it as OWNER/NAME")
+
+
 def check_model_choice(
     model: str | None, scale: int | None, weights: object | None, config: object | None, hub_repo: str | None
 ) -> None:
@@ -222,6 +235,7 @@ def check_model_choice(
         raise ConfigError("--config and --model both say which architecture to build: give one of them")
     if hub_repo is not None and weights is not None:
         raise ConfigError("--hub-repo says where zoo weights come from; --weights names the file itself: drop one")
+    check_hub_repo(hub_repo)
     if scale is not None:
         check_scale_type(scale)
         if scale < 1:

@@ -242,3 +242,15 @@ def test_a_command_line_click_refuses_is_a_json_error_event_too(
         "message": "the command line was refused: its message is on standard error",
         "exit_code": 2,
     }
+
+
+@pytest.mark.parametrize(
+    "command", [["models", "pull", "sst-light"], ["models", "info", "sst-light"], ["upscale", "x.png"]]
+)
+@pytest.mark.parametrize("repo", ["notvalid", "a/b/c", "owner/na me"])
+def test_a_hub_repo_that_is_no_repository_id_is_refused_before_any_look_up(command: list[str], repo: str) -> None:
+    """`sst models pull sst-light --hub-repo a/b/c` answered in huggingface_hub's words, about an hf:// address
+    the user never typed; `--hub-repo notvalid` went on to the network step."""
+    result = runner.invoke(app, [*command, "--hub-repo", repo])
+    assert result.exit_code == 2, result.output
+    assert f"--hub-repo '{repo}' is not a Hugging Face repository: give it as OWNER/NAME" in result.output

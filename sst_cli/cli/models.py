@@ -13,7 +13,7 @@ from .. import hub
 from ..about import header_record
 from ..errors import ConfigError
 from ..hub.discover import CHECKPOINT_SUFFIXES as SUFFIXES
-from ..zoo import VARIANTS, get_variant
+from ..zoo import VARIANTS, check_hub_repo, get_variant
 from ._options import HubRepoOption
 from .output import console, handle_errors
 
@@ -159,6 +159,7 @@ def info(
     """Hyper-parameters, parameter counts and, per scale, the weight file: where it comes from, where it is
     cached and its sha256 (no network: `sst models pull` resolves and downloads). A weights file: what was
     detected in it (an hf:// file is downloaded first if it is not cached)."""
+    check_hub_repo(hub_repo)
     if _names_a_file(name):  # a weights file: what was detected in it
         from ..about import about_file
         from .downloads import download_display
@@ -208,6 +209,7 @@ def pull(
     """Find and download one model's weights (for later offline use) and say where they came from."""
     from .downloads import download_display
 
+    check_hub_repo(hub_repo)
     v = get_variant(name)
     _check_scale(v.name, scale)
     with hub.show_downloads(download_display(quiet=quiet)):
