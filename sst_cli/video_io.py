@@ -520,9 +520,9 @@ def plan_encoding(
     if codec == "libsvtav1":
         os.environ.setdefault("SVT_LOG", "1")  # errors only: SVT-AV1 prints ~20 lines of its settings otherwise
     depth = 16 if deep and (options.lossless or _depth(pix_fmt) > 8) else 8
-    time_base = encoder_time_base(codec, info)
-    width, height = _stored_size(codec, pix_fmt, out_width, out_height, opts, notes, time_base)
-    _try_encoder(codec, pix_fmt, width, height, opts, time_base)
+    time_base, rate = encoder_time_base(codec, info), output_rate(info)
+    width, height = _stored_size(codec, pix_fmt, out_width, out_height, opts, notes, time_base, rate)
+    _try_encoder(codec, pix_fmt, width, height, opts, time_base, rate)
     return EncodePlan(
         codec, pix_fmt, muxer, ext, width, height, depth, opts, tuple(notes), alpha, tuple(warnings),
         time_base if time_base != info.time_base else None,
@@ -547,7 +547,14 @@ def _lost_geometry(info: VideoInfo, codec: str, muxer: str, ext: str) -> list[st
 
 
 def _stored_size(
-    codec: str, pix_fmt: str, width: int, height: int, opts: dict[str, str], notes: list[str], time_base: Fraction
+    codec: str,
+    pix_fmt: str,
+    width: int,
+    height: int,
+    opts: dict[str, str],
+    notes: list[str],
+    time_base: Fraction,
+    rate: Fraction,
 ) -> tuple[int, int]:
     """The result's size as ``codec`` stores it: sides that are no multiple of ``pix_fmt``'s chroma block (2 for
     4:2:0, 4 for yuv411p / yuv410p) are cropped only when the encoder refuses them (x264 and x265 do; FFV1, VP9,
@@ -556,7 +563,7 @@ def _stored_size(
     fmt = av.VideoFormat(pix_fmt)
     block_w, block_h = 64 // fmt.chroma_width(64), 64 // fmt.chroma_height(64)
     cropped = width - width % block_w, height - height % block_h
-    if cropped == (width, height) or _encoder_error(codec, pix_fmt, width, height, opts, time_base) is None:
+    if cropped == (width, height) or _encoder_error(codec, pix_fmt, width, height, opts, time_base, rate) is None:
         return width, height
     cuts = (("column", width % block_w), ("row", height % block_h))
     lost = " and ".join(side if n == 1 else f"{n} {side}s" for side, n in cuts if n)
@@ -569,13 +576,14 @@ def _stored_size(
 
 
 def _encoder_error(
-    codec: str, pix_fmt: str, width: int, height: int, opts: dict[str, str], time_base: Fraction
+    codec: str, pix_fmt: str, width: int, height: int, opts: dict[str, str], time_base: Fraction, rate: Fraction
 ) -> str | None:
-    """Why the encoder cannot open as the result will (milliseconds), in the result's time base; None when it can."""
+    """Why the encoder cannot open as the result will (milliseconds), in the result's time base and frame rate
+    (without one, encoders that check it, as SVT-AV1 does, read 1/time base: 1000 frames/s); None when it can."""
     av = require_av()
     context = av.CodecContext.create(codec, "w")
     context.width, context.height, context.pix_fmt = width, height, pix_fmt
-    context.time_base = time_base
+    context.time_base, context.framerate = time_base, rate
     context.options = dict(opts)
     try:
         context.open()
@@ -584,10 +592,12 @@ def _encoder_error(
     return None
 
 
-def _try_encoder(codec: str, pix_fmt: str, width: int, height: int, opts: dict[str, str], time_base: Fraction) -> None:
+def _try_encoder(
+    codec: str, pix_fmt: str, width: int, height: int, opts: dict[str, str], time_base: Fraction, rate: Fraction
+) -> None:
     """Open the encoder as the result will, so that one that cannot start (a GPU encoder without its GPU, a size
     it refuses) fails in one sentence before any frame is computed."""
-    reason = _encoder_error(codec, pix_fmt, width, height, opts, time_base)
+    reason = _encoder_error(codec, pix_fmt, width, height, opts, time_base, rate)
     if reason is not None:
         raise VideoError(f"the encoder {codec} cannot start for {width}x{height} {pix_fmt}: {reason}")
 
@@ -624,6 +634,12 @@ def encoder_time_base(codec: str, info: VideoInfo) -> Fraction:
     return time_base.limit_denominator(65535)
 
 
+def output_rate(info: VideoInfo) -> Fraction:
+    """The frame rate the encoder is told (rate control, and checks such as SVT-AV1's 240 frames/s at most): the
+    clip's, else 25 where it has no constant one."""
+    return info.rate or Fraction(25)
+
+
 def has_alpha(pix_fmt: str) -> bool:
     av = require_av()
     return any(c.is_alpha for c in av.VideoFormat(pix_fmt).components)
@@ -657,8 +673,7 @@ def _nearest_format(source: str, depth: int, formats: list[str], alpha: bool = F
 def open_output_stream(output: Any, info: VideoInfo, source_stream: Any, plan: EncodePlan, threads: int = 0) -> Any:
     """The encoder stream of the result: the input's time base (timestamps are copied, so variable frame rates
     stay), colour description and display rotation; ``threads`` encoder threads (0: FFmpeg's choice)."""
-    rate = info.rate or Fraction(25)
-    stream = output.add_stream(plan.codec, rate=rate, options=plan.options)
+    stream = output.add_stream(plan.codec, rate=output_rate(info), options=plan.options)
     stream.width, stream.height, stream.pix_fmt = plan.width, plan.height, plan.pix_fmt
     stream.time_base = plan.time_base or info.time_base
     ctx = stream.codec_context

@@ -318,3 +318,15 @@ def test_3gp_and_3g2_phone_clips_are_video(tmp_path: Path) -> None:
     result = sst("phone.3gp", "old.3g2")
     assert result.exit_code == 0, result.output
     assert Path("phone_mini_x3_x3.mkv").is_file() and Path("old_mini_x3_x3.mkv").is_file()  # MKV: sst-cli writes no 3GP
+
+
+def test_svt_av1_encodes_a_clip_with_a_millisecond_time_base(tmp_path: Path) -> None:
+    """The encoder probe had no frame rate, so SVT-AV1 read 1000 frames/s from 1/1000 and refused every clip."""
+    import av
+
+    if "libsvtav1" not in av.codecs_available:
+        pytest.skip("this PyAV build has no libsvtav1")
+    clip("a.mkv", audio=False)  # Matroska: a 1/1000 time base
+    result = sst("a.mkv", "--codec", "libsvtav1", "-q")
+    assert result.exit_code == 0, result.output
+    assert Path("a_mini_x3_x3.mkv").is_file()

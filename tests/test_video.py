@@ -359,8 +359,8 @@ def test_odd_sides_are_kept_by_encoders_that_store_them_and_cropped_to_the_chrom
 def test_a_refused_size_is_cropped_to_the_formats_chroma_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = video_io._encoder_error
 
-    def in_blocks_only(codec: str, pix_fmt: str, width: int, height: int, opts: dict, tb: Fraction) -> str | None:
-        return "size refused" if width % 4 or height % 4 else real(codec, pix_fmt, width, height, opts, tb)
+    def in_blocks_only(codec: str, pix_fmt: str, width: int, height: int, opts: dict, *rest: Fraction) -> str | None:
+        return "size refused" if width % 4 or height % 4 else real(codec, pix_fmt, width, height, opts, *rest)
 
     monkeypatch.setattr(video_io, "_encoder_error", in_blocks_only)  # as an encoder of whole chroma blocks would
     info = probe_video(make_clip(tmp_path / "a.mkv", size=(15, 9), codec="ffv1", pts_ms=(0,), audio=False))
@@ -397,8 +397,8 @@ def test_codec_choices_are_checked_before_computing(tmp_path: Path) -> None:
         plan_encoding(info, 64, 48, VideoOptions(codec="libx265", crf=60))
     with pytest.raises(ConfigError, match="--pix-fmt nonsense is not a pixel format"):
         plan_encoding(info, 64, 48, VideoOptions(codec="rawvideo", pix_fmt="nonsense"))
-    with pytest.raises(VideoError, match=r"the encoder libx265 cannot start for 64x48 yuv420p"):
-        video_io._try_encoder("libx265", "yuv420p", 64, 48, {"crf": "60"}, Fraction(1, 25))  # refusing to open
+    with pytest.raises(VideoError, match=r"the encoder libx265 cannot start for 64x48 yuv420p"):  # refusing to open
+        video_io._try_encoder("libx265", "yuv420p", 64, 48, {"crf": "60"}, Fraction(1, 25), Fraction(25))
 
 
 def test_damaged_frames_are_counted_and_the_rest_keep_their_time_and_subtitles(tmp_path: Path, tiny: Upscaler) -> None:
@@ -739,8 +739,8 @@ def test_mpeg4_encodes_an_mpeg_ts_clip_in_a_time_base_it_can_store(tmp_path: Pat
     out = tmp_path / "a_x2.mkv"
     result = upscale_video(up, clip, out, options=VideoOptions(codec="mpeg4"), info=info, plan=plan)
     assert result.frames == 3 and seconds(out) == seconds(clip)
-    with pytest.raises(VideoError, match="the encoder mpeg4 cannot start for 32x24 yuv420p"):
-        video_io._try_encoder("mpeg4", "yuv420p", 32, 24, {}, Fraction(1, 90000))  # found before the model loads
+    with pytest.raises(VideoError, match="the encoder mpeg4 cannot start for 32x24 yuv420p"):  # before the model loads
+        video_io._try_encoder("mpeg4", "yuv420p", 32, 24, {}, Fraction(1, 90000), Fraction(25))
 
 
 def test_mpeg2_encodes_one_tick_a_frame_and_refuses_a_rate_it_cannot_store(tmp_path: Path) -> None:
