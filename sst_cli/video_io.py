@@ -29,7 +29,8 @@ VIDEO_EXTENSIONS = frozenset(
 )  # fmt: skip
 #: Containers written as themselves; anything else becomes Matroska (or MOV for the codecs it lacks: PNG, QTRLE).
 _MUXERS = {"mp4": "mp4", "m4v": "mp4", "mov": "mov", "mkv": "matroska", "webm": "webm", "ts": "mpegts"}
-#: Encoders of each decoder family, in order of preference, used when the wheel's FFmpeg has them.
+#: Encoders of each codec (its name, not its decoder's: AV1 is read by libdav1d), in order of preference, used
+#: when the wheel's FFmpeg has them.
 _FAMILY = {
     "h264": ("libx264",),
     "hevc": ("libx265",),
@@ -121,7 +122,7 @@ class VideoInfo:
     path: Path
     width: int
     height: int
-    codec: str  # decoder name, e.g. h264
+    codec: str  # the codec's name (av1), not its decoder's (libdav1d): the key of its encoder family
     pix_fmt: str
     bit_depth: int  # 8, 10, 12 or 16: frames go through the network as 8- or 16-bit RGB accordingly
     frames: int  # from the container, or estimated from duration x rate; 0 when unknown
@@ -172,7 +173,7 @@ def probe_video(path: str | os.PathLike[str]) -> VideoInfo:
         others = tuple(f"{s.type} {stream_codec(s)}" for s in container.streams if s.index != stream.index)
         aspect = stream.sample_aspect_ratio  # the container's, else the codec's
         return VideoInfo(
-            Path(name), first.width, first.height, ctx.codec.name, first.format.name, depth, frames,
+            Path(name), first.width, first.height, stream_codec(stream), first.format.name, depth, frames,
             Fraction(stream.time_base), Fraction(rate) if rate else None, rotation, container.format.name, others,
             alpha, listed, seconds, Fraction(aspect) if aspect and aspect != 1 else None,
         )  # fmt: skip

@@ -47,6 +47,14 @@ def test_probe_reads_size_depth_rotation_and_other_streams(tmp_path: Path) -> No
     assert info.rotation == 90 and info.others == ("audio aac",)
 
 
+def test_an_av1_clip_is_encoded_as_av1(tmp_path: Path) -> None:
+    """The probe kept the decoder's name (libdav1d), which no encoder family is listed under: AV1 became H.264."""
+    if "libsvtav1" not in av.codecs_available:
+        pytest.skip("this PyAV build has no libsvtav1 to make an AV1 clip")
+    info = probe_video(make_clip(tmp_path / "a.mkv", codec="libsvtav1", pts_ms=(0, 40), audio=False))
+    assert info.codec == "av1" and video_io.choose_codec(info, VideoOptions()) == "libsvtav1"
+
+
 def test_frames_are_estimated_from_the_videos_own_duration(tmp_path: Path) -> None:
     clip = make_clip(tmp_path / "a.mkv", codec="mjpeg", pix_fmt="yuvj420p", pts_ms=(0, 40, 80))  # audio: 0.64 s
     with av.open(str(clip)) as c:  # Matroska counts no frames; the container's duration is the audio's
