@@ -3,8 +3,9 @@
 Like the image batch, nothing prints, each file ends as a ``FileResult`` and one bad file never stops the
 rest. Everything that can be refused is refused before the model loads: unreadable or protected clips,
 clips without video, codecs this FFmpeg cannot decode, existing outputs, unwritable folders, encoders or
-pixel formats this FFmpeg lacks. Resuming is per file (``skip_existing``): a clip that was interrupted
-is started again from its first frame, since its partial output was never kept.
+pixel formats this FFmpeg lacks, frame rates the encoder cannot store. Resuming is per file
+(``skip_existing``): a clip that was interrupted is started again from its first frame, since its partial
+output was never kept.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from .video_io import (
     VideoOptions,
     check_video_options,
     choose_codec,
+    encoder_time_base,
     is_video_file,
     output_extension,
     probe_video,
@@ -138,6 +140,7 @@ def upscale_video_files(
                 _check_pixels(plan.info, writing.max_pixels)
                 result_size(plan.info.width, plan.info.height, scale, options.outscale, plan.job.source)
                 codec = choose_codec(plan.info, video)
+                encoder_time_base(codec, plan.info)  # MPEG-1/2 refuse a rate they cannot store: say so now
                 if single is not None:
                     target_container(single, video, codec)
                 plan.target = single or _target(naming, plan.job, output_extension(plan.job.source, video, codec))

@@ -8,6 +8,8 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -330,3 +332,19 @@ def test_svt_av1_encodes_a_clip_with_a_millisecond_time_base(tmp_path: Path) -> 
     result = sst("a.mkv", "--codec", "libsvtav1", "-q")
     assert result.exit_code == 0, result.output
     assert Path("a_mini_x3_x3.mkv").is_file()
+
+
+def test_a_frame_rate_mpeg2_cannot_store_is_refused_before_the_model_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refusal came from planning the encoding, after the model had loaded."""
+    from sst_cli import video_batch
+
+    clip("a.mkv", audio=False)
+    real = video_batch.probe_video
+    monkeypatch.setattr(video_batch, "probe_video", lambda path: replace(real(path), rate=Fraction(15)))
+    monkeypatch.setattr(Upscaler, "__init__", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    result = sst("a.mkv", "--codec", "mpeg2video", "-o", "out")
+    assert result.exit_code == 1 and not Path("out").exists()  # as for the other refusals of one clip
+    assert "mpeg2video stores only the frame rates 23.976, 24, 25" in " ".join(result.stderr.split())
+    assert "'a.mkv' has 15 frames/s" in " ".join(result.stderr.split())
