@@ -203,7 +203,7 @@ def check_inputs_exist(items: Sequence[str]) -> None:
     raise ConfigError(f"nothing to upscale: none of {names} exists (no such file, folder or match)")
 
 
-def _one_job_per_file(found: list[Job]) -> list[Job]:
+def one_job_per_file(found: list[Job]) -> list[Job]:
     """``found`` without repeats of a path (however it is spelt), and with one job per real file: where a link
     (to the file, or to a folder above it) reaches a file also found by its own path, that path is upscaled and
     the link is listed as skipped, saying why."""
@@ -253,7 +253,7 @@ def discover_inputs(
         raise ConfigError("no inputs given: name image files, folders or globs")
     check_inputs_exist(items)
     expanded = [(item, _expand(item, recursive, exclude, skips or Skips())) for item in items]
-    jobs = _one_job_per_file([job for _, found in expanded for job in found])
+    jobs = one_job_per_file([job for _, found in expanded for job in found])
     for item, found in expanded:
         if not found and jobs and on_note is not None:
             on_note(f"'{item}' holds no image files: nothing comes from it{_recursive_hint([item], recursive)}")

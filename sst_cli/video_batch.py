@@ -22,7 +22,7 @@ from .errors import ConfigError, SstError, VideoError
 from .filerun import BatchEvents, BatchResult, FileResult, FileStep, run_in_turn
 from .files import TEMP_SUFFIX, InputFiles, clean_stale_temporaries, removing_unused_folders, unwritable
 from .image_io import is_image_file
-from .inputs import Job, glob_matches, is_glob, is_hidden, is_own_output
+from .inputs import Job, glob_matches, is_glob, is_hidden, is_own_output, one_job_per_file
 from .loader import ModelSpec
 from .naming import Naming, WriteOptions, model_label
 from .preflight import claim_output
@@ -57,7 +57,8 @@ def find_videos(
 ) -> tuple[list[Job], list[str]]:
     """Split INPUT items into video jobs (files named, or found in folders or globs) and the items left for the
     image batch: image files, and folders or globs that also hold images (or no video). Clips found (not named)
-    whose names sst-cli's template gives with a model of ``own_labels`` become skipped jobs. Needs no PyAV."""
+    whose names sst-cli's template gives with a model of ``own_labels`` become skipped jobs; a clip named twice
+    (``a.mp4 ./a.mp4``) or reached through a link is upscaled once, as images are. Needs no PyAV."""
     videos: list[Job] = []
     rest: list[str] = []
     for item in inputs:
@@ -77,7 +78,7 @@ def find_videos(
             videos.append(Job(path, path.parent))
         else:
             rest.append(item)
-    return videos, rest
+    return one_job_per_file(videos), rest
 
 
 def _own(path: Path, labels: frozenset[str]) -> str | None:

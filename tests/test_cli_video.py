@@ -348,3 +348,11 @@ def test_a_frame_rate_mpeg2_cannot_store_is_refused_before_the_model_loads(
     assert result.exit_code == 1 and not Path("out").exists()  # as for the other refusals of one clip
     assert "mpeg2video stores only the frame rates 23.976, 24, 25" in " ".join(result.stderr.split())
     assert "'a.mkv' has 15 frames/s" in " ".join(result.stderr.split())
+
+
+def test_a_clip_named_twice_is_upscaled_once(tmp_path: Path) -> None:
+    """The second job failed: its output already existed, written by the first."""
+    clip("a.mp4", audio=False)
+    result = sst("a.mp4", "./a.mp4", "-o", "out")
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in Path("out").iterdir()] == ["a_mini_x3_x3.mp4"]

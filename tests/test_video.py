@@ -725,6 +725,21 @@ def test_video_globs_keep_the_tree_below_their_root_and_skip_linked_folders(tmp_
     assert [j.relative.as_posix() for j in jobs] == ["a/x.mkv", "b/x.mkv"]
 
 
+def test_a_clip_named_twice_or_through_a_link_is_one_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Named twice, it was upscaled twice (the second run failing on the first one's output)."""
+    from sst_cli.video_batch import find_videos
+
+    monkeypatch.chdir(tmp_path)
+    Path("a.mkv").write_bytes(b"")
+    Path("link.mkv").symlink_to("a.mkv")
+    jobs, rest = find_videos(["a.mkv", "./a.mkv", "link.mkv"], recursive=False)
+    assert [(j.source.as_posix(), j.skip) for j in jobs] == [
+        ("a.mkv", None),
+        ("link.mkv", "the same file as a.mkv, which is upscaled"),
+    ]
+    assert rest == []
+
+
 def test_a_listed_count_the_timestamps_cover_is_no_early_end(tmp_path: Path) -> None:
     from dataclasses import replace
 
