@@ -8,10 +8,13 @@ of the result from the input and the user's choices, before any frame is upscale
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import os
-from collections.abc import Callable
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -580,17 +583,46 @@ def _encoder_error(
     codec: str, pix_fmt: str, width: int, height: int, opts: dict[str, str], time_base: Fraction, rate: Fraction
 ) -> str | None:
     """Why the encoder cannot open as the result will (milliseconds), in the result's time base and frame rate
-    (without one, encoders that check it, as SVT-AV1 does, read 1/time base: 1000 frames/s); None when it can."""
+    (without one, encoders that check it, as SVT-AV1 does, read 1/time base: 1000 frames/s); None when it can.
+    What the encoder prints itself is kept off the terminal (a refused size is then cropped, and the run goes
+    on); its first error line is the reason, where it said one."""
     av = require_av()
     context = av.CodecContext.create(codec, "w")
     context.width, context.height, context.pix_fmt = width, height, pix_fmt
     context.time_base, context.framerate = time_base, rate
     context.options = dict(opts)
+    said: list[str] = []
     try:
-        context.open()
+        with _stderr_into(said):
+            context.open()
     except (av.error.FFmpegError, ValueError, OSError) as exc:
-        return _reason(exc)
+        error = next((line.split("]: ", 1)[-1].strip() for line in said if "error" in line.lower()), "")
+        return error[:1].lower() + error[1:].rstrip(".") if error else _reason(exc)
     return None
+
+
+@contextlib.contextmanager
+def _stderr_into(lines: list[str]) -> Iterator[None]:
+    """The process's stderr (fd 2) into ``lines`` meanwhile: x265 and SVT-AV1 write their errors there
+    themselves, past FFmpeg's log level. Nothing is caught where fd 2 cannot be redirected."""
+    try:
+        if sys.stderr is not None:
+            sys.stderr.flush()  # what Python wrote before stays where it was going
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no fd 2, or a closed sys.stderr
+        saved = -1
+    if saved < 0:
+        yield
+        return
+    with tempfile.TemporaryFile() as caught:
+        try:
+            os.dup2(caught.fileno(), 2)
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            lines.extend(caught.read().decode(errors="replace").splitlines())
 
 
 def _try_encoder(

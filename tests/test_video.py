@@ -376,6 +376,21 @@ def test_a_refused_size_is_cropped_to_the_formats_chroma_block(tmp_path: Path, m
     assert (plan.width, plan.height) == (44, 24) and "loses its last column and 3 rows (44x24)" in plan.notes[0]
 
 
+def test_encoder_probes_keep_what_the_encoder_prints_off_the_terminal(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """x265 printed its refusal of an odd size on runs that then cropped it and succeeded; where the encoder
+    cannot start, its own words are the reason given."""
+    info = probe_video(make_clip(tmp_path / "a.mkv", size=(15, 9), codec="ffv1", pts_ms=(0,), audio=False))
+    capfd.readouterr()
+    plan = plan_encoding(info, 45, 27, VideoOptions(codec="libx265"))
+    assert (plan.width, plan.height) == (44, 26)
+    assert capfd.readouterr().err == ""
+    with pytest.raises(VideoError, match="45x27 yuv420p: picture width must be an integer multiple of the spec"):
+        video_io._try_encoder("libx265", "yuv420p", 45, 27, {}, Fraction(1, 1000), Fraction(25))
+    assert capfd.readouterr().err == ""
+
+
 def test_frames_that_must_be_tiled_go_one_by_one_through_the_tiles(tmp_path: Path) -> None:
     up = Upscaler(tiny_sst(), device="cpu", tile=16, tile_overlap=0)  # 32x24 frames in 16 px tiles (with 16 px of
     # context each would see the whole frame, which then runs whole)
