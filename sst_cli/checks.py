@@ -51,10 +51,14 @@ def memory_bytes(value: float | str | None, option: str = "max_memory") -> int |
 
 
 def check_choice(value: str, choices: tuple[str, ...], what: str) -> str:
-    """``value`` when it is one of ``choices``, else a ConfigError that lists them."""
-    if value not in choices:
+    """The choice ``value`` names, in its canonical (lower-case) spelling, else a ConfigError that lists them.
+
+    Letter case does not matter, as for ``--device CPU`` and ``--format PNG``: ``--precision FP32`` was refused.
+    """
+    text = value.strip().lower() if isinstance(value, str) else value
+    if text not in choices:
         raise ConfigError(f"unknown {what} {value!r}; choose one of {', '.join(choices)}")
-    return value
+    return text
 
 
 def check_scale_type(scale: object) -> None:
@@ -113,11 +117,13 @@ def check_running_values(
     ig_lambda: float | None = None,
     seed: int | None = None,
     compile: str = "auto",
-) -> None:
+) -> dict[str, str]:
     """Every rule of ``UpscaleOptions`` but the device's (which may need PyTorch to answer); a value left out is
-    one that passes."""
-    check_choice(precision, PRECISIONS, "precision")
-    check_choice(attention, BACKENDS, "attention backend")
+    one that passes. Returns the choices in their canonical spelling (``FP32`` -> ``fp32``) for the caller to keep."""
+    choices = {
+        "precision": check_choice(precision, PRECISIONS, "precision"),
+        "attention": check_choice(attention, BACKENDS, "attention backend"),
+    }
     if tile != "auto" and (isinstance(tile, bool) or not isinstance(tile, int) or tile < 0):
         raise ConfigError(f"tile must be 'auto', 0 (whole image) or a positive size in pixels, got {tile!r}")
     if isinstance(tile, int) and tile > MAX_TILE:
@@ -131,7 +137,7 @@ def check_running_values(
     budget = memory_bytes(max_memory)
     if budget is not None and budget <= 0:
         raise ConfigError(f"the memory budget must be positive, got {max_memory}")
-    check_choice(alpha, ALPHA_MODES, "alpha mode")
+    choices["alpha"] = check_choice(alpha, ALPHA_MODES, "alpha mode")
     if outscale is not None and not (math.isfinite(outscale) and outscale > 0):
         raise ConfigError(f"outscale must be a positive number, got {outscale}")
     if outscale is not None and outscale > MAX_TILE:  # also keeps sizes finite (1e308 overflowed to a traceback)
@@ -146,4 +152,5 @@ def check_running_values(
         raise ConfigError(f"ig_lambda must be a finite number, got {ig_lambda}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
-    check_choice(compile, COMPILE_CHOICES, "compile choice")
+    choices["compile"] = check_choice(compile, COMPILE_CHOICES, "compile choice")
+    return choices

@@ -54,7 +54,8 @@ class UpscaleOptions:
         object.__setattr__(self, "device", device_text(self.device))  # frozen: set once, here
         object.__setattr__(self, "max_memory", memory_bytes(self.max_memory))
         values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "device"}
-        check_running_values(**values)
+        for name, value in check_running_values(**values).items():
+            object.__setattr__(self, name, value)  # the canonical spelling: "FP32" runs as "fp32"
         resolve_device(self.device)  # a device PyTorch cannot use here is an option error, said at once
 
     @property

@@ -86,7 +86,7 @@ def resolve_device(name: str | torch.device) -> torch.device:
 
 def resolve_precision(precision: str, device: torch.device) -> torch.dtype:
     """``auto``: bfloat16 on CUDA GPUs that support it, float32 elsewhere (CPU and MPS: exact and safe)."""
-    check_choice(precision, PRECISIONS, "precision")
+    precision = check_choice(precision, PRECISIONS, "precision")
     if precision == "auto":
         bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
         return torch.bfloat16 if bf16 else torch.float32

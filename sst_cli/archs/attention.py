@@ -444,7 +444,7 @@ def plan_attention(
     key = (backend, device, dtype, qk, v, rank)
     plan = _PLANS.get(key)
     if plan is None:
-        check_backend(backend)
+        backend = check_backend(backend)  # the canonical spelling: "NATIVE" is "native"
         if not 0 <= rank <= qk:
             raise ConfigError(f"rank {rank} must be between 0 and the q/k head size {qk}")
         plan = _PLANS[key] = _resolve(backend, device, dtype, qk, v, rank)

@@ -201,7 +201,7 @@ class SRNetwork(nn.Module):
         """Choose the attention kernel (a runtime choice; what the network computes stays the same)."""
         from .attention import check_backend
 
-        check_backend(backend)
+        backend = check_backend(backend)  # canonical spelling: "NATIVE" is "native"
         self.attention_backend = backend
         for module in self.modules():
             if hasattr(module, "backend"):

@@ -318,7 +318,7 @@ def eval_command(
     every_bicubic = all(m == BICUBIC for m in models)
     report_options = {"self_ensemble": self_ensemble, "tile": tile if not every_bicubic else None}
     if json_path is not None:  # provenance hashes the weights files: only for the file that records it
-        report_options |= _provenance(models, labels, device, precision)
+        report_options |= _provenance(models, labels, device, options.precision)
         atomic_write_text(
             json_path, json_text(_report(results, report_options, PROTOCOL), indent=2) + "\n", overwrite=overwrite
         )
