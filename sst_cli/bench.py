@@ -36,7 +36,7 @@ from .archs.attention import check_backend, describe_attention
 from .checks import check_choice
 from .choices import BENCH_PRECISIONS, COMPILE_MODES
 from .compiling import compile_network
-from .errors import ConfigError
+from .errors import ConfigError, WeightsNotFound
 from .runtime import (
     device_name,
     fp32_mode,
@@ -117,7 +117,7 @@ class BenchSettings:
             raise ConfigError("--config describes the architecture of --weights; give the weights too")
         remote = self.weights is not None and self.weights.strip().lower().startswith("hf://")
         if self.weights is not None and not remote and not Path(self.weights).is_file():
-            raise ConfigError(f"the weights file {self.weights} does not exist")
+            raise WeightsNotFound(f"--weights: weights file not found: {self.weights}")  # exit 1, as in upscale
         return self
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import ConfigError
+from .errors import ConfigError, WeightsNotFound
 from .recipe import CHECKPOINT_EVERY, EMA_DECAY, MAX_ITERS, PATCH
 from .zoo import SCALES
 
@@ -127,4 +127,4 @@ class TrainConfig:
                 if os.path.realpath(path) == os.path.realpath(same):
                     raise ConfigError(f"{option} and {other} name the same file, {path}: give each its own")
         if self.init is not None and not self.init.is_file():
-            raise ConfigError(f"--init {self.init}: no such weights file")
+            raise WeightsNotFound(f"--init {self.init}: no such weights file")  # exit 1, as a missing --weights

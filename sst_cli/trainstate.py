@@ -22,7 +22,7 @@ import torch
 
 from .archs.sst import SST
 from .checkpoint import read_weights
-from .errors import CheckpointError, ConfigError, SstError
+from .errors import CheckpointError, ConfigError, SstError, WeightsNotFound
 from .files import atomic_save
 
 STATE_FORMAT = "sst-cli-train/1"
@@ -86,7 +86,8 @@ def write_state(path: Path, payload: dict[str, Any]) -> None:
 def read_state(path: Path) -> dict[str, Any]:
     """A state file written by ``write_state``; anything else raises CheckpointError naming the file."""
     if not path.is_file():
-        raise ConfigError(f"--resume: there is no training state {path}; start without --resume")
+        # A file that is not there exits 1 as a missing --weights or --init does (a ConfigError exited 2).
+        raise WeightsNotFound(f"--resume: there is no training state {path}; start without --resume")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # pickle, zip and OS errors (torch's own words suggest unsafe loading: not repeated)

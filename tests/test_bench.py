@@ -224,6 +224,13 @@ def test_cli_refuses_bad_options(args: list[str], message: str) -> None:
     assert message in result.output and "quick defaults" not in result.output  # refused before anything else
 
 
+def test_a_missing_weights_file_exits_1_as_in_upscale(tmp_path: Path) -> None:
+    """``sst bench --weights missing.pth`` exited 2 (invalid options) where upscale, eval and compare exit 1."""
+    result = runner.invoke(app, ["bench", "--device", "cpu", "--weights", str(tmp_path / "missing.pth")])
+    assert result.exit_code == 1, result.output
+    assert "weights file not found" in result.output and "missing.pth" in result.output
+
+
 @needs_golden
 def test_an_sst_file_is_timed_in_the_architecture_model_names(tmp_path: Path) -> None:
     """SST files hold no window sizes: bench said to add --model, then refused --model beside --weights."""

@@ -21,7 +21,7 @@ from sst_cli.archs.sst import SST, SSTConfig
 from sst_cli.archs.sst.layers import TransformerLayer
 from sst_cli.checkpoint import read_metadata, read_weights
 from sst_cli.cli import app
-from sst_cli.errors import CheckpointError, ConfigError, OutputExists, TrainingDiverged
+from sst_cli.errors import CheckpointError, ConfigError, OutputExists, TrainingDiverged, WeightsNotFound
 from sst_cli.recipe import MILESTONES
 from sst_cli.train import (
     LR_GAMMA,
@@ -148,12 +148,22 @@ def test_out_state_and_init_are_three_files_and_the_state_a_pth(data: Path, tmp_
         ({"lr": float("inf")}, "lr must be positive"),
         ({"seed": -1}, r"--seed must be between 0 and 2\*\*32 - 1"),  # numpy's traceback, after reading the data
         ({"state": data}, "--state .*: a folder; name the file to write"),
-        ({"init": tmp_path / "nowhere.pth"}, r"--init .*nowhere\.pth: no such weights file"),
         ({"resume": True, "init": data / "a.png"}, "--resume continues the saved run, which began already"),
         ({"resume": True, "overwrite": True}, "--resume and --overwrite exclude each other"),
     ]:
         with pytest.raises(ConfigError, match=message):
             train(_config(data, out, **kw))
+
+
+def test_a_missing_init_or_resume_file_exits_1_as_a_missing_weights_file(data: Path, tmp_path: Path) -> None:
+    """``--init`` / ``--resume`` naming no file exited 2 (invalid options), upscale's missing --weights 1."""
+    with pytest.raises(WeightsNotFound, match=r"--init .*nowhere\.pth: no such weights file"):
+        train(_config(data, tmp_path / "w.pth", init=tmp_path / "nowhere.pth"))
+    base = ["train", "--data", str(data), "--iters", "2", "--out", str(tmp_path / "n.pth"), "--device", "cpu"]
+    init = runner.invoke(app, [*base, "--init", str(tmp_path / "nowhere.pth")])
+    assert init.exit_code == 1 and "no such weights file" in init.output, init.output
+    resume = runner.invoke(app, [*base, "--resume", str(tmp_path / "nowhere.state.pth")])
+    assert resume.exit_code == 1 and "there is no training state" in " ".join(resume.output.split()), resume.output
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="Windows has no SIGHUP")
@@ -207,7 +217,7 @@ def test_existing_run_needs_resume_or_overwrite_and_resume_needs_the_same_networ
         train(config)
     with pytest.raises(ConfigError, match=r"is a x2 run and this one is x3; start the new scale with --init"):
         train(replace(config, resume=True, scale=3))
-    with pytest.raises(ConfigError, match="no training state"):
+    with pytest.raises(WeightsNotFound, match="no training state"):
         train(replace(config, out=tmp_path / "other.pth", resume=True))
     assert train(replace(config, overwrite=True)).iteration == 1
     model = load_model(result.out)  # a .pth keeps the architecture too: it loads without --model

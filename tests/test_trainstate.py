@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from sst_cli import create_model
 from sst_cli.cli import app
-from sst_cli.errors import CheckpointError, ConfigError
+from sst_cli.errors import CheckpointError, ConfigError, WeightsNotFound
 from sst_cli.train import TrainConfig, train
 from sst_cli.trainstate import capture_rng, restore_rng, to_cpu, write_state
 
@@ -97,7 +97,9 @@ def test_a_state_of_another_network_scale_or_seed_is_refused(run: TrainConfig) -
         train(replace(run, model="sst-light", scale=2))
     with pytest.raises(ConfigError, match=r"was started with --seed 0, not 1"):
         train(replace(run, seed=1))
-    with pytest.raises(ConfigError, match=r"there is no training state .*nowhere.state.pth; start without --resume"):
+    with pytest.raises(
+        WeightsNotFound, match=r"there is no training state .*nowhere.state.pth; start without --resume"
+    ):
         train(replace(run, state=run.out.with_name("nowhere.state.pth")))
     notes: list[str] = []
     assert train(run, on_message=notes.append).iteration == 4  # a longer schedule is allowed, and said
