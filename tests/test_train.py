@@ -155,6 +155,15 @@ def test_out_state_and_init_are_three_files_and_the_state_a_pth(data: Path, tmp_
             train(_config(data, out, **kw))
 
 
+@pytest.mark.parametrize("value", ["-1", "0", "0.5"])
+def test_log_every_below_one_second_is_refused(data: Path, tmp_path: Path, value: str) -> None:
+    """``--log-every -1`` was taken, unlike the other numbers of ``sst train``."""
+    args = ["train", "--data", str(data), "--iters", "2", "--out", str(tmp_path / "n.pth"), "--log-every", value]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "--log-every must be at least 1 second" in result.output, result.output
+    assert not (tmp_path / "n.pth").exists()
+
+
 def test_a_missing_init_or_resume_file_exits_1_as_a_missing_weights_file(data: Path, tmp_path: Path) -> None:
     """``--init`` / ``--resume`` naming no file exited 2 (invalid options), upscale's missing --weights 1."""
     with pytest.raises(WeightsNotFound, match=r"--init .*nowhere\.pth: no such weights file"):

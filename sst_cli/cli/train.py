@@ -244,7 +244,7 @@ def train(
     ] = None,
     half: Annotated[bool, typer.Option("--half", help="Save the final weights as float16.")] = False,
     log_every: Annotated[
-        float, typer.Option("--log-every", metavar="SECONDS", help="Seconds between log lines.")
+        float, typer.Option("--log-every", metavar="SECONDS", help="Seconds between log lines (1 or more).")
     ] = 30.0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only errors and the final summary.")] = False,
 ) -> None:
@@ -272,6 +272,8 @@ def train(
         raise ConfigError("--resume STATE keeps writing STATE: give --resume or --state, not both")
     if time_limit is not None and time_limit <= 0:
         raise ConfigError(f"--time-limit must be a positive number of minutes, got {time_limit:g}")
+    if not log_every >= 1:  # -1 or 0 printed a line every step; NaN never one
+        raise ConfigError(f"--log-every must be at least 1 second, got {log_every:g}")
     settings = TrainConfig(
         data=tuple(data),
         out=out,
