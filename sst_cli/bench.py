@@ -21,7 +21,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -34,7 +34,7 @@ from .allocator import give_back_freed
 from .archs import SRNetwork
 from .archs.attention import check_backend, describe_attention
 from .checks import check_choice
-from .choices import BENCH_PRECISIONS, COMPILE_MODES
+from .choices import BENCH_PRECISIONS, COMPILE_MODES, PRECISIONS
 from .compiling import compile_network
 from .errors import ConfigError, WeightsNotFound
 from .runtime import (
@@ -85,6 +85,9 @@ class BenchSettings:
     variant: str | None = None  # the zoo model whose architecture ``weights`` are (SST files need it: windows)
 
     def __post_init__(self) -> None:
+        # Kept in the canonical spelling ("FP32" is "fp32"): the tables and the fp32/bf16 comparison match on it.
+        precisions = tuple(check_choice(p, PRECISIONS, "precision") for p in self.precisions)
+        object.__setattr__(self, "precisions", precisions)  # frozen: set once, here
         self.validate()
 
     def validate(self) -> BenchSettings:
@@ -94,7 +97,7 @@ class BenchSettings:
         for scale in self.scales:
             check_scale(scale)
         for precision in self.precisions:
-            check_choice(precision, BENCH_PRECISIONS, "precision")
+            check_choice(precision, PRECISIONS, "precision")
         if not (self.models and self.scales and self.precisions):
             raise ConfigError("give at least one model, scale and precision")
         if self.runs < 1:
@@ -315,6 +318,16 @@ def _network(name: str, scale: int, planned: SRNetwork, seed: int) -> SRNetwork:
     return _make_model(name, scale, seed) if on_meta else planned
 
 
+def _concrete_precisions(settings: BenchSettings, device: torch.device) -> tuple[BenchSettings, str | None]:
+    """``settings`` with ``auto`` resolved as upscale resolves it (bf16 on a GPU that has it, else fp32), so the
+    rows, the JSON and the fp32/bf16 comparison name what ran; and what ``auto`` chose (None: not asked)."""
+    if "auto" not in settings.precisions:
+        return settings, None
+    chose = "bf16" if resolve_precision("auto", device) == torch.bfloat16 else "fp32"
+    precisions = tuple(dict.fromkeys(chose if p == "auto" else p for p in settings.precisions))
+    return replace(settings, precisions=precisions), chose
+
+
 def check_memory(settings: BenchSettings, device: torch.device, planned: list[tuple[str, int, SRNetwork]]) -> None:
     """Refuse, before any of it is allocated, a ``size`` whose whole-image pass or a ``tiled`` whose input and
     result cannot fit: allocations that large made the machine swap, or the system kill the process, instead of
@@ -389,6 +402,7 @@ def run_bench(settings: BenchSettings, on_progress: Say | None = None) -> BenchR
     settings.validate()
     say = on_progress or (lambda _text: None)
     device = resolve_device(settings.device)
+    settings, chose = _concrete_precisions(settings, device)
     report = BenchReport(
         device=device_name(device),
         device_type=device.type,
@@ -400,6 +414,8 @@ def run_bench(settings: BenchSettings, on_progress: Say | None = None) -> BenchR
         sst_cli_version=package_version(),
         settings=asdict(settings),
     )
+    if chose is not None:
+        report.notices.append(f"--precision auto: {chose} on {report.device}")
     planned = _planned(settings)
     check_memory(settings, device, planned)
     for name, scale, shape in planned:

@@ -224,6 +224,19 @@ def test_cli_refuses_bad_options(args: list[str], message: str) -> None:
     assert message in result.output and "quick defaults" not in result.output  # refused before anything else
 
 
+def test_precision_auto_is_taken_and_the_json_names_what_ran(tmp_path: Path) -> None:
+    """``--precision auto`` was refused by bench alone; on the CPU it is fp32, as in upscale, and said so."""
+    out = tmp_path / "bench.json"
+    args = ["bench", "-m", "sst-light", "-s", "2", "--size", "32x24", "--runs", "1", "--warmup", "0", "--device", "cpu"]
+    result = runner.invoke(app, [*args, "--precision", "auto", "--precision", "FP32", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "--precision auto: fp32 on" in result.output
+    data = json.loads(out.read_text())
+    assert [r["precision"] for r in data["results"]] == ["fp32"]  # auto and fp32 are one run here
+    assert data["settings"]["precisions"] == ["fp32"]
+    assert any(n.startswith("--precision auto: fp32") for n in data["notices"])
+
+
 def test_a_missing_weights_file_exits_1_as_in_upscale(tmp_path: Path) -> None:
     """``sst bench --weights missing.pth`` exited 2 (invalid options) where upscale, eval and compare exit 1."""
     result = runner.invoke(app, ["bench", "--device", "cpu", "--weights", str(tmp_path / "missing.pth")])

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from ..checks import check_choice, check_device_name
-from ..choices import BACKENDS, BENCH_PRECISIONS
+from ..choices import BACKENDS, PRECISIONS
 from ..errors import ConfigError
 from ..zoo import VARIANTS
 from ._options import (
@@ -53,8 +53,7 @@ def _settings(
     # Refusals that need no torch come before it is imported (by bench and runtime): they answer at once.
     check_device_name(device)
     check_choice(attention, BACKENDS, "attention backend")
-    for precision in precisions or ():
-        check_choice(precision, BENCH_PRECISIONS, "precision")
+    precisions = [check_choice(precision, PRECISIONS, "precision") for precision in precisions or ()]
     layouts = {"auto": None, "on": True, "off": False}
     if channels_last not in layouts:
         raise ConfigError(f"unknown --channels-last {channels_last!r}; choose auto, on or off")
@@ -198,7 +197,11 @@ def bench(
     ] = None,
     precision: Annotated[
         list[str] | None,
-        typer.Option("--precision", metavar="fp32|bf16", help="fp32 or bf16, repeatable. Default both."),
+        typer.Option(
+            "--precision",
+            metavar="auto|fp32|bf16",
+            help="auto (bf16 on a GPU that has it, else fp32), fp32 or bf16, repeatable. Default fp32 and bf16.",
+        ),
     ] = None,
     size: Annotated[
         str | None,
