@@ -34,7 +34,7 @@ from .allocator import give_back_freed
 from .archs import SRNetwork
 from .archs.attention import check_backend, describe_attention
 from .checks import check_choice
-from .choices import BENCH_PRECISIONS, COMPILE_MODES, PRECISIONS
+from .choices import BENCH_PRECISIONS, COMPILE_MODE_ALIASES, COMPILE_MODES, PRECISIONS
 from .compiling import compile_network
 from .errors import ConfigError, WeightsNotFound
 from .runtime import (
@@ -88,6 +88,7 @@ class BenchSettings:
         # Kept in the canonical spelling ("FP32" is "fp32"): the tables and the fp32/bf16 comparison match on it.
         precisions = tuple(check_choice(p, PRECISIONS, "precision") for p in self.precisions)
         object.__setattr__(self, "precisions", precisions)  # frozen: set once, here
+        object.__setattr__(self, "compile", compile_mode(self.compile))
         self.validate()
 
     def validate(self) -> BenchSettings:
@@ -109,8 +110,7 @@ class BenchSettings:
         for option, size in (("--size", self.size), ("--tiled", self.tiled)):
             if size is not None and min(size) < 1:
                 raise ConfigError(f"{option} must be positive on both sides, got {size[0]}x{size[1]}")
-        if self.compile not in COMPILE_MODES:
-            raise ConfigError(f"unknown compile mode {self.compile!r}; choose one of {', '.join(COMPILE_MODES)}")
+        compile_mode(self.compile)
         if self.tile != "auto" and (not isinstance(self.tile, int) or self.tile < 0):
             raise ConfigError(f"--tile must be 'auto', 0 or a positive size, got {self.tile!r}")
         check_backend(self.attention)
@@ -122,6 +122,16 @@ class BenchSettings:
         if self.weights is not None and not remote and not Path(self.weights).is_file():
             raise WeightsNotFound(f"--weights: weights file not found: {self.weights}")  # exit 1, as in upscale
         return self
+
+
+def compile_mode(mode: str) -> str:
+    """The torch.compile mode ``--compile`` names; ``on`` / ``off`` as ``sst upscale --compile`` takes them."""
+    text = mode.strip().lower() if isinstance(mode, str) else mode
+    text = COMPILE_MODE_ALIASES.get(text, text)
+    if text not in COMPILE_MODES:
+        choices = ", ".join([*COMPILE_MODES, *(f"{k} (= {v})" for k, v in COMPILE_MODE_ALIASES.items())])
+        raise ConfigError(f"unknown compile mode {mode!r} for --compile; choose one of {choices}")
+    return text
 
 
 def quick_cpu_settings(**overrides: Any) -> BenchSettings:

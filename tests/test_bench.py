@@ -224,6 +224,18 @@ def test_cli_refuses_bad_options(args: list[str], message: str) -> None:
     assert message in result.output and "quick defaults" not in result.output  # refused before anything else
 
 
+def test_compile_takes_on_and_off_as_upscale_does() -> None:
+    """``sst upscale --compile on|off`` was refused by ``sst bench --compile`` ("unknown compile mode 'on'")."""
+    base = TINY | {"runs": 1, "warmup": 0}
+    assert BenchSettings(**base, compile="on").compile == "default"
+    assert BenchSettings(**base, compile="OFF").compile == "none"
+    assert BenchSettings(**base, compile="max-autotune").compile == "max-autotune"
+    with pytest.raises(ConfigError, match=r"unknown compile mode 'fast' for --compile; .*on \(= default\), off"):
+        BenchSettings(**base, compile="fast")
+    helped = " ".join(runner.invoke(app, ["bench", "--help"], env={"COLUMNS": "200"}).output.split())
+    assert "none (or off), default (or on)" in helped
+
+
 def test_precision_auto_is_taken_and_the_json_names_what_ran(tmp_path: Path) -> None:
     """``--precision auto`` was refused by bench alone; on the CPU it is fp32, as in upscale, and said so."""
     out = tmp_path / "bench.json"

@@ -155,6 +155,12 @@ def test_out_state_and_init_are_three_files_and_the_state_a_pth(data: Path, tmp_
             train(_config(data, out, **kw))
 
 
+def test_compile_help_says_it_takes_no_value() -> None:
+    """``--compile`` is auto|on|off in upscale and a mode in bench: train's help says its own is a bare flag."""
+    helped = " ".join(runner.invoke(app, ["train", "--help"], env={"COLUMNS": "200"}).output.split())
+    assert "--compile A flag (no value), unlike upscale's --compile auto|on|off" in helped
+
+
 @pytest.mark.parametrize("value", ["-1", "0", "0.5"])
 def test_log_every_below_one_second_is_refused(data: Path, tmp_path: Path, value: str) -> None:
     """``--log-every -1`` was taken, unlike the other numbers of ``sst train``."""

@@ -235,7 +235,7 @@ def bench(
         typer.Option(
             "--compile",
             metavar="MODE",
-            help="torch.compile our path: none, default, reduce-overhead (CUDA graphs), max-autotune.",
+            help="torch.compile our path: none (or off), default (or on), reduce-overhead (CUDA graphs), max-autotune.",
         ),
     ] = "none",
     channels_last: Annotated[

@@ -230,7 +230,12 @@ def train(
         ),
     ] = "auto",
     compile_: Annotated[
-        bool, typer.Option("--compile", help="Run the network through torch.compile (pays off on long GPU runs).")
+        bool,
+        typer.Option(
+            "--compile",
+            help="A flag (no value), unlike upscale's --compile auto|on|off: run the network through "
+            "torch.compile (pays off on long GPU runs).",
+        ),
     ] = False,
     report_every: Annotated[
         int | None,
