@@ -155,6 +155,13 @@ def test_out_state_and_init_are_three_files_and_the_state_a_pth(data: Path, tmp_
             train(_config(data, out, **kw))
 
 
+def test_precision_in_any_letter_case_is_taken(data: Path, tmp_path: Path) -> None:
+    """``sst upscale --precision FP32`` is taken; ``sst train`` refused it."""
+    config = _config(data, tmp_path / "w.pth", precision="BF16")
+    config.check()
+    assert config.precision == "bf16"
+
+
 def test_compile_help_says_it_takes_no_value() -> None:
     """``--compile`` is auto|on|off in upscale and a mode in bench: train's help says its own is a bare flag."""
     helped = " ".join(runner.invoke(app, ["train", "--help"], env={"COLUMNS": "200"}).output.split())
