@@ -6,6 +6,8 @@ catch ``ValueError`` or ``OSError``; the CLI maps ``SstError`` to a message and 
 
 from __future__ import annotations
 
+import errno
+
 
 class SstError(Exception):
     """Base class: an error whose message is meant for the user, without a traceback."""
@@ -85,3 +87,12 @@ def one_line(exc: BaseException) -> str:
     """``Type: first line of the message``, or the type alone for an exception without a message."""
     line = first_line(str(exc))
     return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+
+
+def system_reason(exc: OSError) -> str:
+    """``permission denied``: the system's reason for an OSError, worded as sst-cli's messages are (lower case; a
+    missing path is "no such file or folder")."""
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+        return "no such file or folder"
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return reason[:1].lower() + reason[1:]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .errors import ConfigError
+from .errors import ConfigError, system_reason
 from .files import TEMP_SUFFIX
 from .image_io import EXTENSIONS, is_image_file
 
@@ -73,17 +73,9 @@ def is_own_output(path: Path, labels: frozenset[str]) -> bool:
     return any(head.endswith("_" + label) and len(head) > len(label) + 1 for label in labels)
 
 
-def why_unreadable(exc: OSError) -> str:
-    """``permission denied``: the system's reason, worded as sst-cli's messages are."""
-    if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-        return "no such file or folder"
-    reason = exc.strerror or type(exc).__name__
-    return reason[:1].lower() + reason[1:]
-
-
 def unreadable_folder(exc: OSError) -> str:
     """What a folder walk says of a folder it could not enter (``os.walk``'s ``onerror``): never passed over."""
-    return f"cannot read the folder '{exc.filename}': {why_unreadable(exc)}"
+    return f"cannot read the folder '{exc.filename}': {system_reason(exc)}"
 
 
 def _folder_images(folder: Path, recursive: bool, exclude: Sequence[Path], skips: Skips) -> list[Job]:
@@ -161,7 +153,7 @@ def _expand(item: str, recursive: bool, exclude: Sequence[Path], skips: Skips) -
     if missing is None:
         return [Job(path, path.parent)]  # named explicitly: tried whatever its name, so errors are reported
     if not is_glob(item) or missing.errno not in (errno.ENOENT, errno.ENOTDIR):
-        return [Job(path, path.parent, error=f"cannot read '{item}': {why_unreadable(missing)}")]
+        return [Job(path, path.parent, error=f"cannot read '{item}': {system_reason(missing)}")]
     root, matches = glob_matches(item)
     jobs: list[Job] = []
     for found in matches:

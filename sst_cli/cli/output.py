@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import typer
 from rich.console import Console, ConsoleDimensions
 
-from ..errors import SstError
+from ..errors import SstError, system_reason
 from ..files import json_text
 from ..signals import stop_on_signals
 
@@ -156,10 +156,8 @@ def fail(message: str, code: int = 1) -> typer.Exit:
 
 def system_error_text(exc: OSError) -> str:
     """``cannot use 'photos/x': permission denied``: an OSError as one line naming its file."""
-    from ..inputs import why_unreadable
-
     where = f"cannot use '{exc.filename}': " if exc.filename is not None else ""
-    return where + why_unreadable(exc)
+    return where + system_reason(exc)
 
 
 def handle_errors(command: F) -> F:
@@ -193,8 +191,7 @@ def handle_errors(command: F) -> F:
             raise fail(message, code) from None
         finally:
             if _stdout.failure is not None and not isinstance(_stdout.failure, BrokenPipeError):  # `| head`: as asked
-                said = _stdout.failure.strerror or str(_stdout.failure)
-                reason = said[:1].lower() + said[1:]
+                reason = system_reason(_stdout.failure)
                 err_console.print(
                     f"[yellow]warning:[/] could not write to standard output ({as_markup(reason)}): what it shows is "
                     "cut short",
