@@ -45,7 +45,8 @@ DEFAULT_QUALITY = 95
 #: Extension used when naming an output file of each format.
 EXTENSIONS: dict[str, str] = {"png": "png", "jpeg": "jpg", "webp": "webp", "tiff": "tif", "bmp": "bmp"}
 
-_IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".jfif", ".jpe", ".webp", ".tif", ".tiff", ".bmp", ".gif"})
+#: File name endings taken as images (case-insensitive); folders are searched for these.
+IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".jfif", ".jpe", ".webp", ".tif", ".tiff", ".bmp", ".gif"})
 _PIL_FORMATS = {"PNG": "png", "JPEG": "jpeg", "MPO": "jpeg", "WEBP": "webp", "TIFF": "tiff", "BMP": "bmp", "GIF": "gif"}
 _OPEN_FORMATS = ["PNG", "JPEG", "WEBP", "TIFF", "BMP", "GIF"]  # MPO (multi-picture JPEG) comes via JPEG
 #: The formats ``read_image`` takes, as messages name them (png, jpeg, webp, tiff, bmp, gif).
@@ -75,13 +76,13 @@ class Picture:
 
 def is_image_file(path: str | os.PathLike[str]) -> bool:
     """True when the name has a readable image extension (case-insensitive); the content is not checked."""
-    return os.path.splitext(os.fspath(path))[1].lower() in _IMAGE_SUFFIXES
+    return os.path.splitext(os.fspath(path))[1].lower() in IMAGE_SUFFIXES
 
 
 def named_format(path: str | os.PathLike[str]) -> str | None:
     """The image format a file's extension names (``.jpg`` -> jpeg, ``.bmp`` -> bmp), or None."""
     suffix = os.path.splitext(os.fspath(path))[1].lower()
-    return _ALIASES.get(suffix[1:], suffix[1:]) if suffix in _IMAGE_SUFFIXES else None
+    return _ALIASES.get(suffix[1:], suffix[1:]) if suffix in IMAGE_SUFFIXES else None
 
 
 @dataclass(frozen=True)

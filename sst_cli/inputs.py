@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .errors import ConfigError, system_reason
 from .files import TEMP_SUFFIX
-from .image_io import EXTENSIONS, is_image_file
+from .image_io import IMAGE_SUFFIXES, is_image_file
 
 _MAGIC = re.compile(r"[*?[]")
 
@@ -253,7 +253,7 @@ def discover_inputs(
         if jobs:
             reasons = "; ".join(sorted({f"{j.source.name}: {j.skip}" for j in jobs})[:3])
             raise ConfigError(f"nothing to upscale in {', '.join(repr(i) for i in items)}: {reasons}")
-        kinds = ", ".join(sorted(set(EXTENSIONS.values()) | {"jpeg", "tiff", "gif"}))
+        kinds = " ".join(sorted(IMAGE_SUFFIXES))
         hint = _recursive_hint(items, recursive)
         raise ConfigError(f"no image files found in {', '.join(repr(i) for i in items)} (looked for {kinds}){hint}")
     return jobs

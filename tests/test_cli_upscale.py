@@ -395,7 +395,7 @@ def test_config_without_weights_and_unknown_model_exit_2() -> None:
 def test_empty_folder_is_a_clear_error() -> None:
     Path("empty").mkdir()
     result = sst("empty")
-    assert result.exit_code == 2 and "no image files found" in result.stderr
+    assert result.exit_code == 2 and "no image files found" in result.stderr and ".jfif" in result.stderr
     Path("nested", "deeper").mkdir(parents=True)
     image("a.png")
     among = sst("empty", "nested", "a.png", "-o", "out")  # the folders were passed over without a word
