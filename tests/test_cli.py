@@ -254,3 +254,17 @@ def test_a_hub_repo_that_is_no_repository_id_is_refused_before_any_look_up(comma
     result = runner.invoke(app, [*command, "--hub-repo", repo])
     assert result.exit_code == 2, result.output
     assert f"--hub-repo '{repo}' is not a Hugging Face repository: give it as OWNER/NAME" in result.output
+
+
+def test_models_legend_explains_every_status() -> None:
+    """Each word the weights column can show is in the legend printed under the table (``missing`` was not)."""
+    import ast
+    import inspect
+
+    from sst_cli.cli import models
+
+    tree = ast.parse(inspect.getsource(models.status))
+    returns = [n.value for n in ast.walk(tree) if isinstance(n, ast.Return) and n.value is not None]
+    shown = {c.value for r in returns for c in ast.walk(r) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    assert {"missing", "damaged", "changed", "manual", "cached", "not cached", "-"} <= shown
+    assert all(f"{word} " in models.LEGEND or f"{word}:" in models.LEGEND for word in shown), shown

@@ -25,7 +25,8 @@ app = typer.Typer(
 LEGEND = (
     "weights: cached = downloaded (under $HF_HOME), not cached = downloaded on first use or with "
     "`sst models pull NAME --scale S` (changed = modified since it was verified: checked again on use), "
-    "bundled = shipped with sst-cli (damaged: changed since, reinstall), "
+    "bundled = shipped with sst-cli (damaged: changed since, reinstall; missing: not in the weights folder, "
+    "e.g. an SST_WEIGHTS_DIR without it), "
     "- = not trained yet, manual = download it yourself "
     "(`sst models info NAME` says where) and pass --weights. from: hub OWNER/REPO@COMMIT (pinned), release URL "
     "(the authors' GitHub release), not found yet = looked for on first use (the authors' Hub collection and "
