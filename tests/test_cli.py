@@ -268,3 +268,11 @@ def test_models_legend_explains_every_status() -> None:
     shown = {c.value for r in returns for c in ast.walk(r) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
     assert {"missing", "damaged", "changed", "manual", "cached", "not cached", "-"} <= shown
     assert all(f"{word} " in models.LEGEND or f"{word}:" in models.LEGEND for word in shown), shown
+
+
+def test_models_info_aligns_long_setting_names() -> None:
+    """SSTReal's ``sampling_ig_lambda`` ran into its value: the column is as wide as the longest name."""
+    result = runner.invoke(app, ["models", "info", "sst-real"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "  sampling_ig_lambda 2.0" in lines and "  dim                192" in lines

@@ -181,8 +181,9 @@ def info(
     rows: dict[str, object] = {"weights": v.note}
     rows["architecture"] = v.arch.upper() if v.base is None else f"{v.base} (identical)"
     rows |= {key: list(value) if isinstance(value, tuple) else value for key, value in v.kwargs.items()}
+    width = max(map(len, rows))
     for key, value in rows.items():
-        console.print(f"  {key:<16} {value}", markup=False)
+        console.print(f"  {key:<{width}} {value}", markup=False)
     for s in scales:
         first, *rest = _describe(v.name, s, hub_repo)
         console.print(f"  x{s}: {v.params[s]:,} parameters; {first}", markup=False, soft_wrap=True)
