@@ -195,6 +195,9 @@ def check_inputs_exist(items: Sequence[str]) -> None:
     raise ConfigError(f"nothing to upscale: none of {names} exists (no such file, folder or match)")
 
 
+_SAME_FILE = "the same file as"
+
+
 def one_job_per_file(found: list[Job]) -> list[Job]:
     """``found`` without repeats of a path (however it is spelt), and with one job per real file: where a link
     (to the file, or to a folder above it) reaches a file also found by its own path, that path is upscaled and
@@ -215,9 +218,15 @@ def one_job_per_file(found: list[Job]) -> list[Job]:
         named.add(os.path.abspath(job.source))
         key = real.get(id(job))
         if key is not None and os.path.abspath(upscaled[key].source) != os.path.abspath(job.source):
-            job = replace(job, skip=f"the same file as {upscaled[key].source}, which is upscaled")
+            job = replace(job, skip=f"{_SAME_FILE} {upscaled[key].source}, which is upscaled")
         jobs.append(job)
     return jobs
+
+
+def distinct_files(jobs: Sequence[Job]) -> list[Job]:
+    """The jobs that stand for a file of their own: ``one_job_per_file`` skips a link to a file also named by
+    its own path, so ``a.png link-to-a.png -o one.png`` names one file, as it means."""
+    return [job for job in jobs if job.skip is None or not job.skip.startswith(_SAME_FILE)] or list(jobs)
 
 
 def _linked(path: Path, real: str) -> bool:

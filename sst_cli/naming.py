@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from .choices import DEFAULT_MODEL
 from .errors import ConfigError
 from .image_io import DEFAULT_MAX_PIXELS, DEFAULT_QUALITY, EXTENSIONS, is_image_file, normalise_format
-from .inputs import UNSUPPORTED_SUFFIXES, Job
+from .inputs import UNSUPPORTED_SUFFIXES, Job, distinct_files
 from .video_io import is_video_file
 
 if TYPE_CHECKING:
@@ -170,8 +170,9 @@ def plan_output(
         if os.path.exists(out) and not os.path.isdir(out):
             raise ConfigError(f"-o '{out}' is an existing file, not a folder or an image name")
         return Naming(model, scale, outscale, template, folder=out)
-    if len(jobs) != 1 or jobs[0].from_folder:
-        inputs = "the input is a folder" if len(jobs) == 1 else f"there are {len(jobs)} inputs"
+    files = distinct_files(jobs)
+    if len(files) != 1 or files[0].from_folder:
+        inputs = "the input is a folder" if len(files) == 1 else f"there are {len(files)} inputs"
         raise ConfigError(f"'{out}' names one image file, but {inputs}; give a folder with -o")
     if template is not None:
         raise ConfigError("--name does not apply when -o names the output file itself")

@@ -22,7 +22,7 @@ from .errors import ConfigError, SstError, VideoError
 from .filerun import BatchEvents, BatchResult, FileResult, FileStep, run_in_turn
 from .files import TEMP_SUFFIX, InputFiles, clean_stale_temporaries, removing_unused_folders, unwritable
 from .image_io import is_image_file
-from .inputs import Job, glob_matches, is_glob, is_hidden, is_own_output, one_job_per_file
+from .inputs import Job, distinct_files, glob_matches, is_glob, is_hidden, is_own_output, one_job_per_file
 from .loader import ModelSpec
 from .naming import Naming, WriteOptions, model_label
 from .preflight import claim_output
@@ -188,8 +188,9 @@ def _single_target(output: str | os.PathLike[str] | None, jobs: Sequence[Job], w
         raise ConfigError(f"'{output}' names an image file, but the input is video: name it .mp4, .mkv ... or a folder")
     if output is None or not is_video_file(output) or Path(output).is_dir():
         return None
-    if len(jobs) != 1 or jobs[0].from_folder:
-        inputs = f"{len(jobs)} clips" if len(jobs) != 1 else f"'{jobs[0].source}' was found in a folder"
+    clips = distinct_files(jobs)
+    if len(clips) != 1 or clips[0].from_folder:
+        inputs = f"{len(clips)} clips" if len(clips) != 1 else f"'{clips[0].source}' was found in a folder"
         raise ConfigError(f"'{output}' names one video file, but {inputs}: give a folder with -o")
     if writing.name is not None:
         raise ConfigError("--name does not apply when -o names the output file itself")

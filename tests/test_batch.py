@@ -122,6 +122,17 @@ def test_a_file_reached_through_a_linked_folder_is_upscaled_by_its_own_path() ->
     ]  # the absolute spelling of real/a.png: the same path, dropped without a line
 
 
+def test_a_file_and_a_link_to_it_name_one_output_file() -> None:
+    """``a.png link.png -o one.png`` was refused as "2 inputs", though the link is skipped as the same file."""
+    png(Path("a.png"))
+    os.symlink("a.png", "link.png")
+    jobs = discover_inputs(["a.png", "link.png"], recursive=False)
+    assert plan_output(jobs, "one.png", model="nn", scale=2).file == Path("one.png")
+    png(Path("b.png"))
+    with pytest.raises(ConfigError, match="there are 2 inputs"):
+        plan_output(discover_inputs(["a.png", "link.png", "b.png"], recursive=False), "one.png", model="nn", scale=2)
+
+
 def test_glob_keeps_the_tree_below_its_literal_folder() -> None:
     png(Path("in/x/a.png"))
     png(Path("in/y/b.png"))

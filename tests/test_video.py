@@ -755,6 +755,22 @@ def test_a_clip_named_twice_or_through_a_link_is_one_job(tmp_path: Path, monkeyp
     assert rest == []
 
 
+def test_a_clip_and_a_link_to_it_name_one_output_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``a.mkv link.mkv -o one.mkv`` was refused as "2 clips", though the link is skipped as the same file."""
+    from sst_cli.naming import WriteOptions
+    from sst_cli.video_batch import _single_target, find_videos
+
+    monkeypatch.chdir(tmp_path)
+    Path("a.mkv").write_bytes(b"")
+    Path("link.mkv").symlink_to("a.mkv")
+    jobs, _ = find_videos(["a.mkv", "link.mkv"], recursive=False)
+    assert _single_target("one.mkv", jobs, WriteOptions()) == Path("one.mkv")
+    Path("b.mkv").write_bytes(b"")
+    jobs, _ = find_videos(["a.mkv", "link.mkv", "b.mkv"], recursive=False)
+    with pytest.raises(ConfigError, match="2 clips"):
+        _single_target("one.mkv", jobs, WriteOptions())
+
+
 def test_a_listed_count_the_timestamps_cover_is_no_early_end(tmp_path: Path) -> None:
     from dataclasses import replace
 
