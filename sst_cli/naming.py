@@ -128,9 +128,11 @@ class Naming:
         """``-o`` folder + sub-path; else ``<base>_sst/`` + sub-path for folder inputs, else beside the file."""
         if self.folder is not None:
             return self.folder / job.relative.parent
-        if job.from_folder:
+        if job.from_folder:  # the folder named in full ("." has no name), then spelt as the input was
             base = Path(os.path.abspath(job.base))
-            return base.parent / f"{base.name or 'root'}{FOLDER_SUFFIX}" / job.relative.parent
+            sibling = base.parent / f"{base.name or 'root'}{FOLDER_SUFFIX}"
+            sibling = sibling if job.base.is_absolute() else Path(os.path.relpath(sibling))
+            return sibling / job.relative.parent
         return job.source.parent
 
     def target(self, job: Job, fmt: str) -> Path:

@@ -201,7 +201,11 @@ def test_default_output_folders() -> None:
     folder_job = Job(Path("photos/sub/a.png"), Path("photos"), from_folder=True)
     file_job = Job(Path("dir/b.jpg"), Path("dir"))
     n = naming()
-    assert n.target(folder_job, "png") == Path.cwd() / "photos_sst" / "sub" / "a_nn_x2.png"
+    assert n.target(folder_job, "png") == Path("photos_sst/sub/a_nn_x2.png")  # spelt as the input was
+    absolute = Job(Path.cwd() / "photos/a.png", Path.cwd() / "photos", from_folder=True)
+    assert n.target(absolute, "png") == Path.cwd() / "photos_sst" / "a_nn_x2.png"
+    here = Job(Path("a.png"), Path("."), from_folder=True)
+    assert n.target(here, "png") == Path("..", f"{Path.cwd().name}_sst", "a_nn_x2.png")  # "." has no name
     assert n.target(file_job, "jpeg") == Path("dir/b_nn_x2.jpg")
     out = naming(folder=Path("out"))
     assert out.target(folder_job, "tiff") == Path("out/sub/a_nn_x2.tif")
