@@ -33,8 +33,8 @@ from torch import nn
 from .allocator import give_back_freed
 from .archs import SRNetwork
 from .archs.attention import check_backend, describe_attention
-from .checks import check_choice
-from .choices import BENCH_PRECISIONS, COMPILE_MODE_ALIASES, COMPILE_MODES, PRECISIONS
+from .checks import check_choice, compile_mode
+from .choices import BENCH_PRECISIONS, PRECISIONS
 from .compiling import compile_network
 from .errors import ConfigError, WeightsNotFound
 from .runtime import (
@@ -122,16 +122,6 @@ class BenchSettings:
         if self.weights is not None and not remote and not Path(self.weights).is_file():
             raise WeightsNotFound(f"--weights: weights file not found: {self.weights}")  # exit 1, as in upscale
         return self
-
-
-def compile_mode(mode: str) -> str:
-    """The torch.compile mode ``--compile`` names; ``on`` / ``off`` as ``sst upscale --compile`` takes them."""
-    text = mode.strip().lower() if isinstance(mode, str) else mode
-    text = COMPILE_MODE_ALIASES.get(text, text)
-    if text not in COMPILE_MODES:
-        choices = ", ".join([*COMPILE_MODES, *(f"{k} (= {v})" for k, v in COMPILE_MODE_ALIASES.items())])
-        raise ConfigError(f"unknown compile mode {mode!r} for --compile; choose one of {choices}")
-    return text
 
 
 def quick_cpu_settings(**overrides: Any) -> BenchSettings:

@@ -12,7 +12,7 @@ import re
 import sys
 from numbers import Real
 
-from .choices import ALPHA_MODES, BACKENDS, COMPILE_CHOICES, PRECISIONS
+from .choices import ALPHA_MODES, BACKENDS, COMPILE_CHOICES, COMPILE_MODE_ALIASES, COMPILE_MODES, PRECISIONS
 from .errors import ConfigError
 
 MAX_TILE = 1 << 20  # a tile side beyond any picture (a million pixels): the whole image is what it means
@@ -154,3 +154,13 @@ def check_running_values(
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
     choices["compile"] = check_choice(compile, COMPILE_CHOICES, "compile choice")
     return choices
+
+
+def compile_mode(mode: str) -> str:
+    """The torch.compile mode ``--compile`` names; ``on`` / ``off`` as ``sst upscale --compile`` takes them."""
+    text = mode.strip().lower() if isinstance(mode, str) else mode
+    text = COMPILE_MODE_ALIASES.get(text, text)
+    if text not in COMPILE_MODES:
+        choices = ", ".join([*COMPILE_MODES, *(f"{k} (= {v})" for k, v in COMPILE_MODE_ALIASES.items())])
+        raise ConfigError(f"unknown compile mode {mode!r} for --compile; choose one of {choices}")
+    return text

@@ -92,6 +92,7 @@ OTHER_COMMANDS = [
     (["compare", "photo.png", "--attention", "foo"], "unknown attention backend 'foo'"),
     (["bench", "--precision", "fp16"], "unknown precision 'fp16'"),
     (["bench", "--attention", "foo"], "unknown attention backend 'foo'"),
+    (["bench", "--compile", "fast"], "unknown compile mode 'fast' for --compile"),
     (["train", "--data", ".", "--iters", "0", "--out", "w.safetensors"], "iters must be at least 1"),
     (["train", "--data", ".", "--iters", "9", "--out", "w.bin"], "name it .safetensors (recommended), .pth or .pt"),
     (

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from ..checks import check_choice, check_device_name
+from ..checks import compile_mode as check_compile_mode
 from ..choices import BACKENDS, PRECISIONS
 from ..errors import ConfigError
 from ..zoo import VARIANTS
@@ -53,6 +54,7 @@ def _settings(
     # Refusals that need no torch come before it is imported (by bench and runtime): they answer at once.
     check_device_name(device)
     check_choice(attention, BACKENDS, "attention backend")
+    check_compile_mode(compile_mode)
     precisions = [check_choice(precision, PRECISIONS, "precision") for precision in precisions or ()]
     layouts = {"auto": None, "on": True, "off": False}
     if channels_last not in layouts:
