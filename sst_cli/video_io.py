@@ -20,6 +20,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+import numpy as np
+
 from .errors import ConfigError, VideoError
 
 if TYPE_CHECKING:
@@ -730,36 +732,152 @@ def open_output_stream(output: Any, info: VideoInfo, source_stream: Any, plan: E
 
 def frame_to_array(frame: Any, rgb_depth: int, alpha: bool = False) -> Any:
     """A decoded frame as (H, W, 3) uint8 or uint16 RGB (RGBA with ``alpha``), converted with the frame's own
-    matrix and range."""
-    fmt = ("rgba64le" if alpha else "rgb48le") if rgb_depth > 8 else ("rgba" if alpha else "rgb24")
-    matrix, color_range = _matrix(frame), frame.color_range or None
-    if rgb_depth <= 8 and _subsampled_8bit(frame.format):  # swscale's direct path from 4:2:0 / 4:2:2 to RGB is
-        # biased: a flat BT.601 colour came out 1 to 2.4 levels dark; through 4:4:4 it is right to the rounding
-        full = "yuva444p" if len(frame.format.components) == 4 else "yuv444p"
-        frame = frame.reformat(format=full, src_colorspace=matrix, dst_colorspace=matrix,
-                               src_color_range=color_range, dst_color_range=color_range)  # fmt: skip
-    return frame.to_ndarray(format=fmt, src_colorspace=matrix, src_color_range=color_range)
-
-
-def _subsampled_8bit(fmt: Any) -> bool:
-    """An 8-bit YUV pixel format whose chroma is stored at less than the picture's size (4:2:0, 4:2:2, NV12 ...)."""
-    parts = fmt.components
-    return not fmt.is_rgb and all(c.bits <= 8 for c in parts) and any(c.is_chroma for c in parts)
+    matrix and range. YUV is converted here, exactly (``_yuv_to_rgb``): swscale's fixed-point matrix was up to 3.7
+    levels off (10-bit to RGB24; 2.7 for 8-bit 4:2:0 to RGB48); it only upsamples the chroma to 4:4:4 of the same
+    depth."""
+    twin = _yuv444(frame.format.name)
+    if twin is None:  # RGB, gray, palette: no matrix
+        fmt = ("rgba64le" if alpha else "rgb48le") if rgb_depth > 8 else ("rgba" if alpha else "rgb24")
+        return frame.to_ndarray(format=fmt, src_colorspace=_matrix(frame), src_color_range=frame.color_range or None)
+    matrix, full = _matrix(frame), _full_range(frame)
+    color_range = 2 if full else 1
+    frame = frame.reformat(format=twin, src_colorspace=matrix, dst_colorspace=matrix,
+                           src_color_range=color_range, dst_color_range=color_range)  # fmt: skip
+    planes = _planes(frame)
+    out = np.empty((frame.height, frame.width, 4 if alpha else 3), np.uint16 if rgb_depth > 8 else np.uint8)
+    _yuv_to_rgb(planes[:3], _depth(twin), full, matrix, out)
+    if alpha:
+        peak = np.iinfo(out.dtype).max
+        out[..., 3] = _rescaled(planes[3], _depth(twin), peak) if len(planes) == 4 else peak
+    return out
 
 
 def array_to_frame(array: Any, plan: EncodePlan, like: Any) -> av.VideoFrame:
     """(H, W, 3) RGB or (H, W, 4) RGBA back into a frame of the plan's pixel format, with the source frame's
-    matrix and range."""
+    matrix and range. YUV is computed here, exactly (``_rgb_to_yuv``), as 4:4:4 of the plan's depth: swscale's own
+    matrix was up to 1.2 levels off (8-bit full range; 0.9 level at 10 or 16 bits); it only subsamples the chroma
+    and repacks."""
     import av as _av
 
-    four = array.shape[2] == 4
-    fmt = ("rgba64le" if four else "rgb48le") if array.dtype.itemsize == 2 else ("rgba" if four else "rgb24")
-    frame = _av.VideoFrame.from_ndarray(array[: plan.height, : plan.width], format=fmt)
-    if _is_rgb(plan.pix_fmt):
-        return frame.reformat(format=plan.pix_fmt)
-    colorspace = _matrix(like)
-    color_range = like.color_range or 1  # unspecified means limited (MPEG) range for YUV
-    return frame.reformat(format=plan.pix_fmt, dst_colorspace=colorspace, dst_color_range=color_range)
+    array = array[: plan.height, : plan.width]
+    twin = _yuv444(plan.pix_fmt)
+    if twin is None:
+        four = array.shape[2] == 4
+        fmt = ("rgba64le" if four else "rgb48le") if array.dtype.itemsize == 2 else ("rgba" if four else "rgb24")
+        frame = _av.VideoFrame.from_ndarray(array, format=fmt)
+        if _is_rgb(plan.pix_fmt):
+            return frame.reformat(format=plan.pix_fmt)
+        return frame.reformat(format=plan.pix_fmt, dst_colorspace=_matrix(like), dst_color_range=like.color_range or 1)
+    matrix = _matrix(like)
+    full = like.color_range == 2 or plan.pix_fmt.startswith("yuvj")  # unspecified means limited for YUV
+    color_range = 2 if full else 1
+    frame = _av.VideoFrame(array.shape[1], array.shape[0], twin)
+    frame.colorspace, frame.color_range = int(like.colorspace or 2), color_range
+    planes = _planes(frame)
+    _rgb_to_yuv(array[..., :3], _depth(twin), full, matrix, planes[:3])
+    if len(planes) == 4:
+        peak = (1 << _depth(twin)) - 1
+        planes[3][...] = _rescaled(array[..., 3], 8 * array.dtype.itemsize, peak) if array.shape[2] == 4 else peak
+    return frame.reformat(format=plan.pix_fmt, src_colorspace=matrix, dst_colorspace=matrix,
+                          src_color_range=color_range, dst_color_range=color_range)  # fmt: skip
+
+
+@functools.cache
+def _yuv444(pix_fmt: str) -> str | None:
+    """The planar 4:4:4 YUV format of ``pix_fmt``'s depth (with alpha where it has it), which swscale converts
+    ``pix_fmt`` to and from with no matrix, only resampling the chroma; None for formats that are not YUV (RGB,
+    gray, XYZ, palette) or have no such twin (14-bit with alpha, float)."""
+    av = require_av()
+    parts = av.VideoFormat(pix_fmt).components
+    if _is_rgb(pix_fmt) or len(parts) < 3 or pix_fmt.startswith("xyz"):
+        return None
+    depth = max(c.bits for c in parts)
+    twin = ("yuva444p" if any(c.is_alpha for c in parts) else "yuv444p") + (f"{depth}le" if depth > 8 else "")
+    try:
+        av.VideoFormat(twin)
+    except ValueError:
+        return None
+    return twin
+
+
+def _full_range(frame: Any) -> bool:
+    """Whether a YUV frame is full (JPEG) range: tagged so, or a yuvj format; untagged means limited."""
+    return bool(frame.color_range == 2 or frame.format.name.startswith("yuvj"))
+
+
+def _planes(frame: Any) -> list[Any]:
+    """The planes of a planar frame as (H, W) views of its memory (writable: new frames are filled through them)."""
+    dtype = np.dtype("<u2") if _depth(frame.format.name) > 8 else np.dtype(np.uint8)
+    return [
+        np.frombuffer(p, dtype).reshape(p.height, p.line_size // dtype.itemsize)[:, : p.width] for p in frame.planes
+    ]
+
+
+def _rescaled(samples: Any, depth: int, peak: int) -> Any:
+    """``depth``-bit samples (alpha) as 0..``peak``, rounded."""
+    if (1 << depth) - 1 == peak:
+        return samples
+    return np.rint(samples * (peak / ((1 << depth) - 1)))
+
+
+#: Kr and Kb of the matrices ``_matrix`` gives: BT.709, FCC, BT.601, SMPTE 240M, BT.2020 (non-constant luminance).
+_KR_KB = {1: (0.2126, 0.0722), 4: (0.30, 0.11), 5: (0.299, 0.114), 7: (0.212, 0.087), 9: (0.2627, 0.0593)}
+
+
+def _yuv_levels(depth: int, full: bool) -> tuple[float, float, float, float]:
+    """Black, luma span, neutral chroma and chroma span of ``depth``-bit YUV (BT.601 / BT.709 / BT.2020 levels)."""
+    if full:
+        peak = (1 << depth) - 1
+        return 0.0, peak, 1 << (depth - 1), peak
+    step = 1 << (depth - 8)
+    return 16.0 * step, 219.0 * step, 128.0 * step, 224.0 * step
+
+
+def _float_for(peak: int) -> Any:
+    """float32 where its rounding error (~1e-7 of the result) cannot move a result of 0..``peak`` past its
+    rounding; float64 for 16-bit results, where float32 could be 0.02 off."""
+    return np.float32 if peak < 1 << 12 else np.float64
+
+
+def _yuv_to_rgb(yuv: list[Any], depth: int, full: bool, matrix: int | None, out: Any) -> None:
+    """Exact YUV -> RGB into ``out``'s first three channels, rounded to its integer type."""
+    kr, kb = _KR_KB[matrix or 5]
+    kg = 1 - kr - kb
+    black, y_span, grey, c_span = _yuv_levels(depth, full)
+    peak = int(np.iinfo(out.dtype).max)
+    to_y, to_c = peak / y_span, peak / c_span
+    luma = yuv[0].astype(_float_for(peak))
+    luma *= to_y
+    cb, cr = (c.astype(luma.dtype) for c in yuv[1:])
+    value, term = np.empty_like(luma), np.empty_like(luma)
+    weights = ((0.0, 2 * (1 - kr)), (-2 * kb * (1 - kb) / kg, -2 * kr * (1 - kr) / kg), (2 * (1 - kb), 0.0))
+    for channel, (wb, wr) in enumerate(weights):
+        # offsets folded into one constant; + 0.5 because the cast into ``out`` truncates, so that it rounds
+        np.add(luma, 0.5 - black * to_y - (wb + wr) * grey * to_c, out=value)
+        for chroma, weight in ((cb, wb), (cr, wr)):
+            if weight:
+                value += np.multiply(chroma, weight * to_c, out=term)
+        out[..., channel] = np.clip(value, 0, peak, out=value)
+
+
+def _rgb_to_yuv(rgb: Any, depth: int, full: bool, matrix: int | None, yuv: list[Any]) -> None:
+    """Exact RGB -> ``depth``-bit YUV, rounded, into the planes ``yuv``."""
+    kr, kb = _KR_KB[matrix or 5]
+    black, y_span, grey, c_span = _yuv_levels(depth, full)
+    top = (1 << depth) - 1
+    scale = 1 / np.iinfo(rgb.dtype).max
+    r, g, b = (rgb[..., i].astype(_float_for(top)) for i in range(3))
+    luma = np.multiply(r, kr)
+    luma += np.multiply(g, 1 - kr - kb, out=g)
+    luma += np.multiply(b, kb, out=g)
+    b -= luma
+    b *= scale * c_span / (2 * (1 - kb))
+    r -= luma
+    r *= scale * c_span / (2 * (1 - kr))
+    luma *= scale * y_span
+    for plane, value, offset in ((yuv[0], luma, black), (yuv[1], b, grey), (yuv[2], r, grey)):
+        value += offset + 0.5  # the cast into ``plane`` truncates: + 0.5 rounds
+        plane[...] = np.clip(value, 0, top, out=value)
 
 
 #: Colour matrices (AVColorSpace) -> the ones swscale converts with; others (unspecified) fall back to BT.601.

@@ -198,6 +198,96 @@ def test_subsampled_8bit_frames_decode_to_their_colour(pix_fmt: str, full: bool)
     assert np.abs(got - exact).max() <= 0.5 + 1e-9, (got.mean(0), exact)
 
 
+#: Kr, Kb of the AVColorSpace tags used below: BT.709, BT.601 (SMPTE 170M), BT.2020 non-constant luminance.
+_KR_KB = {1: (0.2126, 0.0722), 6: (0.299, 0.114), 9: (0.2627, 0.0593)}
+
+
+def _levels(depth: int, full: bool) -> tuple[float, float, float, float]:
+    """Black, luma span, neutral chroma, chroma span of ``depth``-bit YUV."""
+    if full:
+        return 0.0, 2**depth - 1, 2 ** (depth - 1), 2**depth - 1
+    step = 2 ** (depth - 8)
+    return 16 * step, 219 * step, 128 * step, 224 * step
+
+
+def _flat_yuv(pix_fmt: str, depth: int, codes: tuple[int, ...], full: bool, matrix: int) -> av.VideoFrame:
+    """A 64x48 frame of one YUV(A) colour in ``pix_fmt`` (flat: any layout holds the same codes), tagged."""
+    planar = ("yuva444p" if len(codes) == 4 else "yuv444p") + (f"{depth}le" if depth > 8 else "")
+    frame = av.VideoFrame(64, 48, planar)
+    for plane, code in zip(frame.planes, codes, strict=True):
+        plane.update(np.full(plane.buffer_size // (2 if depth > 8 else 1), code, "<u2" if depth > 8 else np.uint8))
+    rng = 2 if full else 1
+    frame = frame.reformat(format=pix_fmt, src_color_range=rng, dst_color_range=rng)
+    frame.colorspace, frame.color_range = matrix, rng
+    return frame
+
+
+@pytest.mark.parametrize(
+    ("pix_fmt", "full", "matrix"),
+    [("yuv420p", False, 6), ("yuvj420p", True, 1), ("nv12", False, 1), ("yuv422p10le", False, 1),
+     ("yuv420p10le", True, 9), ("yuv444p12le", False, 1), ("p010le", False, 9)],
+)  # fmt: skip
+@pytest.mark.parametrize("rgb_depth", [8, 16])
+def test_yuv_frames_decode_to_their_exact_colour(pix_fmt: str, full: bool, matrix: int, rgb_depth: int) -> None:
+    """swscale's fixed-point matrix put a flat colour up to 3.5 levels off outside 8-bit YUV to RGB24 (yuv420p10le to
+    RGB24, yuv420p to RGB48), so a 10-bit clip changed colour on each pass; frame_to_array is exact to the rounding."""
+    depth = max(c.bits for c in av.VideoFormat(pix_fmt).components)
+    kr, kb = _KR_KB[matrix]
+    black, y_span, grey, c_span = _levels(depth, full)
+    peak = 2**rgb_depth - 1
+    for shares in ((0.40, 0.35, 0.70), (0.75, 0.62, 0.31), (0.12, 0.81, 0.46), (0.93, 0.5, 0.5)):
+        codes = tuple(round(f * (2**depth - 1)) for f in shares)
+        frame = _flat_yuv(pix_fmt, depth, codes, full, matrix)
+        y, cb, cr = (codes[0] - black) / y_span, (codes[1] - grey) / c_span, (codes[2] - grey) / c_span
+        r, b = y + 2 * (1 - kr) * cr, y + 2 * (1 - kb) * cb
+        exact = np.clip(np.array([r, (y - kr * r - kb * b) / (1 - kr - kb), b]) * peak, 0, peak)
+        got = frame_to_array(frame, rgb_depth)
+        assert got.dtype == (np.uint16 if rgb_depth > 8 else np.uint8)
+        error = np.abs(got.reshape(-1, 3).astype(float) - exact).max()
+        assert error <= 0.5 + 1e-9, (pix_fmt, codes, got.reshape(-1, 3).mean(0), exact)
+
+
+@pytest.mark.parametrize("rgb_depth", [8, 16])
+def test_alpha_is_decoded_beside_the_exact_colour(rgb_depth: int) -> None:
+    frame = _flat_yuv("yuva420p10le", 10, (500, 300, 700, 1000), False, 1)
+    got = frame_to_array(frame, rgb_depth, alpha=True)
+    assert got.shape == (48, 64, 4)
+    peak = 2**rgb_depth - 1
+    assert np.abs(got[..., 3].astype(float) - 1000 * peak / 1023).max() <= 0.5 + 1e-9
+    assert np.array_equal(got[..., :3], frame_to_array(frame, rgb_depth))
+
+
+@pytest.mark.parametrize(
+    ("pix_fmt", "full", "matrix"),
+    [("yuv420p", False, 6), ("yuv420p", True, 6), ("yuvj420p", True, 1), ("nv12", False, 1),
+     ("yuv420p10le", False, 9), ("yuv420p10le", True, 9), ("yuv444p16le", False, 1)],
+)  # fmt: skip
+@pytest.mark.parametrize("rgb_depth", [8, 16])
+def test_rgb_encodes_to_its_exact_yuv(pix_fmt: str, full: bool, matrix: int, rgb_depth: int) -> None:
+    """swscale's RGB -> YUV matrix put a flat colour up to 1.2 code values off in full range, 3.9 at 10 bits and
+    200 at 16 bits; array_to_frame is exact to the rounding (swscale only subsamples the chroma)."""
+    depth = max(c.bits for c in av.VideoFormat(pix_fmt).components)
+    planar = "yuv444p" + (f"{depth}le" if depth > 8 else "")
+    kr, kb = _KR_KB[matrix]
+    black, y_span, grey, c_span = _levels(depth, full)
+    plan = video_io.EncodePlan("ffv1", pix_fmt, "matroska", "mkv", 64, 48, rgb_depth, {})
+    like = av.VideoFrame(64, 48, pix_fmt)
+    like.colorspace, like.color_range = matrix, 2 if full else 1
+    peak = 2**rgb_depth - 1
+    for colour in ((200, 40, 60), (31, 221, 118), (255, 255, 0), (16, 17, 250)):
+        rgb = np.minimum(np.array(colour) * peak / 255 + (np.array([97, 11, 203]) if rgb_depth > 8 else 0), peak)
+        frame = video_io.array_to_frame(np.full((48, 64, 3), rgb, np.uint16 if rgb_depth > 8 else np.uint8), plan, like)
+        assert frame.format.name == pix_fmt
+        r, g, b = rgb / peak
+        y = kr * r + (1 - kr - kb) * g + kb * b
+        exact = [black + y * y_span, grey + (b - y) / (2 - 2 * kb) * c_span, grey + (r - y) / (2 - 2 * kr) * c_span]
+        rng = 2 if full else 1
+        planes = frame.reformat(format=planar, src_color_range=rng, dst_color_range=rng).planes
+        got = np.stack([np.frombuffer(p, "<u2" if depth > 8 else np.uint8)[: p.width] for p in planes], -1)
+        error = np.abs(got.astype(float) - exact).max()
+        assert error <= 0.5 + 1e-9, (pix_fmt, colour, got.mean(0), exact)
+
+
 @pytest.mark.parametrize("bt709", [True, False])
 def test_colours_survive_the_yuv_round_trip(tmp_path: Path, bt709: bool) -> None:
     clip = make_clip(tmp_path / "red.mp4", colour=(200, 40, 60), bt709=bt709, pts_ms=(0, 40), audio=False)
@@ -325,7 +415,7 @@ def test_ten_bit_stays_ten_bit_and_lossless_keeps_sixteen(tmp_path: Path, tiny: 
     exact, _ = decoded(tmp_path / "deep.mkv")
     source, _ = decoded(clip)
     assert exact[0].format.name == "gbrp16le"
-    expected = tiny.upscale(source[1].to_ndarray(format="rgb48le"))
+    expected = tiny.upscale(frame_to_array(source[1], 16))
     assert expected.dtype == np.uint16
     np.testing.assert_array_equal(exact[1].to_ndarray(format="rgb48le"), expected)
 
