@@ -721,7 +721,7 @@ def open_output_stream(output: Any, info: VideoInfo, source_stream: Any, plan: E
         for key in ("color_primaries", "color_trc", "colorspace", "color_range"):
             setattr(ctx, key, getattr(source, key))
         if _is_rgb(info.pix_fmt) and _matrix(source) is None:
-            ctx.colorspace = _BT601  # RGB names no YUV matrix: array_to_frame converted with swscale's default
+            ctx.colorspace = _BT601  # RGB names no YUV matrix: array_to_frame used its default, BT.601
     else:
         for key in ("color_primaries", "color_trc"):
             setattr(ctx, key, getattr(source, key))
@@ -880,7 +880,7 @@ def _rgb_to_yuv(rgb: Any, depth: int, full: bool, matrix: int | None, yuv: list[
         plane[...] = np.clip(value, 0, top, out=value)
 
 
-#: Colour matrices (AVColorSpace) -> the ones swscale converts with; others (unspecified) fall back to BT.601.
+#: Colour matrices (AVColorSpace) -> the matrix converted with (_KR_KB; swscale's ids); others (unspecified) are BT.601.
 _MATRICES = {1: 1, 4: 4, 5: 5, 6: 5, 7: 7, 9: 9, 10: 9}
 _BT601 = 6  # AVCOL_SPC_SMPTE170M: the tag PyAV gives its BT.601 conversions
 
