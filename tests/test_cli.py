@@ -221,7 +221,8 @@ def test_a_damaged_bundled_file_is_shown_as_such(
     table = runner.invoke(app, ["models"], env={"COLUMNS": "300"})
     assert table.exit_code == 0 and "│ damaged" in table.output
     info = runner.invoke(app, ["models", "info", "sst-light-291", "-s", "4"], env={"COLUMNS": "300"})
-    assert "no longer has this sha256 (changed or damaged): reinstall sst-cli" in info.output
+    # the folder is the user's (SST_WEIGHTS_DIR): no reinstall mends it
+    assert f"(changed or damaged): the folder is SST_WEIGHTS_DIR={weights}: put the file back" in info.output
 
 
 def test_a_command_line_click_refuses_is_a_json_error_event_too(

@@ -305,12 +305,21 @@ def test_bundled_file_is_checked_against_its_sha256(tmp_path: Path, monkeypatch:
     (folder / "tiny_x4.safetensors").write_bytes(b"right")
     assert hub.resolve_pretrained("tiny", 4) == folder / "tiny_x4.safetensors"
     (folder / "tiny_x4.safetensors").write_bytes(b"wrong")
-    with pytest.raises(CheckpointError, match="do not match the sha256 in the manifest"):
+    with pytest.raises(CheckpointError, match="do not match the sha256 in the manifest") as info:
         hub.resolve_pretrained("tiny", 4)
+    # a folder of the user's: no reinstall brings its file back, the variable is what to look at
+    assert f"SST_WEIGHTS_DIR={folder}: put the file back there, or unset SST_WEIGHTS_DIR" in str(info.value)
+    assert "reinstall" not in str(info.value)
 
 
 def test_manifest_is_the_repo_weights_folder() -> None:
     assert hub.weights_dir() == ROOT / "weights"
+
+
+def test_a_weights_folder_without_manifest_names_the_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SST_WEIGHTS_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(ConfigError, match=r"manifest not found at .*: the folder is SST_WEIGHTS_DIR=.*nowhere: put"):
+        hub.manifest_entry("sst", 4)
 
 
 def test_repo_override_order(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -354,7 +363,7 @@ def test_bundled_and_verified_manifest_repo_id(cache: Path, tmp_path: Path, monk
     bundled_dir = tmp_path / "bundled"
     _write_manifest(bundled_dir, {**entry, "bundled": "tiny_x4.safetensors"})
     monkeypatch.setenv("SST_WEIGHTS_DIR", str(bundled_dir))
-    with pytest.raises(WeightsNotFound, match="missing"):
+    with pytest.raises(WeightsNotFound, match=f"missing: the folder is SST_WEIGHTS_DIR={bundled_dir}: put the"):
         hub.resolve_pretrained("tiny", 4)
     (bundled_dir / "tiny_x4.safetensors").write_bytes(b"x")
     assert hub.resolve_pretrained("tiny", 4) == bundled_dir / "tiny_x4.safetensors"

@@ -121,7 +121,7 @@ def _describe(v_name: str, scale: int, hub_repo: str | None) -> list[str]:
         # Hashed for real, not judged by size and mtime: damage in place keeps both, and this sha256 is pasted
         # into manifests.
         if location.source == "bundled" and not _intact(location):
-            lines.append("        the file no longer has this sha256 (changed or damaged): reinstall sst-cli")
+            lines.append(f"        the file no longer has this sha256 (changed or damaged): {hub.weights_dir_remedy()}")
         elif not _intact(location):
             lines.append("        the file no longer has this sha256 (changed or damaged): run "
                          f"`sst models pull {v_name} --scale {scale}{again}` to download it again")  # fmt: skip

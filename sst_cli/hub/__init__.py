@@ -26,6 +26,7 @@ from .manifest import (
     off_hub_message,
     release_base,
     weights_dir,
+    weights_dir_remedy,
 )
 from .net import reachable
 from .pins import Pin, pins_path, read_pins, release_dir
@@ -73,4 +74,5 @@ __all__ = [
     "show_downloads",
     "verify_sha256",
     "weights_dir",
+    "weights_dir_remedy",
 ]

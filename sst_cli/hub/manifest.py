@@ -39,6 +39,15 @@ def weights_dir() -> Path:
     return Path(str(found))
 
 
+def weights_dir_remedy() -> str:
+    """What mends a missing or changed file of the weights folder: a reinstall for the folder sst-cli ships; for an
+    SST_WEIGHTS_DIR of the user's, whose files no reinstall brings back, the variable is named."""
+    env = os.environ.get("SST_WEIGHTS_DIR")
+    if env:
+        return f"the folder is SST_WEIGHTS_DIR={env}: put the file back there, or unset SST_WEIGHTS_DIR"
+    return "reinstall sst-cli"
+
+
 @functools.cache
 def checkout_weights(root: Path) -> Path | None:
     """``root/weights`` when ``root``, the folder above the package, is sst-cli's source checkout (an editable
@@ -58,7 +67,7 @@ def _load_manifest_at(path: Path) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
-        raise ConfigError(f"weights manifest not found at {path}") from exc
+        raise ConfigError(f"weights manifest not found at {path}: {weights_dir_remedy()}") from exc
     except (OSError, ValueError) as exc:
         raise ConfigError(f"weights manifest {path} cannot be read: {exc}") from exc
     if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:

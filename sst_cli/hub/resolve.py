@@ -31,6 +31,7 @@ from .manifest import (
     not_trained_message,
     off_hub_message,
     release_base,
+    weights_dir_remedy,
 )
 from .pins import Pin, drop_pin, get_pin, known_sha256, pin_key, pins_path, release_dir, remember_sha256, save_pin
 from .progress import note
@@ -451,11 +452,12 @@ def _bundled(entry: Entry) -> Location:
     path = entry.bundled_path
     assert path is not None
     if not path.is_file():
-        raise WeightsNotFound(f"bundled weights {path} for {entry.label} are missing: reinstall sst-cli")
+        raise WeightsNotFound(f"bundled weights {path} for {entry.label} are missing: {weights_dir_remedy()}")
     if entry.sha256 and sha256_of(path) != entry.sha256:
         raise CheckpointError(
             f"bundled weights {path} do not match the sha256 in the manifest (changed or damaged): "
-            "reinstall sst-cli, or update the manifest if you replaced them on purpose"
+            + weights_dir_remedy()
+            + ", or update the manifest if you replaced them on purpose"
         )
     return Location(entry.name, entry.scale, "bundled", path, filename=entry.bundled, sha256=entry.sha256)
 
