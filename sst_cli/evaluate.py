@@ -163,11 +163,16 @@ def find_dataset(spec: str, data_root: str | os.PathLike[str] | None = None) -> 
     root = data_root if data_root is not None else os.environ.get(DATA_ROOT_ENV)
     if not root:
         raise ConfigError(f"where is {known}? pass --data-root DIR (holding {known}/) or set {DATA_ROOT_ENV}")
+    given = "--data-root" if data_root is not None else DATA_ROOT_ENV
+    if not Path(root).expanduser().is_dir():
+        why = "is not a folder" if Path(root).expanduser().exists() else "does not exist"
+        raise ConfigError(f"{given} '{root}' {why}: it should be the folder holding {known}/")
     tried = [Path(root).expanduser() / folder for folder in KNOWN_DATASETS[known]]
     for folder in tried:
         if folder.is_dir():
             return _open_dataset(known, folder)
-    raise ConfigError(f"dataset {known} not found: none of {', '.join(map(str, tried))} is a folder")
+    where = f"no folder {tried[0]}" if len(tried) == 1 else f"none of {', '.join(map(str, tried))} is a folder"
+    raise ConfigError(f"dataset {known} not found in {given} '{root}': {where}")
 
 
 def _open_dataset(name: str, root: Path) -> Dataset:

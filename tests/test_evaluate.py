@@ -72,8 +72,18 @@ def test_find_dataset_errors_say_what_to_do(tmp_path: Path, monkeypatch: pytest.
         find_dataset("Set99")
     with pytest.raises(ConfigError, match="--data-root"):
         find_dataset("Set5")
-    with pytest.raises(ConfigError, match="Urban100 not found"):
+    with pytest.raises(ConfigError, match=rf"Urban100 not found in --data-root '{tmp_path}': no folder .*Urban100$"):
         find_dataset("urban100", tmp_path)
+    with pytest.raises(ConfigError, match=r"B100 not found in .*: none of .*B100, .*BSD100, .*BSDS100 is a folder"):
+        find_dataset("B100", tmp_path)
+    # the root itself is what is wrong: said so, not "none of <root>/Set5 is a folder"
+    with pytest.raises(ConfigError, match=rf"--data-root '{tmp_path / 'gone'}' does not exist: it should be the"):
+        find_dataset("Set5", tmp_path / "gone")
+    (tmp_path / "afile").write_text("x")
+    monkeypatch.setenv("SST_DATA_ROOT", str(tmp_path / "afile"))
+    with pytest.raises(ConfigError, match=r"SST_DATA_ROOT '.*afile' is not a folder: it should be the folder holding"):
+        find_dataset("Set5")
+    monkeypatch.delenv("SST_DATA_ROOT")
     (tmp_path / "noHR").mkdir()
     with pytest.raises(ConfigError, match="has no HR/ folder"):
         find_dataset(str(tmp_path / "noHR"))
