@@ -353,6 +353,11 @@ def check_spared(target: Path, keep: Iterable[Path], what: str) -> None:
     """Refuse (before any work) a folder that will be replaced whole (``atomic_folder``) while ``keep`` (the run's
     inputs, its other outputs) lies inside it: the swap would delete them. ``what`` names the folder's option."""
     for path in keep:
+        if os.path.realpath(path) == os.path.realpath(target):
+            raise WriteError(
+                f"{what} '{target}' is what this run reads (or another of its outputs): replacing it whole when the "
+                "run ends would delete it; choose another folder"
+            )
         if is_within(path, target):
             raise WriteError(
                 f"'{path}' is inside {what} '{target}', which is replaced whole when the run ends: "

@@ -164,6 +164,17 @@ def test_a_writer_takes_its_lock_though_a_clean_up_holds_it_for_a_moment(tmp_pat
         assert in_use(temp) is True
 
 
+def test_a_folder_to_replace_that_is_an_input_itself_is_named_once(tmp_path: Path) -> None:
+    """``--report Set5`` (the dataset read) said "'Set5' is inside the --report folder 'Set5'"."""
+    data = tmp_path / "Set5"
+    (data / "HR").mkdir(parents=True)
+    with pytest.raises(files.WriteError, match=rf"^the --report folder '{data}' is what this run reads \(or"):
+        files.check_spared(data, [data], "the --report folder")
+    with pytest.raises(files.WriteError, match=rf"^'{data / 'HR'}' is inside the --report folder '{data}'"):
+        files.check_spared(data, [data / "HR"], "the --report folder")
+    files.check_spared(tmp_path / "report", [data], "the --report folder")
+
+
 def test_a_replaced_folder_left_aside_by_a_killed_run_is_cleaned_up(tmp_path: Path) -> None:
     """A run killed between moving the old report aside and deleting it left a whole report ('.old') that no
     clean-up recognised: hidden, and kept for ever."""
