@@ -521,76 +521,81 @@ def _train(
     last_save = run.start
     stopped_by = "done"
     run.model.train()
-    with _stop_requests() as stop, _cudnn_benchmark(device):
-        while run.iteration < config.iters:
-            if stop[0]:
-                stopped_by = "interrupted"
-                break
-            if config.time_limit is not None and time.monotonic() - run.start >= config.time_limit:
-                stopped_by = "time limit"
-                break
-            lr = run.lr()
-            try:
-                pending.append(run.step())
-            except Exception as exc:  # an allocator failure is the settings' fault: one sentence, not a traceback
-                if not is_out_of_memory(exc):
-                    raise
-                raise ConfigError(
-                    f"out of memory at iteration {run.iteration + 1} with --batch {settings['batch']} and --patch "
-                    f"{config.patch} on {settings['device']}: lower them (the last checkpoint, if any, is kept)"
-                ) from None
-            if run.iteration % every == 0 or run.iteration in (first + 1, config.iters):
-                values = torch.stack(pending).tolist()  # the one place the loop waits for the GPU
-                _check_finite(values, run.iteration, lr, state_file)
-                losses += values
-                pending.clear()
-                if on_progress is not None:
-                    now = time.monotonic()
-                    rate = (run.iteration - first) / max(now - run.start, 1e-9)
-                    mean = sum(values) / len(values)
-                    on_progress(TrainProgress(run.iteration, config.iters, mean, lr, run.elapsed(), rate))
-            by_steps = config.checkpoint_iters > 0 and run.iteration % config.checkpoint_iters == 0
-            by_time = config.checkpoint_every > 0 and time.monotonic() - last_save >= config.checkpoint_every
-            if (by_steps or by_time) and run.iteration < config.iters:  # 0 turns either off
+    # the handlers stay until the final state and weights are written: a signal then lets the write finish
+    with _stop_requests() as stop:
+        with _cudnn_benchmark(device):
+            while run.iteration < config.iters:
+                if stop[0]:
+                    stopped_by = "interrupted"
+                    break
+                if config.time_limit is not None and time.monotonic() - run.start >= config.time_limit:
+                    stopped_by = "time limit"
+                    break
+                lr = run.lr()
                 try:
-                    run.save_state()
-                    say(f"checkpoint: iteration {run.iteration}, state saved to {state_file}")
-                except WriteError as exc:  # a full disk must not end hours of training: the weights still come
-                    say(f"checkpoint at iteration {run.iteration} not saved ({exc}); training goes on and tries again")
-                last_save = time.monotonic()
-    if pending:
-        losses += torch.stack(pending).tolist()
-        _check_finite(losses[-len(pending) :], run.iteration, run.lr(), state_file)
-    state_error: WriteError | None = None
-    try:
-        run.save_state()
-    except WriteError as exc:
-        if stopped_by == "interrupted":
-            raise
-        state_error = exc
-    result = TrainResult(
-        out=None,
-        state=state_file,
-        iteration=run.iteration,
-        iters=config.iters,
-        seconds=run.elapsed(),
-        losses=losses,
-        finished=run.iteration >= config.iters,
-        stopped_by=stopped_by,
-        images=len(images),
-        init=run.init,
-    )
-    if stopped_by == "interrupted":
-        raise TrainingInterrupted(result, stop[0])
-    try:
-        run.save_weights(len(images))
-    except WriteError as exc:
-        saved_state = (
-            f"the state for --resume was saved to {state_file}"
-            if state_error is None
-            else ("the state for --resume could not be written either: nothing of this run was saved")
+                    pending.append(run.step())
+                except Exception as exc:  # an allocator failure is the settings' fault: one sentence, not a traceback
+                    if not is_out_of_memory(exc):
+                        raise
+                    raise ConfigError(
+                        f"out of memory at iteration {run.iteration + 1} with --batch {settings['batch']} and --patch "
+                        f"{config.patch} on {settings['device']}: lower them (the last checkpoint, if any, is kept)"
+                    ) from None
+                if run.iteration % every == 0 or run.iteration in (first + 1, config.iters):
+                    values = torch.stack(pending).tolist()  # the one place the loop waits for the GPU
+                    _check_finite(values, run.iteration, lr, state_file)
+                    losses += values
+                    pending.clear()
+                    if on_progress is not None:
+                        now = time.monotonic()
+                        rate = (run.iteration - first) / max(now - run.start, 1e-9)
+                        mean = sum(values) / len(values)
+                        on_progress(TrainProgress(run.iteration, config.iters, mean, lr, run.elapsed(), rate))
+                by_steps = config.checkpoint_iters > 0 and run.iteration % config.checkpoint_iters == 0
+                by_time = config.checkpoint_every > 0 and time.monotonic() - last_save >= config.checkpoint_every
+                if (by_steps or by_time) and run.iteration < config.iters:  # 0 turns either off
+                    try:
+                        run.save_state()
+                        say(f"checkpoint: iteration {run.iteration}, state saved to {state_file}")
+                    except WriteError as exc:  # a full disk must not end hours of training: the weights still come
+                        say(
+                            f"checkpoint at iteration {run.iteration} not saved ({exc}); "
+                            "training goes on and tries again"
+                        )
+                    last_save = time.monotonic()
+        if pending:
+            losses += torch.stack(pending).tolist()
+            _check_finite(losses[-len(pending) :], run.iteration, run.lr(), state_file)
+        state_error: WriteError | None = None
+        try:
+            run.save_state()
+        except WriteError as exc:
+            if stopped_by == "interrupted":
+                raise
+            state_error = exc
+        result = TrainResult(
+            out=None,
+            state=state_file,
+            iteration=run.iteration,
+            iters=config.iters,
+            seconds=run.elapsed(),
+            losses=losses,
+            finished=run.iteration >= config.iters,
+            stopped_by=stopped_by,
+            images=len(images),
+            init=run.init,
         )
-        raise WriteError(f"{exc}; {saved_state}") from None
-    if state_error is not None:  # the weights are written; only the state for a later --resume is missing
-        raise WriteError(f"{state_error}; the weights were written to {config.out}, the state for --resume was not")
-    return replace(result, out=config.out)
+        if stopped_by == "interrupted":
+            raise TrainingInterrupted(result, stop[0])
+        try:
+            run.save_weights(len(images))
+        except WriteError as exc:
+            saved_state = (
+                f"the state for --resume was saved to {state_file}"
+                if state_error is None
+                else ("the state for --resume could not be written either: nothing of this run was saved")
+            )
+            raise WriteError(f"{exc}; {saved_state}") from None
+        if state_error is not None:  # the weights are written; only the state for a later --resume is missing
+            raise WriteError(f"{state_error}; the weights were written to {config.out}, the state for --resume was not")
+        return replace(result, out=config.out)

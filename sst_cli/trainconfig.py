@@ -116,7 +116,8 @@ class TrainConfig:
         """The weights written, the state and the weights started from are three different files, and the
         state is a .pth (``--state im0.png --overwrite`` replaced a training image)."""
         state = self.state_file
-        for option, path in (("--out", self.out), ("--state", state)):
+        state_option = "--resume" if self.resume and self.state is not None else "--state"  # as the user typed it
+        for option, path in (("--out", self.out), (state_option, state)):
             if path.is_dir():
                 raise ConfigError(f"{option} {path}: a folder; name the file to write")
         if state.suffix.lower() not in (".pth", ".pt"):
@@ -124,7 +125,7 @@ class TrainConfig:
                 raise ConfigError(f"--resume {state}: a training state is a .pth that sst train wrote beside --out "
                                   "(weights to start from go to --init)")  # fmt: skip
             raise ConfigError(f"--state {state}: name it .pth (a training state is a PyTorch checkpoint)")
-        named = [("--out", self.out), ("--state", state)] + ([("--init", self.init)] if self.init else [])
+        named = [("--out", self.out), (state_option, state)] + ([("--init", self.init)] if self.init else [])
         for i, (option, path) in enumerate(named):
             for other, same in named[i + 1 :]:
                 if os.path.realpath(path) == os.path.realpath(same):

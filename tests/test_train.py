@@ -203,6 +203,33 @@ def test_a_hang_up_saves_the_state_as_ctrl_c_does(data: Path, tmp_path: Path) ->
     assert stop.value.exit_code == 129  # as a shell reports SIGHUP, and as upscale exits
 
 
+def test_a_signal_during_the_final_write_lets_it_finish(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while the finished run wrote its weights aborted the write and said "interrupted while training,
+    before the state could be saved", though the state of the last iteration was saved: now the write finishes."""
+    import sst_cli.train as engine
+
+    write = engine._TrainingRun.save_weights
+
+    def ctrl_c_then_write(run: object, *args: object) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        write(run, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine._TrainingRun, "save_weights", ctrl_c_then_write)
+    result = train(_config(data, tmp_path / "f.safetensors", iters=2))
+    assert result.finished and result.out is not None and result.out.is_file() and state_path(result.out).is_file()
+
+
+def test_a_folder_given_to_resume_is_called_resume(data: Path, tmp_path: Path) -> None:
+    """``--resume .`` said "--state .: a folder", an option the user had not typed."""
+    args = ["train", "--data", str(data), "--iters", "2", "--out", str(tmp_path / "r.pth"), "--device", "cpu"]
+    resumed = runner.invoke(app, [*args, "--resume", str(tmp_path)])
+    assert resumed.exit_code == 2 and f"--resume {tmp_path}: a folder" in " ".join(resumed.output.split())
+    state = runner.invoke(app, [*args, "--state", str(tmp_path)])
+    assert state.exit_code == 2 and f"--state {tmp_path}: a folder" in " ".join(state.output.split())
+
+
 def test_exit_codes_say_which_signal_stopped_the_run_and_whether_the_state_was_saved(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
