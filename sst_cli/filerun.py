@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from .errors import ImageError, OutputExists, OutputIsInput, SstError
-from .image_io import output_format, read_image, write_image
+from .image_io import for_format, output_format, read_image, write_image
 from .inputs import Job
 from .naming import Naming, WriteOptions
 from .preflight import Preflight, _Plan
@@ -220,6 +220,7 @@ class _BatchRun:
             assert plan.target is not None and plan.format is not None and isinstance(self.upscaler, Upscaler)
             with self.upscaler.phases.timed("read"):
                 picture = read_image(job.source, max_pixels=self.writing.max_pixels or None)
+            picture = for_format(picture, plan.format)  # the failure names the file; opaque alpha goes to JPEG
             if output_format(picture, self.writing.format) != plan.format and plan.format != "png":
                 raise ImageError(f"cannot read '{job.source}': its pixels do not match its header")
             upscaled, record.tile = self.upscaler.upscale_picture(picture, self.on_tile)

@@ -112,12 +112,10 @@ def choose_format(info: ImageInfo, requested: str | None, out_size: tuple[int, i
 
     ``requested`` if given, else the input's format. PNG replaces BMP (not written), JPEG/WebP for 16-bit
     input, JPEG for alpha, and any format too small for ``out_size`` (width, height), so that nothing the
-    source carried is lost and no computation ends in an unwritable result. A requested JPEG for a
-    transparent image is an ImageError: silently flattening it would surprise.
+    source carried is lost and no computation ends in an unwritable result. A requested JPEG for an image with
+    an alpha channel is taken here: only its pixels say whether it is transparent (``for_format``).
     """
     fmt = normalise_format(requested) if requested is not None else info.format
-    if requested is not None and fmt == "jpeg" and info.alpha:
-        raise ImageError(f"output format '{requested}': JPEG cannot store transparency; choose png, webp or tiff")
     why = ""
     if fmt not in _WRITE_FORMATS:
         fmt = "png"
@@ -726,7 +724,7 @@ def write_image(
     if not overwrite and os.path.lexists(name):
         raise OutputExists(f"refusing to overwrite '{name}': it already exists")
     fmt = normalise_format(format) if format else _format_from_name(name)
-    _check_can_hold(picture, fmt, f"'{name}'")
+    picture = for_format(picture, fmt, f"'{name}'")
     if not 1 <= quality <= 100:
         raise ConfigError(f"quality must be between 1 and 100, not {quality}")
     depth = 16 if picture.bit_depth == 16 and fmt in ("png", "tiff") else 8
@@ -811,10 +809,16 @@ def _format_from_name(name: str) -> str:
         raise ImageError(f"cannot write '{name}': name it .png, .jpg, .webp or .tif, or give a format") from None
 
 
-def _check_can_hold(picture: Picture, fmt: str, what: str) -> None:
-    """Refuse JPEG for transparent pictures: silently flattening onto some colour would surprise."""
-    if fmt == "jpeg" and picture.alpha is not None:
-        raise ImageError(f"{what}: JPEG cannot store transparency; choose png, webp or tiff for this image")
+def for_format(picture: Picture, fmt: str, what: str = "") -> Picture:
+    """``picture`` as ``fmt`` can hold it: for JPEG, an alpha channel opaque everywhere (a screenshot's) is
+    dropped, nothing being lost; real transparency is refused, since flattening it onto a colour the user did
+    not choose would surprise. Called on the decoded picture, before the network runs."""
+    if fmt != "jpeg" or picture.alpha is None:
+        return picture
+    if bool((picture.alpha >= 1.0).all()):
+        return replace(picture, alpha=None)
+    named = f"{what}: " if what else ""
+    raise ImageError(f"{named}JPEG cannot store transparency, which this image has; choose png, webp or tiff")
 
 
 def _quantise(picture: Picture, depth: int, name: str) -> np.ndarray:

@@ -30,6 +30,7 @@ from .image_io import (
     Picture,
     choose_format,
     clipping_note,
+    for_format,
     read_image,
     write_image,
 )
@@ -560,6 +561,7 @@ class Upscaler:
         chosen, why = choose_format(ImageInfo.of(picture), named, self.output_size(width, height, source))
         if why:
             raise ImageError(f"cannot write '{os.fspath(target)}': {why}; choose another format")
+        picture = for_format(picture, chosen, f"cannot write '{os.fspath(target)}' from '{os.fspath(source)}'")
         if not overwrite and os.path.lexists(target):
             raise OutputExists(f"'{os.fspath(target)}' already exists (pass overwrite=True to replace it)")
         self._notify(clipping_note(source, picture.clipped) if picture.clipped else None)

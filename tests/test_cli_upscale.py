@@ -311,6 +311,22 @@ def test_a_result_too_large_for_memory_is_refused_before_the_network(count_upsca
     assert "lower --outscale" in result.stderr and files_under(".") == ["a.png"]
 
 
+def test_jpeg_takes_an_opaque_rgba_and_refuses_transparency_before_the_network(count_upscales: list[int]) -> None:
+    """A screenshot (RGBA, opaque everywhere) was refused as JPEG from its header alone."""
+    opaque = RNG.integers(0, 256, (12, 16, 4), dtype=np.uint8)
+    opaque[..., 3] = 255
+    Image.fromarray(opaque, "RGBA").save("shot.png")
+    see_through = opaque.copy()
+    see_through[3, 4, 3] = 128
+    Image.fromarray(see_through, "RGBA").save("logo.png")
+    result = sst("shot.png", "logo.png", "--format", "jpg", "-o", "out", "-q")
+    assert result.exit_code == 1 and count_upscales == [16], result.output  # only the screenshot reached it
+    assert "logo.png: JPEG cannot store transparency, which this image has; choose png, webp or tiff" in result.stderr
+    assert files_under("out") == ["shot_mini_x3_x3.jpg"]
+    with Image.open("out/shot_mini_x3_x3.jpg") as im:
+        assert (im.mode, im.size) == ("RGB", (48, 36))
+
+
 def test_a_fatal_error_is_a_json_event_too() -> None:
     image("a.png")
     result = sst("a.png", "--tile", "big", "--json-log")

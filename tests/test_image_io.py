@@ -790,13 +790,18 @@ def test_format_from_argument_or_extension(tmp_path: Path) -> None:
         write_image(tmp_path / "out.png", _picture(), format="gif")
 
 
-def test_jpeg_with_alpha_is_refused(tmp_path: Path) -> None:
-    picture = _picture(alpha=np.ones((4, 5), np.float32))
-    with pytest.raises(ImageError, match="JPEG cannot store transparency"):
+def test_jpeg_with_transparency_is_refused_and_an_opaque_alpha_channel_dropped(tmp_path: Path) -> None:
+    """An RGBA screenshot, opaque everywhere, was refused as JPEG: its alpha channel holds nothing to lose."""
+    alpha = np.ones((4, 5), np.float32)
+    alpha[2, 3] = 254 / 255
+    picture = _picture(alpha=alpha)
+    with pytest.raises(ImageError, match="JPEG cannot store transparency, which this image has"):
         write_image(tmp_path / "out.jpg", picture)
-    with pytest.raises(ImageError, match="transparency"):
-        output_format(picture, "jpg")
     assert os.listdir(tmp_path) == []
+    assert output_format(picture, "jpg") == "jpeg"  # the header is not enough to tell: the pixels decide
+    opaque = _picture(alpha=np.ones((4, 5), np.float32))
+    write_image(tmp_path / "out.jpg", opaque)
+    assert read_image(tmp_path / "out.jpg").alpha is None
 
 
 def test_16bit_picture_written_as_8bit_jpeg(tmp_path: Path) -> None:
