@@ -585,8 +585,9 @@ def test_downloads_report_to_the_display(fake: FakeHub, tmp_path: Path, monkeypa
     host = fake.url.split("://", 1)[1]
     assert notes[0] == f"sst-light x2: looking for {LIGHT2} in the repositories of {OWNER} on {host}"
     assert notes[1].startswith(f"sst-light x2: {LIGHT2} from the Hugging Face repository {OWNER}/SSTlight_DFLIP_X2")
-    assert notes[2] == f"sst x4: looking for {SST4} in the repositories of {OWNER} on {host}"
-    assert notes[3] == f"sst x4: {SST4} from the authors' release {fake.url}/release/{SST4}"
+    assert notes[2].startswith("Error while downloading") and notes[2].endswith("Trying to resume download...")
+    assert notes[3] == f"sst x4: looking for {SST4} in the repositories of {OWNER} on {host}"
+    assert notes[4] == f"sst x4: {SST4} from the authors' release {fake.url}/release/{SST4}"
 
     from rich.console import Console
 
@@ -600,6 +601,34 @@ def test_downloads_report_to_the_display(fake: FakeHub, tmp_path: Path, monkeypa
     assert "SST_DF2K_X2.pth" in terminal.file.getvalue()  # the bar was drawn (and removed when done)
     silent = (downloads.download_display(quiet=True), downloads.download_display(json_log=True))
     assert all(type(display) is hub.Display for display in silent)  # --quiet, --json-log: nothing shown
+
+
+def test_library_log_lines_go_to_the_display_not_the_terminal(fake: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--quiet and --json-log printed dozens of huggingface_hub log lines on a failing download ("Error while
+    downloading ...", "Retrying in 8s [Retry 5/5]"): its StreamHandler wrote them to stderr."""
+    from huggingface_hub.utils import logging as hub_logging
+
+    terminal = io.StringIO()
+    logger = hub_logging.get_logger()
+    for handler in logger.handlers:
+        monkeypatch.setattr(handler, "stream", terminal)
+    before = logger.handlers[:]
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"x" * 5000})
+    fake.fail(1, 500, match="/api/collections")  # retried by huggingface_hub's backoff, which logs it
+    fake.truncate(100, keep=10)  # every transfer of the file breaks off: logged on each try
+    recorder = _Recorder()
+    with hub.show_downloads(recorder), pytest.raises(WeightsNotFound) as info:
+        hub.pull("sst-light", 2)
+    _one_sentence(str(info.value))
+    assert terminal.getvalue() == ""
+    notes = [e[1] for e in recorder.events if e[0] == "note"]
+    assert any("Retrying in" in n for n in notes) and any("Error while downloading" in n for n in notes)
+    assert len(notes) == len(set(notes))  # a line repeated on every try is said once
+    assert logger.handlers == before  # put back: without a display, the library speaks as in any HF tool
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X3", {"SSTlight_DFLIP_X3.pth": b"y"})
+    fake.fail(1, 500, match="/api/collections")
+    hub.resolve("sst-light", 3)
+    assert "Retrying in" in terminal.getvalue()
 
 
 def _checkpoint(name: str, scale: int) -> bytes:

@@ -10,6 +10,9 @@
   before, ``http_get`` makes its bar from ``file_download.tqdm``, which is swapped for the time of the call,
   and a transfer it resumes continues the same bar.
 * A download that fails leaves no ``.incomplete`` file in the cache (0.x keeps them to resume later).
+* The library's log records (a transfer cut off and resumed, "Retrying in 8s [Retry 5/5]") become notes on the
+  current display while a call runs (``retried``), instead of lines on stderr that --quiet and --json-log cannot
+  silence; with no display set they are left alone, as in any HF tool.
 * API calls (listings, model info) have no time limit in the library: a server that accepts the connection and
   never answers held sst-cli forever. ``answered`` bounds them (SST_HUB_TIMEOUT seconds, default 60).
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import errno
+import logging
 import os
 import threading
 import time
@@ -28,7 +32,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .._version import __version__
-from .progress import progress_kwargs, tqdm_class
+from .progress import current_display, note, progress_kwargs, tqdm_class
 
 T = TypeVar("T")
 
@@ -39,6 +43,9 @@ NETWORK_MODULES = ("httpx", "httpx2", "httpcore", "h11", "requests", "urllib3", 
 _SWAP_LOCK = threading.Lock()
 DEFAULT_API_TIMEOUT = 60.0
 STALE_PARTIAL_S = 3600.0  # a partial download untouched this long belongs to no running transfer
+_LOG_LOCK = threading.Lock()
+_log_users = 0  # calls in progress that route huggingface_hub's log records (threads, nested calls)
+_log_saved: tuple[list[logging.Handler], bool] = ([], True)
 
 
 class NoAnswer(Exception):
@@ -140,8 +147,6 @@ def hub_download(repo_id: str, filename: str, revision: str | None) -> Path:
     the sizes); its other warnings become notes on the display, and so does another download in progress from
     the repository (the library waits for its lock without a word)."""
     from huggingface_hub import hf_hub_download
-
-    from .progress import note
 
     blobs = Path(cache_dir()) / f"models--{repo_id.replace('/', '--')}" / "blobs"
     started = time.time() - 1.0
@@ -264,14 +269,62 @@ def transient(exc: BaseException) -> bool:
     return False
 
 
+class _ToDisplay(logging.Handler):
+    """huggingface_hub's log records as notes on the current display (none under --quiet / --json-log), each
+    once: a transfer cut off again and again logs the same lines on every try."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.said: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):  # a log line must never fail a download
+            text = " ".join(record.getMessage().split())
+            if text not in self.said:
+                self.said.add(text)
+                note(text)
+
+
+@contextlib.contextmanager
+def _library_logs_to_display() -> Iterator[None]:
+    """Route the ``huggingface_hub`` logger to the display for the time of a call, then restore it: its
+    StreamHandler wrote dozens of retry lines to stderr that --quiet and --json-log promise not to show. The
+    first call in progress swaps the handlers, the last one puts them back (calls run in threads and nest)."""
+    global _log_users, _log_saved
+    if current_display() is None:  # no front end: the library speaks as in any HF tool
+        yield
+        return
+    from huggingface_hub.utils import logging as hub_logging  # its import adds the StreamHandler: before the swap
+
+    logger = hub_logging.get_logger()
+    with _LOG_LOCK:
+        if _log_users == 0:
+            _log_saved = (logger.handlers[:], logger.propagate)
+            logger.handlers, logger.propagate = [_ToDisplay()], False
+        _log_users += 1
+    try:
+        yield
+    finally:
+        with _LOG_LOCK:
+            _log_users -= 1
+            if _log_users == 0:
+                logger.handlers, logger.propagate = _log_saved
+
+
 def retried(call: Callable[[], T]) -> T:
-    """``call()``, attempted again after the waits in RETRY_WAITS while it fails transiently.
+    """``call()``, attempted again after the waits in RETRY_WAITS while it fails transiently, with
+    huggingface_hub's log records sent to the display (see ``_library_logs_to_display``).
 
     A server error answered, or a time-out reached, after more than BACKED_OFF_S is not asked again:
     huggingface_hub has retried it with its own backoff (5 tries over ~23 s), and three rounds of that kept a
     user waiting 73 s for the same error (a server that stalls: 3 min 20 s). A connection broken mid-transfer is
     asked again (the download resumes).
     """
+    with _library_logs_to_display():
+        return _retried(call)
+
+
+def _retried(call: Callable[[], T]) -> T:
     for wait in RETRY_WAITS:
         start = time.monotonic()
         try:
