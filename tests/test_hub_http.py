@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -581,13 +582,12 @@ def test_downloads_report_to_the_display(fake: FakeHub, tmp_path: Path, monkeypa
     assert starts == [("start", LIGHT2, 3000), ("start", SST4, 1000)]
     assert sum(e[1] for e in recorder.events if e[0] == "advance") == 4000
     assert [e[0] for e in recorder.events].count("stop") == 2
-    notes = [e[1] for e in recorder.events if e[0] == "note"]
+    notes = [e[1] for e in recorder.events if e[0] == "note" and e[1].startswith("sst")]  # not the library's log
     host = fake.url.split("://", 1)[1]
     assert notes[0] == f"sst-light x2: looking for {LIGHT2} in the repositories of {OWNER} on {host}"
     assert notes[1].startswith(f"sst-light x2: {LIGHT2} from the Hugging Face repository {OWNER}/SSTlight_DFLIP_X2")
-    assert notes[2].startswith("Error while downloading") and notes[2].endswith("Trying to resume download...")
-    assert notes[3] == f"sst x4: looking for {SST4} in the repositories of {OWNER} on {host}"
-    assert notes[4] == f"sst x4: {SST4} from the authors' release {fake.url}/release/{SST4}"
+    assert notes[2] == f"sst x4: looking for {SST4} in the repositories of {OWNER} on {host}"
+    assert notes[3] == f"sst x4: {SST4} from the authors' release {fake.url}/release/{SST4}"
 
     from rich.console import Console
 
@@ -613,6 +613,8 @@ def test_library_log_lines_go_to_the_display_not_the_terminal(fake: FakeHub, mon
     for handler in logger.handlers:
         monkeypatch.setattr(handler, "stream", terminal)
     before = logger.handlers[:]
+    monkeypatch.setattr(logger, "level", logging.WARNING)  # the library's default (the CLI's is error)
+    logger.manager._clear_cache()
     fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"x" * 5000})
     fake.fail(1, 500, match="/api/collections")  # retried by huggingface_hub's backoff, which logs it
     fake.truncate(100, keep=10)  # every transfer of the file breaks off: logged on each try
@@ -624,11 +626,28 @@ def test_library_log_lines_go_to_the_display_not_the_terminal(fake: FakeHub, mon
     notes = [e[1] for e in recorder.events if e[0] == "note"]
     assert any("Retrying in" in n for n in notes) and any("Error while downloading" in n for n in notes)
     assert len(notes) == len(set(notes))  # a line repeated on every try is said once
-    assert logger.handlers == before  # put back: without a display, the library speaks as in any HF tool
+    assert logger.handlers == before  # kept: without a display, the library speaks as in any HF tool
     fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X3", {"SSTlight_DFLIP_X3.pth": b"y"})
     fake.fail(1, 500, match="/api/collections")
     hub.resolve("sst-light", 3)
     assert "Retrying in" in terminal.getvalue()
+
+
+def test_cli_quiet_pull_prints_only_its_error(fake: FakeHub, tmp_path: Path) -> None:
+    """`sst models pull -q` against a Hub that cuts every transfer printed 37 lines: huggingface_hub, imported after
+    the CLI had set its logger to error, set it back to warning."""
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"x" * 5000})
+    fake.truncate(1000, keep=10)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "SST_"))}
+    env.update(
+        HF_ENDPOINT=fake.url, HF_HOME=str(tmp_path / "home"), HF_HUB_DISABLE_TELEMETRY="1",
+        SST_RELEASE_URL=fake.url + "/release", PYTHONPATH=str(ROOT), COLUMNS="200",
+    )  # fmt: skip
+    fast = "import sys, time; time.sleep = lambda s: None; from sst_cli.cli import main; sys.argv[0] = 'sst'; main()"
+    command = [sys.executable, "-c", fast, "models", "pull", "sst-light", "--scale", "2", "-q"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stdout == "" and done.stderr.startswith("error: sst-light x2 weights") and done.stderr.count("\n") == 1
 
 
 def _checkpoint(name: str, scale: int) -> bytes:

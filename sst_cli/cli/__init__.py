@@ -6,6 +6,7 @@ option errors answer without importing torch.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated
 
@@ -83,6 +84,9 @@ def quiet_decoders() -> None:
     warnings.filterwarnings("ignore", message=r"torch\.meshgrid: in an upcoming release", category=UserWarning)
     logging.getLogger("tifffile").setLevel(logging.CRITICAL)
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
+    # huggingface_hub sets its logger's level when it is imported (from HF_HUB_VERBOSITY, default warning), which
+    # is after this in most runs: the level above was reset and --quiet pulls printed 37 lines of retries.
+    os.environ.setdefault("HF_HUB_VERBOSITY", "error")
 
 
 def main() -> None:

@@ -11,8 +11,8 @@
   and a transfer it resumes continues the same bar.
 * A download that fails leaves no ``.incomplete`` file in the cache (0.x keeps them to resume later).
 * The library's log records (a transfer cut off and resumed, "Retrying in 8s [Retry 5/5]") become notes on the
-  current display while a call runs (``retried``), instead of lines on stderr that --quiet and --json-log cannot
-  silence; with no display set they are left alone, as in any HF tool.
+  current display, once each, instead of lines on stderr that --quiet and --json-log cannot silence; with no
+  display set they are left alone, as in any HF tool.
 * API calls (listings, model info) have no time limit in the library: a server that accepts the connection and
   never answers held sst-cli forever. ``answered`` bounds them (SST_HUB_TIMEOUT seconds, default 60).
 """
@@ -27,12 +27,13 @@ import os
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 from .._version import __version__
-from .progress import current_display, note, progress_kwargs, tqdm_class
+from .progress import Display, current_display, note, progress_kwargs, tqdm_class
 
 T = TypeVar("T")
 
@@ -43,9 +44,6 @@ NETWORK_MODULES = ("httpx", "httpx2", "httpcore", "h11", "requests", "urllib3", 
 _SWAP_LOCK = threading.Lock()
 DEFAULT_API_TIMEOUT = 60.0
 STALE_PARTIAL_S = 3600.0  # a partial download untouched this long belongs to no running transfer
-_LOG_LOCK = threading.Lock()
-_log_users = 0  # calls in progress that route huggingface_hub's log records (threads, nested calls)
-_log_saved: tuple[list[logging.Handler], bool] = ([], True)
 
 
 class NoAnswer(Exception):
@@ -269,46 +267,40 @@ def transient(exc: BaseException) -> bool:
     return False
 
 
-class _ToDisplay(logging.Handler):
-    """huggingface_hub's log records as notes on the current display (none under --quiet / --json-log), each
-    once: a transfer cut off again and again logs the same lines on every try."""
+class _ToDisplay(logging.Filter):
+    """Kept on huggingface_hub's log handlers: while a display is set (a front end downloading), a record becomes a
+    note on it (none under --quiet / --json-log) instead of a line on stderr; each line once per display, since a
+    transfer cut off again and again logs the same lines on every try. With no display, records pass as usual."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.said: set[str] = set()
+        self.said: weakref.WeakKeyDictionary[Display, set[str]] = weakref.WeakKeyDictionary()
 
-    def emit(self, record: logging.LogRecord) -> None:
+    def filter(self, record: logging.LogRecord) -> bool:
+        display = current_display()
+        if display is None:
+            return True
         with contextlib.suppress(Exception):  # a log line must never fail a download
             text = " ".join(record.getMessage().split())
-            if text not in self.said:
-                self.said.add(text)
-                note(text)
+            said = self.said.setdefault(display, set())
+            if text not in said:
+                said.add(text)
+                display.note(text)
+        return False
 
 
-@contextlib.contextmanager
-def _library_logs_to_display() -> Iterator[None]:
-    """Route the ``huggingface_hub`` logger to the display for the time of a call, then restore it: its
-    StreamHandler wrote dozens of retry lines to stderr that --quiet and --json-log promise not to show. The
-    first call in progress swaps the handlers, the last one puts them back (calls run in threads and nest)."""
-    global _log_users, _log_saved
-    if current_display() is None:  # no front end: the library speaks as in any HF tool
-        yield
-        return
-    from huggingface_hub.utils import logging as hub_logging  # its import adds the StreamHandler: before the swap
+def _library_logs_to_display() -> None:
+    """Put ``_ToDisplay`` on huggingface_hub's log handlers (its StreamHandler on stderr printed dozens of retry
+    lines that --quiet and --json-log promise not to show), once; the filter reads the display of the thread
+    that logs, so calls in threads and a display set later need nothing more."""
+    from huggingface_hub.utils import logging as hub_logging  # its import adds the StreamHandler
 
-    logger = hub_logging.get_logger()
-    with _LOG_LOCK:
-        if _log_users == 0:
-            _log_saved = (logger.handlers[:], logger.propagate)
-            logger.handlers, logger.propagate = [_ToDisplay()], False
-        _log_users += 1
-    try:
-        yield
-    finally:
-        with _LOG_LOCK:
-            _log_users -= 1
-            if _log_users == 0:
-                logger.handlers, logger.propagate = _log_saved
+    for handler in hub_logging.get_logger().handlers:
+        if not any(isinstance(f, _ToDisplay) for f in handler.filters):
+            handler.addFilter(_TO_DISPLAY)
+
+
+_TO_DISPLAY = _ToDisplay()
 
 
 def retried(call: Callable[[], T]) -> T:
@@ -320,11 +312,7 @@ def retried(call: Callable[[], T]) -> T:
     user waiting 73 s for the same error (a server that stalls: 3 min 20 s). A connection broken mid-transfer is
     asked again (the download resumes).
     """
-    with _library_logs_to_display():
-        return _retried(call)
-
-
-def _retried(call: Callable[[], T]) -> T:
+    _library_logs_to_display()
     for wait in RETRY_WAITS:
         start = time.monotonic()
         try:
