@@ -199,8 +199,65 @@ def test_a_cached_copy_without_a_pin_is_found_offline_verified_and_pinned(
     assert hub.read_pins()[LIGHT2].commit == repo.commit  # verified against its LFS sha256, and pinned again
     hub.pins_path().unlink()
     first.resolve().write_bytes(b"damaged")  # a copy that fails its own sha256 is not taken
-    with pytest.raises(WeightsNotFound, match="are not in the cache and HF_HUB_OFFLINE is set"):
+    with pytest.raises(CheckpointError, match="and were removed: HF_HUB_OFFLINE is set"):
         hub.resolve_pretrained("sst-light", 2)
+
+
+def _damaged_without_a_pin(fake: FakeHub) -> tuple[Path, Path]:
+    """sst-light x2 pulled, pins.json deleted (or the file came from `hf download`), then its blob cut short."""
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
+    path = hub.resolve_pretrained("sst-light", 2)
+    hub.pins_path().unlink()
+    blob = path.resolve()
+    blob.write_bytes(b"weig")
+    return path, blob
+
+
+def test_a_damaged_copy_without_a_pin_is_listed_and_refused_offline_as_damaged(
+    fake: FakeHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was listed "cached", info printed its actual sha256 as the right one, and offline runs said "not in the
+    cache" and left it there."""
+    path, blob = _damaged_without_a_pin(fake)
+    _offline(monkeypatch)
+    table = runner.invoke(app, ["models"], env={"COLUMNS": "300"})
+    assert _table_row(table.output, "sst-light", (4,))[0] == "damaged"
+    info = runner.invoke(app, ["models", "info", "sst-light", "--scale", "2"], env={"COLUMNS": "300"})
+    text = " ".join(info.output.split())
+    assert f"sha256 {hashlib.sha256(b'weights').hexdigest()}" in text  # the LFS sha256 it must have
+    assert "the file no longer has this sha256 (changed or damaged): run `sst models pull sst-light --scale 2`" in text
+    with pytest.raises(CheckpointError) as error:
+        hub.resolve_pretrained("sst-light", 2)
+    message = str(error.value)
+    _one_sentence(message)
+    assert f"the cached sst-light x2 weights ({path}) have sha256 {hashlib.sha256(b'weig').hexdigest()}" in message
+    assert "were removed: HF_HUB_OFFLINE is set; run `sst models pull sst-light --scale 2` with network" in message
+    assert not blob.exists() and not path.exists() and hub.read_pins() == {}
+
+
+@pytest.mark.parametrize("pulling", [True, False])
+def test_a_damaged_copy_without_a_pin_is_downloaded_again_in_one_go(fake: FakeHub, pulling: bool) -> None:
+    """hf_hub_download at the commit returned the damaged copy as it was: the first pull failed, blaming the
+    download ("try again later"), and only the second one worked."""
+    _damaged_without_a_pin(fake)
+    recorder = _Recorder()
+    with hub.show_downloads(recorder):
+        location = hub.pull("sst-light", 2) if pulling else hub.resolve("sst-light", 2)
+    assert location.path is not None and location.path.read_bytes() == b"weights"
+    assert hub.read_pins()[LIGHT2].sha256 == hashlib.sha256(b"weights").hexdigest()
+    assert any("and were removed: downloading them again" in e[1] for e in recorder.events if e[0] == "note")
+
+
+def test_a_damaged_cached_copy_the_cache_scan_misses_is_downloaded_again(fake: FakeHub) -> None:
+    """A file in a sub-folder of its repository is not among the copies looked for without a pin: the download
+    at its commit returned it damaged, and was blamed for it."""
+    fake.add_repo(f"{OWNER}/paper-checkpoints", {f"x4/{SST4}": b"in a sub-folder"})
+    path = hub.resolve("sst", 4).path
+    assert path is not None
+    hub.pins_path().unlink()
+    path.resolve().write_bytes(b"in a")
+    location = hub.resolve("sst", 4)
+    assert location.path is not None and location.path.read_bytes() == b"in a sub-folder"
 
 
 def test_pinned_file_deleted_from_the_cache_is_fetched_at_the_pinned_commit(fake: FakeHub) -> None:

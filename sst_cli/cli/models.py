@@ -13,6 +13,7 @@ from .. import hub
 from ..about import header_record
 from ..errors import ConfigError
 from ..hub.discover import CHECKPOINT_SUFFIXES as SUFFIXES
+from ..hub.pins import known_sha256, remember_sha256
 from ..zoo import VARIANTS, check_hub_repo, get_variant
 from ._options import HubRepoOption
 from .output import console, handle_errors
@@ -24,7 +25,8 @@ app = typer.Typer(
 
 LEGEND = (
     "weights: cached = downloaded (under $HF_HOME), not cached = downloaded on first use or with "
-    "`sst models pull NAME --scale S` (changed = modified since it was verified: checked again on use), "
+    "`sst models pull NAME --scale S` (changed = modified since it was verified: checked again on use; "
+    "damaged = a copy no pin records, e.g. from `hf download`, that fails its sha256: pull it again), "
     "bundled = shipped with sst-cli (damaged: changed since, reinstall; missing: not in the weights folder, "
     "e.g. an SST_WEIGHTS_DIR without it), "
     "- = not trained yet, manual = download it yourself "
@@ -46,6 +48,8 @@ def status(location: hub.Location) -> str:
         return "bundled" if _intact(location) else "damaged"
     if location.cached and location.changed:
         return "changed"
+    if location.cached and not location.pinned and not _intact(location, remembered=True):
+        return "damaged"  # no pin, so no size and mtime to judge it by: hashed (once) against its LFS sha256
     return "cached" if location.cached else "not cached"
 
 
@@ -85,10 +89,17 @@ def _print_table() -> None:
     console.print(LEGEND, markup=False)
 
 
-def _intact(location: hub.Location) -> bool:
-    """Whether a file still has the sha256 recorded for it (bundled: the manifest's; downloaded: on download)."""
+def _intact(location: hub.Location, *, remembered: bool = False) -> bool:
+    """Whether a file still has the sha256 recorded for it (bundled: the manifest's; downloaded: on download; a
+    cached copy no pin records: the manifest's, else its LFS sha256). ``remembered``: a hash remembered for the
+    file's current size, mtime and inode is taken as is, so a listing does not read the same files every time."""
     assert location.path is not None
-    return location.sha256 is None or hub.sha256_of(location.path) == location.sha256
+    if location.sha256 is None or (remembered and known_sha256(location.path) == location.sha256):
+        return True
+    actual = hub.sha256_of(location.path)
+    if actual == location.sha256:
+        remember_sha256(location.path, actual)
+    return actual == location.sha256
 
 
 def _check_scale(name: str, scale: int) -> int:

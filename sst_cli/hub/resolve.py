@@ -185,9 +185,9 @@ def locate(name: str, scale: int, *, repo_id: str | None = None) -> Location:
     if pin is not None:
         return _pinned_location(entry, pin)
     copies = _cached_copies(entry)
-    if copies:
+    if copies:  # no pin: the sha256 it must have is the manifest's, else its LFS sha256 (the blob's name)
         path, repo, commit = copies[0]
-        return Location(*where, "hub", path, repo, commit, entry.filename, sha256=entry.sha256)
+        return Location(*where, "hub", path, repo, commit, entry.filename, sha256=entry.sha256 or _lfs_sha256(path))
     return Location(*where, "unresolved", repo_id=entry.repo_id, filename=entry.filename, sha256=entry.sha256)
 
 
@@ -208,16 +208,31 @@ def _cached_copies(entry: Entry) -> list[tuple[Path, str, str]]:
     return sorted(copies, key=lambda copy: (discover.name_rank(copy[1], entry.filename or ""), copy[1]))
 
 
-def _adopt_cached(entry: Entry, key: str) -> Location | None:
-    """A cached copy no pin records, verified (manifest sha256, else its LFS sha256) and pinned; None if none."""
+def _adopt_cached(entry: Entry, key: str, *, pulling: bool) -> Location | None:
+    """A cached copy no pin records, verified (manifest sha256, else its LFS sha256) and pinned; None if none.
+
+    A damaged copy is removed, as a pinned one is: left there, offline runs called it "not in the cache" and
+    ``hf_hub_download`` at its commit returned it as it was, so the first download failed. Offline, that is the
+    error; online, the caller downloads it again (said in a note)."""
+    damaged: list[str] = []
     for path, repo, commit in _cached_copies(entry):
         expected = entry.sha256 or _lfs_sha256(path)
-        actual = sha256_of(path) if expected else None
-        if actual is None or actual != expected:
-            continue  # unverifiable or damaged: the Hub decides
+        if expected is None:
+            continue  # unverifiable (a plain-file cache): the Hub decides
+        actual = sha256_of(path)
+        if actual != expected:
+            _evict(path)
+            damaged.append(f"the cached {entry.label} weights ({path}) have sha256 {actual}, not the expected "
+                           f"{expected}, and were removed")  # fmt: skip
+            continue
         save_pin(key, Pin("hub", entry.filename or "", actual, repo_id=repo, commit=commit).with_stat(path))
         return Location(entry.name, entry.scale, "hub", path, repo, commit, entry.filename, sha256=actual,
                         pinned=True)  # fmt: skip
+    if damaged and net.offline():
+        again = _UNSET_OFFLINE if pulling else f"run `{entry.pull_hint}` with network access, or pass --weights PATH"
+        raise CheckpointError(f"{'; '.join(damaged)}: HF_HUB_OFFLINE is set; {again}")
+    for phrase in damaged:
+        note(f"{phrase}: downloading them again")
     return None
 
 
@@ -250,11 +265,22 @@ def _checked_cached(entry: Entry, key: str, pin: Pin, location: Location, *, pul
 
 
 def _fetch_hub(entry: Entry, key: str, found: discover.Found) -> Location:
-    """Download a located file at its commit, verify it (manifest sha256, else LFS), pin it."""
+    """Download a located file at its commit, verify it (manifest sha256, else LFS), pin it.
+
+    ``hf_hub_download`` at a commit returns a copy already cached there as it is, without a request: a damaged
+    one (in a sub-folder, or a plain-file cache, which ``_adopt_cached`` cannot judge) is removed and downloaded
+    once more, not blamed on the download."""
     note(f"{entry.label}: {found.path} from the Hugging Face repository {found.repo_id} (commit {found.commit[:7]})")
+    was_cached = cached_path(HubFile(found.repo_id, found.path, found.commit)) is not None
     path = library.hub_download(found.repo_id, found.path, found.commit)
     expected = entry.sha256 or found.sha256 or _lfs_sha256(path)
     actual = sha256_of(path)
+    if expected and actual != expected and was_cached:
+        _evict(path)
+        note(f"the cached {entry.label} weights ({path}) have sha256 {actual}, not the expected {expected}, and "
+             "were removed: downloading them again")  # fmt: skip
+        path = library.hub_download(found.repo_id, found.path, found.commit)
+        actual = sha256_of(path)
     if expected and actual != expected:
         _evict(path)
         raise CheckpointError(
@@ -412,7 +438,7 @@ def _resolve(name: str, scale: int, *, repo_id: str | None, pulling: bool) -> Lo
         checked = _checked_cached(entry, key, pin, location, pulling=pulling) if location.path else None
         if checked is not None:
             return checked
-    adopted = _adopt_cached(entry, key) if not explicit else None
+    adopted = _adopt_cached(entry, key, pulling=pulling) if not explicit else None
     if adopted is not None:
         return adopted
     if net.offline():
