@@ -377,6 +377,7 @@ class EncodePlan:
     alpha: bool = False  # transparency is upscaled and kept (RGBA through the network)
     warnings: tuple[str, ...] = ()  # what the result loses (transparency)
     time_base: Fraction | None = None  # the encoder's where it cannot take the input's (``encoder_time_base``)
+    matrix: int | None = None  # the YUV matrix (AVColorSpace) where the codec fixes one, else None: the input's
 
 
 def output_extension(source: Path, options: VideoOptions, codec: str | None = None) -> str:
@@ -529,9 +530,11 @@ def plan_encoding(
     time_base, rate = encoder_time_base(codec, info), output_rate(info)
     width, height = _stored_size(codec, pix_fmt, out_width, out_height, opts, notes, time_base, rate)
     _try_encoder(codec, pix_fmt, width, height, opts, time_base, rate)
+    # JPEG is BT.601: FFmpeg's MJPEG decoder tags every frame so, whatever the file says (a BT.709 result read
+    # back 5 levels off), so an MJPEG result is converted with BT.601 and tagged so
     return EncodePlan(
         codec, pix_fmt, muxer, ext, width, height, depth, opts, tuple(notes), alpha, tuple(warnings),
-        time_base if time_base != info.time_base else None,
+        time_base if time_base != info.time_base else None, _BT470BG if codec == "mjpeg" else None,
     )  # fmt: skip
 
 
@@ -722,6 +725,8 @@ def open_output_stream(output: Any, info: VideoInfo, source_stream: Any, plan: E
             setattr(ctx, key, getattr(source, key))
         if _is_rgb(info.pix_fmt) and _matrix(source) is None:
             ctx.colorspace = _BT601  # RGB names no YUV matrix: array_to_frame used its default, BT.601
+        if plan.matrix is not None:
+            ctx.colorspace = plan.matrix
     else:
         for key in ("color_primaries", "color_trc"):
             setattr(ctx, key, getattr(source, key))
@@ -760,6 +765,7 @@ def array_to_frame(array: Any, plan: EncodePlan, like: Any) -> av.VideoFrame:
     import av as _av
 
     array = array[: plan.height, : plan.width]
+    matrix = _matrix(like) if plan.matrix is None else plan.matrix
     twin = _yuv444(plan.pix_fmt)
     if twin is None:
         four = array.shape[2] == 4
@@ -767,12 +773,11 @@ def array_to_frame(array: Any, plan: EncodePlan, like: Any) -> av.VideoFrame:
         frame = _av.VideoFrame.from_ndarray(array, format=fmt)
         if _is_rgb(plan.pix_fmt):
             return frame.reformat(format=plan.pix_fmt)
-        return frame.reformat(format=plan.pix_fmt, dst_colorspace=_matrix(like), dst_color_range=like.color_range or 1)
-    matrix = _matrix(like)
+        return frame.reformat(format=plan.pix_fmt, dst_colorspace=matrix, dst_color_range=like.color_range or 1)
     full = like.color_range == 2 or plan.pix_fmt.startswith("yuvj")  # unspecified means limited for YUV
     color_range = 2 if full else 1
     frame = _av.VideoFrame(array.shape[1], array.shape[0], twin)
-    frame.colorspace, frame.color_range = int(like.colorspace or 2), color_range
+    frame.colorspace, frame.color_range = plan.matrix or int(like.colorspace or 2), color_range
     planes = _planes(frame)
     _rgb_to_yuv(array[..., :3], _depth(twin), full, matrix, planes[:3])
     if len(planes) == 4:
@@ -883,6 +888,7 @@ def _rgb_to_yuv(rgb: Any, depth: int, full: bool, matrix: int | None, yuv: list[
 #: Colour matrices (AVColorSpace) -> the matrix converted with (_KR_KB; swscale's ids); others (unspecified) are BT.601.
 _MATRICES = {1: 1, 4: 4, 5: 5, 6: 5, 7: 7, 9: 9, 10: 9}
 _BT601 = 6  # AVCOL_SPC_SMPTE170M: the tag PyAV gives its BT.601 conversions
+_BT470BG = 5  # BT.601 as JPEG names it: FFmpeg's MJPEG decoder tags its frames so
 
 
 def _is_rgb(pix_fmt: str) -> bool:

@@ -733,6 +733,19 @@ def test_mjpeg_takes_the_inputs_limited_range_format(tmp_path: Path) -> None:
         assert (c.streams.video[0].codec_context.name, c.streams.video[0].format.name) == ("mjpeg", "yuv420p")
 
 
+def test_an_mjpeg_result_of_a_bt709_clip_reads_back_in_its_colours(tmp_path: Path) -> None:
+    """FFmpeg's MJPEG decoder tags every frame BT.601 (JPEG's matrix), whatever the file says: a BT.709 clip
+    written as MJPEG with BT.709 samples read back up to 5.5 levels off. It is converted with BT.601 now."""
+    clip = make_clip(tmp_path / "a.mkv", colour=(150, 60, 200), tags=(1, 1, 1, 2), pts_ms=(0, 40), audio=False)
+    up = Upscaler(_Nearest(), device="cpu", tile=0)
+    upscale_video(up, clip, tmp_path / "a_x2.mkv", options=VideoOptions(codec="mjpeg"))
+    before = frame_to_array(decoded(clip)[0][1], 8).astype(int)
+    result = decoded(tmp_path / "a_x2.mkv")[0][1]
+    assert int(result.colorspace) == 5  # BT.470BG: what the decoder says, and now what the samples are
+    after = frame_to_array(result, 8).astype(int)
+    assert np.abs(after[::2, ::2] - before).max() <= 2  # JPEG's own loss; BT.709 read as BT.601: 5.5 levels
+
+
 def test_non_square_pixels_are_kept_and_said_where_they_cannot_be(tmp_path: Path) -> None:
     """An anamorphic clip (4/3 pixels) came out with square ones: a picture squeezed on playback."""
     up = Upscaler(_Nearest(), device="cpu", tile=0)
