@@ -31,6 +31,9 @@ def loaded(image: Image.Image) -> Image.Image:
     return image
 
 
+RUN_TAKES = "Upscaler.run takes a (3, H, W) float32 CPU tensor of RGB in 0..1"
+
+
 def image_array(image: object, method: str) -> np.ndarray:
     """``image`` as the array ``method`` takes, or a ConfigError saying what it takes: bytes, file objects and
     numbers met "expected an (H, W), (H, W, 1-4) image array, got shape ()"."""
@@ -48,13 +51,28 @@ def image_array(image: object, method: str) -> np.ndarray:
         )
     if isinstance(image, torch.Tensor):  # an HWC uint8 one passed, the usual CHW float one met the shape message
         raise ConfigError(
-            f"{takes}, not a torch tensor: Upscaler.run takes a (C, H, W) float32 CPU tensor in 0..1 and returns "
+            f"{takes}, not a torch tensor: {RUN_TAKES} and returns "
             "one in .image; or pass tensor.numpy() as an (H, W, C) array"
         )
     array = np.asarray(image)
     if not isinstance(image, np.ndarray) and (array.ndim == 0 or array.dtype == object):
         raise ConfigError(f"{takes}, not {type(image).__name__}")
     return array
+
+
+def check_run_input(image: object) -> None:
+    """Refuse what ``Upscaler.run`` cannot take, saying what it takes: a (C, H, W) tensor of 3 float channels in
+    0..1. Others failed deep in torch (a 4-channel or HWC tensor, a numpy array) or, for uint8, returned
+    numbers from -40 to 305 without a word."""
+    takes = RUN_TAKES
+    if not isinstance(image, torch.Tensor):
+        also = ", or pass it to upscale()" if isinstance(image, np.ndarray | Image.Image) else ""
+        raise ConfigError(f"{takes}, not {type(image).__name__}{also}")
+    if image.ndim != 3 or image.shape[0] != 3:
+        hint = " (HWC? use image.permute(2, 0, 1))" if image.ndim == 3 and image.shape[-1] == 3 else ""
+        raise ConfigError(f"{takes}, not one of shape {tuple(image.shape)}{hint}; upscale() takes gray and RGBA")
+    if not image.dtype.is_floating_point:
+        raise ConfigError(f"{takes}, not {image.dtype} (8-bit samples: image.float() / 255)")
 
 
 FLOATS_OUTSIDE = "the float samples lie outside 0..1"

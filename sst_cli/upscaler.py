@@ -39,6 +39,7 @@ from .options import UpscaleOptions
 from .phases import Phases
 from .pictures import (
     FLOATS_OUTSIDE,
+    check_run_input,
     clipped_note,
     image_array,
     loaded,
@@ -365,7 +366,8 @@ class Upscaler:
         self._say(f"{d.architecture}: {why}; {self.planner.seams_advice(min(tile_sides(tile)), overlap)}")
 
     def run(self, image: torch.Tensor, on_tile: TileCallback | None = None) -> Upscaled:
-        """(C, H, W) float32 CPU tensor -> (C, H*scale, W*scale), tiled as planned."""
+        """(3, H, W) float RGB tensor in 0..1 -> (3, H*scale, W*scale) float32, tiled as planned."""
+        check_run_input(image)
         plan = self.plan(image.shape[-2], image.shape[-1])
         self._say_plan(plan, image.shape[-2], image.shape[-1])
         tried = [(plan.tile, 0)]  # (tile, tiles in the pass) of each pass that ran out of memory, then this one

@@ -753,11 +753,23 @@ def test_inputs_upscale_does_not_take_are_refused_saying_what_it_takes(tmp_path:
         torch.zeros(8, 8, 3, dtype=torch.uint8),
         torch.rand(8, 8, 3, requires_grad=True),
     ):
-        with pytest.raises(ConfigError, match=r"not a torch tensor: Upscaler\.run takes a \(C, H, W\) float32 CPU"):
+        with pytest.raises(ConfigError, match=r"not a torch tensor: Upscaler\.run takes a \(3, H, W\) float32 CPU"):
             up.upscale(tensor)  # type: ignore[call-overload]
     with pytest.raises(ConfigError, match="upscale_batch takes an image"):
         up.upscale_batch([torch.rand(8, 8, 3)])  # type: ignore[list-item]
     assert up.run(torch.rand(3, 8, 8)).image.shape == (3, 16, 16)  # where the message points
+    # run() itself: a 4-channel or HWC tensor failed deep in torch, a numpy array with a TypeError, and uint8
+    # samples came back as floats from -40 to 305 without a word
+    for wrong, said in (
+        (torch.rand(4, 8, 8), r"not one of shape \(4, 8, 8\); upscale\(\) takes gray and RGBA"),
+        (torch.rand(8, 8, 3), r"not one of shape \(8, 8, 3\) \(HWC\? use image\.permute\(2, 0, 1\)\)"),
+        (torch.rand(1, 3, 8, 8), r"not one of shape \(1, 3, 8, 8\)"),
+        (np.zeros((3, 8, 8), np.float32), r"not ndarray, or pass it to upscale\(\)"),
+        (torch.zeros(3, 8, 8, dtype=torch.uint8), r"not torch\.uint8 \(8-bit samples: image\.float\(\) / 255\)"),
+    ):
+        with pytest.raises(ConfigError, match=r"^Upscaler\.run takes a \(3, H, W\) float32 CPU tensor .*" + said):
+            up.run(wrong)  # type: ignore[arg-type]
+    assert up.run(torch.rand(3, 8, 8, dtype=torch.float64)).image.dtype == torch.float32
     with Image.open(tmp_path / "s.png") as closed:
         pass
     with pytest.raises(ImageError, match="cannot read the image: it is closed or unreadable"):
