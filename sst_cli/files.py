@@ -127,13 +127,13 @@ def _fail(error: type[SstError], target: Path, exc: BaseException) -> SstError:
 
 def _write_reason(target: Path, exc: BaseException) -> str:
     if isinstance(exc, OSError):  # the errno, whatever the library's own wording
-        return _os_reason(exc)
+        return _os_reason(exc, target.parent)
     # torch.save's C++ writer: "[enforce fail at ...] ... strerror: <the C library's text>"
     said = re.search(r"strerror: (.+)", str(exc))
     if said:
         text = said[1].strip()
         code = next((code for code in errno.errorcode if os.strerror(code) == text), None)
-        return text if code is None else _os_reason(OSError(code, text))
+        return text if code is None else _os_reason(OSError(code, text), target.parent)
     if "unexpected pos" in str(exc) and _nearly_full(target.parent):
         return "no space left on device"
     return str(exc)
@@ -164,7 +164,7 @@ def atomic_save(
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
-        raise error(f"cannot write '{target}': the folder '{folder}' does not exist")
+        raise error(f"cannot write '{target}': {_no_folder_reason(folder)}")
     temp = temp_name(target)
     try:  # made here, so that it is locked while ``save`` writes it (for hours, for a video)
         os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666))
@@ -374,7 +374,7 @@ def check_output_file(target: Path, *, overwrite: bool, inputs: Iterable[Path] =
         raise OutputIsInput(f"{named} is one of the inputs; refusing to write over it")
     check_file_target(target, named)
     if not target.parent.is_dir():
-        raise WriteError(f"cannot write {named}: the folder '{target.parent}' does not exist")
+        raise WriteError(f"cannot write {named}: {_no_folder_reason(target.parent)}")
     if os.path.lexists(target) and not overwrite:
         raise OutputExists(f"{named} already exists; add --overwrite to replace it")
     why = unwritable(target.parent)  # read-only, full or not ours: said now, not after the work
@@ -493,20 +493,37 @@ def unwritable(folder: Path) -> str | None:
         finally:
             os.close(fd)
             os.unlink(probe)
-    except FileExistsError:
-        return "a file of that name is in the way"
     except OSError as exc:
-        return _os_reason(exc)
+        return _os_reason(exc, folder)
     return None
 
 
-def _os_reason(exc: OSError) -> str:
+def _in_the_way(folder: Path) -> str | None:
+    """The file that stops ``folder`` being made (the nearest existing one of it and its parents, if not a
+    folder), in words: the system's error (File exists or Not a directory, by depth) does not name it."""
+    for path in (folder, *folder.parents):
+        if os.path.exists(path):  # False below a file (ENOTDIR): go on up to it
+            return None if os.path.isdir(path) else f"'{path}' is a file, not a folder"
+    return None
+
+
+def _no_folder_reason(folder: Path) -> str:
+    """Why the existing-folder check failed: a file where a folder is named is not a missing folder."""
+    return _in_the_way(folder) or f"the folder '{folder}' does not exist"
+
+
+def _os_reason(exc: OSError, folder: Path | None = None) -> str:
+    """The system error in words; a file in the way of ``folder`` (the one written in) is named whatever the
+    errno, since it is the cause."""
+    in_way = _in_the_way(folder) if folder is not None else None
+    if in_way is not None:
+        return in_way
     reasons = {
         errno.EROFS: "the file system is read-only",
         errno.EACCES: "permission denied",
         errno.EPERM: "permission denied",
         errno.ENOSPC: "no space left on device",
-        errno.ENOTDIR: "a file is in the way of that folder",
+        errno.ENOTDIR: "a file is in the way of that folder",  # where the folder is not known
     }
     return reasons.get(exc.errno or 0, exc.strerror or str(exc))
 

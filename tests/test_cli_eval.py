@@ -218,7 +218,7 @@ def test_save_images_into_a_folder_that_cannot_be_made_is_refused_first(tmp_path
         app, ["eval", "-d", str(data), "--model", "bicubic", "-s", "2", "--save-images", "sfile/sub"]
     )
     assert result.exit_code == 1, result.output
-    assert "--save-images: cannot write into 'sfile/sub/mine/x2': a file is in the way" in " ".join(
+    assert "--save-images: cannot write into 'sfile/sub/mine/x2': 'sfile' is a file, not a folder" in " ".join(
         result.output.split()
     )
 

@@ -624,7 +624,7 @@ def test_folders_that_cannot_be_written_are_refused_first_and_a_lost_state_keeps
     (tmp_path / "file").write_text("in the way")
     read: list[object] = []
     monkeypatch.setattr(training, "large_enough", lambda *args: read.append(args) or [])
-    with pytest.raises(WriteError, match=r"--state .*: cannot write into '.*file': a file of that name is in the way"):
+    with pytest.raises(WriteError, match=r"--state .*: cannot write into '.*file': '.*file' is a file, not a folder"):
         train(_config(data, tmp_path / "w.safetensors", state=tmp_path / "file" / "w.state.pth"))
     assert read == []  # refused before any image was read
     monkeypatch.undo()
