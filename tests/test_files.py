@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -11,8 +12,10 @@ from pathlib import Path
 from typing import IO
 
 import pytest
+from conftest import GOLDEN, needs_golden
 
 from sst_cli import files
+from sst_cli.errors import WriteError
 from sst_cli.inuse import holding, in_use
 
 
@@ -216,3 +219,74 @@ def test_a_report_replaces_its_own_earlier_report(tmp_path: Path) -> None:
     with files.atomic_folder(target, may_replace=lambda folder: True) as folder:
         (folder / "index.html").write_text("new")
     assert (target / "index.html").read_text() == "new" and sorted(tmp_path.iterdir()) == [target]
+
+
+def _write_text(path: Path) -> None:
+    files.atomic_write_text(path, "x")
+
+
+def _build_folder(path: Path) -> None:
+    with files.atomic_folder(path):
+        pass
+
+
+def _check_output(path: Path) -> None:
+    files.check_output_file(path, overwrite=False)
+
+
+def _unwritable(path: Path) -> None:
+    why = files.unwritable(path.parent)
+    if why is not None:
+        raise WriteError(why)
+
+
+@pytest.mark.parametrize("write", [_write_text, _build_folder, _check_output, _unwritable])
+@pytest.mark.parametrize("below", ["x", "sub/x", "sub/deeper/x"])
+def test_a_file_where_a_folder_goes_is_named(tmp_path: Path, write: Callable[[Path], None], below: str) -> None:
+    """One level below the file the system says 'File exists', the checks said 'the folder does not exist':
+    neither named the file in the way."""
+    (tmp_path / "afile").write_text("hi")
+    with pytest.raises(WriteError, match=re.escape(f"'{tmp_path / 'afile'}' is a file, not a folder")):
+        write(tmp_path / "afile" / below)
+
+
+def test_a_missing_folder_is_still_called_missing(tmp_path: Path) -> None:
+    with pytest.raises(WriteError, match=r"the folder '.*none' does not exist"):
+        files.check_output_file(tmp_path / "none" / "x.png", overwrite=False)
+
+
+_MINI = ["--weights", str(GOLDEN / "mini_x3.pth"), "--config", str(GOLDEN / "mini_x3.json"), "--device", "cpu"]
+_EVAL = ["eval", "-d", "mine", "-m", "bicubic", "-s", "2"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param([*_EVAL, "--report", "afile/sub"], id="eval-report"),
+        pytest.param([*_EVAL, "--json", "afile/x.json"], id="eval-json"),
+        pytest.param([*_EVAL, "--save-images", "afile/sub"], id="eval-save-images"),
+        pytest.param(["compare", "tiny.png", "-m", "bicubic", "-o", "afile/sub"], id="compare-out"),
+        pytest.param(["compare", "tiny.png", "-m", "bicubic", "--png", "afile/x.png"], id="compare-png"),
+        pytest.param(["upscale", *_MINI, "tiny.png", "-o", "afile/out.png"], id="upscale-file", marks=needs_golden),
+        pytest.param(["upscale", *_MINI, "tiny.png", "-o", "afile/sub/"], id="upscale-folder", marks=needs_golden),
+        pytest.param(["train", "--data", "mine", "--iters", "1", "--out", "afile/x.safetensors"], id="train-out"),
+    ],
+)
+def test_every_command_names_the_file_in_the_way_of_its_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    """'File exists' (--report, -o) and 'the folder does not exist' (--json, --png) for a folder that is a file."""
+    from PIL import Image
+    from typer.testing import CliRunner
+
+    from sst_cli.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine" / "HR").mkdir(parents=True)
+    pixels = Image.new("RGB", (16, 16), (200, 100, 50))
+    pixels.save(tmp_path / "mine" / "HR" / "a.png")
+    pixels.save(tmp_path / "tiny.png")
+    (tmp_path / "afile").write_text("hi")
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert re.search(r"'[^']*afile' is a file, not a folder", " ".join(result.output.split())), result.output
