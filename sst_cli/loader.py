@@ -351,7 +351,7 @@ def load_model(
     path, zoo_variant = _weights_file(source, scale, hub_repo)
     if zoo_variant is None:
         return _load_file(path, str(source), scale, config, variant, device, dtype)
-    label = f"{zoo_variant.name} x{scale} weights ({path})"
+    label = f"the {zoo_variant.name} x{scale} weights file ({path})"
     try:
         return _load_file(path, label, scale, None, zoo_variant.name, device, dtype)
     except (CheckpointError, ConfigError) as exc:
@@ -359,10 +359,15 @@ def load_model(
             raise
         removed = hub.forget(zoo_variant.name, int(scale or 0), repo_id=hub_repo)  # the next run looks again
         problem = str(exc).split("; ", 1)[0]  # its advice (--scale, another file) is for a file the user chose
-        gone = "was removed from the cache and is no longer pinned" if removed else "is no longer pinned"
+        if hub_repo is None:
+            gone = "was removed from the cache and is no longer pinned" if removed else "is no longer pinned"
+            instead = "--hub-repo OWNER/REPO for a repository that holds them"
+        else:  # a file of --hub-repo is never pinned, and that option was given already
+            gone = "was removed from the cache" if removed else "is not used"
+            instead = f"another --hub-repo than {hub_repo}"
         raise CheckpointError(
             f"{problem} (the file found for {zoo_variant.name} x{scale} does not hold them and {gone}: pass --weights "
-            "with the right file, or --hub-repo OWNER/REPO for a repository that holds them)"
+            f"with the right file, or {instead})"
         ) from None
 
 

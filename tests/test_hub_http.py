@@ -778,7 +778,7 @@ def test_a_hub_file_that_is_not_the_model_is_named_unpinned_and_pull_refuses_it(
     result = runner.invoke(app, ["models", "pull", "sst-light", "--scale", "2"], env={"COLUMNS": "300"})
     assert result.exit_code == 1
     text = " ".join(result.output.split())
-    assert "sst-light x2 weights (" in text and f"{LIGHT2}) holds x4 weights but x2 was requested" in text
+    assert "the sst-light x2 weights file (" in text and f"{LIGHT2}) holds x4 weights but x2 was requested" in text
     assert "does not hold them and was removed from the cache and is no longer pinned" in text
     assert LIGHT2 not in hub.read_pins()
     assert "--scale 4" not in text  # the user asked for sst-light x2: another scale is not the answer
@@ -801,8 +801,13 @@ def test_a_file_proven_not_to_be_the_model_is_removed_and_not_listed(fake: FakeH
     assert _table_row(table.output, "sst-light", (4,))[0] == "not cached"
     mirror = fake.add_repo("someone/mirror", {LIGHT2: _checkpoint("sst-light", 4)})
     hub.resolve("sst-light", 2)  # the authors' pin, which a wrong --hub-repo file must not cost
-    result = runner.invoke(app, ["models", "pull", "sst-light", "--scale", "2", "--hub-repo", mirror.repo_id])
+    result = runner.invoke(
+        app, ["models", "pull", "sst-light", "--scale", "2", "--hub-repo", mirror.repo_id], env={"COLUMNS": "300"}
+    )
     assert result.exit_code == 1
+    said = " ".join(result.output.split())  # it said "no longer pinned" and to pass the --hub-repo given
+    assert "does not hold them and was removed from the cache: pass --weights with the right file, or another " \
+        f"--hub-repo than {mirror.repo_id})" in said and "pinned" not in said  # fmt: skip
     assert hub.cached_path(hub.HubFile(mirror.repo_id, LIGHT2)) is None and LIGHT2 in hub.read_pins()
 
 
