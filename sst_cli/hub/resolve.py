@@ -221,9 +221,7 @@ def _adopt_cached(entry: Entry, key: str, *, pulling: bool) -> Location | None:
             continue  # unverifiable (a plain-file cache): the Hub decides
         actual = sha256_of(path)
         if actual != expected:
-            _evict(path)
-            damaged.append(f"the cached {entry.label} weights ({path}) have sha256 {actual}, not the expected "
-                           f"{expected}, and were removed")  # fmt: skip
+            damaged.append(_removed_damaged(entry, path, actual, f"the expected {expected}"))
             continue
         save_pin(key, Pin("hub", entry.filename or "", actual, repo_id=repo, commit=commit).with_stat(path))
         return Location(entry.name, entry.scale, "hub", path, repo, commit, entry.filename, sha256=actual,
@@ -234,6 +232,12 @@ def _adopt_cached(entry: Entry, key: str, *, pulling: bool) -> Location | None:
     for phrase in damaged:
         note(f"{phrase}: downloading them again")
     return None
+
+
+def _removed_damaged(entry: Entry, path: Path, actual: str, expected: str) -> str:
+    """Remove a cached copy that failed its sha256 and say so (the start of a note or an error)."""
+    _evict(path)
+    return f"the cached {entry.label} weights ({path}) have sha256 {actual}, not {expected}, and were removed"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -250,12 +254,8 @@ def _checked_cached(entry: Entry, key: str, pin: Pin, location: Location, *, pul
         return location
     actual = sha256_of(path)
     if actual != pin.sha256:
-        _evict(path)
         drop_pin(key)
-        damaged = (
-            f"the cached {entry.label} weights ({path}) have sha256 {actual}, not the {pin.sha256} recorded when "
-            "they were downloaded, and were removed"
-        )
+        damaged = _removed_damaged(entry, path, actual, f"the {pin.sha256} recorded when they were downloaded")
         if pulling:
             note(f"{damaged}: downloading them again")
             return None
@@ -276,9 +276,7 @@ def _fetch_hub(entry: Entry, key: str, found: discover.Found) -> Location:
     expected = entry.sha256 or found.sha256 or _lfs_sha256(path)
     actual = sha256_of(path)
     if expected and actual != expected and was_cached:
-        _evict(path)
-        note(f"the cached {entry.label} weights ({path}) have sha256 {actual}, not the expected {expected}, and "
-             "were removed: downloading them again")  # fmt: skip
+        note(f"{_removed_damaged(entry, path, actual, f'the expected {expected}')}: downloading them again")
         path = library.hub_download(found.repo_id, found.path, found.commit)
         actual = sha256_of(path)
     if expected and actual != expected:
