@@ -16,6 +16,7 @@ from .. import __version__
 from ..signals import second_interrupt_exits_at_once
 from . import bench, compare, evaluate, models, train, upscale
 from .output import console, say_refused_command_line, set_debug
+from .shutdown import end_process
 
 HELP = """Upscale images with SST, the Scalable SR Transformer.
 
@@ -95,4 +96,5 @@ def main() -> None:
         app()
     except SystemExit as exc:
         say_refused_command_line(sys.argv[1:], exc.code)
+        end_process(exc.code)
         raise
