@@ -150,6 +150,27 @@ def test_damaged_cached_lfs_file_is_refused_offline(cache: Path) -> None:
         hub.resolve_pretrained("sst", 4, repo_id=REPO)  # the --hub-repo zoo path: gone, never used
 
 
+def test_damaged_cached_file_that_cannot_be_removed_is_not_said_removed(cache: Path) -> None:
+    """A shared cache this user may not change: the file stayed, and the message said it "was removed from the
+    cache". Root ignores folder permissions: skipped when run as root."""
+    if os.geteuid() == 0:
+        pytest.skip("root may remove files from a read-only folder")
+    path = hub.download(hub.HubFile(REPO, FILE))
+    path.resolve().write_bytes(b"damaged on disk")
+    path.parent.chmod(0o555)
+    try:
+        with pytest.raises(CheckpointError) as info:
+            hub.download(hub.HubFile(REPO, FILE), pull_hint="sst models pull sst --scale 4 --hub-repo tester/sst-fake")
+    finally:
+        path.parent.chmod(0o755)
+    msg = str(info.value)
+    assert "\n" not in msg and f"the cached {FILE} from {REPO} ({path}) has sha256" in msg
+    assert f"could not be removed from the cache ({path}: permission denied): remove it as a user who may write to " \
+        f"{path.parent}, then run `sst models pull sst --scale 4 --hub-repo tester/sst-fake`; or set HF_HUB_CACHE " \
+        "(or HF_HOME) to a folder you can write; or pass --weights PATH" in msg  # fmt: skip
+    assert "was removed" not in msg and path.read_bytes() == b"damaged on disk"
+
+
 def test_an_unchanged_cached_file_is_not_hashed_on_every_use(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """hf:// files were read whole on every run to check their sha256 (seconds for a multi-GB checkpoint): one
     hashed before and unchanged since is taken; any change of size or mtime, `pull` and `models info` hash it."""

@@ -309,6 +309,68 @@ def test_pull_hashes_a_file_damaged_in_place(fake: FakeHub) -> None:
     assert any("were removed: downloading them again" in e[1] for e in recorder.events if e[0] == "note")
 
 
+@pytest.fixture
+def read_only() -> Any:
+    """Make folders read-only (a shared Hugging Face cache this user may not change), made writable again after the
+    test. Root ignores folder permissions: tests using this are skipped when run as root."""
+    if os.geteuid() == 0:
+        pytest.skip("root may remove files from a read-only folder")
+    folders: list[Path] = []
+
+    def make(folder: Path) -> None:
+        folder.chmod(0o555)
+        folders.append(folder)
+
+    yield make
+    for folder in folders:
+        folder.chmod(0o755)
+
+
+def _kept_message(message: str, kept: Path) -> None:
+    """A damaged copy that could not be removed is said as such, naming the file, why, and what to do."""
+    _one_sentence(message)
+    assert "removed" not in message.replace("could not be removed", "").replace("once removed", "")
+    assert f"could not be removed from the cache ({kept}: permission denied): remove it as a user who may " \
+        f"write to {kept.parent}, then" in message  # fmt: skip
+    assert "or set HF_HUB_CACHE (or HF_HOME) to a folder you can write; or pass --weights PATH" in message
+
+
+@pytest.mark.parametrize("online", [True, False])
+def test_a_damaged_copy_in_a_cache_this_user_cannot_change_is_not_said_removed(
+    fake: FakeHub, monkeypatch: pytest.MonkeyPatch, read_only: Any, online: bool
+) -> None:
+    """A shared cache: the copy stayed where it was, yet the message said it "were removed" (offline), and online
+    hf_hub_download returned it as it was, so the download was blamed ("try again later")."""
+    path, blob = _damaged_without_a_pin(fake)
+    read_only(path.parent)
+    if not online:
+        _offline(monkeypatch)
+    fake.requests.clear()
+    with pytest.raises(CheckpointError) as error:
+        hub.resolve("sst-light", 2)
+    _kept_message(str(error.value), path)
+    assert f"({path}) have sha256 {hashlib.sha256(b'weig').hexdigest()}" in str(error.value)
+    assert "run `sst models pull sst-light --scale 2`" in str(error.value)
+    assert blob.read_bytes() == b"weig" and fake.requests == []  # nothing downloaded that could not be kept
+    result = runner.invoke(app, ["models", "pull", "sst-light", "--scale", "2"], env={"COLUMNS": "300"})
+    assert result.exit_code != 0 and "could not be removed from the cache" in " ".join(result.output.split())
+    assert "Traceback" not in result.output
+
+
+def test_a_changed_pinned_file_whose_blob_cannot_be_removed_is_not_said_removed(fake: FakeHub, read_only: Any) -> None:
+    """The snapshot's link went, its blob (in a read-only folder) stayed: it is the blob that is named."""
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
+    path = hub.resolve_pretrained("sst-light", 2)
+    blob = path.resolve()
+    blob.write_bytes(b"tampered")
+    read_only(blob.parent)
+    with pytest.raises(CheckpointError) as error:
+        hub.resolve_pretrained("sst-light", 2)
+    _kept_message(str(error.value), blob)
+    assert "recorded when they were downloaded, and could not be removed" in str(error.value)
+    assert blob.read_bytes() == b"tampered"
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Rejections and failures
 

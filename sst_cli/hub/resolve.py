@@ -16,11 +16,10 @@ Order for an official entry (``resolve``):
 from __future__ import annotations
 
 import os
-from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..errors import CheckpointError, ConfigError, WeightsNotFound, WriteError
+from ..errors import CheckpointError, ConfigError, WeightsNotFound, WriteError, system_reason
 from . import discover, library, net
 from .manifest import (
     Entry,
@@ -107,17 +106,36 @@ def _lfs_sha256(path: Path) -> str | None:
     return name if name and SHA256_RE.match(name) else None
 
 
-def _evict(path: Path) -> None:
-    """Remove a rejected file from the cache: the snapshot entry and the blob it points to. A cache this user may
-    not change (shared, read-only) keeps it: the refusal that called this is what the user must see."""
+def _evict(path: Path) -> OSError | None:
+    """Remove a rejected file from the cache: the snapshot entry and the blob it points to. Returns the error that
+    kept one of them there (a shared cache this user may not change), None once both are gone: the caller's words
+    depend on it."""
     try:
         blob = path.resolve() if path.is_symlink() else None
     except OSError:
         blob = None
-    with suppress(OSError):
+    try:
         path.unlink(missing_ok=True)
         if blob is not None and blob != path:
             blob.unlink(missing_ok=True)
+    except OSError as exc:
+        return exc
+    return None
+
+
+def _evict_or_refuse(path: Path, said: str, again: str) -> None:
+    """Remove a cached ``path`` that failed its sha256 (``said``: what is wrong with it); when it cannot be removed,
+    refuse, naming the file kept and why: downloading it again into that cache cannot work (``hf_hub_download``
+    returns the copy there as it is, or cannot write beside it). ``again``: how to get it once removed."""
+    stuck = _evict(path)
+    if stuck is None:
+        return
+    kept = Path(stuck.filename) if isinstance(stuck.filename, str) else path
+    variable = "HF_HOME" if release_dir() in path.parents else "HF_HUB_CACHE (or HF_HOME)"
+    raise CheckpointError(
+        f"{said}, and could not be removed from the cache ({kept}: {system_reason(stuck)}): remove it as a user who "
+        f"may write to {kept.parent}, then {again}; or set {variable} to a folder you can write; or pass --weights PATH"
+    )
 
 
 def cached_path(file: HubFile) -> Path | None:
@@ -235,9 +253,11 @@ def _adopt_cached(entry: Entry, key: str, *, pulling: bool) -> Location | None:
 
 
 def _removed_damaged(entry: Entry, path: Path, actual: str, expected: str) -> str:
-    """Remove a cached copy that failed its sha256 and say so (the start of a note or an error)."""
-    _evict(path)
-    return f"the cached {entry.label} weights ({path}) have sha256 {actual}, not {expected}, and were removed"
+    """Remove a cached copy that failed its sha256 and say so (the start of a note or an error); one that cannot be
+    removed is refused here, whatever the caller would do next (``_evict_or_refuse``)."""
+    said = f"the cached {entry.label} weights ({path}) have sha256 {actual}, not {expected}"
+    _evict_or_refuse(path, said, f"run `{entry.pull_hint}`")
+    return f"{said}, and were removed"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -280,10 +300,11 @@ def _fetch_hub(entry: Entry, key: str, found: discover.Found) -> Location:
         path = library.hub_download(found.repo_id, found.path, found.commit)
         actual = sha256_of(path)
     if expected and actual != expected:
-        _evict(path)
+        said = f"{found.path} from {found.repo_id}@{found.commit[:7]} has sha256 {actual}, not the expected {expected}"
+        _evict_or_refuse(path, said, "try again later")
         raise CheckpointError(
-            f"{found.path} from {found.repo_id}@{found.commit[:7]} has sha256 {actual}, not the expected {expected}: "
-            "the file was removed from the cache; try again later, or download it yourself and pass --weights PATH"
+            f"{said}: the file was removed from the cache; try again later, or download it yourself and pass "
+            "--weights PATH"
         )
     save_pin(key, Pin("hub", found.path, actual, repo_id=found.repo_id, commit=found.commit).with_stat(path))
     return Location(entry.name, entry.scale, "hub", path, found.repo_id, found.commit, found.path, sha256=actual,
@@ -572,29 +593,29 @@ def _verified(path: Path, file: HubFile) -> Path:
     if actual == expected:
         remember_sha256(path, actual)
     else:
-        _evict(path)
+        said = f"{file.filename} from {file.repo_id} has sha256 {actual}, not the expected {expected}"
+        _evict_or_refuse(path, said, "try again later")
         raise CheckpointError(
-            f"{file.filename} from {file.repo_id} has sha256 {actual}, not the expected {expected}: the file was "
-            "removed from the cache; try again later, or download it yourself and pass --weights PATH"
+            f"{said}: the file was removed from the cache; try again later, or download it yourself and pass "
+            "--weights PATH"
         )
     return path
 
 
-def _damaged(path: Path, file: HubFile, *, rehash: bool, expected: str | None) -> str | None:
+def _damaged(path: Path, file: HubFile, *, rehash: bool, expected: str | None, again: str) -> str | None:
     """None when a cached ``path`` has its ``expected`` sha256 (or none is known); else, having removed it from the
-    cache, a phrase saying what was wrong with it (a disk error, an interrupted copy, an edit by hand). A file
-    hashed before and unchanged since (size, mtime, inode) is not read again unless ``rehash``."""
+    cache, a phrase saying what was wrong with it (a disk error, an interrupted copy, an edit by hand); refused
+    when it cannot be removed (``_evict_or_refuse``, ``again``). A file hashed before and unchanged since (size,
+    mtime, inode) is not read again unless ``rehash``."""
     if expected is None or (not rehash and known_sha256(path) == expected):
         return None
     actual = sha256_of(path)
     if actual == expected:
         remember_sha256(path, actual)
         return None
-    _evict(path)
-    return (
-        f"the cached {file.filename} from {file.repo_id} ({path}) has sha256 {actual}, not the expected {expected}, "
-        "and was removed from the cache"
-    )
+    said = f"the cached {file.filename} from {file.repo_id} ({path}) has sha256 {actual}, not the expected {expected}"
+    _evict_or_refuse(path, said, again)
+    return f"{said}, and was removed from the cache"
 
 
 def download(file: HubFile, *, pull_hint: str | None = None, pulling: bool = False, rehash: bool = False) -> Path:
@@ -614,7 +635,7 @@ def download(file: HubFile, *, pull_hint: str | None = None, pulling: bool = Fal
         expected = _expected_sha256(cached, file)
         if expected is None and _layout_hides_sha256(cached, file):
             expected = _plain_file_sha256(cached, file, hint=hint, pulling=pulling)
-        damaged = _damaged(cached, file, rehash=pulling or rehash, expected=expected)
+        damaged = _damaged(cached, file, rehash=pulling or rehash, expected=expected, again=hint)
     if damaged is not None:
         cached = None
     pinned_commit = bool(file.revision and COMMIT_RE.match(file.revision))
