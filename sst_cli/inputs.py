@@ -91,12 +91,13 @@ def _folder_images(folder: Path, recursive: bool, exclude: Sequence[Path], skips
             if not recursive
             else [d for d in dirs if not is_hidden(d) and os.path.realpath(os.path.join(root, d)) not in excluded]
         )
-        found.extend(Path(root, f) for f in files if not is_hidden(f) and _image_like(f))
+        found.extend(Path(root, f) for f in files if not is_hidden(f) and is_image_like(f))
     jobs = [Job(p, folder, True, skip=skips.reason(p)) for p in sorted(found, key=lambda p: p.as_posix())]
     return jobs + [Job(Path(exc.filename), folder, True, error=unreadable_folder(exc)) for exc in unreadable]
 
 
-def _image_like(name: str) -> bool:
+def is_image_like(name: str) -> bool:
+    """Images sst-cli reads, and those it does not (listed as skipped): what a folder scan takes from a folder."""
     return is_image_file(name) or os.path.splitext(name)[1].lower() in UNSUPPORTED_SUFFIXES
 
 
@@ -161,7 +162,7 @@ def _expand(item: str, recursive: bool, exclude: Sequence[Path], skips: Skips) -
             jobs.extend(
                 replace(j, base=root, from_folder=False) for j in _folder_images(found, recursive, exclude, skips)
             )
-        elif found.is_file() and _image_like(found.name) and not is_hidden(found.name):
+        elif found.is_file() and is_image_like(found.name) and not is_hidden(found.name):
             jobs.append(Job(found, root, skip=skips.reason(found)))
     if not jobs:
         return [Job(path, root, error=f"no image files match '{item}'")]
@@ -262,10 +263,18 @@ def discover_inputs(
         if jobs:
             reasons = "; ".join(sorted({f"{j.source.name}: {j.skip}" for j in jobs})[:3])
             raise ConfigError(f"nothing to upscale in {', '.join(repr(i) for i in items)}: {reasons}")
-        kinds = " ".join(sorted(IMAGE_SUFFIXES))
-        hint = _recursive_hint(items, recursive)
-        raise ConfigError(f"no image files found in {', '.join(repr(i) for i in items)} (looked for {kinds}){hint}")
+        raise nothing_found(items, recursive)
     return jobs
+
+
+def nothing_found(items: Sequence[str], recursive: bool, *, videos: Iterable[str] = ()) -> ConfigError:
+    """The refusal of inputs in which no file was found, with the endings looked for: images, and the ``videos``
+    endings where the caller (``sst upscale``) takes video files from folders too."""
+    video_kinds = " ".join(sorted(videos))
+    what = "image or video files" if video_kinds else "image files"
+    kinds = " ".join(sorted(IMAGE_SUFFIXES)) + (f"; videos {video_kinds}" if video_kinds else "")
+    names = ", ".join(repr(i) for i in items)
+    return ConfigError(f"no {what} found in {names} (looked for {kinds}){_recursive_hint(items, recursive)}")
 
 
 def _recursive_hint(items: Sequence[str], recursive: bool) -> str:

@@ -22,7 +22,17 @@ from .errors import ConfigError, SstError, VideoError
 from .filerun import BatchEvents, BatchResult, FileResult, FileStep, run_in_turn
 from .files import TEMP_SUFFIX, InputFiles, clean_stale_temporaries, removing_unused_folders, unwritable
 from .image_io import is_image_file
-from .inputs import Job, distinct_files, glob_matches, is_glob, is_hidden, is_own_output, one_job_per_file
+from .inputs import (
+    Job,
+    distinct_files,
+    glob_matches,
+    is_glob,
+    is_hidden,
+    is_image_like,
+    is_own_output,
+    nothing_found,
+    one_job_per_file,
+)
 from .loader import ModelSpec
 from .naming import Naming, WriteOptions, model_label
 from .preflight import claim_output
@@ -30,6 +40,7 @@ from .upscaler import UpscaleOptions, Upscaler, result_size
 from .video import VideoResult, describe_plan, expected_megapixels, plan_video, upscale_video
 from .video_io import (
     UNCOUNTED_CONTAINERS,
+    VIDEO_EXTENSIONS,
     VideoInfo,
     VideoOptions,
     check_video_options,
@@ -58,16 +69,23 @@ def find_videos(
     """Split INPUT items into video jobs (files named, or found in folders or globs) and the items left for the
     image batch: image files, and folders or globs that also hold images (or no video). Clips found (not named)
     whose names sst-cli's template gives with a model of ``own_labels`` become skipped jobs; a clip named twice
-    (``a.mp4 ./a.mp4``) or reached through a link is upscaled once, as images are. Needs no PyAV."""
+    (``a.mp4 ./a.mp4``) or reached through a link is upscaled once, as images are. Needs no PyAV.
+
+    Folders alone, holding neither videos nor images, are refused here: the image batch's refusal would list the
+    image endings only, though videos are looked for too."""
+    items = list(inputs)
     videos: list[Job] = []
     rest: list[str] = []
-    for item in inputs:
+    empty: list[str] = []
+    for item in items:
         path = Path(item)
         if os.path.isdir(item):  # False, not an error, where a folder on the way may not be entered
-            found, images = _scan(path, recursive)
+            found, images, anything = _scan(path, recursive)
             videos.extend(Job(p, path, from_folder=True, skip=_own(p, own_labels)) for p in found)
             if images or not found:
                 rest.append(item)  # the image batch also says which folders could not be read
+            if not anything:
+                empty.append(item)
         elif not os.path.exists(item) and is_glob(item):  # a glob: its videos here, the rest to the image batch
             root, matches = glob_matches(item)
             clips = [m for m in matches if is_video_file(m) and m.is_file() and not is_hidden(m.name)]
@@ -78,6 +96,8 @@ def find_videos(
             videos.append(Job(path, path.parent))
         else:
             rest.append(item)
+    if items and empty == items:
+        raise nothing_found(items, recursive, videos=VIDEO_EXTENSIONS)
     return one_job_per_file(videos), rest
 
 
@@ -87,12 +107,13 @@ def _own(path: Path, labels: frozenset[str]) -> str | None:
     return None
 
 
-def _scan(folder: Path, recursive: bool) -> tuple[list[Path], bool]:
-    """The clips in ``folder``, and whether the image batch has something there too: images, or a folder that
-    could not be read (it says so)."""
+def _scan(folder: Path, recursive: bool) -> tuple[list[Path], bool, bool]:
+    """The clips in ``folder``; whether the image batch has something there too: images, or a folder that could
+    not be read (it says so); and whether anything at all was found (clips, images read or skipped, unreadable
+    folders)."""
     found: list[Path] = []
     unreadable: list[OSError] = []
-    images = False
+    images = like = False
     for root, dirs, files in os.walk(folder, onerror=unreadable.append):
         dirs[:] = [d for d in dirs if not d.startswith(".")] if recursive else []
         for name in files:
@@ -101,7 +122,9 @@ def _scan(folder: Path, recursive: bool) -> tuple[list[Path], bool]:
             if is_video_file(name):
                 found.append(Path(root, name))
             images = images or is_image_file(name)
-    return sorted(found, key=lambda p: p.as_posix()), images or bool(unreadable)
+            like = like or is_image_like(name)
+    anything = bool(found) or like or bool(unreadable)
+    return sorted(found, key=lambda p: p.as_posix()), images or bool(unreadable), anything
 
 
 def upscale_video_files(

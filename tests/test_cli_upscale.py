@@ -411,8 +411,13 @@ def test_config_without_weights_and_unknown_model_exit_2() -> None:
 def test_empty_folder_is_a_clear_error() -> None:
     Path("empty").mkdir()
     result = sst("empty")
-    assert result.exit_code == 2 and "no image files found" in result.stderr and ".jfif" in result.stderr
+    said = " ".join(result.stderr.split())  # videos in folders are upscaled too: their endings were not listed
+    assert result.exit_code == 2 and "no image or video files found in 'empty' (looked for .bmp" in said
+    assert ".jfif" in said and "; videos .3g2 .3gp .avi" in said and ".mp4" in said and ".webm .wmv)" in said
     Path("nested", "deeper").mkdir(parents=True)
+    both = sst("empty", "nested")
+    assert both.exit_code == 2 and "no image or video files found in 'empty', 'nested'" in both.stderr
+    assert "they have sub-folders: add --recursive" in " ".join(both.stderr.split())
     image("a.png")
     among = sst("empty", "nested", "a.png", "-o", "out")  # the folders were passed over without a word
     assert among.exit_code == 0 and files_under("out") == ["a_mini_x3_x3.png"]
