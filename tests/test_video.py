@@ -288,6 +288,63 @@ def test_rgb_encodes_to_its_exact_yuv(pix_fmt: str, full: bool, matrix: int, rgb
         assert error <= 0.5 + 1e-9, (pix_fmt, colour, got.mean(0), exact)
 
 
+#: Packed and semi-planar YUV, laid out by hand: (depth, each plane's samples in the order of one repeat, samples
+#: a row): no swscale between the test's codes and the frame's memory, so a swapped or shifted sample shows.
+_PACKED = {
+    "yuyv422": (8, (("YUYV", 32),)),
+    "uyvy422": (8, (("UYVY", 32),)),
+    "nv12": (8, (("Y", 16), ("UV", 16))),
+    "nv21": (8, (("Y", 16), ("VU", 16))),
+    "vuya": (8, (("VUYA", 64),)),
+    "p010le": (10, (("Y", 16), ("UV", 16))),
+    "y210le": (10, (("YUYV", 32),)),
+}
+
+
+def _packed_rows(frame: av.VideoFrame, depth: int) -> list[np.ndarray]:
+    """Each plane's rows as samples: bytes, or 16-bit words holding ``depth`` bits at the top (p010, y210)."""
+    dtype = np.dtype("<u2") if depth > 8 else np.dtype(np.uint8)
+    return [np.frombuffer(p, dtype).reshape(p.height, -1) for p in frame.planes]
+
+
+@pytest.mark.parametrize("pix_fmt", sorted(_PACKED))
+@pytest.mark.parametrize(("full", "matrix"), [(False, 1), (True, 6)])
+def test_packed_yuv_decodes_and_encodes_to_its_exact_colour(pix_fmt: str, full: bool, matrix: int) -> None:
+    """Packed and semi-planar YUV goes through the same exact conversion (swscale only repacks to planar 4:4:4),
+    checked against frames packed and unpacked here, byte by byte, in a flat colour of known codes."""
+    depth, layout = _PACKED[pix_fmt]
+    shift = 16 - depth if depth > 8 else 0
+    kr, kb = _KR_KB[matrix]
+    black, y_span, grey, c_span = _levels(depth, full)
+    rng = 2 if full else 1
+    for shares in ((0.40, 0.35, 0.70), (0.75, 0.62, 0.31), (0.12, 0.81, 0.46)):
+        codes = dict(zip("YUVA", (*(round(f * (2**depth - 1)) for f in shares), 2**depth - 1), strict=True))
+        frame = av.VideoFrame(16, 16, pix_fmt)
+        for rows, (order, _) in zip(_packed_rows(frame, depth), layout, strict=True):
+            rows[...] = np.resize(np.array([codes[c] << shift for c in order], rows.dtype), rows.shape[1])
+        frame.colorspace, frame.color_range = matrix, rng
+        y, cb, cr = (codes["Y"] - black) / y_span, (codes["U"] - grey) / c_span, (codes["V"] - grey) / c_span
+        r, b = y + 2 * (1 - kr) * cr, y + 2 * (1 - kb) * cb
+        exact = np.clip(np.array([r, (y - kr * r - kb * b) / (1 - kr - kb), b]), 0, 1)
+        for rgb_depth in (8, 16):
+            got = frame_to_array(frame, rgb_depth).reshape(-1, 3).astype(float)
+            error = np.abs(got - exact * (2**rgb_depth - 1)).max()
+            assert error <= 0.5 + 1e-9, (pix_fmt, codes, rgb_depth, got.mean(0), exact)
+        rgb = np.full((16, 16, 3), np.rint(exact * 65535), np.uint16)  # back: RGB48 of that colour
+        r, g, b = rgb[0, 0] / 65535
+        y = kr * r + (1 - kr - kb) * g + kb * b
+        want = {"Y": black + y * y_span, "U": grey + (b - y) / (2 - 2 * kb) * c_span}
+        want |= {"V": grey + (r - y) / (2 - 2 * kr) * c_span, "A": 2**depth - 1}
+        plan = video_io.EncodePlan("rawvideo", pix_fmt, "matroska", "mkv", 16, 16, 16, {})
+        encoded = video_io.array_to_frame(rgb, plan, frame)
+        assert encoded.format.name == pix_fmt
+        for rows, (order, samples) in zip(_packed_rows(encoded, depth), layout, strict=True):
+            for at, component in enumerate(order):
+                got_codes = rows[:, at : samples : len(order)].astype(float) / 2**shift
+                error = np.abs(got_codes - want[component]).max()
+                assert error <= 0.5 + 1e-9, (pix_fmt, component, got_codes.mean(), want[component])
+
+
 @pytest.mark.parametrize("bt709", [True, False])
 def test_colours_survive_the_yuv_round_trip(tmp_path: Path, bt709: bool) -> None:
     clip = make_clip(tmp_path / "red.mp4", colour=(200, 40, 60), bt709=bt709, pts_ms=(0, 40), audio=False)
