@@ -258,7 +258,7 @@ def discover_inputs(
     jobs = one_job_per_file([job for _, found in expanded for job in found])
     for item, found in expanded:
         if not found and jobs and on_note is not None:
-            on_note(f"'{item}' holds no image files: nothing comes from it{_recursive_hint([item], recursive)}")
+            on_note(nothing_from(item, recursive))
     if not any(job.skip is None for job in jobs):
         if jobs:
             reasons = "; ".join(sorted({f"{j.source.name}: {j.skip}" for j in jobs})[:3])
@@ -275,6 +275,12 @@ def nothing_found(items: Sequence[str], recursive: bool, *, videos: Iterable[str
     kinds = " ".join(sorted(IMAGE_SUFFIXES)) + (f"; videos {video_kinds}" if video_kinds else "")
     names = ", ".join(repr(i) for i in items)
     return ConfigError(f"no {what} found in {names} (looked for {kinds}){_recursive_hint(items, recursive)}")
+
+
+def nothing_from(item: str, recursive: bool, *, videos: bool = False) -> str:
+    """The note on a folder among other inputs in which nothing was found (it is passed over, not refused)."""
+    what = "image or video files" if videos else "image files"
+    return f"'{item}' holds no {what}: nothing comes from it{_recursive_hint([item], recursive)}"
 
 
 def _recursive_hint(items: Sequence[str], recursive: bool) -> str:

@@ -31,6 +31,7 @@ from .inputs import (
     is_image_like,
     is_own_output,
     nothing_found,
+    nothing_from,
     one_job_per_file,
 )
 from .loader import ModelSpec
@@ -64,15 +65,19 @@ class _VideoPlan:
 
 
 def find_videos(
-    inputs: Iterable[str], recursive: bool, own_labels: frozenset[str] = frozenset()
+    inputs: Iterable[str],
+    recursive: bool,
+    own_labels: frozenset[str] = frozenset(),
+    on_note: Callable[[str], None] | None = None,
 ) -> tuple[list[Job], list[str]]:
     """Split INPUT items into video jobs (files named, or found in folders or globs) and the items left for the
     image batch: image files, and folders or globs that also hold images (or no video). Clips found (not named)
     whose names sst-cli's template gives with a model of ``own_labels`` become skipped jobs; a clip named twice
     (``a.mp4 ./a.mp4``) or reached through a link is upscaled once, as images are. Needs no PyAV.
 
-    Folders alone, holding neither videos nor images, are refused here: the image batch's refusal would list the
-    image endings only, though videos are looked for too."""
+    Folders holding neither videos nor images are settled here, since videos are looked for too: refused when
+    they are all the inputs, else passed over with a note through ``on_note`` (handed to the image batch, one
+    beside a clip failed the run, and one beside an image was said to hold "no image files")."""
     items = list(inputs)
     videos: list[Job] = []
     rest: list[str] = []
@@ -82,10 +87,10 @@ def find_videos(
         if os.path.isdir(item):  # False, not an error, where a folder on the way may not be entered
             found, images, anything = _scan(path, recursive)
             videos.extend(Job(p, path, from_folder=True, skip=_own(p, own_labels)) for p in found)
-            if images or not found:
-                rest.append(item)  # the image batch also says which folders could not be read
             if not anything:
                 empty.append(item)
+            elif images or not found:
+                rest.append(item)  # the image batch also says which folders could not be read
         elif not os.path.exists(item) and is_glob(item):  # a glob: its videos here, the rest to the image batch
             root, matches = glob_matches(item)
             clips = [m for m in matches if is_video_file(m) and m.is_file() and not is_hidden(m.name)]
@@ -98,6 +103,9 @@ def find_videos(
             rest.append(item)
     if items and empty == items:
         raise nothing_found(items, recursive, videos=VIDEO_EXTENSIONS)
+    for item in empty:
+        if on_note is not None:
+            on_note(nothing_from(item, recursive, videos=True))
     return one_job_per_file(videos), rest
 
 

@@ -422,8 +422,8 @@ def test_empty_folder_is_a_clear_error() -> None:
     among = sst("empty", "nested", "a.png", "-o", "out")  # the folders were passed over without a word
     assert among.exit_code == 0 and files_under("out") == ["a_mini_x3_x3.png"]
     said = " ".join(among.stderr.split())
-    assert "'empty' holds no image files: nothing comes from it" in said
-    assert "'nested' holds no image files: nothing comes from it; it has sub-folders: add --recursive" in said
+    assert "'empty' holds no image or video files: nothing comes from it" in said
+    assert "'nested' holds no image or video files: nothing comes from it; it has sub-folders: add --recursive" in said
 
 
 def test_debug_shows_the_traceback() -> None:

@@ -356,3 +356,13 @@ def test_a_clip_named_twice_is_upscaled_once(tmp_path: Path) -> None:
     result = sst("a.mp4", "./a.mp4", "-o", "out")
     assert result.exit_code == 0, result.output
     assert [p.name for p in Path("out").iterdir()] == ["a_mini_x3_x3.mp4"]
+
+
+def test_an_empty_folder_beside_a_clip_is_passed_over_with_a_note(tmp_path: Path) -> None:
+    """It went to the image batch, whose "no image files found in 'empty'" refused the whole run (exit 2)."""
+    clip("a.mp4", audio=False)
+    Path("empty").mkdir()
+    result = sst("empty", "a.mp4", "-o", "out")
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in Path("out").iterdir()] == ["a_mini_x3_x3.mp4"]
+    assert "'empty' holds no image or video files: nothing comes from it" in " ".join(result.stderr.split())

@@ -397,7 +397,9 @@ def upscale(
     worker_plan = plan_workers(device, workers)
     options = upscale_options(device=worker_plan.devices[0], **running)
     parallel = ray is not None or worker_plan.parallel
-    videos, images = split_videos(inputs, spec, recursive, include_outputs, parallel=parallel)  # sst-cli[video]
+    videos, images = split_videos(
+        inputs, spec, recursive, include_outputs, parallel=parallel, note=reporter.note
+    )  # sst-cli[video]
     events = BatchEvents(
         note=reporter.note,
         warning=reporter.message,

@@ -114,16 +114,23 @@ def _eta(left: int, fps: float, expected: int) -> float | None:
 
 
 def split_videos(
-    inputs: list[str], spec: ModelSpec, recursive: bool, include_outputs: bool, *, parallel: bool
+    inputs: list[str],
+    spec: ModelSpec,
+    recursive: bool,
+    include_outputs: bool,
+    *,
+    parallel: bool,
+    note: Callable[[str], None],
 ) -> tuple[list[Job], list[str]]:
-    """The video clips among the inputs (for ``upscale_videos``) and the items left for the image batch."""
+    """The video clips among the inputs (for ``upscale_videos``) and the items left for the image batch; ``note``
+    says which folders held nothing."""
     from ..errors import ConfigError
     from ..inputs import own_output_labels
     from ..naming import model_label
     from ..video_batch import find_videos
 
     own = frozenset() if include_outputs else own_output_labels() | {model_label(spec).lower()}
-    videos, images = find_videos(inputs, recursive, own)
+    videos, images = find_videos(inputs, recursive, own, note)
     if videos and parallel:
         raise ConfigError("video files run on one device: leave out --ray, --workers and device lists")
     return videos, images
