@@ -85,9 +85,13 @@ class BenchSettings:
     variant: str | None = None  # the zoo model whose architecture ``weights`` are (SST files need it: windows)
 
     def __post_init__(self) -> None:
-        # Kept in the canonical spelling ("FP32" is "fp32"): the tables and the fp32/bf16 comparison match on it.
-        precisions = tuple(check_choice(p, PRECISIONS, "precision") for p in self.precisions)
-        object.__setattr__(self, "precisions", precisions)  # frozen: set once, here
+        # Kept in the canonical spelling ("FP32" is "fp32") and once each: the tables and the fp32/bf16 comparison
+        # match rows on (model, scale, precision), and a model or precision named twice was timed twice.
+        models = tuple(dict.fromkeys(get_variant(name).name for name in self.models))
+        precisions = tuple(dict.fromkeys(check_choice(p, PRECISIONS, "precision") for p in self.precisions))
+        object.__setattr__(self, "models", models)  # frozen: set once, here
+        object.__setattr__(self, "scales", tuple(dict.fromkeys(self.scales)))
+        object.__setattr__(self, "precisions", precisions)
         object.__setattr__(self, "compile", compile_mode(self.compile))
         self.validate()
 

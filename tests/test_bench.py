@@ -54,11 +54,7 @@ def test_paper_protocol_is_the_default_and_cpu_gets_a_quick_one() -> None:
     assert set(paper.models) == {"sst-light", "sst", "sst-l"} and paper.precisions == ("fp32", "bf16")
     quick = quick_cpu_settings()
     assert quick.size == (320, 180) and quick.models == ("sst-light",)
-    options = {
-        "device": "cpu", "models": None, "scales": None, "precisions": None, "size": None, "tiled": None,
-        "runs": None, "warmup": None, "attention": "auto", "reference": False, "tile": "auto",
-        "compile_mode": "none", "tf32": False, "input_image": None,
-    }  # fmt: skip
+    options = CLI_DEFAULTS
     assert _settings(**options) == (quick_cpu_settings(device="cpu"), True)
     chosen, is_quick = _settings(**(options | {"models": ["SST"], "size": "320x180"}))
     assert not is_quick and chosen.models == ("sst",) and chosen.size == (320, 180) and chosen.runs == 10
@@ -68,6 +64,31 @@ def test_paper_protocol_is_the_default_and_cpu_gets_a_quick_one() -> None:
     assert is_quick and quick_tiled.size is None and quick_tiled.models == ("sst-light",)
     real, _ = _settings(**(options | {"models": ["sst-real"], "size": "64x64"}))  # it exists at x4 only
     assert real.scales == (4,) and chosen.scales == (2, 3, 4)
+
+
+CLI_DEFAULTS = {
+    "device": "cpu", "models": None, "scales": None, "precisions": None, "size": None, "tiled": None,
+    "runs": None, "warmup": None, "attention": "auto", "reference": False, "tile": "auto",
+    "compile_mode": "none", "tf32": False, "input_image": None,
+}  # fmt: skip
+
+
+def test_a_model_or_precision_named_twice_is_timed_once(tmp_path: Path) -> None:
+    """``-m sst-light -m sst-light`` or ``--precision bf16 --precision BF16`` timed the same block twice, and the
+    first bf16 row's "x fp32 speed" divided by the other block's fp32 median."""
+    repeated = {"models": ("sst-light", " SST-Light"), "scales": (4, 4), "precisions": ("bf16", "BF16", "fp32", "bf16")}
+    twice = BenchSettings(**(TINY | repeated))
+    assert (twice.models, twice.scales, twice.precisions) == (("sst-light",), (4,), ("bf16", "fp32"))
+    given, _ = _settings(**(CLI_DEFAULTS | {"models": ["sst-light", "SST-LIGHT"], "precisions": ["bf16", "bf16"]}))
+    assert given.models == ("sst-light",) and given.precisions == ("bf16",)
+    out = tmp_path / "bench.json"
+    args = ["bench", "-m", "sst-light", "-m", "SST-light", "-s", "2", "--size", "32x24", "--runs", "1", "--warmup",
+            "0", "--device", "cpu", "--precision", "fp32", "--precision", "bf16", "--precision", "BF16"]  # fmt: skip
+    result = runner.invoke(app, [*args, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(out.read_text())["results"]
+    assert [(r["model"], r["precision"]) for r in rows] == [("sst-light", "fp32"), ("sst-light", "bf16")]
+    assert result.output.count("x fp32 speed") == 1
 
 
 def test_reference_path_is_swapped_in_and_out() -> None:

@@ -81,7 +81,7 @@ def _settings(
     if models:
         given["models"] = tuple(m.strip().lower() for m in models)
     if scales:
-        given["scales"] = tuple(dict.fromkeys(scales))
+        given["scales"] = tuple(scales)  # BenchSettings keeps each once
     elif models:  # the default scales that every model named has (sst-real exists at x4 only)
         from ..bench import PAPER_SCALES
         from ..zoo import get_variant
