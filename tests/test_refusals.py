@@ -93,6 +93,10 @@ OTHER_COMMANDS = [
     (["bench", "--precision", "fp16"], "unknown precision 'fp16'"),
     (["bench", "--attention", "foo"], "unknown attention backend 'foo'"),
     (["bench", "--compile", "fast"], "unknown compile mode 'fast' for --compile"),
+    (["bench", "--size", "12x"], "--size must be WIDTHxHEIGHT in pixels, e.g. 1280x720, got '12x'"),
+    (["bench", "--tiled", "12x"], "--tiled must be WIDTHxHEIGHT in pixels, e.g. 1280x720, got '12x'"),
+    (["bench", "-m", "nosuch"], "unknown model 'nosuch'"),
+    (["bench", "--scale", "5"], "scale must be one of 2, 3, 4, got 5"),
     (["train", "--data", ".", "--iters", "0", "--out", "w.safetensors"], "iters must be at least 1"),
     (["train", "--data", ".", "--iters", "9", "--out", "w.bin"], "name it .safetensors (recommended), .pth or .pt"),
     (

@@ -12,7 +12,7 @@ from ..checks import check_choice, check_device_name
 from ..checks import compile_mode as check_compile_mode
 from ..choices import BACKENDS, PRECISIONS
 from ..errors import ConfigError
-from ..zoo import VARIANTS
+from ..zoo import VARIANTS, check_scale, get_variant
 from ._options import (
     AttentionOption,
     ConfigOption,
@@ -64,6 +64,11 @@ def _settings(
         raise ConfigError("--tile sets the tiles of a --tiled run: give --tiled WxH too")
     if weights is not None and scales and len(set(scales)) > 1:
         raise ConfigError("--weights holds one scale: give at most one --scale (it is checked against the file)")
+    models = [get_variant(name).name for name in models or ()]  # unknown names fail here; "SST" is sst
+    for scale in scales or ():
+        check_scale(scale)
+    given_sizes = (("--size", size), ("--tiled", tiled))
+    sizes = {option: parse_wxh(text, option) for option, text in given_sizes if text is not None}
     from ..bench import BenchSettings, quick_cpu_settings
     from ..runtime import resolve_device
 
@@ -72,19 +77,18 @@ def _settings(
     given |= {"tile": parse_tile(tile), "compile": compile_mode, "channels_last": layouts[channels_last]}
     given["input"] = None if input_image is None else str(input_image)
     if weights is not None:
-        if models and len(models) > 1:
+        if len(set(models)) > 1:
             raise ConfigError("--weights times the network in that file: give at most one --model, its architecture")
         given |= {"weights": weights, "config": config, "variant": models[0] if models else None}
         models = None
     elif config is not None:
         raise ConfigError("--config describes the architecture of --weights; give the weights too")
     if models:
-        given["models"] = tuple(m.strip().lower() for m in models)
+        given["models"] = tuple(models)  # BenchSettings keeps each once
     if scales:
-        given["scales"] = tuple(scales)  # BenchSettings keeps each once
+        given["scales"] = tuple(scales)
     elif models:  # the default scales that every model named has (sst-real exists at x4 only)
         from ..bench import PAPER_SCALES
-        from ..zoo import get_variant
 
         have = [set(get_variant(m).scales) for m in given["models"]]
         given["scales"] = tuple(s for s in PAPER_SCALES if all(s in h for h in have)) or PAPER_SCALES
@@ -95,10 +99,10 @@ def _settings(
     if warmup is not None:
         given["warmup"] = warmup
     if tiled is not None:
-        given["tiled"] = parse_wxh(tiled, "--tiled")
+        given["tiled"] = sizes["--tiled"]
         given["size"] = None  # --tiled alone measures only the tiled path
     if size is not None:
-        given["size"] = parse_wxh(size, "--size")
+        given["size"] = sizes["--size"]
     quick = cpu and not models and size is None and runs is None
     if quick and tiled is not None:
         given["size"] = None
