@@ -15,7 +15,7 @@ from sst_cli.archs import attention
 from sst_cli.archs.sst.layers import WindowAttention, reference_path
 from sst_cli.bench import BenchSettings, lr_size, quick_cpu_settings, run_bench
 from sst_cli.cli import app
-from sst_cli.cli.bench import _settings
+from sst_cli.cli.bench import _quick_notice, _settings
 from sst_cli.errors import ConfigError
 from sst_cli.zoo import create_model
 
@@ -89,6 +89,32 @@ def test_a_model_or_precision_named_twice_is_timed_once(tmp_path: Path) -> None:
     rows = json.loads(out.read_text())["results"]
     assert [(r["model"], r["precision"]) for r in rows] == [("sst-light", "fp32"), ("sst-light", "bf16")]
     assert result.output.count("x fp32 speed") == 1
+
+
+@pytest.mark.parametrize(
+    "options,words",
+    [
+        ({}, "sst-light, x2 and x4, 320x180 output, 3 runs"),
+        ({"scales": [3]}, "sst-light, x3, 320x180 output, 3 runs"),  # it said x2 and x4
+        ({"tiled": "64x48"}, "sst-light, x2 and x4, tiled 64x48 output, 3 runs"),  # it said 320x180
+        ({"scales": [2, 3, 4], "tiled": "64x48"}, "sst-light, x2, x3 and x4, tiled 64x48 output, 3 runs"),
+    ],
+)
+def test_the_quick_defaults_notice_names_what_runs(options: dict, words: str) -> None:
+    settings, quick = _settings(**(CLI_DEFAULTS | options))
+    assert quick
+    assert _quick_notice(settings) == (
+        f"CPU: quick defaults ({words}); the paper's protocol needs a GPU or explicit --model/--size/--runs"
+    )
+
+
+def test_the_cli_prints_the_quick_defaults_notice_of_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sst_cli.bench as bench
+
+    monkeypatch.setattr(bench, "_planned", lambda settings: [])  # nothing timed: the notice is what is tested
+    result = runner.invoke(app, ["bench", "--device", "cpu", "--scale", "3", "--tiled", "64x48"])
+    assert result.exit_code == 0, result.output
+    assert "CPU: quick defaults (sst-light, x3, tiled 64x48 output, 3 runs)" in " ".join(result.output.split())
 
 
 def test_reference_path_is_swapped_in_and_out() -> None:

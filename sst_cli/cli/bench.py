@@ -110,6 +110,27 @@ def _settings(
     return settings, quick
 
 
+def _listed(words: list[str]) -> str:
+    """'x2', 'x2 and x4', 'x2, x3 and x4'."""
+    return " and ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
+
+
+def _quick_notice(settings: BenchSettings) -> str:
+    """What the CPU's quick defaults time, worded from ``settings`` (--scale and --tiled change what runs)."""
+    if settings.weights is not None:
+        what = ["the weights' own network and scale"]
+    else:
+        what = [", ".join(settings.models), _listed([f"x{scale}" for scale in settings.scales])]
+    if settings.size is not None:
+        what.append(f"{settings.size[0]}x{settings.size[1]} output")
+    if settings.tiled is not None:
+        what.append(f"tiled {settings.tiled[0]}x{settings.tiled[1]} output")
+    what.append(f"{settings.runs} runs")
+    return (
+        f"CPU: quick defaults ({', '.join(what)}); the paper's protocol needs a GPU or explicit --model/--size/--runs"
+    )
+
+
 def _ms(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
 
@@ -307,13 +328,7 @@ def bench(
 
         check_output_file(json_path, overwrite=overwrite, inputs=[input_image] if input_image else [], option="--json")
     if quick:
-        what = "the weights' own network and scale" if weights is not None else "sst-light, x2 and x4"
-        err_console.print(
-            f"CPU: quick defaults ({what}, 320x180 output, 3 runs); the paper's protocol needs a GPU "
-            "or explicit --model/--size/--runs",
-            markup=False,
-            soft_wrap=True,
-        )
+        err_console.print(_quick_notice(settings), markup=False, soft_wrap=True)
     from ..bench import run_bench
     from ..files import atomic_write_text, json_text
 
