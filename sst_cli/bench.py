@@ -420,6 +420,11 @@ def run_bench(settings: BenchSettings, on_progress: Say | None = None) -> BenchR
     )
     if chose is not None:
         report.notices.append(f"--precision auto: {chose} on {report.device}")
+    if settings.compile == "reduce-overhead" and device.type != "cuda":  # timed as asked, but said: it adds nothing
+        report.notices.append(
+            f"--compile reduce-overhead: its CUDA graphs run on CUDA GPUs only; on {report.device} it times "
+            "as --compile default"
+        )
     planned = _planned(settings)
     check_memory(settings, device, planned)
     for name, scale, shape in planned:

@@ -117,6 +117,19 @@ def test_the_cli_prints_the_quick_defaults_notice_of_the_settings(monkeypatch: p
     assert "CPU: quick defaults (sst-light, x3, tiled 64x48 output, 3 runs)" in " ".join(result.output.split())
 
 
+def test_reduce_overhead_on_the_cpu_says_cuda_graphs_do_nothing_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sst_cli.bench as bench
+
+    monkeypatch.setattr(bench, "_planned", lambda settings: [])  # nothing timed: the notices are what is tested
+    said = "--compile reduce-overhead: its CUDA graphs run on CUDA GPUs only; on "
+    reduce = run_bench(BenchSettings(**TINY, compile="reduce-overhead"))
+    assert [n for n in reduce.notices if n.startswith(said)] == [f"{said}{reduce.device} it times as --compile default"]
+    assert not any("CUDA graphs" in n for n in run_bench(BenchSettings(**TINY, compile="default")).notices)
+    result = runner.invoke(app, ["bench", "--device", "cpu", "--size", "32x24", "--compile", "reduce-overhead"])
+    assert result.exit_code == 0, result.output
+    assert " ".join(result.output.split()).count("its CUDA graphs run on CUDA GPUs only") == 1
+
+
 def test_reference_path_is_swapped_in_and_out() -> None:
     model = create_model("sst-light", 2).eval()
     layer = next(m for m in model.modules() if isinstance(m, WindowAttention))
