@@ -103,6 +103,11 @@ def check_devices(device: str, workers: int) -> None:
         check_device_name(name)
 
 
+def _named(name: str, cli: bool) -> str:
+    """An option's name as its caller wrote it: ``--ig-lambda`` on the command line, ``ig_lambda`` in Python."""
+    return "--" + name.replace("_", "-") if cli else name
+
+
 def check_running_values(
     *,
     precision: str = "auto",
@@ -117,9 +122,11 @@ def check_running_values(
     ig_lambda: float | None = None,
     seed: int | None = None,
     compile: str = "auto",
+    cli: bool = False,
 ) -> dict[str, str]:
     """Every rule of ``UpscaleOptions`` but the device's (which may need PyTorch to answer); a value left out is
-    one that passes. Returns the choices in their canonical spelling (``FP32`` -> ``fp32``) for the caller to keep."""
+    one that passes. Returns the choices in their canonical spelling (``FP32`` -> ``fp32``) for the caller to keep.
+    ``cli``: name the float options as the command line spells them (``--outscale``), not as keywords."""
     choices = {
         "precision": check_choice(precision, PRECISIONS, "precision"),
         "attention": check_choice(attention, BACKENDS, "attention backend"),
@@ -138,18 +145,20 @@ def check_running_values(
     if budget is not None and budget <= 0:
         raise ConfigError(f"the memory budget must be positive, got {max_memory}")
     choices["alpha"] = check_choice(alpha, ALPHA_MODES, "alpha mode")
-    if outscale is not None and not (math.isfinite(outscale) and outscale > 0):
-        raise ConfigError(f"outscale must be a positive number, got {outscale}")
+    scale_name = _named("outscale", cli)
+    if outscale is not None and not (math.isfinite(outscale) and outscale > 0):  # inf was "a positive number"
+        raise ConfigError(f"{scale_name} {outscale:g}: must be a finite number above 0")
     if outscale is not None and outscale > MAX_TILE:  # also keeps sizes finite (1e308 overflowed to a traceback)
         raise ConfigError(
-            f"outscale {outscale:g} makes even a 1 px picture larger than sst-cli writes (sides up to {MAX_TILE})"
+            f"{scale_name} {outscale:g} makes even a 1 px picture larger than sst-cli writes (sides up to {MAX_TILE})"
         )
     if outscale is not None and outscale < MIN_OUTSCALE:
         raise ConfigError(
-            f"outscale {outscale:g} leaves less than 1 px of any picture's side; it must be {MIN_OUTSCALE:.3g} or more"
+            f"{scale_name} {outscale:g} leaves less than 1 px of any picture's side; it must be "
+            f"{MIN_OUTSCALE:.3g} or more"
         )
     if ig_lambda is not None and not math.isfinite(ig_lambda):
-        raise ConfigError(f"ig_lambda must be a finite number, got {ig_lambda}")
+        raise ConfigError(f"{_named('ig_lambda', cli)} {ig_lambda:g}: must be a finite number")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
     choices["compile"] = check_choice(compile, COMPILE_CHOICES, "compile choice")

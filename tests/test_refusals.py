@@ -56,8 +56,12 @@ NO_TORCH_NEEDED = [
     (["--name", "{stem:>8}.{ext}"], "formats {stem}: use the plain field {stem}"),
     (["--name", ".{ext}"], "gives hidden files (a leading dot)"),
     (["--name", "../../x.{ext}"], "must give a plain file name (no folders)"),
-    (["--outscale", "1e-300"], "outscale 1e-300 leaves less than 1 px of any picture's side"),
-    (["--outscale", "1e308"], "outscale 1e+308 makes even a 1 px picture larger than sst-cli writes"),
+    (["--outscale", "1e-300"], "--outscale 1e-300 leaves less than 1 px of any picture's side"),
+    (["--outscale", "1e308"], "--outscale 1e+308 makes even a 1 px picture larger than sst-cli writes"),
+    (["--outscale", "inf"], "--outscale inf: must be a finite number above 0"),  # was "a positive number"
+    (["--outscale", "nan"], "--outscale nan: must be a finite number above 0"),
+    (["--outscale", "-inf"], "--outscale -inf: must be a finite number above 0"),
+    (["--ig-lambda", "nan"], "--ig-lambda nan: must be a finite number"),  # was "ig_lambda must be ..."
     (["-o", "-"], "-o: - (standard input/output) is not supported: give a file name"),
     (["--overwrite", "--skip-existing"], "overwrite and skip-existing exclude each other"),
     (["--exact", "--tile-overlap", "0"], "exact and tile overlap exclude each other"),

@@ -380,7 +380,9 @@ def test_bf16_precision_runs_and_stays_close_to_fp32() -> None:
     [
         ({"alpha": "blend"}, "unknown alpha mode 'blend'"),
         ({"batch": 0}, "batch must be at least 1"),
-        ({"outscale": -1.0}, "outscale must be a positive number"),
+        ({"outscale": -1.0}, "^outscale -1: must be a finite number above 0"),
+        ({"outscale": math.inf}, "^outscale inf: must be a finite number above 0"),  # the keyword, not --outscale
+        ({"ig_lambda": math.nan}, "^ig_lambda nan: must be a finite number"),
         ({"tile": -3}, "tile"),
         ({"precision": "fp8"}, "unknown precision 'fp8'"),
         ({"attention": "magic"}, "unknown attention backend 'magic'"),

@@ -191,7 +191,7 @@ def model_specs(names: list[str], weights: list[str], config: str | None, hub_re
 
 def check_upscale_options(*, tile: str, max_memory: str | None, **values: Any) -> None:
     """The checks of ``upscale_options`` that need no torch (all but the device's), from the options' text."""
-    check_running_values(tile=parse_tile(tile), max_memory=parse_size(max_memory), **values)
+    check_running_values(tile=parse_tile(tile), max_memory=parse_size(max_memory), cli=True, **values)
 
 
 def upscale_options(*, tile: str, max_memory: str | None, **values: Any) -> UpscaleOptions:
