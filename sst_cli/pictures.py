@@ -101,7 +101,9 @@ def pil_notes(mode: str, picture: Picture) -> tuple[str | None, ...]:
     return clipped_note(picture.clipped, WORDS_OUTSIDE), narrow
 
 
-def picture_from_array(array: np.ndarray) -> Picture:
+def picture_from_array(array: np.ndarray, what: str = "the image array") -> Picture:
+    """``array`` as a picture; ``what`` names it in refusals as the caller passed it (a PIL image's pixels pass
+    through here too, and were called "the image array")."""
     if array.ndim == 2:
         array = array[..., None]
     if array.ndim != 3 or array.shape[2] not in (1, 2, 3, 4):
@@ -116,7 +118,7 @@ def picture_from_array(array: np.ndarray) -> Picture:
     elif np.issubdtype(array.dtype, np.floating):
         floats = array.astype(np.float32)
         if not np.isfinite(floats).all():
-            raise ConfigError("the image array holds NaN or infinite values")
+            raise ConfigError(f"{what} holds NaN or infinite values")
         clipped = float(np.count_nonzero((floats < 0) | (floats > 1))) / max(1, floats.size)
         values, depth = np.clip(floats, 0.0, 1.0), 16
     else:
@@ -169,7 +171,7 @@ def picture_from_pil(image: Image.Image) -> Picture:
         values = np.clip(values, 0, 65535).astype(np.uint16)
     if mode not in ("P", "PA") and values.dtype.kind == "u":  # a PNG's tRNS colour key: alpha, as files get
         values = with_colour_key(image, values[..., None] if values.ndim == 2 else values)
-    picture = picture_from_array(values)
+    picture = picture_from_array(values, f"the PIL image (mode {mode})")
     exif_bytes = exif if isinstance(exif, bytes) and exif else None
     clipped = clipped or picture.clipped  # mode I's integers, or mode F's floats
     icc_bytes = icc if isinstance(icc, bytes) else None

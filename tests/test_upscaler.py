@@ -582,8 +582,13 @@ def test_float_arrays_out_of_range_are_said_and_nan_refused() -> None:
     up.upscale(values * 255)
     assert said and "of the float samples lie outside 0..1: they are clipped" in said[0]
     values[3, 3, 0] = np.nan
-    with pytest.raises(ConfigError, match="NaN or infinite"):
+    with pytest.raises(ConfigError, match=r"^the image array holds NaN or infinite values$"):
         up.upscale(values)
+    with pytest.raises(ConfigError, match=r"^image 1 of the batch holds NaN or infinite values$"):
+        up.upscale_batch([np.zeros_like(values), values])
+    for bad in (np.nan, np.inf):  # the PIL image passed, not an array the caller never made
+        with pytest.raises(ConfigError, match=r"^the PIL image \(mode F\) holds NaN or infinite values$"):
+            up.upscale(Image.fromarray(np.full((4, 4), bad, dtype=np.float32), "F"))
     with pytest.raises(ConfigError, match=r"upscale takes an image \(PIL or numpy array\), not the path 'photo.png'"):
         up.upscale("photo.png")  # type: ignore[call-overload]
     with pytest.raises(ConfigError, match=r"upscale takes an image \(PIL or numpy array\), not None"):
