@@ -869,6 +869,22 @@ def test_resolution_gamma_and_text_are_kept(tmp_path: Path, depth: int) -> None:
         assert out.info["dpi"] == pytest.approx((300, 150), abs=0.5) and "Title" not in out.info
 
 
+@pytest.mark.parametrize("suffix", ["png", "jpg", "tif", "webp"])
+def test_the_resolution_is_kept_in_the_outputs_the_readme_names(tmp_path: Path, suffix: str) -> None:
+    """README: the resolution goes to PNG, JPEG and TIFF outputs. WebP has no field for it (Pillow neither writes
+    nor reads one), which the README left unsaid: WebP outputs go without it, as it now says."""
+    Image.new("RGB", (6, 4), "teal").save(tmp_path / "in.bmp", dpi=(300, 150))  # a BMP input's resolution too
+    picture = read_image(tmp_path / "in.bmp")
+    assert picture.dpi == pytest.approx((300, 150), abs=0.02)
+    write_image(tmp_path / f"out.{suffix}", picture)
+    with Image.open(tmp_path / f"out.{suffix}") as out:
+        written = out.info.get("dpi")
+    kept = suffix != "webp"
+    assert (written is not None, read_image(tmp_path / f"out.{suffix}").dpi is not None) == (kept, kept)
+    if kept:
+        assert written == pytest.approx((300, 150), abs=0.02)
+
+
 @pytest.mark.parametrize("channels", [1, 3, 4])
 def test_a_16_bit_tiff_keeps_its_resolution(tmp_path: Path, channels: int) -> None:
     """16-bit TIFFs lost it both ways: written without one, and read without one where tifffile decodes them."""
