@@ -72,6 +72,7 @@ class Picture:
     lossless: bool = False  # a lossless WebP source, written back lossless (a lossy copy would lose detail)
     dpi: tuple[float, float] | None = None  # resolution, kept as it is (PNG, JPEG and TIFF outputs)
     png_chunks: tuple[tuple[bytes, bytes], ...] = ()  # a PNG's gamma, chromaticities and text, for PNG outputs
+    sixteen_bits_in: int = 0  # 32 or 64: an integer TIFF of that many bits whose samples all fit in 16 (said)
 
 
 def is_image_file(path: str | os.PathLike[str]) -> bool:
@@ -96,11 +97,13 @@ class ImageInfo:
     bit_depth: int
     frames: int = 1  # animated images: only the first frame is read
     clipped: float = 0.0  # float TIFFs (decoded to probe them): share of samples outside [0, 1]
+    sixteen_bits_in: int = 0  # as ``Picture.sixteen_bits_in`` (integer TIFFs of 32 or 64 bits, decoded to probe)
 
     @classmethod
     def of(cls, picture: Picture) -> ImageInfo:
         height, width = picture.color.shape[:2]
-        return cls(width, height, picture.format, picture.alpha is not None, picture.bit_depth, 1, picture.clipped)
+        alpha = picture.alpha is not None
+        return cls(width, height, picture.format, alpha, picture.bit_depth, 1, picture.clipped, picture.sixteen_bits_in)
 
 
 #: Largest side each format can store (WebP: 14-bit sizes; JPEG: 16-bit sizes).
@@ -144,6 +147,16 @@ def clipping_note(source: str | os.PathLike[str], share: float) -> str:
     return (
         f"{os.fspath(source)}: {100 * share:.3g}% of its samples lie outside the range the network takes "
         "(HDR or unnormalised floats, negative integers): they are clipped to it"
+    )
+
+
+def sixteen_bits_note(source: str | os.PathLike[str], bits: int) -> str:
+    """What is said of a file whose integers all fit in 16 bits though its type has ``bits`` (``Picture.
+    sixteen_bits_in``): samples are scaled by their type's range, so a 16-bit scan saved as 32-bit integers comes
+    back nearly black, which is kept (guessing the depth from the values would brighten a dark image)."""
+    return (
+        f"{os.fspath(source)}: every sample lies in 0..65535, 16-bit values stored in {bits}-bit integers, it looks "
+        f"like; samples are scaled by the {bits}-bit range, so the result will be nearly black (save it as 16-bit)"
     )
 
 
@@ -452,7 +465,7 @@ def _probe_tiff(name: str, max_pixels: int | None) -> ImageInfo:
         raise
     except Exception as exc:  # tifffile raises its own TiffFileError, ValueError ... on bad data
         raise ImageError(f"cannot read '{name}': the TIFF is damaged or unsupported ({exc})") from exc
-    if dtype is None or dtype.kind in "fi":
+    if dtype is None or dtype.kind in "fi" or dtype.itemsize > 2:  # decoded: clipped, or 16-bit values in 32 bits
         return replace(ImageInfo.of(_read_tiff(name, max_pixels)), frames=frames)
     return ImageInfo(width, height, "tiff", alpha, 8 if dtype == np.uint8 else 16, frames)
 
@@ -510,7 +523,7 @@ def _read_tiff(name: str, max_pixels: int | None) -> Picture:
     if values.ndim != 3 or values.shape[2] < colour + has_alpha:
         raise ImageError(f"cannot read '{name}': a TIFF with shape {values.shape} ({axes}) is not an image")
     values = values[..., : colour + has_alpha]
-    clipped = 0.0
+    clipped, sixteen_bits_in = 0.0, 0
     if values.dtype.kind == "f":
         floats = values.astype(np.float32)
         if not np.isfinite(floats).all():
@@ -520,6 +533,8 @@ def _read_tiff(name: str, max_pixels: int | None) -> Picture:
     elif values.dtype.kind in "ui":
         clipped = float(np.count_nonzero(values < 0)) / values.size if values.dtype.kind == "i" else 0.0
         scaled = np.clip(values.astype(np.float32) / np.float32(np.iinfo(values.dtype).max), 0.0, 1.0)
+        if values.dtype.itemsize > 2 and 0 < values.max() <= 65535:  # of 2**31: nearly black, said
+            sixteen_bits_in = 8 * values.dtype.itemsize
     else:
         raise ImageError(f"cannot read '{name}': TIFF samples of type {values.dtype} are not supported")
     if premultiplied:  # colour stored multiplied by alpha: divided out, as Pillow does for 8-bit files
@@ -539,7 +554,9 @@ def _read_tiff(name: str, max_pixels: int | None) -> Picture:
     with suppress(Exception), Image.open(name, formats=["TIFF"]) as im:  # Pillow reads the tags of most TIFFs
         exif = exif_of_tiff(im)
         dpi = upright_dpi(im.info.get("dpi"), turned=orientation in (5, 6, 7, 8))
-    return Picture(color, alpha, gray, depth, icc_bytes, exif, "tiff", clipped, dpi=dpi)
+    return Picture(
+        color, alpha, gray, depth, icc_bytes, exif, "tiff", clipped, dpi=dpi, sixteen_bits_in=sixteen_bits_in
+    )
 
 
 def _cmyk_samples_to_rgb(cmyk: np.ndarray, icc: bytes | None) -> np.ndarray:

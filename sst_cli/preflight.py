@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from .errors import ImageError, OutputExists, OutputIsInput, SstError, WriteError
 from .files import InputFiles, check_file_target, clean_stale_temporaries, folds_case, unwritable
-from .image_io import choose_format, clipping_note, named_format, probe_image
+from .image_io import choose_format, clipping_note, named_format, probe_image, sixteen_bits_note
 from .inputs import Job
 from .naming import Naming, WriteOptions
 
@@ -107,6 +107,8 @@ class Preflight:
                 self.note(f"{job.source}: {info.frames} frames (an animation, or pages); only the first is upscaled")
             if info.clipped:
                 self.note(clipping_note(job.source, info.clipped))
+            if info.sixteen_bits_in:
+                self.note(sixteen_bits_note(job.source, info.sixteen_bits_in))
             plan.format, plan.target = fmt, self.naming.target(job, fmt)
             self.claim(plan.target, job)
             self._check_folder(plan.target.parent)

@@ -32,6 +32,7 @@ from .image_io import (
     clipping_note,
     for_format,
     read_image,
+    sixteen_bits_note,
     write_image,
 )
 from .loader import ConfigSource, ModelSpec, names_weights, refuse_unknown_model
@@ -566,7 +567,10 @@ class Upscaler:
         picture = for_format(picture, chosen, f"cannot write '{os.fspath(target)}' from '{os.fspath(source)}'")
         if not overwrite and os.path.lexists(target):
             raise OutputExists(f"'{os.fspath(target)}' already exists (pass overwrite=True to replace it)")
-        self._notify(clipping_note(source, picture.clipped) if picture.clipped else None)
+        self._notify(
+            clipping_note(source, picture.clipped) if picture.clipped else None,
+            sixteen_bits_note(source, picture.sixteen_bits_in) if picture.sixteen_bits_in else None,
+        )
         upscaled, _ = self.upscale_picture(picture, on_tile)
         write_image(target, upscaled, format=chosen, quality=quality, overwrite=overwrite)
 

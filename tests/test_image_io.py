@@ -277,6 +277,28 @@ def test_planar_deep_and_signed_tiffs_read_exactly_through_tifffile(tmp_path: Pa
     assert signed.color.min() == 0
 
 
+def test_16_bit_values_in_32_bit_integers_are_flagged_and_scaled_as_before(tmp_path: Path) -> None:
+    """A 16-bit scan saved as PIL mode I (int32) reads nearly black, integers being scaled by their type's range:
+    kept (the depth is never guessed from the values), but flagged for a notice, before any work (the probe)."""
+    tifffile = pytest.importorskip("tifffile")
+    values = np.array([[0, 1000], [20000, 40000]], np.int32)
+    Image.fromarray(values, "I").save(tmp_path / "mode_i.tif")  # Pillow writes mode I as 32-bit signed
+    tifffile.imwrite(tmp_path / "u32.tif", values.astype(np.uint32))
+    for name, bits in (("mode_i.tif", 2**31 - 1), ("u32.tif", 2**32 - 1)):
+        picture = read_image(tmp_path / name)
+        assert picture.sixteen_bits_in == 32 and probe_image(tmp_path / name).sixteen_bits_in == 32, name
+        np.testing.assert_allclose(picture.color[..., 0], values / bits, rtol=1e-6)  # nearly black, as before
+    Image.fromarray(values * 50_000, "I").save(tmp_path / "full.tif")  # 32-bit values: nothing to say
+    Image.fromarray(values * 0, "I").save(tmp_path / "black.tif")  # black in any depth
+    Image.fromarray(values.astype(np.uint16)).save(tmp_path / "u16.tif")  # 16-bit as it should be
+    for name in ("full.tif", "black.tif", "u16.tif"):
+        assert read_image(tmp_path / name).sixteen_bits_in == 0 == probe_image(tmp_path / name).sixteen_bits_in
+    assert image_io.sixteen_bits_note("mode_i.tif", 32) == (
+        "mode_i.tif: every sample lies in 0..65535, 16-bit values stored in 32-bit integers, it looks like; samples "
+        "are scaled by the 32-bit range, so the result will be nearly black (save it as 16-bit)"
+    )
+
+
 def test_a_signed_8_bit_tiff_is_read_as_signed_with_its_negatives_clipped_and_counted(tmp_path: Path) -> None:
     """Pillow opened int8 TIFFs as unsigned gray: -100 came out as 156 / 255, with no notice."""
     tifffile = pytest.importorskip("tifffile")

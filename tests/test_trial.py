@@ -347,6 +347,14 @@ def test_sixteen_bits_written_as_jpeg_are_said() -> None:
     assert not any("become 8" in n for n in notes)
 
 
+def test_sixteen_bit_values_in_a_32_bit_tiff_are_said_before_the_run() -> None:
+    Image.fromarray(np.full((5, 6), 40000, np.int32), "I").save("scan.tif")  # reads nearly black: said, once
+    notes: list[str] = []
+    batch(["scan.tif"], output="png", notes=notes, format="png")
+    said = [n for n in notes if "16-bit values stored in 32-bit integers" in n]
+    assert len(said) == 1 and said[0].startswith("scan.tif: ") and "nearly black" in said[0], notes
+
+
 def test_files_in_folders_are_never_silently_ignored() -> None:
     save("in/a.png")
     save("in/a_nn_x2.png")  # an earlier result of this tool

@@ -677,6 +677,9 @@ def test_clipped_samples_are_said_for_files_and_pil_images_too(tmp_path: Path) -
         quiet.upscale(Image.fromarray(floats, "F"))
     with pytest.warns(UserWarning, match="of the mode I samples lie outside 0..65535"):
         quiet.upscale(Image.fromarray(floats.astype(np.int32) * 1000, "I"))
+    Image.fromarray(np.full((8, 8), 40000, np.int32), "I").save(tmp_path / "i.tif")  # 16-bit values in 32 bits
+    with pytest.warns(UserWarning, match="i.tif: .*16-bit values stored in 32-bit integers.*nearly black"):
+        quiet.upscale_file(tmp_path / "i.tif", tmp_path / "o3.tif")
 
 
 def test_a_torch_device_is_taken_where_a_device_name_is() -> None:
