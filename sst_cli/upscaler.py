@@ -613,7 +613,7 @@ class Upscaler:
         memory allows (``images_per_pass``); result i is what ``upscale(images[i])`` gives up to float32 rounding
         (matrix products round differently for another batch size: ~1e-7 of the range)."""
         arrays = [image_array(image, "upscale_batch") for image in images]
-        pictures = [picture_from_array(array, f"image {i} of the batch") for i, array in enumerate(arrays)]
+        pictures = [picture_from_array(array, f"images[{i}]") for i, array in enumerate(arrays)]
         if len({p.color.shape for p in pictures}) > 1:
             raise ConfigError("upscale_batch takes images of one size; upscale the others separately")
         if not pictures:

@@ -584,7 +584,7 @@ def test_float_arrays_out_of_range_are_said_and_nan_refused() -> None:
     values[3, 3, 0] = np.nan
     with pytest.raises(ConfigError, match=r"^the image array holds NaN or infinite values$"):
         up.upscale(values)
-    with pytest.raises(ConfigError, match=r"^image 1 of the batch holds NaN or infinite values$"):
+    with pytest.raises(ConfigError, match=r"^images\[1\] holds NaN or infinite values$"):
         up.upscale_batch([np.zeros_like(values), values])
     for bad in (np.nan, np.inf):  # the PIL image passed, not an array the caller never made
         with pytest.raises(ConfigError, match=r"^the PIL image \(mode F\) holds NaN or infinite values$"):
