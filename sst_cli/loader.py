@@ -357,13 +357,13 @@ def load_model(
     except (CheckpointError, ConfigError) as exc:
         if hub.manifest_entry(zoo_variant.name, int(scale or 0)).bundled and hub_repo is None:
             raise
-        removed = hub.forget(zoo_variant.name, int(scale or 0), repo_id=hub_repo)  # the next run looks again
+        fate = hub.forget(zoo_variant.name, int(scale or 0), repo_id=hub_repo)  # the next run looks again
         problem = str(exc).split("; ", 1)[0]  # its advice (--scale, another file) is for a file the user chose
         if hub_repo is None:
-            gone = "was removed from the cache and is no longer pinned" if removed else "is no longer pinned"
+            gone = f"{fate} and is no longer pinned" if fate else "is no longer pinned"
             instead = "--hub-repo OWNER/REPO for a repository that holds them"
         else:  # a file of --hub-repo is never pinned, and that option was given already
-            gone = "was removed from the cache" if removed else "is not used"
+            gone = fate or "is not used"
             instead = f"another --hub-repo than {hub_repo}"
         raise CheckpointError(
             f"{problem} (the file found for {zoo_variant.name} x{scale} does not hold them and {gone}: pass --weights "

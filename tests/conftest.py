@@ -185,3 +185,27 @@ def lock(monkeypatch: pytest.MonkeyPatch, folder: str) -> None:
     monkeypatch.setattr(os, "listdir", guarded(os.listdir, inside_only=False))
     monkeypatch.setattr(os, "stat", guarded(os.stat, inside_only=True))
     monkeypatch.setattr(os, "lstat", guarded(os.lstat, inside_only=True))
+
+
+@pytest.fixture
+def read_only(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Make folders read-only (a shared Hugging Face cache this user may not change), made writable again after the
+    test. Root ignores folder permissions, so for root removing a file there fails as it would for a user."""
+    folders: list[Path] = []
+    unlink = Path.unlink
+
+    def refused(path: Path, missing_ok: bool = False) -> None:
+        if any(Path(os.path.abspath(path)).parent == folder.absolute() for folder in folders):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        unlink(path, missing_ok=missing_ok)
+
+    if os.geteuid() == 0:
+        monkeypatch.setattr(Path, "unlink", refused)
+
+    def make(folder: Path) -> None:
+        folder.chmod(0o555)
+        folders.append(folder)
+
+    yield make
+    for folder in folders:
+        folder.chmod(0o755)

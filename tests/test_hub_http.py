@@ -8,6 +8,7 @@ process with nothing but environment variables. Connections anywhere but 127.0.0
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -307,23 +308,6 @@ def test_pull_hashes_a_file_damaged_in_place(fake: FakeHub) -> None:
         location = hub.pull("sst-light", 2)
     assert location.path is not None and location.path.read_bytes() == b"weights"
     assert any("were removed: downloading them again" in e[1] for e in recorder.events if e[0] == "note")
-
-
-@pytest.fixture
-def read_only() -> Any:
-    """Make folders read-only (a shared Hugging Face cache this user may not change), made writable again after the
-    test. Root ignores folder permissions: tests using this are skipped when run as root."""
-    if os.geteuid() == 0:
-        pytest.skip("root may remove files from a read-only folder")
-    folders: list[Path] = []
-
-    def make(folder: Path) -> None:
-        folder.chmod(0o555)
-        folders.append(folder)
-
-    yield make
-    for folder in folders:
-        folder.chmod(0o755)
 
 
 def _kept_message(message: str, kept: Path) -> None:
@@ -885,6 +869,21 @@ def test_a_file_proven_not_to_be_the_model_is_removed_and_not_listed(fake: FakeH
     assert hub.cached_path(hub.HubFile(mirror.repo_id, LIGHT2)) is None and LIGHT2 in hub.read_pins()
 
 
+def test_a_file_proven_not_to_be_the_model_that_cannot_be_removed_is_not_said_removed(
+    fake: FakeHub, read_only: Any
+) -> None:
+    """A shared cache this user may not change: the wrong file stayed, yet it was said "removed from the cache"."""
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: _checkpoint("sst-light", 4)})
+    path = hub.resolve_pretrained("sst-light", 2)
+    read_only(path.parent)
+    result = runner.invoke(app, ["models", "pull", "sst-light", "--scale", "2"], env={"COLUMNS": "300"})
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    said = " ".join(result.output.split())
+    assert f"does not hold them and could not be removed from the cache ({path}: permission denied; remove it " \
+        "as a user who may write there) and is no longer pinned" in said  # fmt: skip
+    assert "was removed" not in said and path.is_symlink() and LIGHT2 not in hub.read_pins()
+
+
 def test_a_pin_that_cannot_be_written(fake: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
     """``pull`` is for offline use. A Hub file is found offline without its pin (its LFS sha256 verifies it);
     a release file is not, so pull fails then (it exited 0, silently with --quiet)."""
@@ -1018,7 +1017,6 @@ def test_a_server_error_on_an_hf_file_is_not_blamed_on_the_reference(fake: FakeH
 def test_a_cache_that_cannot_be_written_is_said_not_blamed_on_the_hub(
     fake: FakeHub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import errno
 
     fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: b"weights"})
 

@@ -478,19 +478,27 @@ def pull(name: str, scale: int, *, repo_id: str | None = None) -> Location:
     return location
 
 
-def forget(name: str, scale: int, *, repo_id: str | None = None) -> Path | None:
+def forget(name: str, scale: int, *, repo_id: str | None = None) -> str | None:
     """Drop ``name`` x``scale``'s downloaded file and its pin: the file proved not to hold the model (another
     scale, a web page), so it must neither be loaded nor listed as cached again, and the next run looks for it
-    again. Returns the file removed, if any; bundled files are never touched."""
+    again. Returns what became of the cached file, for the caller's message: None where there was none, else
+    "was removed from the cache" or why it could not be (a shared cache this user may not change: it was said
+    removed though it stayed); bundled files are never touched."""
     location = locate(name, scale, repo_id=repo_id)
-    removed = location.path if location.source in ("hub", "release") and location.cached else None
-    if removed is not None:
-        _evict(removed)
+    cached = location.path if location.source in ("hub", "release") and location.cached else None
+    stuck = _evict(cached) if cached is not None else None
     entry = manifest_entry(name, scale)
     explicit = _explicit_repo(repo_id)
     if not (explicit and entry.filename):  # a named file of --hub-repo is never pinned: keep the authors' pin
         drop_pin(pin_key(replace(entry, repo_id=explicit, revision=None) if explicit else entry))
-    return removed
+    if cached is None:
+        return None
+    if stuck is None:
+        return "was removed from the cache"
+    kept = Path(stuck.filename) if isinstance(stuck.filename, str) else cached
+    return (
+        f"could not be removed from the cache ({kept}: {system_reason(stuck)}; remove it as a user who may write there)"
+    )
 
 
 def _bundled(entry: Entry) -> Location:
