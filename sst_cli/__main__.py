@@ -1,5 +1,5 @@
 """``python -m sst_cli``: the same as the ``sst`` command."""
 
-from sst_cli.cli import main
+from sst_cli.cli import entry_point
 
-main()
+entry_point()

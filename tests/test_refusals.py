@@ -17,11 +17,13 @@ from sst_cli.inputs import check_inputs_exist
 
 # Runs the CLI as `sst` does, then says on stderr whether torch was imported on the way.
 PROBE = """
-import atexit, sys
+import sys
 from sst_cli.cli import main
-atexit.register(lambda: print("torch imported" if "torch" in sys.modules else "torch not imported", file=sys.stderr))
-main()
-"""  # atexit: a command that imported torch ends the process at once (cli/shutdown.py), running atexit work only
+try:
+    main()
+finally:
+    print("torch imported" if "torch" in sys.modules else "torch not imported", file=sys.stderr)
+"""
 
 
 def _sst(tmp_path: Path, *args: str) -> tuple[int, list[str]]:

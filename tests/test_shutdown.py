@@ -25,8 +25,8 @@ if sys.argv[1] == "thread":
     sys.argv = ["sst", "--version"]
 else:
     sys.argv = ["sst", *sys.argv[1:]]
-from sst_cli.cli import main
-main()
+from sst_cli.cli import entry_point
+entry_point()
 """
 
 
@@ -66,3 +66,14 @@ def test_ends_at_once_only_when_safe(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "torch")  # without torch, Python's own exit is quick: nothing to skip
     shutdown.end_process(0)
     assert ended == [0, 3]
+
+
+def test_main_in_a_process_that_goes_on_only_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the ``sst`` program ends its process: ``main`` called by a test or a script raises SystemExit (this
+    process has torch imported, so ending at once would end pytest)."""
+    from sst_cli.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["sst", "--version"])
+    with pytest.raises(SystemExit) as stopped:
+        main()
+    assert stopped.value.code in (0, None)

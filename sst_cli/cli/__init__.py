@@ -91,10 +91,19 @@ def quiet_decoders() -> None:
 
 
 def main() -> None:
+    """The command line, callable in a process that goes on afterwards (tests, scripts)."""
     second_interrupt_exits_at_once()
     try:
         app()
     except SystemExit as exc:
         say_refused_command_line(sys.argv[1:], exc.code)
+        raise
+
+
+def entry_point() -> None:
+    """The ``sst`` program (and ``python -m sst_cli``): ``main``, then the process ends at once (``shutdown.py``)."""
+    try:
+        main()
+    except SystemExit as exc:
         end_process(exc.code)
         raise
