@@ -33,7 +33,7 @@ from torch import nn
 from .allocator import give_back_freed
 from .archs import SRNetwork
 from .archs.attention import check_backend, describe_attention
-from .checks import check_choice, compile_mode
+from .checks import check_bench_runs, check_choice, compile_mode
 from .choices import BENCH_PRECISIONS, PRECISIONS
 from .compiling import compile_network
 from .errors import ConfigError, WeightsNotFound
@@ -105,10 +105,7 @@ class BenchSettings:
             check_choice(precision, PRECISIONS, "precision")
         if not (self.models and self.scales and self.precisions):
             raise ConfigError("give at least one model, scale and precision")
-        if self.runs < 1:
-            raise ConfigError(f"--runs must be at least 1, got {self.runs}")
-        if self.warmup < 0:
-            raise ConfigError(f"--warmup must be 0 or more, got {self.warmup}")
+        check_bench_runs(self.runs, self.warmup)
         if self.size is None and self.tiled is None:
             raise ConfigError("nothing to measure: give an output size, a tiled size, or both")
         for option, size in (("--size", self.size), ("--tiled", self.tiled)):

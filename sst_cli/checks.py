@@ -108,6 +108,15 @@ def _named(name: str, cli: bool) -> str:
     return "--" + name.replace("_", "-") if cli else name
 
 
+def check_bench_runs(runs: int | None = None, warmup: int | None = None) -> None:
+    """``sst bench``'s timed and warm-up runs (None: the default, which passes): ``BenchSettings`` and the CLI,
+    before it imports torch, call this one rule (``--runs 0`` was refused only after that second)."""
+    if runs is not None and runs < 1:
+        raise ConfigError(f"--runs must be at least 1, got {runs}")
+    if warmup is not None and warmup < 0:
+        raise ConfigError(f"--warmup must be 0 or more, got {warmup}")
+
+
 def check_running_values(
     *,
     precision: str = "auto",

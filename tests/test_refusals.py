@@ -101,6 +101,9 @@ OTHER_COMMANDS = [
     (["bench", "--tiled", "12x"], "--tiled must be WIDTHxHEIGHT in pixels, e.g. 1280x720, got '12x'"),
     (["bench", "-m", "nosuch"], "unknown model 'nosuch'"),
     (["bench", "--scale", "5"], "scale must be one of 2, 3, 4, got 5"),
+    (["bench", "--runs", "0"], "--runs must be at least 1, got 0"),  # was refused after importing torch
+    (["bench", "--runs", "-1"], "--runs must be at least 1, got -1"),
+    (["bench", "--warmup", "-1"], "--warmup must be 0 or more, got -1"),
     (["train", "--data", ".", "--iters", "0", "--out", "w.safetensors"], "iters must be at least 1"),
     (["train", "--data", ".", "--iters", "9", "--out", "w.bin"], "name it .safetensors (recommended), .pth or .pt"),
     (

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from ..checks import check_choice, check_device_name
+from ..checks import check_bench_runs, check_choice, check_device_name
 from ..checks import compile_mode as check_compile_mode
 from ..choices import BACKENDS, PRECISIONS
 from ..errors import ConfigError
@@ -59,6 +59,7 @@ def _settings(
     layouts = {"auto": None, "on": True, "off": False}
     if channels_last not in layouts:
         raise ConfigError(f"unknown --channels-last {channels_last!r}; choose auto, on or off")
+    check_bench_runs(runs, warmup)
     parse_tile(tile)
     if tile != "auto" and tiled is None:
         raise ConfigError("--tile sets the tiles of a --tiled run: give --tiled WxH too")
