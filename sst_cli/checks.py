@@ -1,8 +1,9 @@
 """Checks of option values that need no torch: one place for each rule, so that a refused option answers at once.
 
-The library's options objects (``UpscaleOptions``), ``runtime.resolve_device`` / ``resolve_precision`` and
-``parallel.plan_workers`` call these, and the CLI calls them before it imports torch (about a second, more on
-a busy machine). What only PyTorch can say (is there a CUDA GPU? how many?) stays in ``runtime``.
+The library's options objects (``UpscaleOptions``, ``TrainConfig``, ``BenchSettings``),
+``runtime.resolve_device`` / ``resolve_precision`` and ``parallel.plan_workers`` call these, and the CLI calls them
+before it imports torch (about a second, more on a busy machine). What only PyTorch can say (is there a CUDA GPU?
+how many?) stays in ``runtime``.
 """
 
 from __future__ import annotations
@@ -103,9 +104,37 @@ def check_devices(device: str, workers: int) -> None:
         check_device_name(name)
 
 
-def _named(name: str, cli: bool) -> str:
+def option_name(name: str, cli: bool) -> str:
     """An option's name as its caller wrote it: ``--ig-lambda`` on the command line, ``ig_lambda`` in Python."""
     return "--" + name.replace("_", "-") if cli else name
+
+
+def check_number(
+    value: float,
+    name: str,
+    *,
+    cli: bool = False,
+    least: float | None = None,
+    below: float | None = None,
+    unit: str = "",
+) -> None:
+    """A float option's value: finite and above 0, or ``least`` or more (and ``below`` that, when given), else a
+    ConfigError naming the option as its caller wrote it (``--lr inf``, ``lr inf``). NaN passed ``x <= 0`` and
+    inf ``x > 0``: each rule written once here keeps them out. ``unit``: what the number counts (``seconds``)."""
+    if isinstance(value, bool) or not isinstance(value, Real):  # "5e-4" from an API caller met a TypeError
+        raise ConfigError(f"{option_name(name, cli)} must be a number, got {value!r}")
+    low = 0.0 if least is None else least
+    inside = value >= low if least is not None else value > low
+    if math.isfinite(value) and inside and (below is None or value < below):
+        return
+    counted = f"a finite number of {unit}" if unit else "a finite number"
+    if below is not None:
+        wanted = f"a number from {low:g} up to (not including) {below:g}"
+    elif least is not None:
+        wanted = f"{counted}, {least:g} or more"
+    else:
+        wanted = f"{counted} above 0"
+    raise ConfigError(f"{option_name(name, cli)} {value:g}: must be {wanted}")
 
 
 def check_bench_runs(runs: int | None = None, warmup: int | None = None) -> None:
@@ -154,9 +183,9 @@ def check_running_values(
     if budget is not None and budget <= 0:
         raise ConfigError(f"the memory budget must be positive, got {max_memory}")
     choices["alpha"] = check_choice(alpha, ALPHA_MODES, "alpha mode")
-    scale_name = _named("outscale", cli)
-    if outscale is not None and not (math.isfinite(outscale) and outscale > 0):  # inf was "a positive number"
-        raise ConfigError(f"{scale_name} {outscale:g}: must be a finite number above 0")
+    scale_name = option_name("outscale", cli)
+    if outscale is not None:  # inf was "a positive number"
+        check_number(outscale, "outscale", cli=cli)
     if outscale is not None and outscale > MAX_TILE:  # also keeps sizes finite (1e308 overflowed to a traceback)
         raise ConfigError(
             f"{scale_name} {outscale:g} makes even a 1 px picture larger than sst-cli writes (sides up to {MAX_TILE})"
@@ -167,7 +196,7 @@ def check_running_values(
             f"{MIN_OUTSCALE:.3g} or more"
         )
     if ig_lambda is not None and not math.isfinite(ig_lambda):
-        raise ConfigError(f"{_named('ig_lambda', cli)} {ig_lambda:g}: must be a finite number")
+        raise ConfigError(f"{option_name('ig_lambda', cli)} {ig_lambda:g}: must be a finite number")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
     choices["compile"] = check_choice(compile, COMPILE_CHOICES, "compile choice")
