@@ -3,12 +3,12 @@ answer at once; ``train.py`` runs them too for API callers)."""
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .checks import check_number, option_name
 from .errors import ConfigError, WeightsNotFound
 from .recipe import CHECKPOINT_EVERY, EMA_DECAY, MAX_ITERS, PATCH
 from .zoo import SCALES
@@ -70,35 +70,43 @@ class TrainConfig:
         """Where the training state is read (``resume``) and written."""
         return self.state if self.state is not None else state_path(self.out)
 
-    def check(self) -> None:
-        """Refuse invalid settings before torch is imported or any image is read."""
+    def check(self, cli: bool = False) -> None:
+        """Refuse invalid settings before torch is imported or any image is read. ``cli``: name the options as
+        the command line spells them (``--lr``), not as the keywords an API caller gave (``lr``)."""
+        self._check_numbers(cli)
+
+        def named(name: str) -> str:
+            return option_name(name, cli)
+
         checks = [
-            (self.iters >= 1, f"--iters must be at least 1, got {self.iters}"),
+            (self.iters >= 1, f"{named('iters')} must be at least 1, got {self.iters}"),
             (
                 self.iters <= MAX_ITERS,
-                f"--iters must be at most {MAX_ITERS:,} (the paper trains 500,000), got {self.iters}",
+                f"{named('iters')} must be at most {MAX_ITERS:,} (the paper trains 500,000), got {self.iters}",
             ),
             (
                 self.scale is None or self.scale in SCALES,
-                f"--scale must be one of {', '.join(map(str, SCALES))}, got {self.scale}",
+                f"{named('scale')} must be one of {', '.join(map(str, SCALES))}, got {self.scale}",
             ),
-            (self.patch >= 1, f"--patch must be at least 1 LR pixel, got {self.patch}"),
-            (self.batch is None or self.batch >= 1, f"--batch must be at least 1, got {self.batch}"),
-            (self.lr is None or (math.isfinite(self.lr) and self.lr > 0), f"--lr must be positive, got {self.lr}"),
-            (self.warmup is None or self.warmup >= 0, f"--warmup must be >= 0 iterations, got {self.warmup}"),
-            (0.0 <= self.ema_decay < 1.0, f"--ema-decay must be in [0, 1), got {self.ema_decay}"),
-            (0 <= self.seed < 2**32, f"--seed must be between 0 and 2**32 - 1 (numpy's range), got {self.seed}"),
-            (self.checkpoint_every >= 0, f"--checkpoint-every must be >= 0 seconds, got {self.checkpoint_every}"),
-            (self.checkpoint_iters >= 0, f"--checkpoint-iters must be >= 0 steps, got {self.checkpoint_iters}"),
+            (self.patch >= 1, f"{named('patch')} must be at least 1 LR pixel, got {self.patch}"),
+            (self.batch is None or self.batch >= 1, f"{named('batch')} must be at least 1, got {self.batch}"),
+            (self.warmup is None or self.warmup >= 0, f"{named('warmup')} must be >= 0 iterations, got {self.warmup}"),
+            (
+                0 <= self.seed < 2**32,
+                f"{named('seed')} must be between 0 and 2**32 - 1 (numpy's range), got {self.seed}",
+            ),
+            (
+                self.checkpoint_iters >= 0,
+                f"{named('checkpoint_iters')} must be >= 0 steps, got {self.checkpoint_iters}",
+            ),
             (
                 self.report_every is None or self.report_every >= 1,
-                f"--report-every must be at least 1 step, got {self.report_every}",
+                f"{named('report_every')} must be at least 1 step, got {self.report_every}",
             ),
             (
                 self.precision in PRECISIONS,
-                f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}",
+                f"{named('precision')} must be one of {', '.join(PRECISIONS)}, got {self.precision!r}",
             ),
-            (self.time_limit is None or self.time_limit > 0, f"--time-limit must be positive, got {self.time_limit}"),
             (not (self.resume and self.init), "--resume continues the saved run, which began already: drop --init"),
             (not (self.resume and self.overwrite), "--resume and --overwrite exclude each other: continue or restart"),
             (bool(self.data), "give at least one --data folder"),
@@ -111,6 +119,16 @@ class TrainConfig:
             if not ok:
                 raise ConfigError(message)
         self._check_paths()
+
+    def _check_numbers(self, cli: bool) -> None:
+        """The float settings: finite, and where only some values mean anything, one of those (``--lr inf`` was
+        'must be positive', ``--checkpoint-every inf`` and ``--time-limit inf`` were taken)."""
+        if self.lr is not None:
+            check_number(self.lr, "lr", cli=cli)
+        check_number(self.ema_decay, "ema_decay", cli=cli, least=0, below=1)
+        check_number(self.checkpoint_every, "checkpoint_every", cli=cli, least=0, unit="seconds")
+        if self.time_limit is not None:  # in seconds: ``sst train`` checks its minutes before converting them
+            check_number(self.time_limit, "time_limit", cli=cli, unit="seconds")
 
     def _check_paths(self) -> None:
         """The weights written, the state and the weights started from are three different files, and the

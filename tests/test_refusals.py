@@ -40,6 +40,8 @@ def photo(tmp_path: Path) -> Path:
     return tmp_path / "photo.png"
 
 
+TRAIN_ARGS = ["train", "--data", ".", "--iters", "9", "--out", "w.pth"]  # valid but for the option added
+
 NO_TORCH_NEEDED = [
     (["--precision", "fp8"], "unknown precision 'fp8'"),
     (["--attention", "foo"], "unknown attention backend 'foo'"),
@@ -106,10 +108,26 @@ OTHER_COMMANDS = [
     (["bench", "--warmup", "-1"], "--warmup must be 0 or more, got -1"),
     (["train", "--data", ".", "--iters", "0", "--out", "w.safetensors"], "iters must be at least 1"),
     (["train", "--data", ".", "--iters", "9", "--out", "w.bin"], "name it .safetensors (recommended), .pth or .pt"),
+    # inf was taken by --time-limit, --checkpoint-every and --log-every
+    ([*TRAIN_ARGS, "--time-limit", "-1"], "--time-limit -1: must be a finite number of minutes above 0"),
+    ([*TRAIN_ARGS, "--time-limit", "nan"], "--time-limit nan: must be a finite number of minutes above 0"),
+    ([*TRAIN_ARGS, "--time-limit", "inf"], "--time-limit inf: must be a finite number of minutes above 0"),
+    ([*TRAIN_ARGS, "--lr", "inf"], "--lr inf: must be a finite number above 0"),  # was '--lr must be positive, got inf'
+    ([*TRAIN_ARGS, "--lr", "nan"], "--lr nan: must be a finite number above 0"),
+    ([*TRAIN_ARGS, "--lr", "-inf"], "--lr -inf: must be a finite number above 0"),
+    ([*TRAIN_ARGS, "--lr", "0"], "--lr 0: must be a finite number above 0"),
+    ([*TRAIN_ARGS, "--ema-decay", "nan"], "--ema-decay nan: must be a number from 0 up to (not including) 1"),
+    ([*TRAIN_ARGS, "--ema-decay", "1"], "--ema-decay 1: must be a number from 0 up to (not including) 1"),
     (
-        ["train", "--data", ".", "--iters", "9", "--out", "w.pth", "--time-limit", "-1"],
-        "--time-limit must be a positive number of minutes, got -1",
+        [*TRAIN_ARGS, "--checkpoint-every", "inf"],
+        "--checkpoint-every inf: must be a finite number of seconds, 0 or more",
     ),
+    (
+        [*TRAIN_ARGS, "--checkpoint-every", "nan"],
+        "--checkpoint-every nan: must be a finite number of seconds, 0 or more",
+    ),
+    ([*TRAIN_ARGS, "--log-every", "inf"], "--log-every inf: must be a finite number of seconds, 1 or more"),
+    ([*TRAIN_ARGS, "--log-every", "nan"], "--log-every nan: must be a finite number of seconds, 1 or more"),
     (["train", "--data", ".", "--iters", "9", "--out", "w.pth", "--precision", "fp8"], "precision must be one of"),
     (["train", "--data", ".", "--iters", "9", "--out", "w.pth", "-m", "sst", "--config", "c.json"], "not both"),
     (["upscale", "-"], "INPUT: - (standard input/output) is not supported: give a file name"),

@@ -145,8 +145,8 @@ def test_out_state_and_init_are_three_files_and_the_state_a_pth(data: Path, tmp_
         ({"state": out}, "--out and --state name the same file"),
         ({"init": out}, "--out and --init name the same file"),
         ({"state": data / "im0.png"}, r"--state .*im0\.png: name it \.pth"),
-        ({"lr": float("inf")}, "lr must be positive"),
-        ({"seed": -1}, r"--seed must be between 0 and 2\*\*32 - 1"),  # numpy's traceback, after reading the data
+        ({"lr": float("inf")}, "^lr inf: must be a finite number above 0$"),  # the keyword, not --lr
+        ({"seed": -1}, r"^seed must be between 0 and 2\*\*32 - 1"),  # numpy's traceback, after reading the data
         ({"state": data}, "--state .*: a folder; name the file to write"),
         ({"resume": True, "init": data / "a.png"}, "--resume continues the saved run, which began already"),
         ({"resume": True, "overwrite": True}, "--resume and --overwrite exclude each other"),
@@ -168,12 +168,13 @@ def test_compile_help_says_it_takes_no_value() -> None:
     assert "--compile A flag (no value), unlike upscale's --compile auto|on|off" in helped
 
 
-@pytest.mark.parametrize("value", ["-1", "0", "0.5"])
+@pytest.mark.parametrize("value", ["-1", "0", "0.5", "inf"])
 def test_log_every_below_one_second_is_refused(data: Path, tmp_path: Path, value: str) -> None:
-    """``--log-every -1`` was taken, unlike the other numbers of ``sst train``."""
+    """``--log-every -1`` was taken, unlike the other numbers of ``sst train``; ``inf`` too."""
     args = ["train", "--data", str(data), "--iters", "2", "--out", str(tmp_path / "n.pth"), "--log-every", value]
     result = runner.invoke(app, args)
-    assert result.exit_code == 2 and "--log-every must be at least 1 second" in result.output, result.output
+    said = f"--log-every {float(value):g}: must be a finite number of seconds, 1 or more"
+    assert result.exit_code == 2 and said in result.output, result.output
     assert not (tmp_path / "n.pth").exists()
 
 
@@ -426,13 +427,47 @@ def test_the_help_says_what_the_defaults_and_files_are() -> None:
 def test_a_scale_refused_names_the_option() -> None:
     """--config tiny.json -s 5 said 'scale must be one of 2, 3, 4, got 5', naming no option."""
     with pytest.raises(ConfigError, match=r"^--scale must be one of 2, 3, 4, got 5$"):
-        TrainConfig(data=("d",), out=Path("w.safetensors"), iters=1, model=TINY, scale=5).check()
+        TrainConfig(data=("d",), out=Path("w.safetensors"), iters=1, model=TINY, scale=5).check(cli=True)
 
 
 def test_iters_are_bounded() -> None:
     """--iters 99999999999999999999999 was accepted (lr 1.25e-25 by the end, an ETA of 3.2e21 minutes)."""
-    with pytest.raises(ConfigError, match=r"^--iters must be at most 1,000,000,000 \(the paper trains 500,000\)"):
+    with pytest.raises(ConfigError, match=r"^iters must be at most 1,000,000,000 \(the paper trains 500,000\)"):
         TrainConfig(data=("d",), out=Path("w.safetensors"), iters=99999999999999999999999).check()
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"lr": float("inf")}, "lr inf: must be a finite number above 0"),  # was '--lr must be positive, got inf'
+        ({"lr": float("nan")}, "lr nan: must be a finite number above 0"),
+        ({"lr": -1e-4}, "lr -0.0001: must be a finite number above 0"),
+        ({"lr": "5e-4"}, "lr must be a number, got '5e-4'"),  # a TypeError from math.isfinite
+        ({"ema_decay": float("nan")}, "ema_decay nan: must be a number from 0 up to (not including) 1"),
+        ({"ema_decay": 1.0}, "ema_decay 1: must be a number from 0 up to (not including) 1"),
+        ({"checkpoint_every": float("inf")}, "checkpoint_every inf: must be a finite number of seconds, 0 or more"),
+        ({"checkpoint_every": -1.0}, "checkpoint_every -1: must be a finite number of seconds, 0 or more"),
+        ({"time_limit": float("inf")}, "time_limit inf: must be a finite number of seconds above 0"),  # was taken
+        ({"time_limit": float("nan")}, "time_limit nan: must be a finite number of seconds above 0"),
+        ({"time_limit": 0.0}, "time_limit 0: must be a finite number of seconds above 0"),
+        ({"iters": 0}, "iters must be at least 1, got 0"),
+        ({"batch": 0}, "batch must be at least 1, got 0"),
+        ({"patch": 0}, "patch must be at least 1 LR pixel, got 0"),
+        ({"warmup": -1}, "warmup must be >= 0 iterations, got -1"),
+        ({"checkpoint_iters": -1}, "checkpoint_iters must be >= 0 steps, got -1"),
+        ({"report_every": 0}, "report_every must be at least 1 step, got 0"),
+    ],
+)
+def test_the_api_refuses_numbers_by_their_keywords(given: dict, message: str) -> None:
+    """TrainConfig names its keywords (``lr``), ``sst train`` its options (``--lr``): one rule each."""
+    config = TrainConfig(**({"data": ("d",), "out": Path("w.safetensors"), "iters": 1} | given))
+    with pytest.raises(ConfigError) as api:
+        config.check()
+    assert str(api.value) == message
+    with pytest.raises(ConfigError) as cli:
+        config.check(cli=True)
+    option = next(iter(given))
+    assert str(cli.value) == message.replace(option, "--" + option.replace("_", "-"), 1)
 
 
 def test_cli_trains_end_to_end_and_reports_bad_data_in_one_line(data: Path, tmp_path: Path) -> None:

@@ -264,7 +264,7 @@ def train(
     or the loss diverged; 2 invalid options (or --batch / --patch too large for the memory); 130 interrupted
     by Ctrl-C, 143 by SIGTERM, 129 by SIGHUP (the state is saved once training has begun).
     """
-    from ..checks import check_device_name
+    from ..checks import check_device_name, check_number
     from ..errors import ConfigError
     from ..trainconfig import TrainConfig
 
@@ -275,10 +275,9 @@ def train(
         raise ConfigError("give --model or --config, not both")
     if resume is not None and state is not None and resume != state:
         raise ConfigError("--resume STATE keeps writing STATE: give --resume or --state, not both")
-    if time_limit is not None and time_limit <= 0:
-        raise ConfigError(f"--time-limit must be a positive number of minutes, got {time_limit:g}")
-    if not log_every >= 1:  # -1 or 0 printed a line every step; NaN never one
-        raise ConfigError(f"--log-every must be at least 1 second, got {log_every:g}")
+    if time_limit is not None:  # in minutes here, as typed; TrainConfig holds seconds
+        check_number(time_limit, "time_limit", cli=True, unit="minutes")
+    check_number(log_every, "log_every", cli=True, least=1, unit="seconds")  # -1 or 0 printed a line every step
     settings = TrainConfig(
         data=tuple(data),
         out=out,
@@ -304,7 +303,7 @@ def train(
         compile=compile_,
         report_every=report_every,
     )
-    settings.check()  # before torch is imported: a refused option answers at once
+    settings.check(cli=True)  # before torch is imported: a refused option answers at once
     check_device_name(device)
 
     from ..train import TrainingInterrupted
