@@ -90,10 +90,11 @@ class Reporter:
             err_console.print(text, soft_wrap=True, markup=False)
 
     def message(self, text: str) -> None:
-        """Upscaler messages (out-of-memory retries) are warnings the user should see."""
+        """Upscaler messages (out-of-memory retries, transparency dropped) are warnings the user should see, with
+        --quiet too: it hides progress and remarks, not what went otherwise than asked."""
         if self.json_log:
             self.emit("message", message=text)
-        elif not self.quiet:
+        else:
             err_console.print(f"[yellow]warning:[/] {text}", soft_wrap=True)
 
     def ready(self, upscaler: Upscaler, total: int, verbose: bool) -> None:
@@ -336,7 +337,7 @@ def upscale(
     max_pixels: Annotated[
         int, typer.Option("--max-pixels", metavar="N", help="Refuse larger inputs (decompression bombs); 0 = no limit.")
     ] = _DEFAULT_MAX_PIXELS,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no per-file lines.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress, per-file lines, notes or summary; warnings and errors still show.")] = False,
     verbose: Annotated[
         bool,
         typer.Option(
