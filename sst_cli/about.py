@@ -103,12 +103,14 @@ def training_record(metadata: Mapping[str, str]) -> dict[str, str]:
 
 
 def _trained(metadata: Mapping[str, str]) -> str:
-    """``by sst-cli 0.1.0: 300 of 400 planned iterations, 62 min on cpu``."""
+    """``by sst-cli 0.1.0: 300 of 400 planned iterations, 62 min on cpu``; ``... iterations after its init`` where
+    the run started from other weights (the figures are this run's, not the weights' whole history)."""
     by = " ".join(filter(None, (metadata["trained_by"], metadata.get("sst_cli_version"))))
     done, planned = metadata.get("iterations"), metadata.get("planned_iterations")
     parts = []
     if done:
-        parts.append(f"{done} of {planned} planned iterations" if planned and planned != done else f"{done} iterations")
+        counted = f"{done} of {planned} planned iterations" if planned and planned != done else f"{done} iterations"
+        parts.append(counted + (" after its init" if metadata.get("init") else ""))
     seconds = metadata.get("seconds", "")
     if seconds.isdigit():
         parts.append(_duration(int(seconds)) + (f" on {metadata['device']}" if metadata.get("device") else ""))

@@ -57,7 +57,7 @@ def test_models_info_of_our_weights(offline_cache: Path, x3_untrained: Path) -> 
     digest = hashlib.sha256((Path(__file__).parents[1] / "weights" / "sst-light-291_x4.safetensors").read_bytes())
     assert digest.hexdigest() in result.output  # the bundled file's own digest, as the manifest checks it
     # sst train's record in the bundled files (it was in their metadata, and shown nowhere)
-    assert "      trained by sst-cli 0.1.0: 600 iterations, 96 min on CPU (2 cores of an Intel Xeon)" in result.output
+    assert "      trained by sst-cli 0.1.0: 600 iterations after its init, 96 min on CPU (2 cores of an Intel Xeon)" in result.output
     assert "      data    train291 (T91 + BSD200, 291 images); 284 images used" in result.output
     assert "      init    sst-light-291_x4.safetensors" in result.output
     assert "      source  sst-cli CPU demo weights: the sst-light architecture trained by sst-cli" in result.output
@@ -115,7 +115,7 @@ def test_models_info_of_a_file_takes_model_and_refuses_scale(tmp_path: Path) -> 
     )
     for line in (
         "variant            sst-light-291",
-        "trained            by sst-cli 0.1.0: 400 iterations, 62 min on CPU (2 cores of an Intel Xeon)",
+        "trained            by sst-cli 0.1.0: 400 iterations after its init, 62 min on CPU (2 cores of an Intel Xeon)",
         "data               train291 (T91 + BSD200, 291 images); 219 images used",
         "init               init-x4.safetensors",
         "recipe             batch 4, LR patch 64, lr 0.00025, warm-up 16, EMA 0.999, seed 1, fp32",
