@@ -57,7 +57,8 @@ def test_models_info_of_our_weights(offline_cache: Path, x3_untrained: Path) -> 
     digest = hashlib.sha256((Path(__file__).parents[1] / "weights" / "sst-light-291_x4.safetensors").read_bytes())
     assert digest.hexdigest() in result.output  # the bundled file's own digest, as the manifest checks it
     # sst train's record in the bundled files (it was in their metadata, and shown nowhere)
-    assert "      trained by sst-cli 0.1.0: 600 iterations after its init, 96 min on CPU (2 cores of an Intel Xeon)" in result.output
+    trained = "      trained by sst-cli 0.1.0: 600 iterations after its init, 96 min on CPU (2 cores of an Intel Xeon)"
+    assert trained in result.output
     assert "      data    train291 (T91 + BSD200, 291 images); 284 images used" in result.output
     assert "      init    sst-light-291_x4.safetensors" in result.output
     assert "      source  sst-cli CPU demo weights: the sst-light architecture trained by sst-cli" in result.output

@@ -337,7 +337,12 @@ def upscale(
     max_pixels: Annotated[
         int, typer.Option("--max-pixels", metavar="N", help="Refuse larger inputs (decompression bombs); 0 = no limit.")
     ] = _DEFAULT_MAX_PIXELS,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress, per-file lines, notes or summary; warnings and errors still show.")] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet", "-q", help="No progress, per-file lines, notes or summary (warnings and errors still show)."
+        ),
+    ] = False,
     verbose: Annotated[
         bool,
         typer.Option(
