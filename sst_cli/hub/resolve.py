@@ -123,6 +123,11 @@ def _evict(path: Path) -> OSError | None:
     return None
 
 
+def _kept_file(stuck: OSError, path: Path) -> Path:
+    """The file that stayed when removing cached ``path`` failed: the blob it links to, if only the link went."""
+    return Path(stuck.filename) if isinstance(stuck.filename, str) else path
+
+
 def _evict_or_refuse(path: Path, said: str, again: str) -> None:
     """Remove a cached ``path`` that failed its sha256 (``said``: what is wrong with it); when it cannot be removed,
     refuse, naming the file kept and why: downloading it again into that cache cannot work (``hf_hub_download``
@@ -130,7 +135,7 @@ def _evict_or_refuse(path: Path, said: str, again: str) -> None:
     stuck = _evict(path)
     if stuck is None:
         return
-    kept = Path(stuck.filename) if isinstance(stuck.filename, str) else path
+    kept = _kept_file(stuck, path)
     variable = "HF_HOME" if release_dir() in path.parents else "HF_HUB_CACHE (or HF_HOME)"
     raise CheckpointError(
         f"{said}, and could not be removed from the cache ({kept}: {system_reason(stuck)}): remove it as a user who "
@@ -495,7 +500,7 @@ def forget(name: str, scale: int, *, repo_id: str | None = None) -> str | None:
         return None
     if stuck is None:
         return "was removed from the cache"
-    kept = Path(stuck.filename) if isinstance(stuck.filename, str) else cached
+    kept = _kept_file(stuck, cached)
     return (
         f"could not be removed from the cache ({kept}: {system_reason(stuck)}; remove it as a user who may write there)"
     )
