@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 import sys
-from numbers import Real
+from numbers import Integral, Real
 
 from .choices import ALPHA_MODES, BACKENDS, COMPILE_CHOICES, COMPILE_MODE_ALIASES, COMPILE_MODES, PRECISIONS
 from .errors import ConfigError
@@ -109,6 +109,22 @@ def option_name(name: str, cli: bool) -> str:
     return "--" + name.replace("_", "-") if cli else name
 
 
+def check_is_number(value: object, name: str, *, cli: bool = False) -> None:
+    """A number, not text or a bool: an API caller's ``"5e-4"`` met a bare TypeError in the comparison after."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise ConfigError(f"{option_name(name, cli)} must be a number, got {value!r}")
+
+
+def check_count(value: object, name: str, *, cli: bool = False, least: int = 0) -> None:
+    """A whole-number option's value: an integer (not a bool), ``least`` or more, else a ConfigError naming the
+    option as its caller wrote it (``--batch 0``, ``batch=0``); ``tile_overlap="x"`` met a bare TypeError."""
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise ConfigError(f"{option_name(name, cli)} must be a whole number, got {value!r}")
+    if value < least:
+        wanted = "0 or more" if least == 0 else f"at least {least}"
+        raise ConfigError(f"{option_name(name, cli)} must be {wanted}, got {value}")
+
+
 def check_number(
     value: float,
     name: str,
@@ -121,8 +137,7 @@ def check_number(
     """A float option's value: finite and above 0, or ``least`` or more (and ``below`` that, when given), else a
     ConfigError naming the option as its caller wrote it (``--lr inf``, ``lr inf``). NaN passed ``x <= 0`` and
     inf ``x > 0``: each rule written once here keeps them out. ``unit``: what the number counts (``seconds``)."""
-    if isinstance(value, bool) or not isinstance(value, Real):  # "5e-4" from an API caller met a TypeError
-        raise ConfigError(f"{option_name(name, cli)} must be a number, got {value!r}")
+    check_is_number(value, name, cli=cli)
     low = 0.0 if least is None else least
     inside = value >= low if least is not None else value > low
     if math.isfinite(value) and inside and (below is None or value < below):
@@ -164,24 +179,29 @@ def check_running_values(
 ) -> dict[str, str]:
     """Every rule of ``UpscaleOptions`` but the device's (which may need PyTorch to answer); a value left out is
     one that passes. Returns the choices in their canonical spelling (``FP32`` -> ``fp32``) for the caller to keep.
-    ``cli``: name the float options as the command line spells them (``--outscale``), not as keywords."""
+    ``cli``: name the options as the command line spells them (``--tile-overlap``), not as keywords
+    (``tile_overlap``); a value of the wrong type (``tile_overlap="x"``) is a ConfigError too, not a TypeError."""
     choices = {
         "precision": check_choice(precision, PRECISIONS, "precision"),
         "attention": check_choice(attention, BACKENDS, "attention backend"),
     }
+    tile_name = option_name("tile", cli)
     if tile != "auto" and (isinstance(tile, bool) or not isinstance(tile, int) or tile < 0):
-        raise ConfigError(f"tile must be 'auto', 0 (whole image) or a positive size in pixels, got {tile!r}")
+        raise ConfigError(f"{tile_name} must be 'auto', 0 (whole image) or a positive size in pixels, got {tile!r}")
     if isinstance(tile, int) and tile > MAX_TILE:
-        raise ConfigError(f"tile {tile} px is larger than any picture sst-cli reads; 0 runs the whole image")
-    if tile_overlap is not None and tile_overlap < 0:
-        raise ConfigError(f"tile overlap must be 0 or more, got {tile_overlap}")
+        raise ConfigError(f"{tile_name} {tile} px is larger than any picture sst-cli reads; 0 runs the whole image")
+    if tile_overlap is not None:
+        check_count(tile_overlap, "tile_overlap", cli=cli)
     if exact and tile_overlap is not None:  # one of them would be ignored without a word
-        raise ConfigError("exact and tile overlap exclude each other: exact sets the overlap to the receptive field")
-    if batch < 1:
-        raise ConfigError(f"batch must be at least 1, got {batch}")
-    budget = memory_bytes(max_memory)
+        exact_name, overlap_name = option_name("exact", cli), option_name("tile_overlap", cli)
+        raise ConfigError(
+            f"{exact_name} and {overlap_name} exclude each other: {exact_name} sets the overlap to the receptive field"
+        )
+    check_count(batch, "batch", cli=cli, least=1)
+    memory_name = option_name("max_memory", cli)
+    budget = memory_bytes(max_memory, memory_name)
     if budget is not None and budget <= 0:
-        raise ConfigError(f"the memory budget must be positive, got {max_memory}")
+        raise ConfigError(f"{memory_name} must be positive, got {max_memory}")
     choices["alpha"] = check_choice(alpha, ALPHA_MODES, "alpha mode")
     scale_name = option_name("outscale", cli)
     if outscale is not None:  # inf was "a positive number"
@@ -195,10 +215,12 @@ def check_running_values(
             f"{scale_name} {outscale:g} leaves less than 1 px of any picture's side; it must be "
             f"{MIN_OUTSCALE:.3g} or more"
         )
+    if ig_lambda is not None:
+        check_is_number(ig_lambda, "ig_lambda", cli=cli)
     if ig_lambda is not None and not math.isfinite(ig_lambda):
         raise ConfigError(f"{option_name('ig_lambda', cli)} {ig_lambda:g}: must be a finite number")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+        raise ConfigError(f"{option_name('seed', cli)} must be a non-negative integer, got {seed!r}")
     choices["compile"] = check_choice(compile, COMPILE_CHOICES, "compile choice")
     return choices
 

@@ -48,7 +48,8 @@ NO_TORCH_NEEDED = [
     (["--tile", "abc"], "--tile must be auto, 0 (whole image) or a tile size"),
     (["--tile", "99999999999999999999"], "is larger than any picture sst-cli reads; 0 runs the whole image"),
     (["--max-memory", "lots"], "--max-memory must be a size such as 4G"),
-    (["--batch", "0"], "batch must be at least 1"),
+    (["--batch", "0"], "--batch must be at least 1, got 0"),  # was "batch must ...", the keyword
+    (["--tile-overlap", "-1"], "--tile-overlap must be 0 or more, got -1"),  # was "tile overlap must ..."
     (["--alpha", "x"], "unknown alpha mode 'x'"),
     (["--format", "bmp"], "unknown output format 'bmp'"),
     (["--quality", "0"], "quality must be between 1 and 100"),
@@ -66,7 +67,7 @@ NO_TORCH_NEEDED = [
     (["--ig-lambda", "nan"], "--ig-lambda nan: must be a finite number"),  # was "ig_lambda must be ..."
     (["-o", "-"], "-o: - (standard input/output) is not supported: give a file name"),
     (["--overwrite", "--skip-existing"], "overwrite and skip-existing exclude each other"),
-    (["--exact", "--tile-overlap", "0"], "exact and tile overlap exclude each other"),
+    (["--exact", "--tile-overlap", "0"], "--exact and --tile-overlap exclude each other: --exact sets the overlap"),
     (["--workers", "0"], "--workers must be 1 or more"),
     (["--device", "cuda:0,"], "has an empty entry"),
     (["--model", "sst-lite"], "unknown model 'sst-lite'; did you mean sst-light?"),

@@ -379,7 +379,10 @@ def test_bf16_precision_runs_and_stays_close_to_fp32() -> None:
     "kwargs,message",
     [
         ({"alpha": "blend"}, "unknown alpha mode 'blend'"),
-        ({"batch": 0}, "batch must be at least 1"),
+        ({"batch": 0}, "^batch must be at least 1, got 0$"),  # the keyword, not --batch
+        ({"tile_overlap": -1}, "^tile_overlap must be 0 or more, got -1$"),  # was "tile overlap", neither spelling
+        ({"exact": True, "tile_overlap": 0}, "^exact and tile_overlap exclude each other: exact sets the overlap"),
+        ({"max_memory": 0}, "^max_memory must be positive, got 0$"),  # was "the memory budget must ..."
         ({"outscale": -1.0}, "^outscale -1: must be a finite number above 0"),
         ({"outscale": math.inf}, "^outscale inf: must be a finite number above 0"),  # the keyword, not --outscale
         ({"ig_lambda": math.nan}, "^ig_lambda nan: must be a finite number"),
@@ -392,6 +395,26 @@ def test_bf16_precision_runs_and_stays_close_to_fp32() -> None:
 def test_bad_options_are_named(kwargs: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         Upscaler(tiny_sst(), **kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"tile_overlap": "x"}, "^tile_overlap must be a whole number, got 'x'$"),
+        ({"tile_overlap": 1.5}, "^tile_overlap must be a whole number, got 1.5$"),
+        ({"batch": "2"}, "^batch must be a whole number, got '2'$"),
+        ({"batch": True}, "^batch must be a whole number, got True$"),
+        ({"ig_lambda": "2"}, "^ig_lambda must be a number, got '2'$"),
+        ({"outscale": "2"}, "^outscale must be a number, got '2'$"),
+        ({"tile": "64"}, "^tile must be 'auto', 0 .* got '64'$"),
+        ({"seed": "1"}, "^seed must be a non-negative integer, got '1'$"),
+        ({"max_memory": [1]}, "^max_memory must be a number of bytes or a size"),
+    ],
+)
+def test_option_values_of_the_wrong_type_are_named(kwargs: dict, message: str) -> None:
+    """``Upscaler(tile_overlap="x")`` met a bare TypeError ("'<' not supported between ...") from the check."""
+    with pytest.raises(ConfigError, match=message):
+        Upscaler(_Bicubic(), device="cpu", **kwargs)
 
 
 def test_fp32_on_cuda_turns_tf32_off_only_while_running() -> None:
