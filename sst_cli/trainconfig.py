@@ -107,18 +107,24 @@ class TrainConfig:
                 self.precision in PRECISIONS,
                 f"{named('precision')} must be one of {', '.join(PRECISIONS)}, got {self.precision!r}",
             ),
-            (not (self.resume and self.init), "--resume continues the saved run, which began already: drop --init"),
-            (not (self.resume and self.overwrite), "--resume and --overwrite exclude each other: continue or restart"),
-            (bool(self.data), "give at least one --data folder"),
+            (
+                not (self.resume and self.init),
+                f"{named('resume')} continues the saved run, which began already: drop {named('init')}",
+            ),
+            (
+                not (self.resume and self.overwrite),
+                f"{named('resume')} and {named('overwrite')} exclude each other: continue or restart",
+            ),
+            (bool(self.data), f"give at least one {named('data')} folder"),
             (
                 self.out.suffix.lower() in WEIGHT_SUFFIXES,
-                f"--out {self.out}: name it .safetensors (recommended), .pth or .pt",
+                f"{named('out')} {self.out}: name it .safetensors (recommended), .pth or .pt",
             ),
         ]
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
-        self._check_paths()
+        self._check_paths(cli)
 
     def _check_numbers(self, cli: bool) -> None:
         """The float settings: finite, and where only some values mean anything, one of those (``--lr inf`` was
@@ -130,23 +136,27 @@ class TrainConfig:
         if self.time_limit is not None:  # in seconds: ``sst train`` checks its minutes before converting them
             check_number(self.time_limit, "time_limit", cli=cli, unit="seconds")
 
-    def _check_paths(self) -> None:
+    def _check_paths(self, cli: bool) -> None:
         """The weights written, the state and the weights started from are three different files, and the
-        state is a .pth (``--state im0.png --overwrite`` replaced a training image)."""
+        state is a .pth (``--state im0.png --overwrite`` replaced a training image). ``cli``: as in ``check``;
+        ``sst train --resume STATE`` sets the keywords ``resume=True, state=STATE``."""
+        out, init = option_name("out", cli), option_name("init", cli)
         state = self.state_file
-        state_option = "--resume" if self.resume and self.state is not None else "--state"  # as the user typed it
-        for option, path in (("--out", self.out), (state_option, state)):
+        resumed_by = cli and self.resume and self.state is not None  # --resume STATE, as the user typed it
+        state_option = option_name("resume" if resumed_by else "state", cli)
+        for option, path in ((out, self.out), (state_option, state)):
             if path.is_dir():
                 raise ConfigError(f"{option} {path}: a folder; name the file to write")
         if state.suffix.lower() not in (".pth", ".pt"):
             if self.resume:
-                raise ConfigError(f"--resume {state}: a training state is a .pth that sst train wrote beside --out "
-                                  "(weights to start from go to --init)")  # fmt: skip
-            raise ConfigError(f"--state {state}: name it .pth (a training state is a PyTorch checkpoint)")
-        named = [("--out", self.out), (state_option, state)] + ([("--init", self.init)] if self.init else [])
+                writer = "sst train" if cli else "train"
+                raise ConfigError(f"{state_option} {state}: a training state is a .pth that {writer} wrote beside "
+                                  f"{out} (weights to start from go to {init})")  # fmt: skip
+            raise ConfigError(f"{state_option} {state}: name it .pth (a training state is a PyTorch checkpoint)")
+        named = [(out, self.out), (state_option, state)] + ([(init, self.init)] if self.init else [])
         for i, (option, path) in enumerate(named):
             for other, same in named[i + 1 :]:
                 if os.path.realpath(path) == os.path.realpath(same):
                     raise ConfigError(f"{option} and {other} name the same file, {path}: give each its own")
         if self.init is not None and not self.init.is_file():
-            raise WeightsNotFound(f"--init {self.init}: no such weights file")  # exit 1, as a missing --weights
+            raise WeightsNotFound(f"{init} {self.init}: no such weights file")  # exit 1, as a missing --weights

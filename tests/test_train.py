@@ -142,14 +142,14 @@ def test_running_out_of_memory_is_one_sentence(data: Path, tmp_path: Path, monke
 def test_out_state_and_init_are_three_files_and_the_state_a_pth(data: Path, tmp_path: Path) -> None:
     out = tmp_path / "w.pth"
     for kw, message in [
-        ({"state": out}, "--out and --state name the same file"),
-        ({"init": out}, "--out and --init name the same file"),
-        ({"state": data / "im0.png"}, r"--state .*im0\.png: name it \.pth"),
+        ({"state": out}, "^out and state name the same file"),  # the keywords, not --out and --state
+        ({"init": out}, "^out and init name the same file"),
+        ({"state": data / "im0.png"}, r"^state .*im0\.png: name it \.pth"),
         ({"lr": float("inf")}, "^lr inf: must be a finite number above 0$"),  # the keyword, not --lr
         ({"seed": -1}, r"^seed must be between 0 and 2\*\*32 - 1"),  # numpy's traceback, after reading the data
-        ({"state": data}, "--state .*: a folder; name the file to write"),
-        ({"resume": True, "init": data / "a.png"}, "--resume continues the saved run, which began already"),
-        ({"resume": True, "overwrite": True}, "--resume and --overwrite exclude each other"),
+        ({"state": data}, "^state .*: a folder; name the file to write"),
+        ({"resume": True, "init": data / "a.png"}, "^resume continues the saved run, which began already: drop init$"),
+        ({"resume": True, "overwrite": True}, "^resume and overwrite exclude each other"),
     ]:
         with pytest.raises(ConfigError, match=message):
             train(_config(data, out, **kw))
@@ -180,7 +180,7 @@ def test_log_every_below_one_second_is_refused(data: Path, tmp_path: Path, value
 
 def test_a_missing_init_or_resume_file_exits_1_as_a_missing_weights_file(data: Path, tmp_path: Path) -> None:
     """``--init`` / ``--resume`` naming no file exited 2 (invalid options), upscale's missing --weights 1."""
-    with pytest.raises(WeightsNotFound, match=r"--init .*nowhere\.pth: no such weights file"):
+    with pytest.raises(WeightsNotFound, match=r"^init .*nowhere\.pth: no such weights file"):
         train(_config(data, tmp_path / "w.pth", init=tmp_path / "nowhere.pth"))
     base = ["train", "--data", str(data), "--iters", "2", "--out", str(tmp_path / "n.pth"), "--device", "cpu"]
     init = runner.invoke(app, [*base, "--init", str(tmp_path / "nowhere.pth")])
@@ -428,6 +428,36 @@ def test_a_scale_refused_names_the_option() -> None:
     """--config tiny.json -s 5 said 'scale must be one of 2, 3, 4, got 5', naming no option."""
     with pytest.raises(ConfigError, match=r"^--scale must be one of 2, 3, 4, got 5$"):
         TrainConfig(data=("d",), out=Path("w.safetensors"), iters=1, model=TINY, scale=5).check(cli=True)
+
+
+@pytest.mark.parametrize(
+    ("given", "api", "cli"),
+    [
+        ({"data": ()}, "give at least one data folder", "give at least one --data folder"),
+        ({"out": Path("w.bin")}, "out w.bin: name it", "--out w.bin: name it"),
+        ({"out": Path("w.pth"), "state": Path("w.pth")}, "out and state name the same", "--out and --state name the"),
+        ({"init": Path("w.safetensors")}, "out and init name the same file", "--out and --init name the same"),
+        ({"init": Path("nowhere.pth")}, "init nowhere.pth: no such weights file", "--init nowhere.pth: no such"),
+        ({"state": Path("s.png")}, "state s.png: name it .pth", "--state s.png: name it .pth"),
+        (
+            {"resume": True, "state": Path("s.png")},
+            "state s.png: a training state is a .pth that train wrote beside out (weights to start from go to init)",
+            "--resume s.png: a training state is a .pth that sst train wrote beside --out (weights to start from go",
+        ),
+        ({"resume": True, "init": Path("i.pth")}, "resume continues the saved run", "--resume continues the saved"),
+        ({"resume": True, "overwrite": True}, "resume and overwrite exclude", "--resume and --overwrite exclude"),
+    ],
+)
+def test_the_api_names_its_path_keywords(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, given: dict, api: str,
+                                        cli: str) -> None:  # fmt: skip
+    """``TrainConfig.check()`` said --out, --state, --init, --resume and --data to an API caller who gave
+    ``out=``, ``state=``, ``init=``, ``resume=`` and ``data=``; ``check(cli=True)`` names the options."""
+    config = TrainConfig(**({"data": ("d",), "out": Path("w.safetensors"), "iters": 1} | given))
+    monkeypatch.chdir(tmp_path)  # no file of these names is there
+    for wanted, as_cli in ((api, False), (cli, True)):
+        with pytest.raises((ConfigError, WeightsNotFound)) as refused:
+            config.check(cli=as_cli)
+        assert str(refused.value).startswith(wanted), str(refused.value)
 
 
 def test_iters_are_bounded() -> None:
@@ -768,7 +798,7 @@ def test_resume_given_weights_points_at_init(data: Path, tmp_path: Path) -> None
     weights = train(_config(data, tmp_path / "w.pth", iters=1)).out
     with pytest.raises(CheckpointError, match=r"not an sst-cli training state .*; weights to start a run from go to"):
         train(_config(data, tmp_path / "next.safetensors", resume=True, state=weights))
-    with pytest.raises(ConfigError, match=r"--resume .*w\.safetensors: a training state is a \.pth .*--init"):
+    with pytest.raises(ConfigError, match=r"^state .*w\.safetensors: a training state is a \.pth .*go to init\)$"):
         _config(data, tmp_path / "x.safetensors", resume=True, state=tmp_path / "w.safetensors").check()
 
 
