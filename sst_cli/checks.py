@@ -19,10 +19,9 @@ from .errors import ConfigError
 MAX_TILE = 1 << 20  # a tile side beyond any picture (a million pixels): the whole image is what it means
 MIN_OUTSCALE = 1 / MAX_TILE  # smaller leaves less than a pixel of any picture's side
 
-_NO_CUDA = "device {name!r} was requested but PyTorch sees no CUDA GPU here; use --device cpu"
+_NO_CUDA = "device {name!r} was requested but PyTorch sees no CUDA GPU here; use {cpu}"
 _NO_MPS = (
-    "device {name!r} (Apple GPU) is not available here (it needs Apple Silicon and a PyTorch built with MPS); "
-    "use --device cpu"
+    "device {name!r} (Apple GPU) is not available here (it needs Apple Silicon and a PyTorch built with MPS); use {cpu}"
 )
 
 
@@ -68,22 +67,23 @@ def check_scale_type(scale: object) -> None:
         raise ConfigError(f"scale must be an integer such as 4, got {scale!r}")
 
 
-def no_cuda(name: str) -> ConfigError:
-    return ConfigError(_NO_CUDA.format(name=name))
+def no_cuda(name: str, cli: bool = False) -> ConfigError:
+    return ConfigError(_NO_CUDA.format(name=name, cpu=option_value("device", "cpu", cli)))
 
 
-def no_mps(name: str) -> ConfigError:
-    return ConfigError(_NO_MPS.format(name=name))
+def no_mps(name: str, cli: bool = False) -> ConfigError:
+    return ConfigError(_NO_MPS.format(name=name, cpu=option_value("device", "cpu", cli)))
 
 
-def check_device_name(name: str, platform: str = sys.platform) -> None:
+def check_device_name(name: str, platform: str = sys.platform, *, cli: bool = False) -> None:
     """Refuse a device this platform never has, without asking PyTorch: Apple's MPS anywhere but macOS, CUDA on
-    macOS (PyTorch has no CUDA build there). Whether a GPU is really there is ``runtime.resolve_device``'s."""
+    macOS (PyTorch has no CUDA build there). Whether a GPU is really there is ``runtime.resolve_device``'s.
+    ``cli``: suggest ``--device cpu``, not the keyword ``device='cpu'`` an API caller gives."""
     kind = name.strip().lower().split(":", 1)[0]
     if kind == "mps" and platform != "darwin":
-        raise no_mps(name)
+        raise no_mps(name, cli)
     if kind == "cuda" and platform == "darwin":
-        raise no_cuda(name)
+        raise no_cuda(name, cli)
 
 
 def check_devices(device: str, workers: int) -> None:
@@ -101,7 +101,7 @@ def check_devices(device: str, workers: int) -> None:
         if workers != 1:
             raise ConfigError("--workers applies to one device; a device list already runs one worker per device")
     for name in names:
-        check_device_name(name)
+        check_device_name(name, cli=True)  # --workers and device lists are the command line's
 
 
 def option_name(name: str, cli: bool) -> str:
@@ -123,6 +123,12 @@ def check_count(value: object, name: str, *, cli: bool = False, least: int = 0) 
     if value < least:
         wanted = "0 or more" if least == 0 else f"at least {least}"
         raise ConfigError(f"{option_name(name, cli)} must be {wanted}, got {value}")
+
+
+def option_value(name: str, value: str, cli: bool) -> str:
+    """An option given a value as its caller writes it: ``--device cpu`` on the command line, ``device='cpu'`` in
+    Python, for messages that suggest one."""
+    return f"{option_name(name, cli)} {value}" if cli else f"{name}={value!r}"
 
 
 def check_number(

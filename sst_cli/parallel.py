@@ -83,12 +83,12 @@ def plan_workers(device: str, workers: int = 1) -> WorkerPlan:
     elif "," in text:
         names = [part.strip() for part in text.split(",")]
     else:
-        resolved = resolve_device(text)
+        resolved = resolve_device(text, cli=True)
         return WorkerPlan((str(resolved),) * workers)
     for name in names:
-        if name == "auto" or ("," not in name and resolve_device(name).type == "cpu"):
+        if name == "auto" or ("," not in name and resolve_device(name, cli=True).type == "cpu"):
             raise ConfigError(f"{name!r} in a device list: list GPUs only, and use --workers N for CPU workers")
-    return WorkerPlan(tuple(str(resolve_device(name)) for name in names))
+    return WorkerPlan(tuple(str(resolve_device(name, cli=True)) for name in names))
 
 
 # ------------------------------------------------------------------------------------------ the worker side

@@ -53,11 +53,12 @@ def device_text(device: str | torch.device) -> str:
     return device
 
 
-def resolve_device(name: str | torch.device) -> torch.device:
-    """``auto`` = the first CUDA GPU, else Apple's MPS, else the CPU; anything unusable here is a ConfigError."""
+def resolve_device(name: str | torch.device, *, cli: bool = False) -> torch.device:
+    """``auto`` = the first CUDA GPU, else Apple's MPS, else the CPU; anything unusable here is a ConfigError.
+    ``cli``: its suggestions name ``--device cpu``, not the keyword ``device='cpu'``."""
     name = device_text(name)
     text = name.strip().lower()
-    check_device_name(text)  # what the platform never has, said without asking PyTorch
+    check_device_name(text, cli=cli)  # what the platform never has, said without asking PyTorch
     if text == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
@@ -70,7 +71,7 @@ def resolve_device(name: str | torch.device) -> torch.device:
         return device
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise no_cuda(name)
+            raise no_cuda(name, cli)
         count = torch.cuda.device_count()
         if device.index is not None and device.index >= count:
             raise ConfigError(
@@ -79,7 +80,7 @@ def resolve_device(name: str | torch.device) -> torch.device:
         return device
     if device.type == "mps":
         if not _mps_available():
-            raise no_mps(name)
+            raise no_mps(name, cli)
         return device
     raise ConfigError(f"device {name!r} cannot run sst-cli's networks here; use {DEVICE_HELP}")
 

@@ -204,6 +204,31 @@ def test_devices_a_platform_never_has(name: str, platform: str, refused: str | N
             check_device_name(name, platform)
 
 
+def test_a_refused_device_suggests_the_cpu_as_its_caller_writes_it() -> None:
+    """``Upscaler(device="mps")`` was told to 'use --device cpu', an option of a command line it never used."""
+    for name, platform in (("mps", "linux"), ("cuda", "darwin")):
+        with pytest.raises(ConfigError, match=r"; use device='cpu'$"):
+            check_device_name(name, platform)
+        with pytest.raises(ConfigError, match=r"; use --device cpu$"):
+            check_device_name(name, platform, cli=True)
+
+
+def test_cuda_without_a_gpu_suggests_the_cpu_as_its_caller_writes_it(tmp_path: Path, photo: Path) -> None:
+    """What only PyTorch can say (no CUDA GPU here) names ``device='cpu'`` to the API and ``--device cpu`` to
+    ``sst``, whose commands build the API's options after checking the device themselves."""
+    import torch
+
+    from sst_cli.options import UpscaleOptions
+
+    if torch.cuda.is_available() or sys.platform == "darwin":
+        pytest.skip("device cuda is taken here (a CUDA GPU), or refused before torch (macOS): tested above")
+    with pytest.raises(ConfigError, match=r"no CUDA GPU here; use device='cpu'$"):
+        UpscaleOptions(device="cuda")
+    for command in (["upscale", photo.name], [*TRAIN_ARGS], ["bench"]):
+        code, lines = _sst(tmp_path, *command, "--device", "cuda")
+        assert code == 2 and lines[0].endswith("no CUDA GPU here; use --device cpu"), lines
+
+
 def test_device_lists_and_workers() -> None:
     check_devices("cuda:0,cuda:1", 1)
     check_devices("cuda:all", 1)

@@ -199,7 +199,9 @@ def upscale_options(*, tile: str, max_memory: str | None, **values: Any) -> Upsc
     parsed here, the rest (device, precision, attention, overlap, exact, batch, ...) passed as given."""
     running = {name: value for name, value in values.items() if name != "device"}
     check_upscale_options(tile=tile, max_memory=max_memory, **running)  # before torch: refusals answer at once
-    check_device_name(values.get("device", "auto"))
+    check_device_name(values.get("device", "auto"), cli=True)
+    from ..runtime import resolve_device
     from ..upscaler import UpscaleOptions  # torch: only once a command runs
 
+    resolve_device(values.get("device", "auto"), cli=True)  # a device PyTorch cannot use, said as --device
     return UpscaleOptions(tile=parse_tile(tile), max_memory=parse_size(max_memory), **values)

@@ -52,7 +52,7 @@ def _settings(
 ) -> tuple[BenchSettings, bool]:
     """The paper's protocol on a GPU; quick defaults on the CPU. Returns the settings and whether CPU defaults apply."""
     # Refusals that need no torch come before it is imported (by bench and runtime): they answer at once.
-    check_device_name(device)
+    check_device_name(device, cli=True)
     check_choice(attention, BACKENDS, "attention backend")
     check_compile_mode(compile_mode)
     precisions = [check_choice(precision, PRECISIONS, "precision") for precision in precisions or ()]
@@ -73,7 +73,7 @@ def _settings(
     from ..bench import BenchSettings, quick_cpu_settings
     from ..runtime import resolve_device
 
-    cpu = resolve_device(device).type != "cuda"
+    cpu = resolve_device(device, cli=True).type != "cuda"
     given: dict[str, Any] = {"device": device, "attention": attention, "reference": reference, "tf32": tf32}
     given |= {"tile": parse_tile(tile), "compile": compile_mode, "channels_last": layouts[channels_last]}
     given["input"] = None if input_image is None else str(input_image)

@@ -304,10 +304,13 @@ def train(
         report_every=report_every,
     )
     settings.check(cli=True)  # before torch is imported: a refused option answers at once
-    check_device_name(device)
+    check_device_name(device, cli=True)
 
+    from ..runtime import resolve_device
     from ..train import TrainingInterrupted
     from ..train import train as run_training
+
+    resolve_device(device, cli=True)  # a device PyTorch cannot use, said as the command line spells it
 
     if config is not None:
         from ..archs.sst import SSTConfig
