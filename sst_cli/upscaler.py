@@ -200,10 +200,10 @@ class Upscaler:
                     )
         self._said_plans: set[tuple[TileSize, int, int]] = set()  # (tile, overlap, batch) already described
         self._said_budget = False  # that the memory budget is below the smallest pass: said once
+        self._said_rounding: set[str] = set()  # that the window grid changed the tile or overlap asked for: once each
         self.planner = Planner(
             self.model, self.descriptor, self.options, self.device, self.dtype, self._forward, self._say
         )
-        self._say_rounding()
         self.compiled: CompiledNetwork | None = None
         self._said_eager = False
         self.expect(0.0)
@@ -264,14 +264,21 @@ class Upscaler:
         self.model = self.model.to(dtype=torch.bfloat16)
         self.dtype = torch.bfloat16
 
-    def _say_rounding(self) -> None:
-        """Say when the model's window grid changes the tile or overlap the user asked for."""
+    def _say_rounding(self, tile: bool = True) -> None:
+        """Say, once each and only when an image is tiled, that the model's window grid changes the tile (``tile``:
+        the tile asked for is what runs) or the overlap the user asked for: an image that runs whole uses neither,
+        yet it was said on making the Upscaler, whatever then ran."""
         o, align = self.options, self.descriptor.size_multiple
         why = f"{self.descriptor.architecture}'s windows need multiples of {align} px"  # as spelt: SwinIR, SSTReal
-        if isinstance(o.tile, int) and o.tile and align_tile_size(o.tile, align) != o.tile:
-            self._say(f"tile {o.tile} px becomes {align_tile_size(o.tile, align)} px: {why}")
+        said = []
+        if tile and isinstance(o.tile, int) and o.tile and align_tile_size(o.tile, align) != o.tile:
+            said.append(f"tile {o.tile} px becomes {align_tile_size(o.tile, align)} px: {why}")
         if o.tile_overlap is not None and align > 1 and align_overlap(o.tile_overlap, align) != o.tile_overlap:
-            self._say(f"tile overlap {o.tile_overlap} px becomes {align_overlap(o.tile_overlap, align)} px: {why}")
+            said.append(f"tile overlap {o.tile_overlap} px becomes {align_overlap(o.tile_overlap, align)} px: {why}")
+        for text in said:
+            if text not in self._said_rounding:
+                self._said_rounding.add(text)
+                self._say(text)
 
     def _load(
         self,
@@ -349,6 +356,7 @@ class Upscaler:
         release_memory(self.device)
         tried[-1] = (tried[-1][0], failed)
         tried.append((tile, 0))
+        self._say_rounding(tile=False)  # halved from what ran, not the tile asked for; the overlap asked for is kept
         if failed > 1:
             self._say(
                 f"out of memory with {failed} tiles of {tile_label(tile)} in one pass: retrying with {batch} per pass "
@@ -468,7 +476,10 @@ class Upscaler:
                 f"the memory budget of {said} is less than the smallest pass needs ({-(-plan.needs >> 20)} MiB): it "
                 f"runs anyway, in {tile_label(plan.tile)} tiles"
             )
-        if not plan.tile or (rows >= height and cols >= width) or key in self._said_plans:
+        if not plan.tile or (rows >= height and cols >= width):
+            return
+        self._say_rounding()
+        if key in self._said_plans:
             return
         if plan.blend:
             self._say_seams(plan.tile, plan.overlap)

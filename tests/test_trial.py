@@ -444,12 +444,32 @@ def test_rounded_tiles_and_expensive_plans_are_said() -> None:
 
     said: list[str] = []
     up = Upscaler(Net(), device="cpu", tile=7, tile_overlap=5, on_message=said.append)
+    assert said == []  # nothing is tiled yet
+    up.run(torch.rand(3, 32, 32))
+    up.run(torch.rand(3, 32, 32))
     assert said[:2] == [
         "tile 7 px becomes 8 px: toy's windows need multiples of 8 px",
         "tile overlap 5 px becomes 8 px: toy's windows need multiples of 8 px",
     ]
-    up.run(torch.rand(3, 32, 32))
-    up.run(torch.rand(3, 32, 32))
+    assert len([s for s in said if "becomes" in s]) == 2  # once, not per image
     costly = [s for s in said if "compute each pixel" in s]
     # 4x4 tiles of 8 px; their contexts are 16, 24, 24, 16 px along each side: 80 * 80 / (32 * 32) = 6.25
     assert len(costly) == 1 and "8 px tiles with 8 px of context compute each pixel 6.2 times" in costly[0]
+
+
+@pytest.mark.parametrize("tile", [7, "auto"])
+def test_rounding_is_not_said_for_an_image_that_runs_whole(tile: int | str) -> None:
+    """The window grid rounds tiles and overlaps; an image smaller than the tile runs whole and uses neither, yet
+    'tile 7 px becomes 8 px' and 'tile overlap 5 px becomes 8 px' were said for it."""
+    from sst_cli.archs import SRNetwork
+
+    class Net(Windowed, SRNetwork):
+        def activation_bytes(self, height: int, width: int, dtype: torch.dtype = torch.float32) -> int:
+            return height * width * 64
+
+    said: list[str] = []
+    up = Upscaler(Net(), device="cpu", tile=tile, tile_overlap=5, max_memory=1 << 20, on_message=said.append)
+    assert up.run(torch.rand(3, 6, 6)).tile == 0
+    assert said == []
+    up.run(torch.rand(3, 200, 200))  # auto: 2.4 MiB, over the budget; 7 px: tiled as 8 px tiles
+    assert "tile overlap 5 px becomes 8 px: toy's windows need multiples of 8 px" in said
