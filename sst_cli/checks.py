@@ -27,16 +27,27 @@ _NO_MPS = (
 
 _SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(i?b)?", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+MIN_UNITLESS = 1 << 20  # a size without a unit under 1 MiB is a unit left out: no network runs in so little
 
 
 def parse_size(text: str | None, option: str = "--max-memory") -> int | None:
-    """'4G', '512M', '1.5GiB', '1000000' -> bytes (binary units); None stays None."""
+    """'4G', '512M', '1.5GiB', '2000000', '5B' -> bytes (binary units); None stays None. A number without a unit
+    under ``MIN_UNITLESS`` bytes is refused: ``--max-memory 5`` meant 5G, and ran on 5 bytes (silently when the
+    picture ran whole; tiled as small as the window grid allows otherwise)."""
     if text is None:
         return None
     match = _SIZE.fullmatch(text.strip())
     size = int(float(match[1]) * _UNITS[match[2].lower()]) if match else 0
     if size <= 0:
         raise ConfigError(f"{option} must be a size such as 4G or 512M, got {text!r}")
+    if match and not match[2] and not match[3] and size < MIN_UNITLESS:
+        number = match[1]
+        guess = "G" if size < 64 else "M" if size < 1 << 16 else ""  # 5 -> 5G, 512 -> 512M
+        meant = f"did you mean {number}{guess}? " if guess else ""
+        raise ConfigError(
+            f"{option} {number}: {size} byte{'s' * (size != 1)}; {meant}give a unit: 512M, 2G "
+            f"({number}B if bytes are meant)"
+        )
     return size
 
 

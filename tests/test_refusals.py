@@ -48,6 +48,8 @@ NO_TORCH_NEEDED = [
     (["--tile", "abc"], "--tile must be auto, 0 (whole image) or a tile size"),
     (["--tile", "99999999999999999999"], "is larger than any picture sst-cli reads; 0 runs the whole image"),
     (["--max-memory", "lots"], "--max-memory must be a size such as 4G"),
+    # 5 bytes, taken silently where the picture ran whole
+    (["--max-memory", "5"], "--max-memory 5: 5 bytes; did you mean 5G? give a unit: 512M, 2G (5B if bytes are meant)"),
     (["--batch", "0"], "--batch must be at least 1, got 0"),  # was "batch must ...", the keyword
     (["--tile-overlap", "-1"], "--tile-overlap must be 0 or more, got -1"),  # was "tile overlap must ..."
     (["--alpha", "x"], "unknown alpha mode 'x'"),
@@ -95,6 +97,7 @@ def test_refused_options_answer_without_importing_torch(
 OTHER_COMMANDS = [
     (["eval", "-d", "Set5", "--precision", "fp8"], "unknown precision 'fp8'"),
     (["eval", "-d", "Set5", "--max-memory", "lots"], "--max-memory must be a size"),
+    (["compare", "photo.png", "--max-memory", "512"], "--max-memory 512: 512 bytes; did you mean 512M?"),
     (["compare", "photo.png", "--tile", "abc"], "--tile must be auto, 0"),
     (["compare", "photo.png", "--attention", "foo"], "unknown attention backend 'foo'"),
     (["bench", "--precision", "fp16"], "unknown precision 'fp16'"),

@@ -732,6 +732,21 @@ def test_max_memory_takes_the_sizes_the_cli_takes() -> None:
         UpscaleOptions(max_memory=float("inf"))
 
 
+def test_a_size_text_without_a_unit_below_a_mebibyte_is_refused() -> None:
+    """max_memory="5" (as ``--max-memory 5``) was 5 bytes, taken silently where the picture ran whole; a whole
+    number of bytes stays bytes, as the API documents, and a unit says bytes are meant."""
+    from sst_cli import UpscaleOptions
+
+    with pytest.raises(ConfigError) as info:
+        UpscaleOptions(max_memory="5")
+    assert str(info.value) == "max_memory 5: 5 bytes; did you mean 5G? give a unit: 512M, 2G (5B if bytes are meant)"
+    with pytest.raises(ConfigError, match=r"^max_memory 100000: 100000 bytes; give a unit"):
+        UpscaleOptions(max_memory="100000")
+    assert UpscaleOptions(max_memory="5B").max_memory == 5
+    assert UpscaleOptions(max_memory="1048576").max_memory == 1 << 20
+    assert UpscaleOptions(max_memory=5).max_memory == 5
+
+
 def test_a_weights_file_named_by_text_is_loaded_as_a_path_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Upscaler("mine.safetensors") was told "unknown model 'mine.safetensors'" though load_model and a Path took it."""
     import shutil
