@@ -209,6 +209,8 @@ def check_running_values(
         raise ConfigError(f"{tile_name} {tile} px is larger than any picture sst-cli reads; 0 runs the whole image")
     if tile_overlap is not None:
         check_count(tile_overlap, "tile_overlap", cli=cli)
+    if not isinstance(exact, bool):  # exact="no" is true: it tiled by the receptive field unasked
+        raise ConfigError(f"{option_name('exact', cli)} must be True or False, got {exact!r}")
     if exact and tile_overlap is not None:  # one of them would be ignored without a word
         exact_name, overlap_name = option_name("exact", cli), option_name("tile_overlap", cli)
         raise ConfigError(

@@ -409,6 +409,8 @@ def test_bad_options_are_named(kwargs: dict, message: str) -> None:
         ({"tile": "64"}, "^tile must be 'auto', 0 .* got '64'$"),
         ({"seed": "1"}, "^seed must be a non-negative integer, got '1'$"),
         ({"max_memory": [1]}, "^max_memory must be a number of bytes or a size"),
+        ({"exact": "no"}, "^exact must be True or False, got 'no'$"),  # was true: tiled by the receptive field
+        ({"exact": 1}, "^exact must be True or False, got 1$"),
     ],
 )
 def test_option_values_of_the_wrong_type_are_named(kwargs: dict, message: str) -> None:
