@@ -203,9 +203,9 @@ def check_running_values(
         "attention": check_choice(attention, BACKENDS, "attention backend"),
     }
     tile_name = option_name("tile", cli)
-    if tile != "auto" and (isinstance(tile, bool) or not isinstance(tile, int) or tile < 0):
+    if tile != "auto" and (isinstance(tile, bool) or not isinstance(tile, Integral) or tile < 0):
         raise ConfigError(f"{tile_name} must be 'auto', 0 (whole image) or a positive size in pixels, got {tile!r}")
-    if isinstance(tile, int) and tile > MAX_TILE:
+    if isinstance(tile, Integral) and tile > MAX_TILE:
         raise ConfigError(f"{tile_name} {tile} px is larger than any picture sst-cli reads; 0 runs the whole image")
     if tile_overlap is not None:
         check_count(tile_overlap, "tile_overlap", cli=cli)

@@ -56,6 +56,8 @@ class UpscaleOptions:
         values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "device"}
         for name, value in check_running_values(**values).items():
             object.__setattr__(self, name, value)  # the canonical spelling: "FP32" runs as "fp32"
+        if self.tile != "auto":  # np.int64(64) as the int the planner tests for
+            object.__setattr__(self, "tile", int(self.tile))
         resolve_device(self.device)  # a device PyTorch cannot use here is an option error, said at once
 
     @property

@@ -411,12 +411,21 @@ def test_bad_options_are_named(kwargs: dict, message: str) -> None:
         ({"max_memory": [1]}, "^max_memory must be a number of bytes or a size"),
         ({"exact": "no"}, "^exact must be True or False, got 'no'$"),  # was true: tiled by the receptive field
         ({"exact": 1}, "^exact must be True or False, got 1$"),
+        ({"tile": np.float64(64.0)}, "^tile must be 'auto', 0 .* got np.float64"),
     ],
 )
 def test_option_values_of_the_wrong_type_are_named(kwargs: dict, message: str) -> None:
     """``Upscaler(tile_overlap="x")`` met a bare TypeError ("'<' not supported between ...") from the check."""
     with pytest.raises(ConfigError, match=message):
         Upscaler(_Bicubic(), device="cpu", **kwargs)
+
+
+def test_tile_takes_any_integer_as_tile_overlap_and_batch_do() -> None:
+    """``tile=np.int64(64)`` was refused ('tile must be ... a positive size in pixels') where tile_overlap and batch
+    took numpy integers; it is kept as an int, which the planner tests for."""
+    up = Upscaler(_Bicubic(), device="cpu", tile=np.int64(64), tile_overlap=np.int64(8), batch=np.int32(2))
+    assert up.options.tile == 64 and type(up.options.tile) is int
+    assert up.plan(200, 200).tile == 64
 
 
 def test_fp32_on_cuda_turns_tf32_off_only_while_running() -> None:
