@@ -469,9 +469,7 @@ class Upscaler:
         if plan.needs and not self._said_budget:
             self._said_budget = True
             budget = self.planner.budget()
-            said = f"{budget >> 20} MiB"
-            if budget < 2**20:
-                said = f"{budget} byte{'s' * (budget != 1)} (--max-memory takes a unit: 4G, 512M)"
+            said = f"{budget >> 20} MiB" if budget >= 2**20 else f"{budget} byte{'s' * (budget != 1)}"  # 5B: meant
             self._say(
                 f"the memory budget of {said} is less than the smallest pass needs ({-(-plan.needs >> 20)} MiB): it "
                 f"runs anyway, in {tile_label(plan.tile)} tiles"

@@ -132,7 +132,7 @@ def test_auto_tile_shrinks_the_batch_before_the_tile(precision: str) -> None:
     assert any(s.startswith(f"batch 8 becomes {plan.batch}:") for s in said)
 
 
-@pytest.mark.parametrize(("budget", "said"), [(1, "1 byte (--max-memory takes a unit: 4G, 512M)"), (1 << 20, "1 MiB")])
+@pytest.mark.parametrize(("budget", "said"), [(1, "1 byte"), (1 << 20, "1 MiB")])
 def test_a_budget_below_the_smallest_pass_says_so_once_and_runs(budget: int, said: str) -> None:
     messages: list[str] = []
     up = Upscaler(tiny_sst(), tile="auto", max_memory=budget, on_message=messages.append)
