@@ -159,9 +159,10 @@ def atomic_save(
     Failures become ``error`` ("cannot write 'path': reason"); library errors (SstError) and interrupts pass
     through unchanged. The temporary file is removed in every case. Without ``overwrite``, a file another
     process put at ``path`` while this one worked is kept (``OutputExists``), not replaced. ``save`` writes over
-    an empty file that exists already, locked until it is renamed (``inuse``).
+    an empty file that exists already, locked until it is renamed (``inuse``). A ``path`` that is a link to a
+    file writes that file (``written_path``); one that is no file (a device, a pipe) is refused.
     """
-    target = Path(path)
+    target = written_path(Path(path), error=error)
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
         raise error(f"cannot write '{target}': {_no_folder_reason(folder)}")
@@ -377,15 +378,15 @@ def check_output_file(target: Path, *, overwrite: bool, inputs: Iterable[Path] =
         raise WriteError(f"cannot write {named}: {_no_folder_reason(target.parent)}")
     if os.path.lexists(target) and not overwrite:
         raise OutputExists(f"{named} already exists; add --overwrite to replace it")
-    why = unwritable(target.parent)  # read-only, full or not ours: said now, not after the work
+    why = unwritable(written_path(target).parent)  # read-only, full or not ours: said now, not after the work
     if why is not None:
         raise WriteError(f"cannot write {named}: {why}")
 
 
 def check_file_target(target: Path, named: str) -> None:
     """Refuse (before any work) an output path no file can take, which writing it would only say after the work:
-    a folder (``--overwrite`` does not replace one), or a name longer than its file system allows. ``named``: the
-    path as the message shows it."""
+    a folder (``--overwrite`` does not replace one), a device, pipe or socket, or a link to none (``not_a_file``),
+    or a name longer than its file system allows. ``named``: the path as the message shows it."""
     size, limit = len(os.fsencode(target.name)), name_max(target.parent)
     if size > limit:
         raise WriteError(
@@ -393,6 +394,66 @@ def check_file_target(target: Path, named: str) -> None:
         )
     if os.path.isdir(target):  # not Path.is_dir: it raises where a folder of the path has too long a name
         raise WriteError(f"cannot write {named}: it is a folder")
+    why = not_a_file(target)
+    if why is not None:
+        raise WriteError(f"cannot write {named}: {why}")
+
+
+# Names of the process's standard streams and open files, not of files: through them a rename replaced /dev/stdout
+_STREAM = re.compile(r"/(dev/(stdin|stdout|stderr|fd/\d+)|proc/(self|thread-self|\d+)/fd/\d+)")
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def not_a_file(target: Path) -> str | None:
+    """Why ``target``, where it exists, cannot be written as a file, or None. A write renames a new file over the
+    name, which would turn a device or pipe (``/dev/null``, a FIFO) into a plain file; a link to a file is
+    written through (``written_path``), so it must lead to one. A standard stream (``/dev/stdout``) is refused
+    as ``-`` is: sst-cli writes files only."""
+    links = _link_chain(target)
+    if sys.platform != "win32" and any(_STREAM.fullmatch(path) for path in links):
+        return (
+            "it names a standard stream or an open file descriptor, not a file: writing to standard output is not "
+            "supported (nor with -); give a file name"
+        )
+    if not os.path.lexists(target):
+        return None
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:  # a dangling link, a loop of links
+        return f"it is a symbolic link to '{links[-1]}', which does not exist"
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    if len(links) > 1:
+        return f"it is a symbolic link to {kind} ('{links[-1]}'), not to a file"
+    return f"it is {kind}, not a file"
+
+
+def _link_chain(target: Path) -> list[str]:
+    """``target`` as an absolute path, then each path its links lead to in turn (the last is no link)."""
+    chain = [os.path.abspath(target)]
+    while len(chain) <= 40 and os.path.islink(chain[-1]):  # 40: the system's own limit on links in a row
+        try:
+            chain.append(os.path.normpath(os.path.join(os.path.dirname(chain[-1]), os.readlink(chain[-1]))))
+        except OSError:
+            break
+    return chain
+
+
+def written_path(target: Path, *, error: type[SstError] = WriteError) -> Path:
+    """The path a write of ``target`` renames its new file to: ``target`` itself, or for a link, the file it
+    leads to, so that ``--overwrite`` replaces the file and keeps the link (the rename replaced the link with a
+    plain file and left the linked file as it was). Refused (``error``) where it is no file (``not_a_file``)."""
+    why = not_a_file(target)
+    if why is not None:
+        raise error(f"cannot write '{target}': {why}")
+    return Path(os.path.realpath(target)) if os.path.islink(target) else target
 
 
 def name_max(folder: Path) -> int:

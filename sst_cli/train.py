@@ -42,7 +42,7 @@ from .archs.sst import SST, SSTConfig
 from .checkpoint import read_metadata, read_weights
 from .compiling import compile_network
 from .errors import ConfigError, OutputExists, SstError, Terminated, TrainingDiverged, WriteError
-from .files import atomic_save, clean_stale_temporaries, removing_unused_folders, unwritable
+from .files import atomic_save, clean_stale_temporaries, not_a_file, removing_unused_folders, unwritable
 from .recipe import (
     BATCH_CPU,
     BATCH_CUDA,
@@ -463,6 +463,9 @@ def _claimed(paths: list[tuple[str, Path]]) -> Iterator[None]:
 
     with contextlib.ExitStack() as held:
         for option, path in paths:
+            why = not_a_file(path)  # a device or pipe: said now, not at the first save
+            if why is not None:
+                raise WriteError(f"{option} {path}: {why}")
             why = unwritable(path.parent)  # made if missing, proved with a real file
             if why is not None:
                 raise WriteError(f"{option} {path}: cannot write into '{path.parent}': {why}")

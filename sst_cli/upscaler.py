@@ -8,6 +8,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, NamedTuple, overload
 
 import numpy as np
@@ -23,7 +24,7 @@ from .checks import check_scale_type
 from .choices import DEFAULT_MODEL, DEFAULT_SCALE
 from .compiling import CompiledNetwork, wants_compile
 from .errors import ConfigError, ImageError, NonFiniteOutput, OutOfMemory, OutputExists, OutputIsInput
-from .files import InputFiles
+from .files import InputFiles, not_a_file
 from .image_io import (
     DEFAULT_QUALITY,
     ImageInfo,
@@ -565,8 +566,9 @@ class Upscaler:
         folder = os.path.dirname(os.fspath(target)) or "."
         if not os.path.isdir(folder):
             raise ImageError(f"cannot write '{os.fspath(target)}': the folder '{folder}' does not exist")
-        if os.path.isdir(target):
-            raise ImageError(f"cannot write '{os.fspath(target)}': it is a folder")
+        why = "it is a folder" if os.path.isdir(target) else not_a_file(Path(target))
+        if why is not None:
+            raise ImageError(f"cannot write '{os.fspath(target)}': {why}")
         picture = read_image(source)
         named = format or os.path.splitext(os.fspath(target))[1] or None  # None: as the CLI chooses (BMP -> PNG)
         width, height = picture.color.shape[1], picture.color.shape[0]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -251,3 +253,28 @@ def test_files_another_run_wrote_meanwhile_are_not_replaced_unasked(
         assert Path(name if option != "--save-images" else "sr/mine/x2/a.png").read_text() == "theirs"
     assert runner.invoke(app, [*base, "--json", "r.json", "--overwrite"]).exit_code == 0
     assert json.loads(Path("r.json").read_text())["results"][0]["model"] == "bicubic"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no FIFOs on Windows")
+def test_overwrite_writes_through_a_link_and_refuses_what_is_no_file(tmp_path: Path) -> None:
+    """--csv/--json FILE --overwrite renamed a new file over the name: a link became a plain file (its target
+    unchanged), and a FIFO or device (/dev/stdout, as root) became a plain file too."""
+    (tmp_path / "mine" / "HR").mkdir(parents=True)
+    Image.new("RGB", (16, 16), (200, 100, 50)).save(tmp_path / "mine" / "HR" / "a.png")
+    args = ["eval", "-m", "bicubic", "-d", "mine", "-s", "2", "-q", "--overwrite"]
+    Path("old.csv").write_text("old")
+    Path("link.csv").symlink_to("old.csv")
+    assert runner.invoke(app, [*args, "--csv", "link.csv"]).exit_code == 0
+    assert Path("link.csv").is_symlink() and Path("old.csv").read_text().startswith("dataset,scale,model")
+    os.mkfifo("pipe")
+    Path("to-pipe").symlink_to("pipe")
+    Path("dangling.json").symlink_to("nowhere.json")
+    for option, name, said in (
+        ("--csv", "pipe", "it is a named pipe (FIFO), not a file"),
+        ("--json", "to-pipe", f"it is a symbolic link to a named pipe (FIFO) ('{tmp_path / 'pipe'}'), not to a file"),
+        ("--json", "dangling.json", f"it is a symbolic link to '{tmp_path / 'nowhere.json'}', which does not exist"),
+    ):
+        result = runner.invoke(app, [*args, option, name])
+        assert result.exit_code == 1 and f"cannot write {option} '{name}': {said}" in result.output, result.output
+    assert Path("pipe").is_fifo() and Path("to-pipe").is_symlink() and Path("dangling.json").is_symlink()
+    assert not Path("nowhere.json").exists()

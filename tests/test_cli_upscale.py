@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -615,3 +616,22 @@ def test_control_characters_in_file_names_are_shown_not_sent_to_the_terminal() -
     missing = sst("\x1b]0;title\x07gone.png")
     assert missing.exit_code == 2 and "'\\x1b]0;title\\x07gone.png' does not exist" in missing.stderr
     assert "\x1b" not in missing.stderr and "\x07" not in missing.stderr
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no FIFOs on Windows")
+def test_overwrite_writes_through_a_link_and_refuses_a_pipe_before_the_network(count_upscales: list[int]) -> None:
+    """-o FILE --overwrite renamed the result over the name: a link became a plain file (its target kept the old
+    image) and a FIFO became a plain file too, after the network had run."""
+    image("a.png")
+    image("old.png", size=(4, 4))
+    os.symlink("old.png", "link.png")
+    assert sst("a.png", "-o", "link.png", "--overwrite", "-q").exit_code == 0
+    assert Path("link.png").is_symlink() and Image.open("old.png").size == (48, 36)
+    os.mkfifo("pipe.png")
+    os.symlink("pipe.png", "to-pipe.png")
+    count_upscales.clear()
+    for name in ("pipe.png", "to-pipe.png"):
+        result = sst("a.png", "-o", name, "--overwrite", "-q")
+        assert result.exit_code == 1 and count_upscales == [], result.output
+        assert "named pipe (FIFO)" in result.stderr and f"cannot write '{name}'" in result.stderr
+    assert Path("pipe.png").is_fifo() and Path("to-pipe.png").is_symlink()

@@ -290,3 +290,43 @@ def test_every_command_names_the_file_in_the_way_of_its_output(
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 1, result.output
     assert re.search(r"'[^']*afile' is a file, not a folder", " ".join(result.output.split())), result.output
+
+
+def test_a_write_through_a_link_replaces_the_linked_file_and_keeps_the_link(tmp_path: Path) -> None:
+    """The rename replaced the link itself with a plain file and left the file it led to as it was."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "r.json").write_text("old")
+    (tmp_path / "link.json").symlink_to(tmp_path / "real" / "r.json")
+    files.check_output_file(tmp_path / "link.json", overwrite=True)
+    files.atomic_write_text(tmp_path / "link.json", "new")
+    assert (tmp_path / "link.json").is_symlink() and (tmp_path / "real" / "r.json").read_text() == "new"
+    assert sorted(os.listdir(tmp_path / "real")) == ["r.json"]  # the temporary was made beside the linked file
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no FIFOs on Windows")
+@pytest.mark.parametrize("through_link", [False, True])
+def test_a_pipe_is_never_replaced_by_a_file(tmp_path: Path, through_link: bool) -> None:
+    """A FIFO (as /dev/null or /dev/stdout, a device) became a plain file under --overwrite."""
+    os.mkfifo(tmp_path / "pipe")
+    target = tmp_path / "pipe"
+    if through_link:
+        target = tmp_path / "link"
+        target.symlink_to("pipe")
+    for overwrite in (False, True):  # unasked, it said 'already exists; add --overwrite', which replaced it
+        with pytest.raises(WriteError, match=r"--csv '.*': .*named pipe \(FIFO\)"):
+            files.check_output_file(target, overwrite=overwrite, option="--csv")
+    with pytest.raises(WriteError, match=r"named pipe \(FIFO\)"):
+        files.atomic_write_text(target, "x")  # an API caller that made no check
+    assert (tmp_path / "pipe").is_fifo() and target.is_symlink() == through_link
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux names its streams /dev/stdout, /proc/self/fd/N")
+def test_standard_output_by_name_is_refused_as_dash_is(tmp_path: Path) -> None:
+    """'/dev/stdout' was 'already exists; add --overwrite', and with it the device became a plain file.
+    (Checked without --overwrite only: the old code would replace the machine's /dev/stdout.)"""
+    for name in ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/2"):
+        with pytest.raises(WriteError, match="standard output is not supported"):
+            files.check_output_file(Path(name), overwrite=False, option="--json")
+    (tmp_path / "out").symlink_to("/dev/stdout")
+    with pytest.raises(WriteError, match="standard output is not supported"):
+        files.check_output_file(tmp_path / "out", overwrite=False, option="--json")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -780,6 +781,22 @@ def test_torch_save_failures_are_said_in_plain_words(tmp_path: Path) -> None:
 
     with pytest.raises(WriteError, match=r"cannot write '.*w\.pth': the file system is read-only$"):
         atomic_save(tmp_path / "w.pth", refused)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no FIFOs on Windows")
+def test_an_out_that_is_no_file_is_refused_before_any_image_is_read(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--out FIFO --overwrite trained, then renamed the weights over the pipe, leaving a plain file there."""
+    import sst_cli.train as training
+    from sst_cli.errors import WriteError
+
+    os.mkfifo(tmp_path / "pipe.safetensors")
+    read: list[object] = []
+    monkeypatch.setattr(training, "large_enough", lambda *args: read.append(args) or [])
+    with pytest.raises(WriteError, match=r"--out .*pipe\.safetensors: it is a named pipe \(FIFO\), not a file"):
+        train(_config(data, tmp_path / "pipe.safetensors", overwrite=True))
+    assert read == [] and (tmp_path / "pipe.safetensors").is_fifo()
 
 
 def test_a_second_run_writing_the_same_files_is_refused_while_the_first_runs(data: Path, tmp_path: Path) -> None:
