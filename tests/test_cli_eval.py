@@ -278,3 +278,18 @@ def test_overwrite_writes_through_a_link_and_refuses_what_is_no_file(tmp_path: P
         assert result.exit_code == 1 and f"cannot write {option} '{name}': {said}" in result.output, result.output
     assert Path("pipe").is_fifo() and Path("to-pipe").is_symlink() and Path("dangling.json").is_symlink()
     assert not Path("nowhere.json").exists()
+
+
+@needs_golden
+def test_save_images_help_shows_the_folders_several_models_are_saved_in(tmp_path: Path) -> None:
+    """--help said DIR/<dataset>/x<scale>/<name>.png, but with several models each has its own DIR/<model>/."""
+    shown = " ".join(runner.invoke(app, ["eval", "--help"]).output.split())
+    assert "DIR/[<model>/]<dataset>/x<scale>/<name>.png (the <model>/ level only when several models" in shown
+    (tmp_path / "mine" / "HR").mkdir(parents=True)
+    Image.new("RGB", (18, 18), (200, 100, 50)).save(tmp_path / "mine" / "HR" / "a.png")
+    mini = ["--weights", str(GOLDEN / "mini_x3.pth"), "--config", str(GOLDEN / "mini_x3.json"), "--device", "cpu"]
+    args = ["eval", "-d", "mine", "-s", "3", "-q", "--save-images"]
+    assert runner.invoke(app, [*args, "one", "-m", "bicubic"]).exit_code == 0
+    assert runner.invoke(app, [*args, "two", "-m", "bicubic", *mini]).exit_code == 0
+    saved = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.png") if "HR" not in p.parts)
+    assert saved == ["one/mine/x3/a.png", "two/bicubic/mine/x3/a.png", "two/mini_x3/mine/x3/a.png"]

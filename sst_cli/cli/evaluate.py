@@ -182,7 +182,8 @@ def eval_command(
         typer.Option(
             "--save-images",
             metavar="DIR",
-            help="Save SR outputs as DIR/<dataset>/x<scale>/<name>.png.",
+            help="Save SR outputs as DIR/[<model>/]<dataset>/x<scale>/<name>.png (the <model>/ level only when "
+            "several models are compared).",
             parser=path_text,
         ),
     ] = None,
