@@ -153,6 +153,7 @@ def atomic_save(
     *,
     error: type[SstError] = WriteError,
     overwrite: bool = True,
+    parents: bool = False,
 ) -> None:
     """Run ``save(temporary_path)`` and rename the result over ``path`` (for libraries that take a file name).
 
@@ -160,9 +161,23 @@ def atomic_save(
     through unchanged. The temporary file is removed in every case. Without ``overwrite``, a file another
     process put at ``path`` while this one worked is kept (``OutputExists``), not replaced. ``save`` writes over
     an empty file that exists already, locked until it is renamed (``inuse``). A ``path`` that is a link to a
-    file writes that file (``written_path``); one that is no file (a device, a pipe) is refused.
+    file writes that file (``written_path``); one that is no file (a device, a pipe) is refused. ``parents``:
+    make the missing folders above ``path`` (removed again if the write fails), else they are refused.
     """
     target = written_path(Path(path), error=error)
+    if not parents:
+        _save_in_folder(target, save, error, overwrite)
+        return
+    with removing_unused_folders([target.parent]):  # a write that fails leaves no empty folder it made
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _fail(error, target, exc) from exc
+        _save_in_folder(target, save, error, overwrite)
+
+
+def _save_in_folder(target: Path, save: Callable[[Path], None], error: type[SstError], overwrite: bool) -> None:
+    """``atomic_save`` in the existing folder of ``target``."""
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
         raise error(f"cannot write '{target}': {_no_folder_reason(folder)}")
@@ -206,9 +221,10 @@ def atomic_write(
     *,
     error: type[SstError] = WriteError,
     overwrite: bool = True,
+    parents: bool = False,
 ) -> None:
     """Write the bytes ``encode(fh)`` produces to ``path`` atomically, flushed to disk before the rename
-    (``overwrite``: as for ``atomic_save``)."""
+    (``overwrite``, ``parents``: as for ``atomic_save``)."""
 
     def save(temp: Path) -> None:  # atomic_save made it
         fd = os.open(temp, os.O_WRONLY | os.O_TRUNC | getattr(os, "O_BINARY", 0))
@@ -217,7 +233,7 @@ def atomic_write(
             fh.flush()
             os.fsync(fh.fileno())
 
-    atomic_save(path, save, error=error, overwrite=overwrite)
+    atomic_save(path, save, error=error, overwrite=overwrite, parents=parents)
 
 
 def json_text(data: Any, indent: int | None = None) -> str:
@@ -241,12 +257,8 @@ def atomic_write_text(
 ) -> None:
     """A UTF-8 text file (reports, JSON), atomically; missing parent folders are made first (``overwrite``: as
     for ``atomic_save``, so that a file another run wrote meanwhile is not replaced unasked)."""
-    target = Path(path)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise _fail(error, target, exc) from exc
-    atomic_write(target, lambda fh: fh.write(text.encode("utf-8")), error=error, overwrite=overwrite)
+    encode = lambda fh: fh.write(text.encode("utf-8"))  # noqa: E731
+    atomic_write(path, encode, error=error, overwrite=overwrite, parents=True)
 
 
 @contextmanager
@@ -367,18 +379,21 @@ def check_spared(target: Path, keep: Iterable[Path], what: str) -> None:
 
 
 def check_output_file(target: Path, *, overwrite: bool, inputs: Iterable[Path] = (), option: str = "") -> None:
-    """Refuse (before any work) an output file that is one of ``inputs``, a folder, too long a name, in no folder,
-    or an existing file ``overwrite`` does not allow replacing. ``option`` names the flag that named it, for the
-    message."""
+    """Refuse (before any work) an output file that is one of ``inputs``, no file (``check_file_target``), too
+    long a name, below a file, or an existing file ``overwrite`` does not allow replacing. ``option`` names the
+    flag that named it, for the message. Missing folders above it are not made here but when it is written
+    (``parents``), so that a run refused or failed later leaves none behind."""
     named = f"{option} '{target}'" if option else f"'{target}'"
     if target in InputFiles(inputs):
         raise OutputIsInput(f"{named} is one of the inputs; refusing to write over it")
     check_file_target(target, named)
-    if not target.parent.is_dir():
-        raise WriteError(f"cannot write {named}: {_no_folder_reason(target.parent)}")
+    in_way = _in_the_way(target.parent)
+    if in_way is not None:
+        raise WriteError(f"cannot write {named}: {in_way}")
     if os.path.lexists(target) and not overwrite:
         raise OutputExists(f"{named} already exists; add --overwrite to replace it")
-    why = unwritable(written_path(target).parent)  # read-only, full or not ours: said now, not after the work
+    # read-only, full or not ours: said now, not after the work (in the nearest folder there is, for one to make)
+    why = unwritable(_nearest_existing(written_path(target).parent))
     if why is not None:
         raise WriteError(f"cannot write {named}: {why}")
 
@@ -459,14 +474,19 @@ def written_path(target: Path, *, error: type[SstError] = WriteError) -> Path:
 def name_max(folder: Path) -> int:
     """The longest file name, in bytes, that the file system of ``folder`` (or of its nearest existing parent,
     for a folder not made yet) takes: 255, the common limit, where the system cannot say."""
-    probe = Path(os.path.abspath(folder))
-    while not os.path.exists(probe) and probe != probe.parent:
-        probe = probe.parent
     try:
-        limit = os.pathconf(probe, "PC_NAME_MAX")
+        limit = os.pathconf(_nearest_existing(folder), "PC_NAME_MAX")
     except (AttributeError, OSError, ValueError):  # no pathconf (Windows), or no answer for this file system
         return 255
     return limit if limit > 0 else 255
+
+
+def _nearest_existing(folder: Path) -> Path:
+    """``folder`` as an absolute path, or its nearest parent that exists: what stands for a folder not made yet."""
+    probe = Path(os.path.abspath(folder))
+    while not os.path.exists(probe) and probe != probe.parent:
+        probe = probe.parent
+    return probe
 
 
 def missing_folders(folders: Iterable[Path]) -> list[Path]:

@@ -293,3 +293,17 @@ def test_save_images_help_shows_the_folders_several_models_are_saved_in(tmp_path
     assert runner.invoke(app, [*args, "two", "-m", "bicubic", *mini]).exit_code == 0
     saved = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.png") if "HR" not in p.parts)
     assert saved == ["one/mine/x3/a.png", "two/bicubic/mine/x3/a.png", "two/mini_x3/mine/x3/a.png"]
+
+
+def test_json_and_csv_in_a_new_folder_make_it_only_when_written(tmp_path: Path) -> None:
+    """--json new/x.json said 'the folder does not exist', while --save-images and --report make theirs."""
+    (tmp_path / "mine" / "HR").mkdir(parents=True)
+    Image.new("RGB", (16, 16), (200, 100, 50)).save(tmp_path / "mine" / "HR" / "a.png")
+    args = ["eval", "-m", "bicubic", "-d", "mine", "-s", "2", "-q"]
+    result = runner.invoke(app, [*args, "--json", "new/r.json", "--csv", "other/sub/r.csv"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(Path("new/r.json").read_text())["results"] and Path("other/sub/r.csv").is_file()
+    (tmp_path / "mine" / "LR_bicubic" / "X2").mkdir(parents=True)  # the wrong size: the run fails after the checks
+    Image.new("RGB", (9, 9)).save(tmp_path / "mine" / "LR_bicubic" / "X2" / "ax2.png")
+    failed = runner.invoke(app, [*args, "--json", "gone/r.json"])
+    assert failed.exit_code == 1 and "ax2.png" in failed.output and not Path("gone").exists()

@@ -252,7 +252,24 @@ def test_a_file_where_a_folder_goes_is_named(tmp_path: Path, write: Callable[[Pa
 
 def test_a_missing_folder_is_still_called_missing(tmp_path: Path) -> None:
     with pytest.raises(WriteError, match=r"the folder '.*none' does not exist"):
-        files.check_output_file(tmp_path / "none" / "x.png", overwrite=False)
+        files.atomic_write(tmp_path / "none" / "x.png", lambda fh: fh.write(b"x"))
+
+
+def test_a_single_file_output_makes_its_folders_when_written_and_only_then(tmp_path: Path) -> None:
+    """--json new/x.json was refused ('the folder does not exist') where --save-images, --report and train --out
+    make theirs; the check makes none, so that a run refused later leaves no empty folder."""
+    target = tmp_path / "new" / "sub" / "x.json"
+    files.check_output_file(target, overwrite=False, option="--json")
+    assert not (tmp_path / "new").exists()
+
+    def fails(temp: Path) -> None:
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(WriteError, match="no space left on device"):
+        files.atomic_save(target, fails, parents=True)
+    assert not (tmp_path / "new").exists()  # made for the write, removed when it failed
+    files.atomic_write_text(target, "{}")
+    assert target.read_text() == "{}"
 
 
 _MINI = ["--weights", str(GOLDEN / "mini_x3.pth"), "--config", str(GOLDEN / "mini_x3.json"), "--device", "cpu"]

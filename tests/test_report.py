@@ -349,6 +349,14 @@ def test_compare_refuses_what_it_cannot_do(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------ the CLI
+def test_sst_compare_png_in_a_new_folder_makes_it(tmp_path: Path) -> None:
+    """--png new/side.png said 'the folder does not exist', while -o makes its folder."""
+    Image.fromarray(pattern(20, 24, 1)).save(tmp_path / "photo.png")
+    result = runner.invoke(app, ["compare", "photo.png", "-m", "bicubic", "--png", "new/sub/side.png", "-q"])
+    assert result.exit_code == 0, result.output
+    assert Image.open("new/sub/side.png").format == "PNG"
+
+
 def test_sst_compare_two_models_crop_and_png(tmp_path: Path) -> None:
     a, b = tiny_weights(tmp_path / "tiny_a.safetensors", 1), tiny_weights(tmp_path / "tiny_b.safetensors", 2)
     Image.fromarray(pattern(40, 48, 1)).save(tmp_path / "photo.png")

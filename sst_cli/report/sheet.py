@@ -127,8 +127,9 @@ def render_sheet(report: ReportBuilder) -> Image.Image:
 
 def write_sheet(report: ReportBuilder, path: str | Path, *, overwrite: bool = True) -> Path:
     """Render the sheet and write it as PNG, atomically (``overwrite``: as for ``files.atomic_save``, so that a
-    file another run wrote meanwhile is not replaced unasked)."""
+    file another run wrote meanwhile is not replaced unasked); missing folders above it are made, as for every
+    single-file output."""
     target = Path(path)
     image = render_sheet(report)
-    atomic_save(target, lambda temp: image.save(temp, format="PNG", optimize=True), overwrite=overwrite)
+    atomic_save(target, lambda temp: image.save(temp, format="PNG", optimize=True), overwrite=overwrite, parents=True)
     return target
