@@ -9,7 +9,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from . import hub
 
@@ -89,14 +89,18 @@ def training_record(metadata: Mapping[str, str]) -> dict[str, str]:
     line (bundled weights say there what they are). Empty for files without one."""
     record: dict[str, str] = {}
     if metadata.get("trained_by"):
+        stretches = _stretches(metadata)
+        varying = [key for key in STRETCH_LABELS if len({json.dumps(s.get(key)) for s in stretches}) > 1]
         record["trained"] = _trained(metadata)
         if metadata.get("data"):
-            record["data"] = _data(metadata)
+            record["data"] = _data(metadata, stretches if "data" in varying else [])
         if metadata.get("init"):
             record["init"] = metadata["init"]
-        recipe = _recipe(metadata)
+        recipe = _recipe(metadata, varying)
         if recipe:
             record["recipe"] = recipe
+        if stretches:
+            record["history"] = _history(stretches, varying or ["data"])
     if metadata.get("source"):
         record["source"] = metadata["source"]
     return record
@@ -123,23 +127,65 @@ def _duration(seconds: int) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 10 * 3600 else f"{seconds / 3600:.1f} h"
 
 
-def _data(metadata: Mapping[str, str]) -> str:
-    """The data named, and how many of its images were large enough to train on."""
+def _data(metadata: Mapping[str, str], stretches: list[dict[str, object]]) -> str:
+    """The data named, and how many of its images were large enough to train on (in the last stretch: the only
+    one whose count is kept, when the data changed between ``stretches``)."""
     images = metadata.get("images")
-    return metadata["data"] + (f"; {images} images used" if images else "")
+    if not stretches:
+        return metadata["data"] + (f"; {images} images used" if images else "")
+    named = ", then ".join(dict.fromkeys(_value("data", s.get("data")) for s in stretches))
+    return named + (f"; {images} images used from {metadata['data']}" if images else "")
 
 
-def _recipe(metadata: Mapping[str, str]) -> str:
-    """Batch, patch, lr, warm-up, EMA, seed and precision, from ``training_settings`` (or the flat keys)."""
+# The settings a stretch of a resumed run records, as the record words them ("on" precedes the device).
+STRETCH_LABELS = {"data": "data", "batch": "batch", "patch": "LR patch", "lr": "lr", "warmup": "warm-up",
+                  "ema_decay": "EMA", "precision": "", "device": "on"}  # fmt: skip
+
+
+def _stretches(metadata: Mapping[str, str]) -> list[dict[str, object]]:
+    """The stretches of a run resumed with other settings (``history``: iterations first..last and their settings);
+    empty for a run of one stretch, a file of an older sst-cli, or a ``history`` that is not such a list."""
+    try:
+        stretches = json.loads(metadata.get("history", "[]"))
+    except ValueError:
+        return []
+    valid = isinstance(stretches, list) and all(
+        isinstance(s, dict) and isinstance(s.get("iterations"), list) and len(s["iterations"]) == 2 for s in stretches
+    )
+    return stretches if valid else []
+
+
+def _history(stretches: list[dict[str, object]], keys: list[str]) -> str:
+    """``iterations 1-4: data train, batch 1, lr 0.0005; 5: data ds/HR, batch 2, lr 0.001``: which settings (those
+    that differ between stretches) made which iterations."""
+    parts = []
+    for s in stretches:
+        first, last = cast(list[int], s["iterations"])
+        span = f"{first}-{last}" if first != last else f"{first}"
+        said = ", ".join(" ".join(filter(None, (STRETCH_LABELS[key], _value(key, s.get(key))))) for key in keys)
+        parts.append(f"{span}: {said}")
+    return "iterations " + "; ".join(parts)
+
+
+def _value(key: str, value: object) -> str:
+    """A stretch's setting as words: the data's folders joined with " + " (commas part the settings)."""
+    if key == "data" and isinstance(value, list):
+        return " + ".join(map(str, value))
+    return str(value)
+
+
+def _recipe(metadata: Mapping[str, str], varying: list[str]) -> str:
+    """Batch, patch, lr, warm-up, EMA, seed and precision, from ``training_settings`` (or the flat keys); those
+    that ``varying`` names differ between the run's stretches and are said in its history instead."""
     try:
         settings = json.loads(metadata.get("training_settings", "{}"))
     except ValueError:
         settings = {}
     if not isinstance(settings, dict):
         settings = {}
-    value = {key: settings.get(key, metadata.get(key)) for key in ("batch", "patch", "lr", "warmup", "ema_decay")}
-    labels = {"batch": "batch", "patch": "LR patch", "lr": "lr", "warmup": "warm-up", "ema_decay": "EMA"}
-    parts = [f"{labels[key]} {v}" for key, v in value.items() if v not in (None, "")]
+    keys = [key for key in ("batch", "patch", "lr", "warmup", "ema_decay") if key not in varying]
+    value = {key: settings.get(key, metadata.get(key)) for key in keys}
+    parts = [f"{STRETCH_LABELS[key]} {v}" for key, v in value.items() if v not in (None, "")]
     parts += [f"seed {settings['seed']}"] if "seed" in settings else []
-    parts += [str(settings["precision"])] if settings.get("precision") else []
+    parts += [str(settings["precision"])] if settings.get("precision") and "precision" not in varying else []
     return ", ".join(parts)

@@ -61,9 +61,11 @@ from .trainstate import (
     InitReport,
     capture_rng,
     check_resume,
+    history_of,
     init_from,
     read_state,
     restore_rng,
+    stretch,
     write_state,
 )
 from .zoo import check_scale, get_variant
@@ -346,9 +348,13 @@ class _TrainingRun:
             "seconds": str(round(self.elapsed())),
             "device": device,
             "init": Path(settings["init"]).name if settings["init"] else "",
-            "training_settings": json.dumps({k: v for k, v in settings.items() if k != "sst_config"}),
+            "training_settings": json.dumps({k: v for k, v in settings.items() if k not in ("sst_config", "history")}),
             "run": settings.get("run") or "",
         }
+        earlier = settings.get("history") or []
+        if earlier:  # the flat keys above are the last stretch's: the history says what made the other iterations
+            last = stretch(settings, earlier[-1]["iterations"][1] + 1, self.iteration)
+            metadata["history"] = json.dumps([s for s in [*earlier, last] if s["iterations"][0] <= s["iterations"][1]])
         if settings["model"] != "custom":  # a zoo name: say whose architecture, and that the weights are ours
             variant = get_variant(settings["model"])
             metadata["architecture"] = variant.base or variant.name
@@ -402,6 +408,7 @@ def _prepare(config: TrainConfig, settings: dict[str, Any], say: Message) -> dic
                         f"{path} exists: pass --resume to continue that run, or --overwrite to start over"
                     )
         settings["run"] = secrets.token_hex(8)  # names the run in its state and weights
+        settings["history"] = []
         return None
     saved = read_state(state_file)
     settings["run"] = saved["settings"].get("run")
@@ -415,6 +422,7 @@ def _prepare(config: TrainConfig, settings: dict[str, Any], say: Message) -> dic
     if changed:
         named = ", ".join("data" if key == "data_files" else key for key in changed)
         say(f"resuming with changed {named}: the run continues, but not exactly as planned")
+    settings["history"] = history_of(saved, changed)  # the earlier stretches, for the weights' record
     if int(saved["iteration"]) >= config.iters:
         say(f"{state_file} already reached iteration {saved['iteration']} of --iters {config.iters}: nothing is "
             "left to train (a larger --iters goes on); the weights are written again")  # fmt: skip

@@ -31,6 +31,8 @@ MIN_INIT_FRACTION = 0.5  # --init must fill at least this share of the network's
 # Settings that may change on resume (with a note); the network, scale and seed may not. The data is compared by
 # what the folders hold (``trainset.fingerprint``), not by how their paths are written.
 MAY_CHANGE = ("iters", "batch", "patch", "lr", "warmup", "ema_decay", "data_files", "precision", "device")
+# What a stretch of a run records: the settings that say how its iterations ran (``--iters`` only plans them).
+STRETCH_KEYS = ("data", "batch", "patch", "lr", "warmup", "ema_decay", "precision", "device")
 
 
 def to_cpu(obj: Any) -> Any:
@@ -124,6 +126,24 @@ def check_resume(state: dict[str, Any], settings: dict[str, Any], path: Path) ->
     if "data_files" not in saved and "data_files" in changed:  # a state from before the fingerprint: its paths
         changed = [key for key in changed if key != "data_files" or saved.get("data") != settings["data"]]
     return changed
+
+
+def stretch(settings: dict[str, Any], first: int, last: int) -> dict[str, Any]:
+    """Iterations ``first``..``last`` (from 1) of a run and the settings they ran with."""
+    return {"iterations": [first, last], **{key: settings.get(key) for key in STRETCH_KEYS}}
+
+
+def history_of(state: dict[str, Any], changed: list[str]) -> list[dict[str, Any]]:
+    """The stretches of the run in ``state`` whose settings differ, as its settings' ``history`` keeps them: the saved
+    ones, plus the stretch that ends at the saved iteration when this session changes how iterations run (so the
+    weights' record says which settings made which iterations, not only the last). Empty while nothing changed;
+    a state of an older sst-cli, which kept none, starts its history at its first iteration."""
+    history = list(state["settings"].get("history") or [])
+    first = history[-1]["iterations"][1] + 1 if history else 1
+    last = int(state["iteration"])
+    if set(changed) - {"iters"} and last >= first:
+        history.append(stretch(state["settings"], first, last))
+    return history
 
 
 @dataclass(frozen=True)

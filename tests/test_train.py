@@ -834,3 +834,36 @@ def test_an_unknown_model_name_offers_only_networks_sst_train_can_train(data: Pa
     assert "sst-l+" in str(unknown.value) and "dat" not in str(unknown.value) and "sst-real" not in str(unknown.value)
     with pytest.raises(ConfigError, match="sst train trains SST networks; dat is another architecture"):
         train(_config(data, tmp_path / "w.safetensors", model="dat"))
+
+
+def test_a_run_resumed_with_other_settings_records_which_made_which_iterations(data: Path, tmp_path: Path) -> None:
+    """Resumed with another --data, --batch and --lr, the weights said the last stretch's settings alone (data
+    ds/HR, batch 2, lr 0.001) although most iterations ran with the first ones."""
+    from sst_cli.about import training_record
+
+    more = _write_images(tmp_path / "more", count=2, size=32)
+    first = train(_config(data, tmp_path / "w.safetensors", iters=4, batch=1))
+    resumed = train(_config(more, first.out, iters=5, batch=2, lr=1e-3, resume=True))
+    assert resumed.iteration == 5
+    meta = read_metadata(resumed.out)
+    assert meta["batch"] == "2" and meta["data"] == str(more)  # the flat keys, as older readers take them
+    record = training_record(meta)
+    assert record["history"] == f"iterations 1-4: data {data}, batch 1, lr 0.0005; 5: data {more}, batch 2, lr 0.001"
+    assert record["data"] == f"{data}, then {more}; 2 images used from {more}"
+    assert "batch" not in record["recipe"] and "lr " not in record["recipe"] and "LR patch 8" in record["recipe"]
+
+    again = train(_config(more, first.out, iters=6, resume=True))  # the same settings: the last stretch goes on
+    assert training_record(read_metadata(again.out))["history"].endswith(f"; 5-6: data {more}, batch 2, lr 0.001")
+    state = torch.load(first.state, weights_only=True)
+    del state["settings"]["history"]  # a state of an older sst-cli: its first stretch begins at iteration 1
+    torch.save(state, first.state)
+    older = train(_config(data, first.out, iters=7, batch=1, resume=True))
+    assert training_record(read_metadata(older.out))["history"] == (
+        f"iterations 1-6: data {more}, batch 2; 7: data {data}, batch 1"
+    )  # only what differs between the stretches
+
+
+def test_a_run_of_one_stretch_records_no_history(data: Path, tmp_path: Path) -> None:
+    first = train(_config(data, tmp_path / "w.safetensors", iters=2))
+    resumed = train(_config(data, first.out, iters=3, resume=True))  # only --iters changed: the same stretch
+    assert "history" not in read_metadata(resumed.out)
