@@ -8,6 +8,7 @@ the official (basicsr) loader does: ``params_ema``, then ``params``, then ``stat
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import re
@@ -24,6 +25,7 @@ from torch import nn
 from .errors import CheckpointError, SstError, WeightsNotFound
 
 WRAPPER_KEYS = ("params_ema", "params", "state_dict")
+STATE_FORMAT = "sst-cli-train/1"  # the ``format`` of sst train's state files (``trainstate``)
 
 StateDict = dict[str, torch.Tensor]
 
@@ -163,11 +165,28 @@ def read_weights(path: str | os.PathLike[str]) -> tuple[StateDict, dict[str, str
 
 
 def _own_metadata(checkpoint: Any) -> dict[str, str]:
-    """The metadata ``sst train`` puts beside the tensors of a ``.pth`` (``meta``), as a safetensors file keeps it."""
+    """The metadata ``sst train`` puts beside the tensors of a ``.pth`` (``meta``), as a safetensors file keeps it;
+    for its training state, the network it records (so the state loads as weights, its EMA, as ``--init`` takes it:
+    it was told "window sizes cannot be read")."""
+    if isinstance(checkpoint, Mapping) and checkpoint.get("format") == STATE_FORMAT:
+        return _state_metadata(checkpoint)
     meta = checkpoint.get("meta") if isinstance(checkpoint, Mapping) else None
     if not isinstance(meta, Mapping) or meta.get("trained_by") != "sst-cli":  # other tools' "meta" mean other things
         return {}
     return {str(k): str(v) for k, v in meta.items()}
+
+
+def _state_metadata(state: Mapping[str, Any]) -> dict[str, str]:
+    """A training state's network (``sst_config``, ``variant``) and a ``source`` line saying what the file is."""
+    settings = state.get("settings")
+    if not isinstance(settings, Mapping) or not isinstance(settings.get("sst_config"), Mapping):
+        return {}
+    return {
+        "sst_config": json.dumps(dict(settings["sst_config"])),
+        "variant": str(settings.get("model") or ""),
+        "source": f"training state of sst train at iteration {state.get('iteration')}: these are its EMA weights "
+        "(params_ema); its --out holds them with the training record",
+    }
 
 
 def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:

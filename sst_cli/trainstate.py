@@ -21,11 +21,10 @@ import numpy as np
 import torch
 
 from .archs.sst import SST
-from .checkpoint import read_weights
+from .checkpoint import STATE_FORMAT, read_weights
 from .errors import CheckpointError, ConfigError, SstError, WeightsNotFound
 from .files import atomic_save
 
-STATE_FORMAT = "sst-cli-train/1"
 REQUIRED = ("params", "params_ema", "optimizer", "iteration", "elapsed", "rng", "settings")
 MIN_INIT_FRACTION = 0.5  # --init must fill at least this share of the network's tensors
 # Settings that may change on resume (with a note); the network, scale and seed may not. The data is compared by

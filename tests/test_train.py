@@ -867,3 +867,20 @@ def test_a_run_of_one_stretch_records_no_history(data: Path, tmp_path: Path) -> 
     first = train(_config(data, tmp_path / "w.safetensors", iters=2))
     resumed = train(_config(data, first.out, iters=3, resume=True))  # only --iters changed: the same stretch
     assert "history" not in read_metadata(resumed.out)
+
+
+def test_a_training_state_loads_as_its_ema_weights_in_the_network_it_records(data: Path, tmp_path: Path) -> None:
+    """``sst models info STATE`` and ``sst upscale --weights STATE`` said "window sizes cannot be read from the SST
+    weights", although the state records its network and --init takes it."""
+    first = train(_config(data, tmp_path / "w.safetensors", iters=2))
+    model = load_model(first.state)
+    ema = torch.load(first.state, weights_only=True)["params_ema"]
+    assert model.config == TINY and all(torch.equal(ema[k], v) for k, v in model.state_dict().items())
+    info = runner.invoke(app, ["models", "info", str(first.state)], env={"COLUMNS": "300"})
+    assert info.exit_code == 0, info.output
+    assert "  source             training state of sst train at iteration 2: these are its EMA weights" in info.output
+    image = tmp_path / "x.png"
+    Image.new("RGB", (12, 12), (90, 120, 150)).save(image)
+    out = tmp_path / "x_up.png"
+    upscaled = runner.invoke(app, ["upscale", str(image), "--weights", str(first.state), "-o", str(out), "-q"])
+    assert upscaled.exit_code == 0 and Image.open(out).size == (24, 24), upscaled.output
