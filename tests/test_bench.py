@@ -162,11 +162,11 @@ def test_cpu_peak_reset_trims_the_heap_only_where_glibc_is(monkeypatch: pytest.M
 
     monkeypatch.setattr(sys, "platform", "darwin")
     monkeypatch.setattr(ctypes, "CDLL", no_libc)
-    allocator._malloc_trim.cache_clear()
+    allocator._glibc.cache_clear()
     try:
         _PeakMemory(torch.device("cpu")).reset()
     finally:
-        allocator._malloc_trim.cache_clear()
+        allocator._glibc.cache_clear()
 
 
 def test_sizes_that_cannot_fit_are_refused_before_anything_is_allocated(monkeypatch: pytest.MonkeyPatch) -> None:

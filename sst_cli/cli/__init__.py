@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__
+from ..allocator import keep_large_blocks_off_the_heap
 from ..signals import second_interrupt_exits_at_once
 from . import bench, compare, evaluate, models, train, upscale
 from .output import console, say_refused_command_line, set_debug
@@ -101,7 +102,10 @@ def main() -> None:
 
 
 def entry_point() -> None:
-    """The ``sst`` program (and ``python -m sst_cli``): ``main``, then the process ends at once (``shutdown.py``)."""
+    """The ``sst`` program (and ``python -m sst_cli``): ``main``, then the process ends at once (``shutdown.py``).
+    The process is sst's own, so its allocator keeps large tensors off the heap (``allocator``): memory stays
+    within what the plan counts."""
+    keep_large_blocks_off_the_heap()
     try:
         main()
     except SystemExit as exc:
