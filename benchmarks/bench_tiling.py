@@ -136,6 +136,9 @@ def run_one(spec: RunSpec) -> RunResult:
     result = RunResult(name=spec.name, ok=False, tile_requested=spec.tile, exact=spec.exact)
     stage = "import"
     try:
+        from sst_cli.allocator import keep_large_blocks_off_the_heap
+
+        keep_large_blocks_off_the_heap()  # as the sst program does, before torch: the peaks are what sst's are
         import torch
 
         from sst_cli.tiling import plan_tiles, tiling_cost

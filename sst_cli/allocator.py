@@ -6,11 +6,11 @@ block is freed, after which the tensors of later tiles come from its heap, which
 after each batch of tiles gives that back (measured: 1.0 -> 0.80-0.88 GiB, no slower).
 
 Within one forward pass the heap still grows with the holes its tensors leave, and by chance: the same ``sst
-upscale --max-memory 200M`` (300x200, 128x192 px tiles) peaked 130 to 490 MB above a tiny run's, 9 runs.
+upscale --max-memory 200M`` (300x200, 128x192 px tiles) peaked 133 to 490 MB above a tiny run's in 24 runs.
 ``sst`` itself therefore fixes the threshold (``keep_large_blocks_off_the_heap``): every block of 2 MiB or more
 is mapped for itself and returned when freed, and torch backs those with transparent huge pages so that fresh
-pages cost fewer faults. Measured: 123-127 MB in every one of 8 runs, about 10% more CPU time (figures in
-benchmarks/RESULTS.md). Only the ``sst`` program does it: a library must not reset its host process's allocator.
+pages cost fewer faults. Measured: 126-127 MB in every run, for 1.1-1.17x the time (benchmarks/RESULTS.md).
+Only the ``sst`` program does it (and its workers): a library must not reset its host process's allocator.
 """
 
 from __future__ import annotations
@@ -54,7 +54,16 @@ def keep_large_blocks_off_the_heap() -> bool:
     if libc is None or any(name in os.environ for name in _USER_CHOICES):
         return False
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, OWN_MAPPING_FROM))
+    _kept_off[0] = bool(libc.mallopt(M_MMAP_THRESHOLD, OWN_MAPPING_FROM))
+    return _kept_off[0]
+
+
+def large_blocks_kept_off() -> bool:
+    """Whether this process did ``keep_large_blocks_off_the_heap``: its worker processes then do it too."""
+    return _kept_off[0]
+
+
+_kept_off = [False]
 
 
 def give_back_freed() -> bool:

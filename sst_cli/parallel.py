@@ -32,6 +32,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from .allocator import keep_large_blocks_off_the_heap, large_blocks_kept_off
 from .checks import check_devices
 from .cores import usable_cores
 from .errors import ConfigError, SstError
@@ -118,8 +119,12 @@ def _init_worker(
     naming: Naming,
     writing: WriteOptions,
     threads: int,
+    heap_kept_off: bool,
 ) -> None:
-    """Per worker, once: take a device, handle interrupts, load the Upscaler (errors kept for the first task)."""
+    """Per worker, once: take a device, handle interrupts, set the allocator as the parent's (``allocator``), load
+    the Upscaler (errors kept for the first task)."""
+    if heap_kept_off:
+        keep_large_blocks_off_the_heap()
     for name in ("SIGINT", "SIGTERM", "SIGHUP"):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), _on_signal)
@@ -243,7 +248,17 @@ def run_batch_parallel(
             max_workers=len(devices),
             mp_context=context,
             initializer=_init_worker,
-            initargs=(device_queue, messages, stop, spec, upscaler.options, naming, writing, threads),
+            initargs=(
+                device_queue,
+                messages,
+                stop,
+                spec,
+                upscaler.options,
+                naming,
+                writing,
+                threads,
+                large_blocks_kept_off(),
+            ),
         )
         return pool, stop
 
