@@ -268,6 +268,7 @@ def run_batch_parallel(
     started_by: dict[int, int] = {}  # file -> process id of the worker that last started it
     watches = {index: OutputWatch(plans[index].job, plans[index].target, plans[index].megapixels) for index in todo}
     restarts = 0  # pools started again after a worker process died
+    warned: set[str] = set()  # each worker says what its Upscaler says once; the user hears it once in all
 
     def drain() -> None:
         nonlocal showing
@@ -287,7 +288,8 @@ def run_batch_parallel(
                 events.tile(event[2], event[3])
             elif kind == "note":
                 note(event[1])
-            elif kind == "warning" and events.warning is not None:
+            elif kind == "warning" and events.warning is not None and event[1] not in warned:
+                warned.add(event[1])
                 events.warning(event[1])
 
     def after_broken_pool() -> list[int]:

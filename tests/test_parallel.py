@@ -124,6 +124,21 @@ def test_two_workers_match_one_process(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 @needs_golden
+def test_what_every_worker_says_is_said_once(tmp_path: Path) -> None:
+    """Each worker's Upscaler says that the window grid rounds the tile and overlap, the first time it tiles: with
+    two workers the user read each warning twice."""
+    images(tmp_path / "in", 2, size=(72, 70))
+    result = runner.invoke(
+        app,
+        ["upscale", str(tmp_path / "in"), "-o", str(tmp_path / "out"), *MODEL, "--workers", "2", "--tile", "40",
+         "--tile-overlap", "5", "--json-log"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    said = [json.loads(line)["message"] for line in result.stdout.splitlines() if '"message"' in line]
+    assert len([text for text in said if " becomes " in text]) == 2 and len(set(said)) == len(said), said
+
+
+@needs_golden
 @pytest.mark.skipif(sys.platform == "win32", reason="sends SIGTERM, which Windows cannot catch")
 def test_sigterm_stops_every_worker_and_leaves_nothing_partial(tmp_path: Path) -> None:
     images(tmp_path / "in", 12, size=(96, 96))
