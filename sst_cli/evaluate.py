@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -26,6 +26,7 @@ from .loader import ModelSpec
 from .metrics import SSIM_WINDOW, psnr, psnr_ssim_y, ssim
 from .naming import model_label as spec_label
 from .resize import imresize
+from .runtime import device_label, precision_label
 from .upscaler import UpscaleOptions, Upscaler
 from .zoo import get_variant
 
@@ -108,12 +109,28 @@ class EvalOutput:
     sr: np.ndarray
 
 
+@dataclass(frozen=True)
+class RanOn:
+    """Where and at which precision a model's outputs were computed: what ran, where ``auto`` was asked."""
+
+    device: str
+    precision: str
+
+    @classmethod
+    def of(cls, upscaler: Upscaler) -> RanOn:
+        return cls(device_label(upscaler.device), precision_label(upscaler.dtype))
+
+
+BICUBIC_RAN_ON = RanOn("cpu", "fp64")  # MATLAB bicubic in numpy, whatever --device and --precision say
+
+
 @dataclass
 class DatasetResult:
     dataset: str
     scale: int
     model: str
     images: list[ImageScore] = field(default_factory=list)
+    ran_on: RanOn | None = None
 
     @property
     def n_images(self) -> int:
@@ -137,6 +154,8 @@ class DatasetResult:
 
     def to_dict(self) -> dict:
         out: dict = {"dataset": self.dataset, "scale": self.scale, "model": self.model}
+        if self.ran_on is not None:
+            out["ran_on"] = asdict(self.ran_on)
         out.update(psnr_y=self.psnr_y, ssim_y=self.ssim_y)
         if self.mean("psnr_rgb") is not None:
             out.update(psnr_rgb=self.mean("psnr_rgb"), ssim_rgb=self.mean("ssim_rgb"))
@@ -316,14 +335,15 @@ def evaluate_dataset(
     overwrite: bool = True,
     on_image: Callable[[ImageScore], None] | None = None,
     on_output: Callable[[EvalOutput], None] | None = None,
+    ran_on: RanOn | None = None,
 ) -> DatasetResult:
     """Score every image of ``dataset`` at ``scale``; optionally save each SR output as PNG (replacing a file
-    there only with ``overwrite``).
+    there only with ``overwrite``). ``ran_on``: where ``sr`` computes, recorded in the result.
 
     ``on_output`` receives each image's pixels (HR, LR and SR) with its score, for reports that show them.
     """
     check_pairs(dataset, scale)
-    result = DatasetResult(dataset.name, scale, model)
+    result = DatasetResult(dataset.name, scale, model, ran_on=ran_on)
     for hr_path in dataset.hr_files:
         hr, lr = load_pair(dataset, hr_path, scale)
         out = sr(lr, scale)
@@ -486,7 +506,10 @@ def run_evaluation(
         found: list[DatasetResult] = []
         for s in scales:
             try:
-                sr = bicubic if isinstance(model, str) else _network(model, s, settings, loaded.pop((index, s), None))
+                sr: SrFunction = bicubic
+                ran_on = BICUBIC_RAN_ON
+                if not isinstance(model, str):
+                    sr, ran_on = _network(model, s, settings, loaded.pop((index, s), None))
             except ConfigError as exc:
                 if not inferred:
                     raise
@@ -503,6 +526,7 @@ def run_evaluation(
                         overwrite=settings.overwrite,
                         on_image=None if on_image is None else functools.partial(on_image, ds.name, s),
                         on_output=on_output,
+                        ran_on=ran_on,
                     )
                 )
         found.sort(key=lambda r: (order[r.dataset], r.scale))  # one dataset's scales together
@@ -548,7 +572,10 @@ def _save_dir(settings: EvalSettings, label: str) -> Path | None:
     return settings.save_images / label if len(settings.models) > 1 else settings.save_images
 
 
-def _network(spec: ModelSpec, scale: int, settings: EvalSettings, upscaler: Upscaler | None) -> SrFunction:
+def _network(
+    spec: ModelSpec, scale: int, settings: EvalSettings, upscaler: Upscaler | None
+) -> tuple[SrFunction, RanOn]:
+    """The model's SR function at ``scale``, and the device and precision its Upscaler settled on."""
     if upscaler is None:
         upscaler = Upscaler(replace(spec, scale=scale), options=settings.options)
-    return network_sr(lambda x: upscaler.run(x).image, self_ensemble=settings.self_ensemble)
+    return network_sr(lambda x: upscaler.run(x).image, self_ensemble=settings.self_ensemble), RanOn.of(upscaler)

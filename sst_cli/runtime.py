@@ -258,6 +258,18 @@ def synchronize(device: torch.device) -> None:
         torch.mps.synchronize()
 
 
+def device_label(device: torch.device) -> str:
+    """The device as ``--device`` names it, GPU index included (``cuda:0``, not ``cuda``): which one ran."""
+    if device.type == "cuda" and device.index is None:
+        return f"cuda:{torch.cuda.current_device()}"
+    return str(device)
+
+
+def precision_label(dtype: torch.dtype) -> str:
+    """A network's dtype as ``--precision`` names it (``fp32``, ``bf16``)."""
+    return {torch.float32: "fp32", torch.bfloat16: "bf16"}.get(dtype, str(dtype).removeprefix("torch."))
+
+
 def device_name(device: torch.device) -> str:
     """GPU name and compute capability, or the CPU model and the cores this process may use."""
     if device.type == "cuda":

@@ -109,6 +109,23 @@ def test_network_eval_self_ensemble_saved_images_and_scale_from_weights(tmp_path
 
 
 @needs_golden
+def test_json_records_the_device_and_precision_each_model_ran_on(tmp_path: Path) -> None:
+    """The protocol said "auto", as asked: on a GPU that is bf16, so a file did not say which precision made it."""
+    (tmp_path / "tiny" / "HR").mkdir(parents=True)
+    Image.fromarray(np.random.default_rng(2).integers(0, 256, (30, 30, 3), dtype=np.uint8)).save(
+        tmp_path / "tiny" / "HR" / "a.png"
+    )
+    model = ["--weights", str(GOLDEN / "mini_x3.pth"), "--config", str(GOLDEN / "mini_x3.json"), "-m", "bicubic"]
+    args = ["eval", "-d", "tiny", *model, "--device", "cpu", "--precision", "auto", "--json", "r.json", "-q"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    written = json.loads(Path("r.json").read_text())
+    assert written["protocol"]["device"] == "cpu" and written["protocol"]["precision"] == "auto"  # as asked
+    ran = {r["model"]: r["ran_on"] for r in written["results"]}
+    assert ran == {"mini_x3": {"device": "cpu", "precision": "fp32"}, "bicubic": {"device": "cpu", "precision": "fp64"}}
+
+
+@needs_golden
 @needs_datasets
 def test_two_checkpoints_with_one_name_are_told_apart_by_their_folders(tmp_path: Path) -> None:
     import shutil

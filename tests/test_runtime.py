@@ -97,3 +97,12 @@ def test_cuda_library_allocation_failures_are_out_of_memory(text: str) -> None:
 )
 def test_other_cuda_library_failures_are_not(text: str) -> None:
     assert not runtime.is_out_of_memory(RuntimeError(text))
+
+
+def test_device_and_precision_labels_name_what_ran(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``auto`` resolves to ``cuda`` without an index: a record of what ran names the GPU that did."""
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert runtime.device_label(torch.device("cuda")) == "cuda:1"
+    assert runtime.device_label(torch.device("cuda:0")) == "cuda:0"
+    assert runtime.device_label(torch.device("cpu")) == "cpu"
+    assert runtime.precision_label(torch.float32) == "fp32" and runtime.precision_label(torch.bfloat16) == "bf16"

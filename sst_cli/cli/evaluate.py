@@ -83,7 +83,7 @@ def _report(results: list[DatasetResult], options: dict, protocol: dict[str, str
 
 def _provenance(models: tuple, labels: list[str], device: str, precision: str) -> dict:
     """What a JSON report needs to be rerun: each model's weights (a zoo name, or the file and its sha256), the
-    device and precision asked for, and the versions that computed it."""
+    device and precision asked for (each result's ``ran_on`` says what ran), and the versions that computed it."""
     import torch
 
     from .. import __version__
