@@ -7,6 +7,7 @@ transparent pictures go through the models as ``sst upscale`` does and are shown
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections import Counter
 from collections.abc import Callable
@@ -76,7 +77,10 @@ class CompareResult:
 
 
 def find_inputs(paths: tuple[Path, ...]) -> list[Path]:
-    """Image files from files and folders (a folder's images, not its subfolders), in the order given."""
+    """Image files from files and folders (a folder's images, not its subfolders), in the order given.
+
+    A file named twice (``a.png`` and ``$PWD/a.png``, a link, a folder and a file in it) is one input, kept under
+    its first spelling: comparing it twice wasted the run and showed the copy under a misleading folder."""
     found: list[Path] = []
     for path in paths:
         if path.is_dir():
@@ -88,7 +92,10 @@ def find_inputs(paths: tuple[Path, ...]) -> list[Path]:
             found.append(path)
         else:
             raise ConfigError(f"cannot read '{path}': no such file or folder")  # a command-line mistake: exit 2
-    return list(dict.fromkeys(found))
+    first_spelling: dict[str, Path] = {}
+    for path in found:
+        first_spelling.setdefault(os.path.realpath(path), path)
+    return list(first_spelling.values())
 
 
 def frame(picture: Picture) -> np.ndarray:

@@ -462,6 +462,17 @@ def test_compare_of_long_paths_files_images_by_their_names(tmp_path: Path) -> No
     assert all((tmp_path / "rep" / folder / "lr.png").is_file() for folder in folders)
 
 
+def test_a_picture_named_twice_is_compared_once(tmp_path: Path) -> None:
+    """``img.png $PWD/img.png`` (or a link to it) ran the picture twice, the copy labelled with its folder."""
+    Image.fromarray(pattern(16, 16, 2)).save(tmp_path / "img.png")
+    (tmp_path / "link.png").symlink_to(tmp_path / "img.png")
+    args = ["compare", "img.png", str(tmp_path / "img.png"), "link.png", ".", "-m", "bicubic", "-o", "rep", "-q"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "rep" / "report.json").read_text(encoding="utf-8"))
+    assert [image["name"] for image in data["images"]] == ["img.png"]
+
+
 def test_inputs_of_one_name_are_shown_with_the_folders_that_tell_them_apart() -> None:
     from sst_cli.compare import shown_names
 
