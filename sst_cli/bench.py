@@ -5,7 +5,8 @@ Protocol (Lee et al., Table S4): restore a 1280x720 output at each scale from a 
 warm-up runs, then the median of 10 timed runs (``torch.cuda.synchronize`` around each on CUDA) and
 ``torch.cuda.max_memory_allocated`` after a reset (weights, input and activations). On the CPU the
 memory figure is the growth of the peak resident set from the first warm-up run on (``VmHWM`` after
-resetting it through ``/proc/self/clear_refs``), or None where that is not available. Weights are
+resetting it through ``/proc/self/clear_refs``; with no warm-up run, from the first timed run, first-use
+allocations included), or None where that is not available. Weights are
 random (seeded), which is fine for timing. Nothing here prints: results come back as dataclasses.
 
 A network's ``reference_path()`` runs it the way the authors' code does (RIB factors recomputed in every
@@ -237,11 +238,19 @@ class _PeakMemory:
         return max(0, peak - self.base_kib) / 1024
 
 
-def memory_kind(device: torch.device) -> str:
+def memory_kind(device: torch.device, warmup: int = 1) -> str:
+    """What the memory column measures. With no warm-up run the CPU peak is reset before the first timed run,
+    so it counts first-use allocations (and with --compile, compiling): saying "from the first warm-up run"
+    there was untrue."""
     if device.type == "cuda":
         return "torch.cuda.max_memory_allocated (weights + input + activations), MiB"
     if _status_kib("VmHWM") is None:
         return "not available on this system"
+    if warmup == 0:
+        return (
+            "peak RSS growth including first-use allocations (no warm-up run; VmHWM reset via "
+            "/proc/self/clear_refs), MiB"
+        )
     return "peak RSS growth from the first warm-up run on (VmHWM reset via /proc/self/clear_refs), MiB"
 
 
@@ -411,7 +420,7 @@ def run_bench(settings: BenchSettings, on_progress: Say | None = None) -> BenchR
         date=datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
         threads=torch.get_num_threads(),
         protocol=_protocol(settings, device),
-        memory_kind=memory_kind(device),
+        memory_kind=memory_kind(device, settings.warmup if settings.size is not None else 1),  # tiled warms up
         sst_cli_version=package_version(),
         settings=asdict(settings),
     )
@@ -421,6 +430,11 @@ def run_bench(settings: BenchSettings, on_progress: Say | None = None) -> BenchR
         report.notices.append(
             f"--compile reduce-overhead: its CUDA graphs run on CUDA GPUs only; on {report.device} it times "
             "as --compile default"
+        )
+    if settings.compile != "none" and settings.warmup == 0 and settings.size is not None:
+        report.notices.append(
+            f"--compile {settings.compile} with --warmup 0: the first timed run includes compiling the model "
+            "(its time and memory); give --warmup 1 or more to time the compiled model alone"
         )
     planned = _planned(settings)
     check_memory(settings, device, planned)

@@ -130,6 +130,32 @@ def test_reduce_overhead_on_the_cpu_says_cuda_graphs_do_nothing_there(monkeypatc
     assert " ".join(result.output.split()).count("its CUDA graphs run on CUDA GPUs only") == 1
 
 
+def test_no_warm_up_says_the_figures_include_first_use_and_compiling(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--warmup 0`` on the CPU said "peak RSS growth from the first warm-up run on" of a figure that counts
+    first-use allocations, and with --compile the timed run compiled the model without a word."""
+    out = tmp_path / "bench.json"
+    args = ["bench", "-m", "sst-light", "-s", "2", "--size", "16x16", "--runs", "1", "--device", "cpu"]
+    cold = runner.invoke(app, [*args, "--warmup", "0", "--json", str(out)])
+    assert cold.exit_code == 0, cold.output
+    kind = json.loads(out.read_text())["memory_kind"]
+    if kind != "not available on this system":
+        assert kind.startswith("peak RSS growth including first-use allocations (no warm-up run")
+        assert "first warm-up" not in kind
+        warm = runner.invoke(app, [*args, "--warmup", "1", "--json", str(out), "--overwrite"])
+        assert warm.exit_code == 0, warm.output
+        assert json.loads(out.read_text())["memory_kind"].startswith("peak RSS growth from the first warm-up run on")
+    import sst_cli.bench as bench
+
+    monkeypatch.setattr(bench, "_planned", lambda settings: [])  # nothing timed: the notices are what is tested
+    said = "--compile default with --warmup 0: the first timed run includes compiling the model"
+    compiled = runner.invoke(app, [*args, "--warmup", "0", "--compile", "default"])
+    assert compiled.exit_code == 0, compiled.output
+    assert " ".join(compiled.output.split()).count(said) == 1
+    assert not any(said in n for n in run_bench(BenchSettings(**TINY, compile="default")).notices)  # warmup 1
+
+
 def test_reference_path_is_swapped_in_and_out() -> None:
     model = create_model("sst-light", 2).eval()
     layer = next(m for m in model.modules() if isinstance(m, WindowAttention))
