@@ -98,6 +98,30 @@ def find_inputs(paths: tuple[Path, ...]) -> list[Path]:
     return list(first_spelling.values())
 
 
+def check_declared_scales(networks: list[ModelSpec], labels: list[str], asked: int | None) -> None:
+    """Weights files whose metadata declare scales that cannot be compared are refused before any model runs:
+    the second file's scale was found only after the first model had run on every picture."""
+    from .checkpoint import declared_scale
+
+    declared = [
+        (label, declared_scale(spec.weights))
+        for spec, label in zip(networks, labels, strict=True)
+        if spec.weights is not None and spec.scale is None and spec.model is None and spec.config is None
+    ]
+    known = [(label, scale) for label, scale in declared if scale is not None]
+    if not known:
+        return
+    if asked is not None:
+        wrong = next(((label, scale) for label, scale in known if scale != asked), None)
+        if wrong is not None:
+            raise ConfigError(f"{wrong[0]} upscales x{wrong[1]}, the comparison is at x{asked}")
+        return
+    (first, first_scale), *others = known
+    for label, scale in others:
+        if scale != first_scale:
+            raise ConfigError(f"{first} upscales x{first_scale} and {label} x{scale}: a comparison is at one scale")
+
+
 def frame(picture: Picture) -> np.ndarray:
     """The uint8 frame a report shows: (H, W) gray, (H, W, 3) RGB or (H, W, 4) RGBA (gray+alpha as RGBA)."""
     color = picture.color.mean(axis=2) if picture.grayscale else picture.color
@@ -179,6 +203,7 @@ def run_compare(
         check_output_file(settings.png, overwrite=settings.overwrite, inputs=inputs, option="--png")
     networks = settings.networks
     labels = model_labels(networks)
+    check_declared_scales(networks, labels, settings.scale)
     upscalers: dict[int, Upscaler] = {}
     scale = settings.scale
     if scale is None:

@@ -486,6 +486,27 @@ def test_inputs_of_one_name_are_shown_with_the_folders_that_tell_them_apart() ->
     ]
 
 
+def test_compare_of_weights_at_two_scales_is_refused_before_any_model_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second file's scale was found only after the first model had run on every picture."""
+    import sst_cli.compare as compare
+
+    x2 = tiny_weights(tmp_path / "tiny_x2.safetensors", 1)
+    x3 = tmp_path / "tiny_x3.safetensors"
+    config = replace(TINY, upscaling_factor=3)
+    save_file(SST(**config.to_kwargs()).state_dict(), str(x3), metadata={"sst_config": json.dumps(config.to_kwargs())})
+    Image.fromarray(pattern(16, 16, 1)).save(tmp_path / "photo.png")
+    monkeypatch.setattr(compare, "Upscaler", None)  # any model built or run fails the test
+    both = runner.invoke(app, ["compare", "photo.png", "--weights", str(x2), "--weights", str(x3), "-q"])
+    assert both.exit_code == 2, both.output
+    assert "tiny_x2 upscales x2 and tiny_x3 x3: a comparison is at one scale" in " ".join(both.output.split())
+    asked = runner.invoke(app, ["compare", "photo.png", "--weights", str(x2), "--scale", "4", "-q"])
+    assert asked.exit_code == 2, asked.output
+    assert "tiny_x2 upscales x2, the comparison is at x4" in " ".join(asked.output.split())
+    assert not (tmp_path / "sst-compare").exists()
+
+
 def test_eval_of_weights_at_two_scales_says_which_scale_ran(tmp_path: Path) -> None:
     x2 = tiny_weights(tmp_path / "tiny_x2.safetensors", 1)
     torch.manual_seed(3)
