@@ -15,7 +15,7 @@ from conftest import GOLDEN, needs_golden
 from PIL import Image
 
 from sst_cli import cluster
-from sst_cli.batch import WriteOptions, upscale_files
+from sst_cli.batch import BatchResult, WriteOptions, upscale_files
 from sst_cli.cluster import RayOptions, upscale_files_ray
 from sst_cli.errors import ConfigError
 from sst_cli.filerun import FileResult
@@ -65,14 +65,18 @@ def test_ray_batch_matches_one_process(tmp_path: Path, local_ray: None) -> None:
     kept = tmp_path / "two" / "q0_mini_x3_x3.png"
     kept.write_bytes(b"earlier run")
     writing = WriteOptions(skip_existing=True)
-    result = upscale_files_ray(
-        [str(tmp_path / "in")],
-        tmp_path / "two",
-        model=mini(),
-        options=OPTIONS,
-        writing=writing,
-        ray_options=RayOptions(),
-    )
+
+    def on_ray() -> BatchResult:
+        return upscale_files_ray(
+            [str(tmp_path / "in")],
+            tmp_path / "two",
+            model=mini(),
+            options=OPTIONS,
+            writing=writing,
+            ray_options=RayOptions(),
+        )
+
+    result = on_ray()
     assert (single.done, single.failed) == (4, 1)
     assert (result.done, result.skipped, result.failed) == (3, 1, 1)
     assert [r.source.name for r in result.failures] == ["broken.png"]
@@ -80,14 +84,7 @@ def test_ray_batch_matches_one_process(tmp_path: Path, local_ray: None) -> None:
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(p.name for p in (tmp_path / "one").iterdir())
     for name in ("q1_mini_x3_x3.png", "q2_mini_x3_x3.png", "q3_mini_x3_x3.png"):
         assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes()
-    again = upscale_files_ray(
-        [str(tmp_path / "in")],
-        tmp_path / "two",
-        model=mini(),
-        options=OPTIONS,
-        writing=writing,
-        ray_options=RayOptions(),
-    )
+    again = on_ray()
     assert (again.done, again.skipped, again.failed) == (0, 4, 1)  # resume: nothing left to compute
 
 
