@@ -132,6 +132,8 @@ def test_tensors_that_describe_no_valid_network_are_named(tmp_path: Path) -> Non
         load_model(tmp_path / "heads.pth")
 
 
+@needs_golden
+@needs_real_golden
 def test_sst_and_sstreal_never_claim_the_same_file() -> None:
     for path, name in ((GOLDEN / "mini_x3.pth", "sst"), (REAL / "real_mini_x4.pth", "sstreal")):
         state, _ = read_weights(path)
