@@ -411,7 +411,7 @@ def test_bad_options_are_named(kwargs: dict, message: str) -> None:
         ({"max_memory": [1]}, "^max_memory must be a number of bytes or a size"),
         ({"exact": "no"}, "^exact must be True or False, got 'no'$"),  # was true: tiled by the receptive field
         ({"exact": 1}, "^exact must be True or False, got 1$"),
-        ({"tile": np.float64(64.0)}, "^tile must be 'auto', 0 .* got np.float64"),
+        ({"tile": np.float64(64.0)}, r"^tile must be 'auto', 0 .* got (np\.float64\()?64\.0"),  # numpy 1 writes 64.0
     ],
 )
 def test_option_values_of_the_wrong_type_are_named(kwargs: dict, message: str) -> None:
