@@ -54,16 +54,17 @@ def keep_large_blocks_off_the_heap() -> bool:
     if libc is None or any(name in os.environ for name in _USER_CHOICES):
         return False
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-    _kept_off[0] = bool(libc.mallopt(M_MMAP_THRESHOLD, OWN_MAPPING_FROM))
-    return _kept_off[0]
+    global _kept_off
+    _kept_off = bool(libc.mallopt(M_MMAP_THRESHOLD, OWN_MAPPING_FROM))
+    return _kept_off
 
 
 def large_blocks_kept_off() -> bool:
     """Whether this process did ``keep_large_blocks_off_the_heap``: its worker processes then do it too."""
-    return _kept_off[0]
+    return _kept_off
 
 
-_kept_off = [False]
+_kept_off = False  # set once, by keep_large_blocks_off_the_heap
 
 
 def give_back_freed() -> bool:

@@ -204,16 +204,6 @@ def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
         return {}
 
 
-def declared_scale(path: str | os.PathLike[str]) -> int | None:
-    """The scale a weights file's own metadata declares (its ``sst_config``), read without its tensors, so that
-    several files can be checked against each other before any is loaded; None when it declares none."""
-    try:
-        factor = json.loads(read_metadata(path).get("sst_config") or "{}").get("upscaling_factor")
-    except (ValueError, AttributeError):
-        return None
-    return factor if isinstance(factor, int) and not isinstance(factor, bool) else None
-
-
 def _check_finite(state: Mapping[str, torch.Tensor], path: Path) -> None:
     """NaN or Inf in the weights (a diverged training run) would only show as a failed output per file."""
     broken = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]

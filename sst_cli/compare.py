@@ -101,7 +101,7 @@ def find_inputs(paths: tuple[Path, ...]) -> list[Path]:
 def check_declared_scales(networks: list[ModelSpec], labels: list[str], asked: int | None) -> None:
     """Weights files whose metadata declare scales that cannot be compared are refused before any model runs:
     the second file's scale was found only after the first model had run on every picture."""
-    from .checkpoint import declared_scale
+    from .loader import declared_scale
 
     declared = [
         (label, declared_scale(spec.weights))

@@ -28,7 +28,7 @@ from .archs import (
     prefix_miss,
     recognise,
 )
-from .checkpoint import check_fit, load_state, read_weights
+from .checkpoint import check_fit, load_state, read_metadata, read_weights
 from .errors import CheckpointError, ConfigError, ScaleMismatch
 from .zoo import VARIANTS, Variant, check_model_choice, get_variant
 
@@ -197,6 +197,21 @@ def _stored_config(
             "(an inconsistent file)"
         )
     return stored
+
+
+def declared_scale(path: str | os.PathLike[str]) -> int | None:
+    """The scale a weights file's own metadata declares (any architecture's ``<arch>_config``), read without its
+    tensors, so that several files can be checked against each other before any is loaded; None when it declares
+    none."""
+    metadata = read_metadata(path)
+    for arch in ARCHITECTURES.values():
+        try:
+            factor = json.loads(metadata.get(arch.config_key) or "{}").get(arch.scale_key)
+        except (ValueError, AttributeError):  # damaged metadata: the load says so, with the file's name
+            continue
+        if isinstance(factor, int) and not isinstance(factor, bool):
+            return factor
+    return None
 
 
 def _choose_config(

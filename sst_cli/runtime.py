@@ -265,9 +265,12 @@ def device_label(device: torch.device) -> str:
     return str(device)
 
 
+_DTYPE_LABELS = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
+
+
 def precision_label(dtype: torch.dtype) -> str:
-    """A network's dtype as ``--precision`` names it (``fp32``, ``bf16``)."""
-    return {torch.float32: "fp32", torch.bfloat16: "bf16"}.get(dtype, str(dtype).removeprefix("torch."))
+    """A dtype as ``--precision`` names it (``fp32``, ``bf16``): one spelling in every report and message."""
+    return _DTYPE_LABELS.get(dtype, str(dtype).removeprefix("torch."))
 
 
 def device_name(device: torch.device) -> str:

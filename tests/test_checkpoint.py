@@ -434,3 +434,22 @@ def test_safetensors_whose_header_length_looks_like_a_pickle_or_a_zip(tmp_path: 
         assert torch.equal(read_weights(path)[0]["a"], tensors["a"])
         renamed = path.rename(path.with_suffix(".safetensors"))
         assert torch.equal(read_weights(renamed)[0]["a"], tensors["a"])
+
+
+@pytest.mark.parametrize(
+    ("metadata", "scale"),
+    [
+        ({"sst_config": json.dumps({"upscaling_factor": 3})}, 3),
+        ({"dat_config": json.dumps({"upscale": 2, "embed_dim": 60})}, 2),  # any architecture's, by the registry
+        ({"sstreal_config": json.dumps({"scale": 4})}, 4),
+        ({"sst_config": "{broken"}, None),
+        ({"sst_config": json.dumps({"upscaling_factor": True})}, None),
+        ({}, None),
+    ],
+)
+def test_the_scale_a_file_declares_is_read_alone(tmp_path: Path, metadata: dict, scale: int | None) -> None:
+    from sst_cli.loader import declared_scale
+
+    path = tmp_path / "w.safetensors"
+    save_file({"x": torch.zeros(1)}, str(path), metadata=metadata)
+    assert declared_scale(path) == scale

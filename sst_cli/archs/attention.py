@@ -53,6 +53,7 @@ import torch.nn.functional as F
 from ..checks import check_choice
 from ..choices import BACKENDS
 from ..errors import ConfigError
+from ..runtime import precision_label
 from .cpu_kernel import cpu_attention, kernel_description, kernel_problem, kernel_vector
 from .tracing import never_traced
 
@@ -70,7 +71,6 @@ _FALLBACK = {
 }
 _MAX_FLASH_HEAD = 256  # FlashAttention-2/3 head-size limit
 _SDPA_CHOICES = {0: "math", 1: "flash", 2: "memory-efficient", 3: "cuDNN"}  # torch's SDPBackend values
-_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
 
 # Windows per chunk in the math backend: bounds the (tokens x tokens) score matrices it materialises.
 _MATH_CHUNK_ELEMENTS = 1 << 26
@@ -256,9 +256,9 @@ class AttentionPlan:
     @property
     def label(self) -> str:
         """One phrase, e.g. ``PyTorch SDPA (flash kernel, bf16 inside an fp32 network)``."""
-        precision = _DTYPE_NAMES.get(self.dtype, str(self.dtype))
+        precision = precision_label(self.dtype)
         if self.dtype != self.network_dtype:
-            precision += f" inside an {_DTYPE_NAMES.get(self.network_dtype, str(self.network_dtype))} network"
+            precision += f" inside an {precision_label(self.network_dtype)} network"
         if self.kernel == "fa3":
             return f"FlashAttention-3 ({precision})"
         if self.kernel == "fa4":
@@ -314,7 +314,7 @@ def _unavailable(kernel: str, device: torch.device, dtype: torch.dtype, qk: int,
         if device.type != "cpu":
             return "native is a CPU kernel"
         if dtype != torch.float32:
-            return f"native computes in fp32 only, not {_DTYPE_NAMES.get(dtype, str(dtype))}"
+            return f"native computes in fp32 only, not {precision_label(dtype)}"
         problem = kernel_problem()
         return None if problem is None else f"native unavailable: {problem}"
     if kernel == "sdpa-bias":
@@ -343,7 +343,7 @@ def _unavailable(kernel: str, device: torch.device, dtype: torch.dtype, qk: int,
         return f"{kernel} needs a newer PyTorch"
     compute = _compute_dtype(kernel, device, dtype)
     if _sdpa_check(kernel, device, compute, _round8(max(qk, v))) is False:
-        name = _DTYPE_NAMES.get(compute, str(compute))
+        name = precision_label(compute)
         return f"PyTorch cannot run its {kernel[5:]} kernel here (head size {_round8(max(qk, v))}, {name})"
     return None
 
