@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .choices import DEFAULT_SCALE
+from .choices import DEFAULT_MODEL, DEFAULT_SCALE
 from .errors import ConfigError
 from .evaluate import BICUBIC, model_labels
 from .files import check_output_file, check_spared
@@ -122,6 +122,14 @@ def check_declared_scales(networks: list[ModelSpec], labels: list[str], asked: i
             raise ConfigError(f"{first} upscales x{first_scale} and {label} x{scale}: a comparison is at one scale")
 
 
+def fetched(spec: ModelSpec, scale: int) -> ModelSpec:
+    """``spec`` at the comparison's ``scale`` (weights without one keep their own), its weights file found now
+    (``ModelSpec.fetched``): a second zoo model missing offline was found only after the first had run on every
+    picture."""
+    at_scale = spec if spec.weights is not None and spec.scale is None else replace(spec, scale=scale)
+    return at_scale.fetched(DEFAULT_MODEL, scale)
+
+
 def frame(picture: Picture) -> np.ndarray:
     """The uint8 frame a report shows: (H, W) gray, (H, W, 3) RGB or (H, W, 4) RGBA (gray+alpha as RGBA)."""
     color = picture.color.mean(axis=2) if picture.grayscale else picture.color
@@ -213,6 +221,10 @@ def run_compare(
             scale = upscalers[networks.index(first)].scale
         else:
             scale = DEFAULT_SCALE
+    wanted = [
+        spec if index in upscalers else fetched(spec, scale)  # every model's weights are here before any runs
+        for index, spec in enumerate(networks)
+    ]
     if on_start is not None:
         on_start(len(inputs) * len(networks))
     shown = shown_names(inputs)
@@ -234,11 +246,10 @@ def run_compare(
                 key, shown[path], scale=scale, lr=frame(picture), bicubic=frame(bicubic_picture(picture, scale)),
                 bit_depth=picture.bit_depth, folder=path.name,
             )  # fmt: skip
-        for index, (spec, label) in enumerate(zip(networks, labels, strict=True)):
+        for index, (spec, label) in enumerate(zip(wanted, labels, strict=True)):
             upscaler = upscalers.pop(index, None)
             if upscaler is None:
-                wanted = spec if spec.weights is not None and spec.scale is None else replace(spec, scale=scale)
-                upscaler = Upscaler(wanted, options=settings.options)
+                upscaler = Upscaler(spec, options=settings.options)
             if upscaler.scale != scale:
                 raise ConfigError(f"{label} upscales x{upscaler.scale}, the comparison is at x{scale}")
             for path in inputs:

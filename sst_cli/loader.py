@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -110,20 +110,43 @@ class ModelSpec:
     weights: str | os.PathLike[str] | None = None
     config: ConfigSource | None = None
     hub_repo: str | None = None
+    fetched_file: Path | None = field(default=None, repr=False, compare=False)  # set by ``fetched``
 
     def __post_init__(self) -> None:
         check_model_choice(self.model, self.scale, self.weights, self.config, self.hub_repo)
         if self.config is not None and not isinstance(self.config, Mapping):
             read_config_kwargs(self.config)  # a missing or broken file is said before the weights are read
 
+    def fetched(self, default_model: str, default_scale: int) -> ModelSpec:
+        """This spec with its weights file found now (a zoo name or an ``hf://`` reference: from the cache, else
+        downloaded), which ``load`` then reads without looking again. A command that loads several models one
+        after another fetches them all first: a second model missing offline was found only after the first had
+        run on every picture. The error is the one ``load`` gives."""
+        if self.fetched_file is not None:
+            return self
+        if self.weights is not None:
+            source = weights_source(self.weights)
+            if not isinstance(source, str):  # a local file: nothing to fetch
+                return self
+            path, _ = _weights_file(source, self.scale, None)
+            return replace(self, fetched_file=path)
+        name, scale = self.model or default_model, self.scale or default_scale
+        path, _ = _weights_file(name, scale, self.hub_repo)
+        return replace(self, model=name, scale=scale, fetched_file=path)
+
     def load(self, default_model: str, default_scale: int, *, device: torch.device, dtype: torch.dtype) -> SRNetwork:
         """The network, on ``device`` in ``dtype``; a zoo model falls back to the given defaults."""
+        found = self.fetched_file
         if self.weights is not None:
             variant = None if self.config is not None else self.model
             source = weights_source(self.weights)
+            if found is not None:
+                return _load_file(found, str(source), self.scale, self.config, variant, device, dtype)
             return load_model(source, self.scale, config=self.config, variant=variant, device=device, dtype=dtype)
         name = self.model or default_model
         scale = self.scale or default_scale
+        if found is not None:
+            return _load_zoo_file(found, get_variant(name), scale, self.hub_repo, device, dtype)
         return load_model(name, scale, hub_repo=self.hub_repo, device=device, dtype=dtype)
 
 
@@ -366,6 +389,19 @@ def load_model(
     path, zoo_variant = _weights_file(source, scale, hub_repo)
     if zoo_variant is None:
         return _load_file(path, str(source), scale, config, variant, device, dtype)
+    return _load_zoo_file(path, zoo_variant, scale, hub_repo, device, dtype)
+
+
+def _load_zoo_file(
+    path: Path,
+    zoo_variant: Variant,
+    scale: int | None,
+    hub_repo: str | None,
+    device: str | torch.device,
+    dtype: torch.dtype,
+) -> SRNetwork:
+    """The network in the file found for a zoo name; a file that proves not to hold it is forgotten (unpinned,
+    removed from the cache) so that the next run looks for it again."""
     label = f"the {zoo_variant.name} x{scale} weights file ({path})"
     try:
         return _load_file(path, label, scale, None, zoo_variant.name, device, dtype)

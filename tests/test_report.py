@@ -507,6 +507,83 @@ def test_compare_of_weights_at_two_scales_is_refused_before_any_model_runs(
     assert not (tmp_path / "sst-compare").exists()
 
 
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("why", ["offline", "unreachable"])
+def test_compare_of_zoo_weights_not_in_the_cache_is_refused_before_any_model_runs(
+    tmp_path: Path, offline_cache: Path, monkeypatch: pytest.MonkeyPatch, why: str
+) -> None:
+    """The second model's weights were looked for only after the first model had run on every picture."""
+    from huggingface_hub import constants
+
+    import sst_cli.compare as compare
+
+    if why == "unreachable":  # online, but the Hub (and the release) cannot be reached
+        monkeypatch.delenv("HF_HUB_OFFLINE")
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        endpoint = f"http://127.0.0.1:{_closed_port()}"
+        monkeypatch.setenv("HF_ENDPOINT", endpoint)
+        monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+        monkeypatch.setenv("SST_RELEASE_URL", "off")
+    Image.fromarray(pattern(16, 16, 1)).save(tmp_path / "photo.png")
+    monkeypatch.setattr(compare, "Upscaler", None)  # any model built or run fails the test
+    result = runner.invoke(app, ["compare", "photo.png", "--model", "sst-light-291", "--model", "sst-l", "-q"])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 1, result.output
+    expected = {
+        "offline": "sst-l x4 weights (SSTLarge_DFLIP_X4.pth) are not in the cache and HF_HUB_OFFLINE is set: run "
+        "`sst models pull sst-l --scale 4` with network access, or pass --weights PATH",
+        "unreachable": "no network: cannot reach 127.0.0.1:",
+    }[why]
+    assert expected in text
+    assert "sst-l x4" in text and "sst models pull sst-l --scale 4" in text
+    assert not (tmp_path / "sst-compare").exists()
+
+
+def test_compare_of_hf_weights_not_in_the_cache_is_refused_before_any_model_runs(
+    tmp_path: Path, offline_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sst_cli.compare as compare
+
+    mine = tiny_weights(tmp_path / "mine.safetensors", 1)
+    Image.fromarray(pattern(16, 16, 1)).save(tmp_path / "photo.png")
+    monkeypatch.setattr(compare, "Upscaler", None)  # any model built or run fails the test
+    weights = ["--weights", str(mine), "--weights", "hf://someone/models/theirs.safetensors"]
+    result = runner.invoke(app, ["compare", "photo.png", *weights, "--scale", "2", "-q"])
+    assert result.exit_code == 1, result.output
+    missing = "theirs.safetensors from someone/models is not in the Hugging Face cache (HF_HUB_OFFLINE is set)"
+    assert missing in " ".join(result.output.split())
+
+
+def test_compare_loads_the_zoo_weights_it_found_up_front_without_looking_again(
+    tmp_path: Path, offline_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding every model's weights first costs no second look-up (online, a request to the Hub) when each loads."""
+    import sst_cli.loader as loader
+
+    looked_up: list[tuple[str, int]] = []
+    resolve = loader.hub.resolve_pretrained
+
+    def counted(name: str, scale: int, *, repo_id: str | None = None) -> Path:
+        looked_up.append((name, scale))
+        return resolve(name, scale, repo_id=repo_id)
+
+    monkeypatch.setattr(loader.hub, "resolve_pretrained", counted)
+    Image.fromarray(pattern(16, 16, 1)).save(tmp_path / "photo.png")
+    settings = CompareSettings(
+        (tmp_path / "photo.png",), (ModelSpec("sst-light-291"),), scale=2, options=CPU, png=tmp_path / "side.png"
+    )
+    result = run_compare(settings)
+    assert result.models == ("sst-light-291",) and (tmp_path / "side.png").is_file()
+    assert looked_up == [("sst-light-291", 2)]
+
+
 def test_eval_of_weights_at_two_scales_says_which_scale_ran(tmp_path: Path) -> None:
     x2 = tiny_weights(tmp_path / "tiny_x2.safetensors", 1)
     torch.manual_seed(3)
