@@ -97,7 +97,8 @@ class ImageScore:
 class EvalOutput:
     """One model's result on one image, pixels included: uint8 (H, W) for gray images, else (H, W, 3).
 
-    ``hr`` is modcropped; ``lr`` is what the model was given; ``sr`` is its output, the size of ``hr``.
+    ``hr`` is modcropped; ``lr`` is what the model was given; ``sr`` is its output, the size of ``hr``;
+    ``ran_on``: the device and precision that computed it, as ``DatasetResult`` records them.
     """
 
     model: str
@@ -107,6 +108,7 @@ class EvalOutput:
     hr: np.ndarray
     lr: np.ndarray
     sr: np.ndarray
+    ran_on: RanOn | None = None
 
 
 @dataclass(frozen=True)
@@ -352,7 +354,7 @@ def evaluate_dataset(
         if save_dir is not None:
             save_sr(out, save_dir / dataset.name / f"x{scale}" / f"{hr_path.stem}.png", overwrite=overwrite)
         if on_output is not None:
-            on_output(EvalOutput(model, dataset.name, scale, entry, hr, lr, out))
+            on_output(EvalOutput(model, dataset.name, scale, entry, hr, lr, out, ran_on))
         if on_image is not None:
             on_image(entry)
     return result

@@ -126,6 +126,29 @@ def test_json_records_the_device_and_precision_each_model_ran_on(tmp_path: Path)
 
 
 @needs_golden
+def test_report_and_csv_record_where_each_model_ran_as_json_does(tmp_path: Path) -> None:
+    """``--json`` said which device and precision made each result; report.json and the CSV did not."""
+    (tmp_path / "tiny" / "HR").mkdir(parents=True)
+    Image.fromarray(np.random.default_rng(2).integers(0, 256, (30, 30, 3), dtype=np.uint8)).save(
+        tmp_path / "tiny" / "HR" / "a.png"
+    )
+    model = ["--weights", str(GOLDEN / "mini_x3.pth"), "--config", str(GOLDEN / "mini_x3.json"), "--device", "cpu"]
+    outputs = ["--json", "r.json", "--csv", "r.csv", "--report", "rep", "--rgb"]
+    result = runner.invoke(app, ["eval", "-d", "tiny", *model, *outputs, "-q"])
+    assert result.exit_code == 0, result.output
+    ran = json.loads(Path("r.json").read_text())["results"][0]["ran_on"]
+    assert ran == {"device": "cpu", "precision": "fp32"}
+    summary = json.loads(Path("rep/report.json").read_text())["summary"]
+    assert {row["method"]: row["ran_on"] for row in summary} == {
+        "mini_x3": ran,
+        "bicubic": {"device": "cpu", "precision": "fp64"},  # the report's own baseline
+    }
+    lines = Path("r.csv").read_text().splitlines()
+    assert lines[0] == "dataset,scale,model,image,psnr_y,ssim_y,psnr_rgb,ssim_rgb,ran_on"  # a column at the end
+    assert [row["ran_on"] for row in csv.DictReader(lines)] == ["cpu fp32"]
+
+
+@needs_golden
 @needs_datasets
 def test_two_checkpoints_with_one_name_are_told_apart_by_their_folders(tmp_path: Path) -> None:
     import shutil

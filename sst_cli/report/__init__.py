@@ -37,7 +37,9 @@ def eval_recorder(report: ReportBuilder) -> Callable[[EvalOutput], None]:
 
     Bicubic is always a column: computed and scored here unless it is one of the evaluated models.
     """
-    from ..evaluate import BICUBIC, bicubic, score
+    from dataclasses import asdict
+
+    from ..evaluate import BICUBIC, BICUBIC_RAN_ON, bicubic, score
 
     def record(out: EvalOutput) -> None:
         key = f"{out.dataset}/x{out.scale}/{out.score.name}"
@@ -50,9 +52,9 @@ def eval_recorder(report: ReportBuilder) -> Callable[[EvalOutput], None]:
                 baseline_score = Score(*score(baseline, out.hr, out.scale)[:2])
             report.add_image(
                 key, out.score.name, scale=out.scale, lr=out.lr, bicubic=baseline, hr=out.hr,
-                dataset=out.dataset, bicubic_score=baseline_score,
+                dataset=out.dataset, bicubic_score=baseline_score, bicubic_ran_on=asdict(BICUBIC_RAN_ON),
             )  # fmt: skip
         if out.model != BICUBIC:
-            report.add_output(key, out.model, out.sr, this)
+            report.add_output(key, out.model, out.sr, this, asdict(out.ran_on) if out.ran_on else None)
 
     return record

@@ -12,7 +12,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -143,11 +143,13 @@ class ReportBuilder:
         bit_depth: int = 8,
         bicubic_score: Score | None = None,
         folder: str | None = None,
+        bicubic_ran_on: Mapping[str, str] | None = None,
     ) -> ImageEntry:
         """Register an image: its input ``lr``, the ``bicubic`` baseline and (for eval) ``hr``, as uint8 frames.
 
         ``key`` names the image in later calls and never leaves this process; its folder under ``images/`` is
-        named from ``folder`` (default ``key``), made safe, short and unique.
+        named from ``folder`` (default ``key``), made safe, short and unique. ``bicubic_ran_on``: the device and
+        precision that computed the baseline (``{"device": "cpu", "precision": "fp64"}``), for the summary.
         """
         if key in self.entries:
             raise ConfigError(f"the report already has an image {key!r}")
@@ -183,10 +185,20 @@ class ReportBuilder:
             _save_png(hr, self._file(entry, HR))
         if bicubic_score is not None:
             entry.scores[BICUBIC] = bicubic_score
+        if bicubic_ran_on is not None:
+            entry.ran_on[BICUBIC] = dict(bicubic_ran_on)
         return entry
 
-    def add_output(self, key: str, model: str, sr: np.ndarray, score: Score | None = None) -> None:
-        """One model's output (uint8 frame, the image's output size) and, with ground truth, its score."""
+    def add_output(
+        self,
+        key: str,
+        model: str,
+        sr: np.ndarray,
+        score: Score | None = None,
+        ran_on: Mapping[str, str] | None = None,
+    ) -> None:
+        """One model's output (uint8 frame, the image's output size) and, with ground truth, its score; ``ran_on``:
+        the device and precision that computed it, which the summary names beside the model's means."""
         entry = self.entries.get(key)
         if entry is None:
             raise ConfigError(f"add the image {key!r} before its outputs")
@@ -199,6 +211,8 @@ class ReportBuilder:
         entry.outputs.add(method.id)
         if score is not None:
             entry.scores[method.id] = score
+        if ran_on is not None:
+            entry.ran_on[method.id] = dict(ran_on)
 
     def has_image(self, key: str) -> bool:
         return key in self.entries
@@ -258,10 +272,11 @@ class ReportBuilder:
                 if not scores:
                     continue
                 ssims = [s.ssim for s in scores if s.ssim is not None]
-                row: dict = {
-                    "dataset": dataset,
-                    "scale": scale,
-                    "method": method.label,
+                row: dict = {"dataset": dataset, "scale": scale, "method": method.label}
+                ran_on = next((e.ran_on[method.id] for e in entries if method.id in e.ran_on), None)
+                if ran_on is not None:  # where it ran: as each result of ``sst eval --json`` says it
+                    row["ran_on"] = ran_on
+                row |= {
                     "images": len(scores),
                     "psnr_y": float(np.mean([s.psnr for s in scores])),
                     "ssim_y": float(np.mean(ssims)) if len(ssims) == len(scores) else None,

@@ -51,6 +51,7 @@ class ImageEntry:
     scores: dict[str, Score] = field(default_factory=dict)  # method id -> whole-image score
     crop_psnr: dict[str, float] = field(default_factory=dict)  # method id -> PSNR-Y of the crop
     change: dict[str, float] = field(default_factory=dict)  # model id -> mean |ΔY| from bicubic (8-bit levels)
+    ran_on: dict[str, dict[str, str]] = field(default_factory=dict)  # method id -> {"device": .., "precision": ..}
     outputs: set[str] = field(default_factory=set)
     crop: CropBox | None = None  # in input pixels
     thumb: str = ""
