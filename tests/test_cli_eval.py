@@ -144,8 +144,8 @@ def test_report_and_csv_record_where_each_model_ran_as_json_does(tmp_path: Path)
         "bicubic": {"device": "cpu", "precision": "fp64"},  # the report's own baseline
     }
     lines = Path("r.csv").read_text().splitlines()
-    assert lines[0] == "dataset,scale,model,image,psnr_y,ssim_y,psnr_rgb,ssim_rgb,ran_on"  # a column at the end
-    assert [row["ran_on"] for row in csv.DictReader(lines)] == ["cpu fp32"]
+    assert lines[0] == "dataset,scale,model,image,psnr_y,ssim_y,psnr_rgb,ssim_rgb,device,precision"
+    assert [(row["device"], row["precision"]) for row in csv.DictReader(lines)] == [("cpu", "fp32")]
 
 
 @needs_golden

@@ -110,19 +110,19 @@ def _provenance(models: tuple, labels: list[str], device: str, precision: str) -
 
 
 def _csv_text(results: list[DatasetResult], rgb: bool) -> str:
-    """One row per image; the last column, ``ran_on``, is the device and precision that computed it
-    (``cuda:0 bf16``; bicubic ``cpu fp64``), as each result of ``--json`` records it."""
+    """One row per image; the last two columns, ``device`` and ``precision``, say what computed it (``cuda:0``,
+    ``bf16``; bicubic ``cpu``, ``fp64``), as each result's ``ran_on`` in ``--json``."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     header = ["dataset", "scale", "model", "image", "psnr_y", "ssim_y"]
-    writer.writerow([*header, *(["psnr_rgb", "ssim_rgb"] if rgb else []), "ran_on"])
+    writer.writerow([*header, *(["psnr_rgb", "ssim_rgb"] if rgb else []), "device", "precision"])
     for r in results:
-        ran_on = f"{r.ran_on.device} {r.ran_on.precision}" if r.ran_on is not None else ""
+        ran_on = [r.ran_on.device, r.ran_on.precision] if r.ran_on is not None else ["", ""]
         for s in r.images:
             row = [r.dataset, r.scale, r.model, s.name, f"{s.psnr_y:.6f}", f"{s.ssim_y:.6f}"]
             if rgb:
                 row += [f"{s.psnr_rgb:.6f}", f"{s.ssim_rgb:.6f}"]
-            writer.writerow([*row, ran_on])
+            writer.writerow([*row, *ran_on])
     return buffer.getvalue()
 
 
