@@ -120,6 +120,11 @@ def option_name(name: str, cli: bool) -> str:
     return "--" + name.replace("_", "-") if cli else name
 
 
+def option_flag(name: str, cli: bool) -> str:
+    """A switch turned on as its caller writes it: ``--resume`` on the command line, ``resume=True`` in Python."""
+    return option_name(name, cli) if cli else f"{name}=True"
+
+
 def check_is_number(value: object, name: str, *, cli: bool = False) -> None:
     """A number, not text or a bool: an API caller's ``"5e-4"`` met a bare TypeError in the comparison after."""
     if isinstance(value, bool) or not isinstance(value, Real):
@@ -136,7 +141,7 @@ def check_count(value: object, name: str, *, cli: bool = False, least: int = 0) 
         raise ConfigError(f"{option_name(name, cli)} must be {wanted}, got {value}")
 
 
-def option_value(name: str, value: str, cli: bool) -> str:
+def option_value(name: str, value: object, cli: bool) -> str:
     """An option given a value as its caller writes it: ``--device cpu`` on the command line, ``device='cpu'`` in
     Python, for messages that suggest one."""
     return f"{option_name(name, cli)} {value}" if cli else f"{name}={value!r}"

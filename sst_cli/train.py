@@ -40,6 +40,7 @@ import torch.nn.functional as F
 
 from .archs.sst import SST, SSTConfig
 from .checkpoint import read_metadata, read_weights
+from .checks import option_flag, option_value
 from .compiling import compile_network
 from .errors import ConfigError, OutputExists, SstError, Terminated, TrainingDiverged, WriteError
 from .files import atomic_save, clean_stale_temporaries, not_a_file, removing_unused_folders, unwritable
@@ -229,7 +230,12 @@ def _adamw(model: torch.nn.Module, lr: float) -> torch.optim.AdamW:
 
 
 def _network(
-    config: TrainConfig, arch: SSTConfig, device: torch.device, saved: dict[str, Any] | None, say: Message
+    config: TrainConfig,
+    arch: SSTConfig,
+    device: torch.device,
+    saved: dict[str, Any] | None,
+    say: Message,
+    cli: bool = False,
 ) -> tuple[SST, InitReport | None]:
     """The seeded network, with the saved run's weights or ``--init``'s; built before any image is decoded, so
     that a bad ``--init`` is refused at once (it was found only after all the data was read)."""
@@ -242,7 +248,7 @@ def _network(
         return model, None
     if config.init is None:
         return model, None
-    init = init_from(model, config.init)
+    init = init_from(model, config.init, cli=cli)
     say(init.summary())
     return model, init
 
@@ -397,20 +403,22 @@ def planned_settings(config: TrainConfig) -> dict[str, Any]:
     }
 
 
-def _prepare(config: TrainConfig, settings: dict[str, Any], say: Message) -> dict[str, Any] | None:
-    """The saved state to resume (its settings merged into ``settings``), or None; refuses clobbering a run."""
+def _prepare(config: TrainConfig, settings: dict[str, Any], say: Message, cli: bool = False) -> dict[str, Any] | None:
+    """The saved state to resume (its settings merged into ``settings``), or None; refuses clobbering a run.
+    ``cli``: name the options as the command line spells them (``--resume``), not as keywords (``resume=True``)."""
     state_file = config.state_file
     if not config.resume:
         if not config.overwrite:
             for path in (config.out, state_file):
                 if path.exists():
                     raise OutputExists(
-                        f"{path} exists: pass --resume to continue that run, or --overwrite to start over"
+                        f"{path} exists: pass {option_flag('resume', cli)} to continue that run, or "
+                        f"{option_flag('overwrite', cli)} to start over"
                     )
         settings["run"] = secrets.token_hex(8)  # names the run in its state and weights
         settings["history"] = []
         return None
-    saved = read_state(state_file)
+    saved = read_state(state_file, cli=cli)
     settings["run"] = saved["settings"].get("run")
     run = settings["run"]  # None: a state of an older sst-cli, which named no run
     if run is not None and config.out.exists():
@@ -418,7 +426,7 @@ def _prepare(config: TrainConfig, settings: dict[str, Any], say: Message) -> dic
     for key in ("batch", "lr", "warmup"):  # defaults follow the saved run, not this command's --init
         if getattr(config, key) is None:
             settings[key] = saved["settings"][key]
-    changed = check_resume(saved, settings, state_file)
+    changed = check_resume(saved, settings, state_file, cli=cli)
     if changed:
         named = ", ".join("data" if key == "data_files" else key for key in changed)
         say(f"resuming with changed {named}: the run continues, but not exactly as planned")
@@ -453,15 +461,17 @@ def train(
     on_progress: Callable[[TrainProgress], None] | None = None,
     on_message: Message | None = None,
     on_start: Callable[[dict[str, Any]], None] | None = None,
+    cli: bool = False,
 ) -> TrainResult:
     """Train (or, with ``resume``, continue) one network and save its EMA weights to ``config.out`` (``_train``),
     holding ``--out`` and ``--state`` for the whole run: a second run naming either is refused at once (two runs
     writing one file both ended 'saved', and one of them was lost). Folders made for them are removed again
-    when the run ends having written nothing there (refused, failed or interrupted before its first save)."""
+    when the run ends having written nothing there (refused, failed or interrupted before its first save).
+    ``cli``: refusals name the options as ``sst train`` spells them (``--resume``), not as keywords (``resume``)."""
     config.check()  # the two files differ, and other settings, before either is claimed
     made = removing_unused_folders([config.out.parent, config.state_file.parent])
     with made, _claimed([("--out", config.out), ("--state", config.state_file)]):
-        return _train(config, on_progress=on_progress, on_message=on_message, on_start=on_start)
+        return _train(config, on_progress=on_progress, on_message=on_message, on_start=on_start, cli=cli)
 
 
 @contextlib.contextmanager
@@ -501,6 +511,7 @@ def _train(
     on_progress: Callable[[TrainProgress], None] | None = None,
     on_message: Message | None = None,
     on_start: Callable[[dict[str, Any]], None] | None = None,
+    cli: bool = False,
 ) -> TrainResult:
     """Train (or, with ``resume``, continue) one network and save its EMA weights to ``config.out``.
 
@@ -513,15 +524,15 @@ def _train(
     settings = planned_settings(config)
     device = torch.device(settings["device"])
     state_file = config.state_file
-    files = find_images(config.data, say)
+    files = find_images(config.data, say, cli=cli)
     settings["data_files"] = fingerprint(files)
-    saved = _prepare(config, settings, say)
+    saved = _prepare(config, settings, say, cli)
     if settings["warmup"] >= config.iters:
         say(f"--warmup {settings['warmup']} is not shorter than --iters {config.iters}: the peak lr is never reached")
     for folder in dict.fromkeys((config.out.parent, state_file.parent)):
         clean_stale_temporaries(folder, say)  # what a killed run left half-written there
-    usable = large_enough(files, config.patch * settings["scale"], say)  # headers only
-    network = _network(config, SSTConfig.from_kwargs(settings["sst_config"]), device, saved, say)
+    usable = large_enough(files, config.patch * settings["scale"], say, cli=cli)  # headers only
+    network = _network(config, SSTConfig.from_kwargs(settings["sst_config"]), device, saved, say, cli)
     images = decode_images(usable)
     run = _TrainingRun(config, settings, device, network, images, saved)
     if on_start is not None:
@@ -548,9 +559,13 @@ def _train(
                 except Exception as exc:  # an allocator failure is the settings' fault: one sentence, not a traceback
                     if not is_out_of_memory(exc):
                         raise
+                    batch, patch = (
+                        option_value("batch", settings["batch"], cli),
+                        option_value("patch", config.patch, cli),
+                    )
                     raise ConfigError(
-                        f"out of memory at iteration {run.iteration + 1} with --batch {settings['batch']} and --patch "
-                        f"{config.patch} on {settings['device']}: lower them (the last checkpoint, if any, is kept)"
+                        f"out of memory at iteration {run.iteration + 1} with {batch} and {patch} on "
+                        f"{settings['device']}: lower them (the last checkpoint, if any, is kept)"
                     ) from None
                 if run.iteration % every == 0 or run.iteration in (first + 1, config.iters):
                     values = torch.stack(pending).tolist()  # the one place the loop waits for the GPU

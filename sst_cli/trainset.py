@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .checks import option_name
 from .errors import ConfigError
 from .image_io import READABLE_FORMATS, is_image_file, probe_image, read_image
 from .inputs import UNSUPPORTED_SUFFIXES, Skips, is_hidden, unreadable_folder
@@ -44,33 +45,37 @@ def fingerprint(files: Sequence[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
-def find_images(folders: Sequence[str | os.PathLike[str]], on_message: Message | None = None) -> list[Path]:
+def find_images(
+    folders: Sequence[str | os.PathLike[str]], on_message: Message | None = None, *, cli: bool = False
+) -> list[Path]:
     """Every image file under each folder (recursive, sorted); refuses test sets and empty folders. Files that
-    look like images but cannot be read (HEIC, links to nothing) are left out and said (``on_message``)."""
+    look like images but cannot be read (HEIC, links to nothing) are left out and said (``on_message``).
+    ``cli``: name the folders as the command line spells it (``--data``), not as the keyword (``data``)."""
+    data = option_name("data", cli)
     found: list[Path] = []
     for folder in map(Path, folders):
         named = benchmark_in_path(folder) or benchmark_in_path(folder.resolve())
         if named:
-            raise ConfigError(f"--data {folder}: '{named}' is a benchmark test set, and test sets are never trained on")
+            raise ConfigError(f"{data} {folder}: '{named}' is a benchmark test set, and test sets are never trained on")
         if not folder.is_dir():
-            raise ConfigError(f"--data {folder} is not a folder")
-        files, skipped = _walk(folder)
+            raise ConfigError(f"{data} {folder} is not a folder")
+        files, skipped = _walk(folder, data)
         said = f"skipped {_skipped_text(skipped)}" if skipped else ""
         inside = sorted({n for p in files if (n := benchmark_in_path(p.relative_to(folder).parent))})
         if inside:
             raise ConfigError(
-                f"--data {folder} contains the benchmark test set(s) {', '.join(inside)}, which are never trained "
-                "on: point --data at the training images only"
+                f"{data} {folder} contains the benchmark test set(s) {', '.join(inside)}, which are never trained "
+                f"on: point {data} at the training images only"
             )
         linked = next(((p, n) for p in files if (n := benchmark_in_path(p.resolve().parent))), None)
         if linked:
-            raise ConfigError(f"--data {folder}: {linked[0]} is a link into the benchmark test set '{linked[1]}'")
+            raise ConfigError(f"{data} {folder}: {linked[0]} is a link into the benchmark test set '{linked[1]}'")
         if not files:
             formats = ", ".join(READABLE_FORMATS)
-            raise ConfigError(f"--data {folder}: no images sst-cli reads ({formats}) in it or below it"
+            raise ConfigError(f"{data} {folder}: no images sst-cli reads ({formats}) in it or below it"
                               + (f"; {said}" if said else ""))  # fmt: skip
         if said and on_message is not None:
-            on_message(f"--data {folder}: {said}")
+            on_message(f"{data} {folder}: {said}")
         found += files
     unique: dict[Path, Path] = {}  # a folder given twice, or linked twice, counts once
     for path in found:
@@ -78,7 +83,7 @@ def find_images(folders: Sequence[str | os.PathLike[str]], on_message: Message |
     return list(unique.values())
 
 
-def _walk(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
+def _walk(folder: Path, data: str) -> tuple[list[Path], list[tuple[Path, str]]]:
     """Image files under ``folder``, sorted, following linked folders (each real folder once: no loops), and the
     image-like files left out with why (formats sst-cli cannot read, links to nothing). Hidden files and folders
     are left out silently, as upscale's folder walks leave them (macOS's ._photo.png, .git/)."""
@@ -100,7 +105,7 @@ def _walk(folder: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
             else:
                 skipped.append((path, why))
     if unreadable:  # a training set with a part missing would train another network than the one asked for
-        raise ConfigError(f"--data {folder}: {unreadable_folder(unreadable[0])}; training reads every image below it")
+        raise ConfigError(f"{data} {folder}: {unreadable_folder(unreadable[0])}; training reads every image below it")
     return sorted(files), sorted(skipped)
 
 
@@ -130,9 +135,12 @@ def _skipped_text(skipped: Sequence[tuple[Path, str]]) -> str:
     return f"{len(skipped)} file(s): " + "; ".join(parts)
 
 
-def large_enough(files: Sequence[Path], min_side: int, on_message: Message | None = None) -> list[Path]:
+def large_enough(
+    files: Sequence[Path], min_side: int, on_message: Message | None = None, *, cli: bool = False
+) -> list[Path]:
     """The files whose pictures are at least ``min_side`` on each side, known from their headers alone: smaller
-    ones are skipped and said, and a ``--patch`` larger than every picture is refused before any is decoded."""
+    ones are skipped and said, and a ``--patch`` larger than every picture is refused before any is decoded.
+    ``cli``: as in ``find_images``."""
     kept: list[Path] = []
     small: list[str] = []
     for path in files:
@@ -147,9 +155,10 @@ def large_enough(files: Sequence[Path], min_side: int, on_message: Message | Non
         on_message(f"skipped {len(small)} image(s) smaller than the {min_side}x{min_side} HR patch: {names}")
     if not kept:
         folders = ", ".join(sorted({str(p.parent) for p in files}))
+        patch = option_name("patch", cli)
         raise ConfigError(
-            f"no training image is at least {min_side}x{min_side} pixels (the HR patch, --patch x scale) in "
-            f"{folders}: give a smaller --patch"
+            f"no training image is at least {min_side}x{min_side} pixels (the HR patch, {patch} x scale) in "
+            f"{folders}: give a smaller {patch}"
         )
     return kept
 

@@ -22,6 +22,7 @@ import torch
 
 from .archs.sst import SST
 from .checkpoint import STATE_FORMAT, read_weights
+from .checks import option_flag, option_name, option_value
 from .errors import CheckpointError, ConfigError, SstError, WeightsNotFound
 from .files import atomic_save
 
@@ -84,43 +85,52 @@ def write_state(path: Path, payload: dict[str, Any]) -> None:
     atomic_save(path, lambda tmp: torch.save(payload, tmp))
 
 
-def read_state(path: Path) -> dict[str, Any]:
-    """A state file written by ``write_state``; anything else raises CheckpointError naming the file."""
+def read_state(path: Path, *, cli: bool = False) -> dict[str, Any]:
+    """A state file written by ``write_state``; anything else raises CheckpointError naming the file. ``cli``: name
+    the options as the command line spells them (``--resume``), not as keywords (``resume``)."""
+    resume = option_name("resume", cli)
     if not path.is_file():
         # A file that is not there exits 1 as a missing --weights or --init does (a ConfigError exited 2).
-        raise WeightsNotFound(f"--resume: there is no training state {path}; start without --resume")
+        raise WeightsNotFound(
+            f"{resume}: there is no training state {path}; start without {option_flag('resume', cli)}"
+        )
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # pickle, zip and OS errors (torch's own words suggest unsafe loading: not repeated)
         detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         raise CheckpointError(
-            f"--resume: {path} is not a readable training state (corrupt, truncated or not one: {detail})"
+            f"{resume}: {path} is not a readable training state (corrupt, truncated or not one: {detail})"
         ) from None
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
         weights = isinstance(state, dict) and any(k in state for k in ("params", "params_ema", "meta"))
-        hint = "; weights to start a run from go to --init" if weights else ""
-        raise CheckpointError(f"--resume: {path} is not an sst-cli training state (format {STATE_FORMAT}){hint}")
+        hint = f"; weights to start a run from go to {option_name('init', cli)}" if weights else ""
+        raise CheckpointError(f"{resume}: {path} is not an sst-cli training state (format {STATE_FORMAT}){hint}")
     missing = [key for key in REQUIRED if key not in state]
     if missing:
-        raise CheckpointError(f"--resume: {path} is an incomplete training state (no {', '.join(missing)})")
+        raise CheckpointError(f"{resume}: {path} is an incomplete training state (no {', '.join(missing)})")
     return state
 
 
-def check_resume(state: dict[str, Any], settings: dict[str, Any], path: Path) -> list[str]:
-    """Refuse a state of another network, scale or seed; return the settings that changed (a note's worth)."""
+def check_resume(state: dict[str, Any], settings: dict[str, Any], path: Path, *, cli: bool = False) -> list[str]:
+    """Refuse a state of another network, scale or seed; return the settings that changed (a note's worth).
+    ``cli``: as in ``read_state``."""
     saved = state["settings"]
+    resume, init = option_name("resume", cli), option_name("init", cli)
     if saved.get("scale") != settings["scale"]:
         raise ConfigError(
-            f"--resume: {path} is a x{saved.get('scale')} run and this one is x{settings['scale']}; "
-            "start the new scale with --init from it instead"
+            f"{resume}: {path} is a x{saved.get('scale')} run and this one is x{settings['scale']}; "
+            f"start the new scale with {init} from it instead"
         )
     if saved.get("sst_config") != settings["sst_config"] or saved.get("model") != settings["model"]:
+        same = "--model and --config" if cli else "model"  # an API caller's model is the name or the SSTConfig
         raise ConfigError(
-            f"--resume: {path} is a run of {saved.get('model')} x{saved.get('scale')} with another network "
-            f"config than {settings['model']} x{settings['scale']}; use the same --model and --config, or another --out"
+            f"{resume}: {path} is a run of {saved.get('model')} x{saved.get('scale')} with another network "
+            f"config than {settings['model']} x{settings['scale']}; use the same {same}, or another "
+            f"{option_name('out', cli)}"
         )
     if saved.get("seed") != settings["seed"]:
-        raise ConfigError(f"--resume: {path} was started with --seed {saved.get('seed')}, not {settings['seed']}")
+        seed = option_value("seed", saved.get("seed"), cli)
+        raise ConfigError(f"{resume}: {path} was started with {seed}, not {settings['seed']}")
     changed = [key for key in MAY_CHANGE if saved.get(key) != settings[key]]
     if "data_files" not in saved and "data_files" in changed:  # a state from before the fingerprint: its paths
         changed = [key for key in changed if key != "data_files" or saved.get("data") != settings["data"]]
@@ -180,17 +190,19 @@ def _subpixel_resize(weight: torch.Tensor, groups: int, scale: int) -> torch.Ten
     return weight[torch.tensor(index)].clone()
 
 
-def init_from(model: SST, path: str | os.PathLike[str]) -> InitReport:
+def init_from(model: SST, path: str | os.PathLike[str], *, cli: bool = False) -> InitReport:
     """Start ``model`` from weights of another scale (x2 -> x3 -> x4 as the paper does).
 
     Tensors whose shapes match are loaded (``params_ema`` first, as the authors' training does); the
     upsampler conv whose width depends on the scale is resized sub-pixel by sub-pixel; anything else
-    keeps its fresh initialisation. Raises when less than half of the network's tensors fit.
+    keeps its fresh initialisation. Raises when less than half of the network's tensors fit. ``cli``: name the
+    option ``--init``, as the command line spells it, not ``init``.
     """
+    init = option_name("init", cli)
     try:
         state, _ = read_weights(path)
     except SstError as exc:  # named as --resume's refusals are: a run has several files
-        raise type(exc)(f"--init: {exc}") from exc
+        raise type(exc)(f"{init}: {exc}") from exc
     target = model.state_dict()
     scale = model.config.scale
     new: dict[str, torch.Tensor] = {}
@@ -211,7 +223,7 @@ def init_from(model: SST, path: str | os.PathLike[str]) -> InitReport:
             fresh.append(key)
     if len(loaded) < MIN_INIT_FRACTION * len(target):
         raise CheckpointError(
-            f"--init {path}: only {len(loaded)} of the network's {len(target)} tensors fit it; it is not "
+            f"{init} {path}: only {len(loaded)} of the network's {len(target)} tensors fit it; it is not "
             "weights of the same architecture (another model or config?)"
         )
     model.load_state_dict({k: v.to(target[k].dtype) for k, v in new.items()}, strict=False)

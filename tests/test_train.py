@@ -136,8 +136,11 @@ def test_running_out_of_memory_is_one_sentence(data: Path, tmp_path: Path, monke
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
 
     monkeypatch.setattr(training._TrainingRun, "step", no_memory)
-    with pytest.raises(ConfigError, match=r"out of memory at iteration 1 with --batch 2 and --patch 8 on cpu: lower"):
-        train(_config(data, tmp_path / "oom.safetensors"))
+    with pytest.raises(ConfigError, match=r"out of memory at iteration 1 with batch=2 and patch=8 on cpu: lower"):
+        train(_config(data, tmp_path / "oom.safetensors"))  # an API caller typed no --batch (it said so)
+    args = ["train", "--data", str(data), "--iters", "2", "--out", str(tmp_path / "cli.safetensors")]
+    result = runner.invoke(app, [*args, "--patch", "8", "--batch", "2", "--device", "cpu"])
+    assert "out of memory at iteration 1 with --batch 2 and --patch 8 on cpu: lower" in " ".join(result.output.split())
 
 
 def test_out_state_and_init_are_three_files_and_the_state_a_pth(data: Path, tmp_path: Path) -> None:
@@ -264,9 +267,11 @@ def test_existing_run_needs_resume_or_overwrite_and_resume_needs_the_same_networ
     saved = torch.load(result.out, weights_only=True)
     assert set(saved) == {"params_ema", "params", "meta"}  # .pth: the authors' layout
     assert read_metadata(result.out)["run"] == saved["meta"]["run"]  # read with the tensors mapped, not loaded
-    with pytest.raises(OutputExists, match=r"--resume.*--overwrite"):
-        train(config)
-    with pytest.raises(ConfigError, match=r"is a x2 run and this one is x3; start the new scale with --init"):
+    with pytest.raises(OutputExists, match=r"pass resume=True to continue that run, or overwrite=True to start"):
+        train(config)  # the keywords an API caller gives, not --resume / --overwrite
+    with pytest.raises(OutputExists, match=r"pass --resume to continue that run, or --overwrite to start over"):
+        train(config, cli=True)
+    with pytest.raises(ConfigError, match=r"^resume: .* is a x2 run and this one is x3; start the new scale with init"):
         train(replace(config, resume=True, scale=3))
     with pytest.raises(WeightsNotFound, match="no training state"):
         train(replace(config, out=tmp_path / "other.pth", resume=True))
@@ -329,7 +334,7 @@ def test_init_from_x2_loads_everything_but_resizes_the_upsampler(tmp_path: Path)
         save_file(tiny.state_dict(), str(tmp_path / "tiny.safetensors"))
         init_from(create_model("sst-light", 3), tmp_path / "tiny.safetensors")
     (tmp_path / "notes.pth").write_text("hi\n")
-    with pytest.raises(CheckpointError, match=r"^--init: .*notes\.pth: not a PyTorch checkpoint: the file is text"):
+    with pytest.raises(CheckpointError, match=r"^init: .*notes\.pth: not a PyTorch checkpoint: the file is text"):
         init_from(create_model("sst-light", 3), tmp_path / "notes.pth")
 
 
@@ -385,9 +390,11 @@ def test_a_bad_init_and_a_patch_larger_than_every_image_are_refused_before_any_i
     decoded: list[Path] = []
     monkeypatch.setattr(trainset, "read_image", lambda path, **kw: decoded.append(path))
     (tmp_path / "bad.safetensors").write_bytes(b"not weights")
-    with pytest.raises(CheckpointError, match=r"^--init: "):
+    with pytest.raises(CheckpointError, match=r"^init: "):
         train(_config(data, tmp_path / "w.safetensors", init=tmp_path / "bad.safetensors"))
-    with pytest.raises(ConfigError, match=r"no training image is at least 80x80 pixels .*: give a smaller --patch"):
+    with pytest.raises(CheckpointError, match=r"^--init: "):
+        train(_config(data, tmp_path / "w.safetensors", init=tmp_path / "bad.safetensors"), cli=True)
+    with pytest.raises(ConfigError, match=r"no training image is at least 80x80 pixels .*: give a smaller patch$"):
         train(_config(data, tmp_path / "w.safetensors", patch=40))
     assert decoded == []
 

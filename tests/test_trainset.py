@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 from conftest import lock
+from PIL import Image
 
 from sst_cli.errors import ConfigError
 from sst_cli.resize import imresize
-from sst_cli.trainset import PatchSampler, find_images
+from sst_cli.trainset import PatchSampler, find_images, large_enough
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -107,7 +108,7 @@ def test_files_left_out_of_the_data_are_said(tmp_path: Path) -> None:
     said: list[str] = []
     assert find_images([tmp_path / "data"], said.append) == [tmp_path / "data" / "a.png"]
     assert said == [
-        f"--data {tmp_path / 'data'}: skipped 6 file(s): HEIC is not a format sst-cli reads (convert it to PNG "
+        f"data {tmp_path / 'data'}: skipped 6 file(s): HEIC is not a format sst-cli reads (convert it to PNG "
         "first): b.HEIC, c.heic, d.HEIC and 1 more; HEIF is not a format sst-cli reads (convert it to PNG first): "
         "f.heif; a link to nothing: gone.png"
     ]
@@ -127,3 +128,20 @@ def test_a_folder_of_the_training_set_that_cannot_be_entered_is_refused(
     lock(monkeypatch, str(tmp_path / "data" / "locked"))
     with pytest.raises(ConfigError, match=r"cannot read the folder '.*locked': permission denied; training reads"):
         find_images([tmp_path / "data"])
+
+
+def test_the_data_folders_are_named_as_their_caller_wrote_them(tmp_path: Path) -> None:
+    """``train(TrainConfig(data=...))`` was told about ``--data`` and ``--patch``, options an API caller never
+    typed; ``sst train`` (``cli=True``) still says them so."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ConfigError, match=r"^data .*empty: no images sst-cli reads"):
+        find_images([empty])
+    with pytest.raises(ConfigError, match=r"^--data .*empty: no images sst-cli reads"):
+        find_images([empty], cli=True)
+    picture = tmp_path / "small.png"
+    Image.new("RGB", (8, 8)).save(picture)
+    with pytest.raises(ConfigError, match=r"\(the HR patch, patch x scale\) in .*: give a smaller patch$"):
+        large_enough([picture], 16)
+    with pytest.raises(ConfigError, match=r"\(the HR patch, --patch x scale\) in .*: give a smaller --patch$"):
+        large_enough([picture], 16, cli=True)

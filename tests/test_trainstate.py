@@ -79,13 +79,13 @@ def test_a_bad_state_file_is_refused_in_one_sentence_naming_it(
     with pytest.raises(CheckpointError, match=match) as error:
         train(replace(run, state=bad))
     message = str(error.value)
-    assert message.startswith(f"--resume: {bad} ") and "\n" not in message
+    assert message.startswith(f"resume: {bad} ") and "\n" not in message  # not the --resume it never typed
     cli = runner.invoke(
         app,
         ["train", "--data", str(run.data[0]), "--iters", "4", "--out", str(tmp_path / "x.pth"), "--resume", str(bad)],
     )
     lines = [line for line in cli.output.splitlines() if line.strip()]
-    assert cli.exit_code == 1 and len(lines) == 1 and lines[0].startswith("error:"), cli.output
+    assert cli.exit_code == 1 and len(lines) == 1 and lines[0].startswith(f"error: --resume: {bad}"), cli.output
 
 
 def test_a_state_of_another_network_scale_or_seed_is_refused(run: TrainConfig) -> None:
@@ -95,10 +95,18 @@ def test_a_state_of_another_network_scale_or_seed_is_refused(run: TrainConfig) -
         train(replace(run, model=replace(TINY, dim=12)))
     with pytest.raises(ConfigError, match="with another network config"):
         train(replace(run, model="sst-light", scale=2))
-    with pytest.raises(ConfigError, match=r"was started with --seed 0, not 1"):
-        train(replace(run, seed=1))
+    with pytest.raises(ConfigError, match=r"config than custom x2; use the same model, or another out$"):
+        train(replace(run, model=replace(TINY, dim=12)))  # an API caller's model is its SSTConfig: no --config
     with pytest.raises(
-        WeightsNotFound, match=r"there is no training state .*nowhere.state.pth; start without --resume"
+        ConfigError, match=r"config than custom x2; use the same --model and --config, or another --out"
+    ):
+        train(replace(run, model=replace(TINY, dim=12)), cli=True)
+    with pytest.raises(ConfigError, match=r"^resume: .* was started with seed=0, not 1$"):
+        train(replace(run, seed=1))
+    with pytest.raises(ConfigError, match=r"^--resume: .* was started with --seed 0, not 1$"):
+        train(replace(run, seed=1), cli=True)
+    with pytest.raises(
+        WeightsNotFound, match=r"^resume: there is no training state .*nowhere.state.pth; start without resume=True$"
     ):
         train(replace(run, state=run.out.with_name("nowhere.state.pth")))
     notes: list[str] = []

@@ -325,7 +325,7 @@ def train(
     with reporter.running(iters):
         try:
             result = run_training(
-                settings, on_progress=reporter.update, on_message=reporter.note, on_start=reporter.start
+                settings, on_progress=reporter.update, on_message=reporter.note, on_start=reporter.start, cli=True
             )
         except TrainingInterrupted as stop:
             r, saved = stop.result, as_markup(str(stop.result.state))
