@@ -34,7 +34,7 @@ from torch import nn
 from .allocator import give_back_freed
 from .archs import SRNetwork
 from .archs.attention import check_backend, describe_attention
-from .checks import check_bench_runs, check_choice, compile_mode
+from .checks import check_bench_runs, check_choice, compile_mode, option_name
 from .choices import BENCH_PRECISIONS, PRECISIONS
 from .compiling import compile_network
 from .errors import ConfigError, WeightsNotFound
@@ -118,12 +118,18 @@ class BenchSettings:
         check_backend(self.attention)
         if self.input is not None and not Path(self.input).is_file():
             raise ConfigError(f"the input image {self.input} is not a file")
-        if self.config is not None and self.weights is None:
-            raise ConfigError("--config describes the architecture of --weights; give the weights too")
-        remote = self.weights is not None and self.weights.strip().lower().startswith("hf://")
-        if self.weights is not None and not remote and not Path(self.weights).is_file():
-            raise WeightsNotFound(f"--weights: weights file not found: {self.weights}")  # exit 1, as in upscale
+        if self.config is not None and self.weights is None:  # ``sst bench`` refuses it first, as --config
+            raise ConfigError("config describes the architecture of weights; give the weights too")
+        check_weights_file(self.weights)
         return self
+
+
+def check_weights_file(weights: str | None, *, cli: bool = False) -> None:
+    """A local ``weights`` file must be there (an ``hf://`` reference is fetched later). ``cli``: name it
+    ``--weights``, as ``sst bench`` spells it, not ``weights``; the CLI asks before making ``BenchSettings``."""
+    remote = weights is not None and weights.strip().lower().startswith("hf://")
+    if weights is not None and not remote and not Path(weights).is_file():
+        raise WeightsNotFound(f"{option_name('weights', cli)}: weights file not found: {weights}")  # exit 1
 
 
 def quick_cpu_settings(**overrides: Any) -> BenchSettings:

@@ -16,7 +16,7 @@ from sst_cli.archs.sst.layers import WindowAttention, reference_path
 from sst_cli.bench import BenchSettings, lr_size, quick_cpu_settings, run_bench
 from sst_cli.cli import app
 from sst_cli.cli.bench import _quick_notice, _settings
-from sst_cli.errors import ConfigError
+from sst_cli.errors import ConfigError, WeightsNotFound
 from sst_cli.zoo import create_model
 
 TINY = {"models": ("sst-light",), "scales": (4,), "size": (64, 48), "runs": 2, "warmup": 1, "device": "cpu"}
@@ -340,6 +340,17 @@ def test_a_missing_weights_file_exits_1_as_in_upscale(tmp_path: Path) -> None:
     result = runner.invoke(app, ["bench", "--device", "cpu", "--weights", str(tmp_path / "missing.pth")])
     assert result.exit_code == 1, result.output
     assert "weights file not found" in result.output and "missing.pth" in result.output
+    assert "error: --weights: weights file not found" in " ".join(result.output.split())
+    config = runner.invoke(app, ["bench", "--device", "cpu", "--config", str(tmp_path / "c.json")])
+    assert "error: --config describes the architecture of --weights" in " ".join(config.output.split())
+
+
+def test_the_weights_are_named_as_an_api_caller_gave_them(tmp_path: Path) -> None:
+    """``BenchSettings(weights=...)`` was told about ``--weights`` and ``--config``, options it never typed."""
+    with pytest.raises(WeightsNotFound, match=r"^weights: weights file not found: .*missing\.pth$"):
+        BenchSettings(weights=str(tmp_path / "missing.pth"))
+    with pytest.raises(ConfigError, match=r"^config describes the architecture of weights; give the weights too$"):
+        BenchSettings(config=str(tmp_path / "c.json"))
 
 
 @needs_golden

@@ -70,7 +70,9 @@ def _settings(
         check_scale(scale)
     given_sizes = (("--size", size), ("--tiled", tiled))
     sizes = {option: parse_wxh(text, option) for option, text in given_sizes if text is not None}
-    from ..bench import BenchSettings, quick_cpu_settings
+    from ..bench import BenchSettings, check_weights_file, quick_cpu_settings
+
+    check_weights_file(weights, cli=True)  # BenchSettings would name it as the keyword, weights
     from ..runtime import resolve_device
 
     cpu = resolve_device(device, cli=True).type != "cuda"
