@@ -260,7 +260,8 @@ class Upscaler:
         failure = bf16_failure(self.model, self.device)
         if failure is not None:
             if self.options.precision != "auto":
-                raise ConfigError(f"{self.descriptor.architecture} {failure}: use --precision fp32")
+                # words true for --precision and precision= alike: the Upscaler has many builders, none says which
+                raise ConfigError(f"{self.descriptor.architecture} {failure}: use precision fp32")
             return
         self.model = self.model.to(dtype=torch.bfloat16)
         self.dtype = torch.bfloat16
