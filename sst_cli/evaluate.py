@@ -7,9 +7,10 @@ dataset before any network runs (so a bad file fails in seconds, not after an ho
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
@@ -17,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .choices import DEFAULT_SCALE
+from .choices import DEFAULT_MODEL, DEFAULT_SCALE
 from .errors import ConfigError, ImageError, OutputExists, WriteError
 from .files import unwritable
 from .image_io import READABLE_FORMATS, Picture, is_image_file, probe_image, read_image, write_image
@@ -462,7 +463,8 @@ def run_evaluation(
     on_image: Callable[[str, int, ImageScore], None] | None = None,
     on_output: Callable[[EvalOutput], None] | None = None,
 ) -> list[DatasetResult]:
-    """Score every (model, scale, dataset); every file is checked before the first forward pass.
+    """Score every (model, scale, dataset); every file is checked, and every model's weights found, before the
+    first forward pass.
 
     ``on_start(total_images)`` once the inputs are known; ``on_image(dataset, scale, score)`` per image;
     ``on_output(output)`` per image with its pixels (for ``report``), before ``on_image``.
@@ -500,6 +502,7 @@ def run_evaluation(
         why = unwritable(folder)
         if why is not None:
             raise WriteError(f"--save-images: cannot write into '{folder}': {why}")
+    wanted = _fetched(settings.models, scales, loaded, inferred)  # every model's weights are here before any runs
     if on_start is not None:
         on_start(sum(len(ds.hr_files) for ds in datasets) * len(scales) * len(settings.models))
     order = {ds.name: i for i, ds in enumerate(datasets)}
@@ -507,15 +510,11 @@ def run_evaluation(
     for index, (model, label) in enumerate(zip(settings.models, model_labels(settings.models), strict=True)):
         found: list[DatasetResult] = []
         for s in scales:
-            try:
-                sr: SrFunction = bicubic
-                ran_on = BICUBIC_RAN_ON
-                if not isinstance(model, str):
-                    sr, ran_on = _network(model, s, settings, loaded.pop((index, s), None))
-            except ConfigError as exc:
-                if not inferred:
-                    raise
-                raise ConfigError(f"{exc} (without --scale every model runs at the first weights' x{s})") from None
+            sr: SrFunction = bicubic
+            ran_on = BICUBIC_RAN_ON
+            if not isinstance(model, str):
+                with _said_at_inferred_scale(inferred, s):
+                    sr, ran_on = _network(wanted.get((index, s), model), s, settings, loaded.pop((index, s), None))
             for ds in datasets:
                 found.append(
                     evaluate_dataset(
@@ -534,6 +533,40 @@ def run_evaluation(
         found.sort(key=lambda r: (order[r.dataset], r.scale))  # one dataset's scales together
         results += found
     return results
+
+
+def _fetched(
+    models: Sequence[ModelSpec | str], scales: list[int], loaded: dict[tuple[int, int], Upscaler], inferred: bool
+) -> dict[tuple[int, int], ModelSpec]:
+    """Each network at each scale, keyed (model index, scale), its weights file found now (``ModelSpec.fetched``):
+    a second zoo model missing offline was found only after the first had been scored on every dataset. A zoo
+    model has a file per scale; a weights file (``hf://``) is one at every scale, fetched once."""
+    wanted: dict[tuple[int, int], ModelSpec] = {}
+    for index, model in enumerate(models):
+        if isinstance(model, str):
+            continue
+        for s in scales:
+            if (index, s) in loaded:  # loaded already, to read the scale its weights declare
+                continue
+            spec = model
+            if model.weights is None and model.scale != s:
+                spec = replace(model, scale=s, fetched_file=None)  # a file found for another scale is not this one's
+            with _said_at_inferred_scale(inferred, s):
+                wanted[(index, s)] = replace(spec, scale=s).fetched(DEFAULT_MODEL, s)
+            if model.weights is not None:
+                model = wanted[(index, s)]  # found once
+    return wanted
+
+
+@contextlib.contextmanager
+def _said_at_inferred_scale(inferred: bool, scale: int) -> Iterator[None]:
+    """A model refused at the scale the first weights declared says where that scale came from."""
+    try:
+        yield
+    except ConfigError as exc:
+        if not inferred:
+            raise
+        raise ConfigError(f"{exc} (without --scale every model runs at the first weights' x{scale})") from None
 
 
 def _check_names(datasets: list[Dataset]) -> None:

@@ -13,6 +13,7 @@ import shutil
 import struct
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -582,6 +583,85 @@ def test_compare_loads_the_zoo_weights_it_found_up_front_without_looking_again(
     result = run_compare(settings)
     assert result.models == ("sst-light-291",) and (tmp_path / "side.png").is_file()
     assert looked_up == [("sst-light-291", 2)]
+
+
+@pytest.mark.parametrize("why", ["offline", "unreachable"])
+def test_eval_of_zoo_weights_not_in_the_cache_is_refused_before_any_model_runs(
+    tmp_path: Path, offline_cache: Path, monkeypatch: pytest.MonkeyPatch, why: str
+) -> None:
+    """The second model's weights were looked for only after the first model had been scored on every dataset."""
+    from huggingface_hub import constants
+
+    import sst_cli.evaluate as evaluate
+
+    if why == "unreachable":  # online, but the Hub (and the release) cannot be reached
+        monkeypatch.delenv("HF_HUB_OFFLINE")
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        endpoint = f"http://127.0.0.1:{_closed_port()}"
+        monkeypatch.setenv("HF_ENDPOINT", endpoint)
+        monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+        monkeypatch.setenv("SST_RELEASE_URL", "off")
+    data = _dataset(tmp_path / "mine")
+    monkeypatch.setattr(evaluate, "Upscaler", None)  # any model built or run fails the test
+    models = ["--model", "sst-light-291", "--model", "sst-l"]
+    result = runner.invoke(app, ["eval", "-d", str(data), *models, "-s", "2", "-s", "4", "--json", "r.json", "-q"])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 1, result.output
+    expected = {
+        "offline": "sst-l x2 weights (SSTLarge_DFLIP_X2.pth) are not in the cache and HF_HUB_OFFLINE is set: run "
+        "`sst models pull sst-l --scale 2` with network access, or pass --weights PATH",
+        "unreachable": "no network: cannot reach 127.0.0.1:",
+    }[why]
+    assert expected in text
+    assert "sst-l x2" in text and "sst models pull sst-l --scale 2" in text
+    assert not Path("r.json").exists()
+
+
+def test_eval_of_hf_weights_not_in_the_cache_is_refused_before_any_model_is_scored(
+    tmp_path: Path, offline_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --scale the first weights are loaded to read their scale; the others are found before any scoring."""
+    import sst_cli.evaluate as evaluate
+
+    mine = tiny_weights(tmp_path / "mine.safetensors", 1)
+    data = _dataset(tmp_path / "data")
+    monkeypatch.setattr(evaluate, "evaluate_dataset", None)  # any model scored fails the test
+    weights = ["--weights", str(mine), "--weights", "hf://someone/models/theirs.safetensors"]
+    result = runner.invoke(app, ["eval", "-d", str(data), *weights, "--device", "cpu", "-q"])
+    assert result.exit_code == 1, result.output
+    missing = "theirs.safetensors from someone/models is not in the Hugging Face cache (HF_HUB_OFFLINE is set)"
+    assert missing in " ".join(result.output.split())
+
+
+def test_eval_finds_every_model_at_every_scale_first_and_loads_each_without_looking_again(
+    tmp_path: Path, offline_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A zoo model has a file per scale: each is found before the first model is built, and looked up only once."""
+    import sst_cli.evaluate as evaluate
+    import sst_cli.loader as loader
+    from sst_cli.evaluate import EvalSettings, run_evaluation
+
+    looked_up: list[tuple[str, int]] = []
+    found_at_build: list[list[tuple[str, int]]] = []  # what had been looked up when each model was built
+    resolve, build = loader.hub.resolve_pretrained, evaluate.Upscaler
+
+    def counted(name: str, scale: int, *, repo_id: str | None = None) -> Path:
+        looked_up.append((name, scale))
+        return resolve(name, scale, repo_id=repo_id)
+
+    def noted_build(*args: Any, **kwargs: Any) -> Any:
+        found_at_build.append(list(looked_up))
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(loader.hub, "resolve_pretrained", counted)
+    monkeypatch.setattr(evaluate, "Upscaler", noted_build)
+    settings = EvalSettings(
+        (str(_dataset(tmp_path / "data")),), (ModelSpec("sst-light-291"),), scales=(2, 3), options=CPU
+    )
+    results = run_evaluation(settings)
+    assert [(r.model, r.scale, r.n_images) for r in results] == [("sst-light-291", 2, 2), ("sst-light-291", 3, 2)]
+    assert found_at_build[0] == [("sst-light-291", 2), ("sst-light-291", 3)]
+    assert looked_up == [("sst-light-291", 2), ("sst-light-291", 3)]
 
 
 def test_eval_of_weights_at_two_scales_says_which_scale_ran(tmp_path: Path) -> None:
