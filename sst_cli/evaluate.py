@@ -548,13 +548,10 @@ def _fetched(
         for s in scales:
             if (index, s) in loaded:  # loaded already, to read the scale its weights declare
                 continue
-            spec = model
-            if model.weights is None and model.scale != s:
-                spec = replace(model, scale=s, fetched_file=None)  # a file found for another scale is not this one's
             with _said_at_inferred_scale(inferred, s):
-                wanted[(index, s)] = replace(spec, scale=s).fetched(DEFAULT_MODEL, s)
+                wanted[(index, s)] = replace(model, scale=s).fetched(DEFAULT_MODEL, s)
             if model.weights is not None:
-                model = wanted[(index, s)]  # found once
+                model = wanted[(index, s)]  # one file at every scale: found once
     return wanted
 
 

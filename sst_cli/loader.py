@@ -110,7 +110,8 @@ class ModelSpec:
     weights: str | os.PathLike[str] | None = None
     config: ConfigSource | None = None
     hub_repo: str | None = None
-    fetched_file: Path | None = field(default=None, repr=False, compare=False)  # set by ``fetched``
+    # set by ``fetched``: the file found, and for which weights, or zoo name, scale and repo (``_wanted``)
+    fetched_file: tuple[tuple[object, ...], Path] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_model_choice(self.model, self.scale, self.weights, self.config, self.hub_repo)
@@ -122,21 +123,31 @@ class ModelSpec:
         downloaded), which ``load`` then reads without looking again. A command that loads several models one
         after another fetches them all first: a second model missing offline was found only after the first had
         run on every picture. The error is the one ``load`` gives."""
-        if self.fetched_file is not None:
+        if self._found() is not None:
             return self
         if self.weights is not None:
             source = weights_source(self.weights)
             if not isinstance(source, str):  # a local file: nothing to fetch
                 return self
             path, _ = _weights_file(source, self.scale, None)
-            return replace(self, fetched_file=path)
-        name, scale = self.model or default_model, self.scale or default_scale
-        path, _ = _weights_file(name, scale, self.hub_repo)
-        return replace(self, model=name, scale=scale, fetched_file=path)
+            return replace(self, fetched_file=(self._wanted(), path))
+        at = replace(self, model=self.model or default_model, scale=self.scale or default_scale)
+        path, _ = _weights_file(at.model or default_model, at.scale, self.hub_repo)
+        return replace(at, fetched_file=(at._wanted(), path))
+
+    def _wanted(self) -> tuple[object, ...]:
+        """What a fetched file is the file of: a spec copied at another scale or model must look again."""
+        return (str(self.weights),) if self.weights is not None else (self.model, self.scale, self.hub_repo)
+
+    def _found(self) -> Path | None:
+        """The file ``fetched`` found for this spec as it is now, if any."""
+        if self.fetched_file is None or self.fetched_file[0] != self._wanted():
+            return None
+        return self.fetched_file[1]
 
     def load(self, default_model: str, default_scale: int, *, device: torch.device, dtype: torch.dtype) -> SRNetwork:
         """The network, on ``device`` in ``dtype``; a zoo model falls back to the given defaults."""
-        found = self.fetched_file
+        found = self._found()
         if self.weights is not None:
             variant = None if self.config is not None else self.model
             source = weights_source(self.weights)

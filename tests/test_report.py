@@ -664,6 +664,30 @@ def test_eval_finds_every_model_at_every_scale_first_and_loads_each_without_look
     assert looked_up == [("sst-light-291", 2), ("sst-light-291", 3)]
 
 
+def test_a_spec_fetched_at_one_scale_and_copied_at_another_looks_again(
+    offline_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``replace(spec, scale=3)`` of a spec fetched at x2 kept the x2 file: loaded as x3, it was refused and the
+    good x2 file removed from the cache as damaged."""
+    import sst_cli.loader as loader
+
+    looked_up: list[tuple[str, int]] = []
+    resolve = loader.hub.resolve_pretrained
+
+    def counted(name: str, scale: int, *, repo_id: str | None = None) -> Path:
+        looked_up.append((name, scale))
+        return resolve(name, scale, repo_id=repo_id)
+
+    monkeypatch.setattr(loader.hub, "resolve_pretrained", counted)
+    x2 = ModelSpec("sst-light-291", 2).fetched("sst-light-291", 4)
+    x3 = replace(x2, scale=3)
+    assert x3.fetched("sst-light-291", 4) is not x3  # looked for again, at x3
+    network = x3.load("sst-light-291", 4, device=torch.device("cpu"), dtype=torch.float32)
+    assert network.scale == 3
+    assert x2.fetched("sst-light-291", 4) is x2  # found already
+    assert looked_up == [("sst-light-291", 2), ("sst-light-291", 3), ("sst-light-291", 3)]
+
+
 def test_eval_of_weights_at_two_scales_says_which_scale_ran(tmp_path: Path) -> None:
     x2 = tiny_weights(tmp_path / "tiny_x2.safetensors", 1)
     torch.manual_seed(3)
