@@ -108,13 +108,17 @@ def test_network_eval_self_ensemble_saved_images_and_scale_from_weights(tmp_path
     assert np.asarray(Image.open(Path("sr") / "tiny" / "x3" / "baby.png")).shape == (30, 30, 3)
 
 
+def _one_image_set(folder: Path) -> None:
+    """A dataset of one 30x30 HR image (``folder/HR/a.png``): LR made from it."""
+    (folder / "HR").mkdir(parents=True)
+    pixels = np.random.default_rng(2).integers(0, 256, (30, 30, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(folder / "HR" / "a.png")
+
+
 @needs_golden
 def test_json_records_the_device_and_precision_each_model_ran_on(tmp_path: Path) -> None:
     """The protocol said "auto", as asked: on a GPU that is bf16, so a file did not say which precision made it."""
-    (tmp_path / "tiny" / "HR").mkdir(parents=True)
-    Image.fromarray(np.random.default_rng(2).integers(0, 256, (30, 30, 3), dtype=np.uint8)).save(
-        tmp_path / "tiny" / "HR" / "a.png"
-    )
+    _one_image_set(tmp_path / "tiny")
     model = ["--weights", str(GOLDEN / "mini_x3.pth"), "--config", str(GOLDEN / "mini_x3.json"), "-m", "bicubic"]
     args = ["eval", "-d", "tiny", *model, "--device", "cpu", "--precision", "auto", "--json", "r.json", "-q"]
     result = runner.invoke(app, args)
@@ -128,10 +132,7 @@ def test_json_records_the_device_and_precision_each_model_ran_on(tmp_path: Path)
 @needs_golden
 def test_report_and_csv_record_where_each_model_ran_as_json_does(tmp_path: Path) -> None:
     """``--json`` said which device and precision made each result; report.json and the CSV did not."""
-    (tmp_path / "tiny" / "HR").mkdir(parents=True)
-    Image.fromarray(np.random.default_rng(2).integers(0, 256, (30, 30, 3), dtype=np.uint8)).save(
-        tmp_path / "tiny" / "HR" / "a.png"
-    )
+    _one_image_set(tmp_path / "tiny")
     model = ["--weights", str(GOLDEN / "mini_x3.pth"), "--config", str(GOLDEN / "mini_x3.json"), "--device", "cpu"]
     outputs = ["--json", "r.json", "--csv", "r.csv", "--report", "rep", "--rgb"]
     result = runner.invoke(app, ["eval", "-d", "tiny", *model, *outputs, "-q"])

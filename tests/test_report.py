@@ -516,34 +516,61 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("why", ["offline", "unreachable"])
-def test_compare_of_zoo_weights_not_in_the_cache_is_refused_before_any_model_runs(
-    tmp_path: Path, offline_cache: Path, monkeypatch: pytest.MonkeyPatch, why: str
-) -> None:
-    """The second model's weights were looked for only after the first model had run on every picture."""
+@pytest.fixture(params=["offline", "unreachable"])
+def no_hub(request: pytest.FixtureRequest, offline_cache: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Weights not in the cache cannot be had: HF_HUB_OFFLINE is set, or the run is online and the Hub (and the
+    release) out of reach."""
     from huggingface_hub import constants
 
-    import sst_cli.compare as compare
-
-    if why == "unreachable":  # online, but the Hub (and the release) cannot be reached
+    if request.param == "unreachable":
         monkeypatch.delenv("HF_HUB_OFFLINE")
         monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
         endpoint = f"http://127.0.0.1:{_closed_port()}"
         monkeypatch.setenv("HF_ENDPOINT", endpoint)
         monkeypatch.setattr(constants, "ENDPOINT", endpoint)
         monkeypatch.setenv("SST_RELEASE_URL", "off")
-    Image.fromarray(pattern(16, 16, 1)).save(tmp_path / "photo.png")
-    monkeypatch.setattr(compare, "Upscaler", None)  # any model built or run fails the test
-    result = runner.invoke(app, ["compare", "photo.png", "--model", "sst-light-291", "--model", "sst-l", "-q"])
+    return request.param
+
+
+def _refused_for_sst_l(result: Any, no_hub: str, scale: int) -> None:
+    """The run stopped (exit 1) with the loader's own words for sst-l's weights at ``scale``."""
     text = " ".join(result.output.split())
     assert result.exit_code == 1, result.output
     expected = {
-        "offline": "sst-l x4 weights (SSTLarge_DFLIP_X4.pth) are not in the cache and HF_HUB_OFFLINE is set: run "
-        "`sst models pull sst-l --scale 4` with network access, or pass --weights PATH",
+        "offline": f"sst-l x{scale} weights (SSTLarge_DFLIP_X{scale}.pth) are not in the cache and HF_HUB_OFFLINE is "
+        f"set: run `sst models pull sst-l --scale {scale}` with network access, or pass --weights PATH",
         "unreachable": "no network: cannot reach 127.0.0.1:",
-    }[why]
+    }[no_hub]
     assert expected in text
-    assert "sst-l x4" in text and "sst models pull sst-l --scale 4" in text
+    assert f"sst-l x{scale}" in text and f"sst models pull sst-l --scale {scale}" in text
+
+
+@pytest.fixture
+def looked_up(offline_cache: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """Every zoo file looked for (name, scale), in order: a look-up online is a request to the Hub."""
+    import sst_cli.loader as loader
+
+    found: list[tuple[str, int]] = []
+    resolve = loader.hub.resolve_pretrained
+
+    def counted(name: str, scale: int, *, repo_id: str | None = None) -> Path:
+        found.append((name, scale))
+        return resolve(name, scale, repo_id=repo_id)
+
+    monkeypatch.setattr(loader.hub, "resolve_pretrained", counted)
+    return found
+
+
+def test_compare_of_zoo_weights_not_in_the_cache_is_refused_before_any_model_runs(
+    tmp_path: Path, no_hub: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second model's weights were looked for only after the first model had run on every picture."""
+    import sst_cli.compare as compare
+
+    Image.fromarray(pattern(16, 16, 1)).save(tmp_path / "photo.png")
+    monkeypatch.setattr(compare, "Upscaler", None)  # any model built or run fails the test
+    result = runner.invoke(app, ["compare", "photo.png", "--model", "sst-light-291", "--model", "sst-l", "-q"])
+    _refused_for_sst_l(result, no_hub, 4)
     assert not (tmp_path / "sst-compare").exists()
 
 
@@ -563,19 +590,9 @@ def test_compare_of_hf_weights_not_in_the_cache_is_refused_before_any_model_runs
 
 
 def test_compare_loads_the_zoo_weights_it_found_up_front_without_looking_again(
-    tmp_path: Path, offline_cache: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, looked_up: list[tuple[str, int]]
 ) -> None:
     """Finding every model's weights first costs no second look-up (online, a request to the Hub) when each loads."""
-    import sst_cli.loader as loader
-
-    looked_up: list[tuple[str, int]] = []
-    resolve = loader.hub.resolve_pretrained
-
-    def counted(name: str, scale: int, *, repo_id: str | None = None) -> Path:
-        looked_up.append((name, scale))
-        return resolve(name, scale, repo_id=repo_id)
-
-    monkeypatch.setattr(loader.hub, "resolve_pretrained", counted)
     Image.fromarray(pattern(16, 16, 1)).save(tmp_path / "photo.png")
     settings = CompareSettings(
         (tmp_path / "photo.png",), (ModelSpec("sst-light-291"),), scale=2, options=CPU, png=tmp_path / "side.png"
@@ -585,35 +602,17 @@ def test_compare_loads_the_zoo_weights_it_found_up_front_without_looking_again(
     assert looked_up == [("sst-light-291", 2)]
 
 
-@pytest.mark.parametrize("why", ["offline", "unreachable"])
 def test_eval_of_zoo_weights_not_in_the_cache_is_refused_before_any_model_runs(
-    tmp_path: Path, offline_cache: Path, monkeypatch: pytest.MonkeyPatch, why: str
+    tmp_path: Path, no_hub: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The second model's weights were looked for only after the first model had been scored on every dataset."""
-    from huggingface_hub import constants
-
     import sst_cli.evaluate as evaluate
 
-    if why == "unreachable":  # online, but the Hub (and the release) cannot be reached
-        monkeypatch.delenv("HF_HUB_OFFLINE")
-        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-        endpoint = f"http://127.0.0.1:{_closed_port()}"
-        monkeypatch.setenv("HF_ENDPOINT", endpoint)
-        monkeypatch.setattr(constants, "ENDPOINT", endpoint)
-        monkeypatch.setenv("SST_RELEASE_URL", "off")
     data = _dataset(tmp_path / "mine")
     monkeypatch.setattr(evaluate, "Upscaler", None)  # any model built or run fails the test
     models = ["--model", "sst-light-291", "--model", "sst-l"]
     result = runner.invoke(app, ["eval", "-d", str(data), *models, "-s", "2", "-s", "4", "--json", "r.json", "-q"])
-    text = " ".join(result.output.split())
-    assert result.exit_code == 1, result.output
-    expected = {
-        "offline": "sst-l x2 weights (SSTLarge_DFLIP_X2.pth) are not in the cache and HF_HUB_OFFLINE is set: run "
-        "`sst models pull sst-l --scale 2` with network access, or pass --weights PATH",
-        "unreachable": "no network: cannot reach 127.0.0.1:",
-    }[why]
-    assert expected in text
-    assert "sst-l x2" in text and "sst models pull sst-l --scale 2" in text
+    _refused_for_sst_l(result, no_hub, 2)
     assert not Path("r.json").exists()
 
 
@@ -634,26 +633,19 @@ def test_eval_of_hf_weights_not_in_the_cache_is_refused_before_any_model_is_scor
 
 
 def test_eval_finds_every_model_at_every_scale_first_and_loads_each_without_looking_again(
-    tmp_path: Path, offline_cache: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, looked_up: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A zoo model has a file per scale: each is found before the first model is built, and looked up only once."""
     import sst_cli.evaluate as evaluate
-    import sst_cli.loader as loader
     from sst_cli.evaluate import EvalSettings, run_evaluation
 
-    looked_up: list[tuple[str, int]] = []
     found_at_build: list[list[tuple[str, int]]] = []  # what had been looked up when each model was built
-    resolve, build = loader.hub.resolve_pretrained, evaluate.Upscaler
-
-    def counted(name: str, scale: int, *, repo_id: str | None = None) -> Path:
-        looked_up.append((name, scale))
-        return resolve(name, scale, repo_id=repo_id)
+    build = evaluate.Upscaler
 
     def noted_build(*args: Any, **kwargs: Any) -> Any:
         found_at_build.append(list(looked_up))
         return build(*args, **kwargs)
 
-    monkeypatch.setattr(loader.hub, "resolve_pretrained", counted)
     monkeypatch.setattr(evaluate, "Upscaler", noted_build)
     settings = EvalSettings(
         (str(_dataset(tmp_path / "data")),), (ModelSpec("sst-light-291"),), scales=(2, 3), options=CPU
@@ -664,21 +656,9 @@ def test_eval_finds_every_model_at_every_scale_first_and_loads_each_without_look
     assert looked_up == [("sst-light-291", 2), ("sst-light-291", 3)]
 
 
-def test_a_spec_fetched_at_one_scale_and_copied_at_another_looks_again(
-    offline_cache: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_spec_fetched_at_one_scale_and_copied_at_another_looks_again(looked_up: list[tuple[str, int]]) -> None:
     """``replace(spec, scale=3)`` of a spec fetched at x2 kept the x2 file: loaded as x3, it was refused and the
     good x2 file removed from the cache as damaged."""
-    import sst_cli.loader as loader
-
-    looked_up: list[tuple[str, int]] = []
-    resolve = loader.hub.resolve_pretrained
-
-    def counted(name: str, scale: int, *, repo_id: str | None = None) -> Path:
-        looked_up.append((name, scale))
-        return resolve(name, scale, repo_id=repo_id)
-
-    monkeypatch.setattr(loader.hub, "resolve_pretrained", counted)
     x2 = ModelSpec("sst-light-291", 2).fetched("sst-light-291", 4)
     x3 = replace(x2, scale=3)
     assert x3.fetched("sst-light-291", 4) is not x3  # looked for again, at x3
