@@ -18,18 +18,18 @@ if TYPE_CHECKING:
 
 
 def about_file(
-    path: str | os.PathLike[str], variant: str | None = None, config: ConfigSource | None = None
+    path: str | os.PathLike[str], variant: str | None = None, config: ConfigSource | None = None, *, cli: bool = False
 ) -> dict[str, object]:
     """Facts about the model in ``path`` (loaded on the CPU, into ``variant``'s architecture, or built from
     ``config``'s constructor keywords, when given). An ``hf://`` reference is downloaded into the Hugging Face
-    cache first, unless it is there already."""
+    cache first, unless it is there already. ``cli``: advice names ``--model`` and ``--config`` (``load_model``)."""
     from .archs import describe, network_of
     from .checkpoint import read_metadata
     from .loader import load_model, weights_source
 
     source = weights_source(path)
     local = hub.download(hub.parse_hf_reference(source), rehash=True) if isinstance(source, str) else source
-    model = load_model(local, variant=variant, config=config)
+    model = load_model(local, variant=variant, config=config, cli=cli)
     d = describe(model)
     facts: dict[str, object] = {
         "file": local,

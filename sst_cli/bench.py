@@ -315,14 +315,14 @@ def _make_model(name: str, scale: int, seed: int) -> SRNetwork:
     return create_model(name, scale).eval()
 
 
-def _planned(settings: BenchSettings) -> list[tuple[str, int, SRNetwork]]:
+def _planned(settings: BenchSettings, cli: bool) -> list[tuple[str, int, SRNetwork]]:
     """(label, scale, network) of each network to time: the weights file's own, loaded; zoo models built on the
     meta device, which is enough to plan their memory (``_network`` builds each for real when its turn comes)."""
     if settings.weights is not None:
         from .loader import load_model
 
         wanted = settings.scales[0] if len(settings.scales) == 1 else None
-        model = load_model(settings.weights, wanted, config=settings.config, variant=settings.variant)
+        model = load_model(settings.weights, wanted, config=settings.config, variant=settings.variant, cli=cli)
         return [(Path(settings.weights.split("@", 1)[0]).stem, model.scale, model)]
     with torch.device("meta"):
         return [(name, scale, create_model(name, scale)) for name in settings.models for scale in settings.scales]
@@ -413,8 +413,9 @@ def _out_of_memory_says(what: str, device: torch.device) -> Iterator[None]:
         raise ConfigError(f"{what}: out of memory on {device_name(device)}; time a smaller --size or --tiled") from None
 
 
-def run_bench(settings: BenchSettings, on_progress: Say | None = None) -> BenchReport:
-    """Measure every (model, scale, precision) of ``settings``; see the module docstring for the protocol."""
+def run_bench(settings: BenchSettings, on_progress: Say | None = None, *, cli: bool = False) -> BenchReport:
+    """Measure every (model, scale, precision) of ``settings``; see the module docstring for the protocol.
+    ``cli``: loading advice names ``--model`` and ``--config``, not ``variant`` and ``config``."""
     settings.validate()
     say = on_progress or (lambda _text: None)
     device = resolve_device(settings.device)
@@ -442,7 +443,7 @@ def run_bench(settings: BenchSettings, on_progress: Say | None = None) -> BenchR
             f"--compile {settings.compile} with --warmup 0: the first timed run includes compiling the model "
             "(its time and memory); give --warmup 1 or more to time the compiled model alone"
         )
-    planned = _planned(settings)
+    planned = _planned(settings, cli)
     check_memory(settings, device, planned)
     for name, scale, shape in planned:
         base = _network(name, scale, shape, settings.seed)

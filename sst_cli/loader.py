@@ -29,6 +29,7 @@ from .archs import (
     recognise,
 )
 from .checkpoint import check_fit, load_state, read_metadata, read_weights
+from .checks import option_name, option_value
 from .errors import CheckpointError, ConfigError, ScaleMismatch
 from .zoo import VARIANTS, Variant, check_model_choice, get_variant
 
@@ -95,6 +96,45 @@ def refuse_unknown_model(source: str) -> None:
         raise ConfigError(f"{exc}; and no weights file {source!r} exists") from None
 
 
+@dataclass(frozen=True)
+class Asked:
+    """How the caller named what it asked for, so that advice names the same: the command line's ``--model``
+    and ``--weights``, ``ModelSpec(model=..., weights=...)``, or ``load_model``'s ``variant`` and ``source``."""
+
+    cli: bool = False
+    model: str = "variant"
+    weights: str = "source"
+
+    def name(self, option: str) -> str:
+        """``model``, ``weights``, ``config``, ... as this caller spells the option."""
+        keyword = {"model": self.model, "weights": self.weights}.get(option, option)
+        return option_name(option if self.cli else keyword, self.cli)
+
+    def value(self, option: str, value: object) -> str:
+        """``--scale 2`` / ``scale=2``: ``scale`` and ``hub_repo`` are spelt alike by every API entry."""
+        return option_value(option, value, self.cli)
+
+
+LOAD_MODEL = Asked()
+MODEL_SPEC = Asked(model="model", weights="weights")
+COMMAND_LINE = Asked(cli=True, model="model", weights="weights")
+
+
+def _needs_scale(label: str, found: int, requested: int, asked: Asked) -> ConfigError:
+    return ConfigError(
+        f"{label}: the weights are for x{found} but x{requested} was requested; they need {asked.value('scale', found)}"
+    )
+
+
+def _scale_mismatch(source: str, found: object, requested: int, asked: Asked) -> ScaleMismatch:
+    """The model is right and the scale asked for is not: the advice names the scale as the caller gave it (the
+    architectures' own checks know tensors, not options)."""
+    return ScaleMismatch(
+        f"{source} holds x{found} weights but x{requested} was requested; "
+        f"use {asked.value('scale', found)} or weights for x{requested}"
+    )
+
+
 def weights_source(weights: str | os.PathLike[str]) -> str | Path:
     """``--weights`` as ``load_model`` takes it: an ``hf://`` reference stays text, anything else is a path."""
     return weights if isinstance(weights, str) and hub.is_hf_reference(weights) else Path(weights)
@@ -103,7 +143,9 @@ def weights_source(weights: str | os.PathLike[str]) -> str | Path:
 @dataclass(frozen=True)
 class ModelSpec:
     """What to load: a zoo ``model`` (default: the caller's), or ``weights`` (file or ``hf://``) whose
-    architecture comes from ``config``, else ``model``, else the file itself; checked on construction."""
+    architecture comes from ``config``, else ``model``, else the file itself; checked on construction.
+    ``cli``: made from the command line's options, so that advice names ``--model`` and ``--scale 2``, not the
+    keywords ``model`` and ``scale=2`` (it travels with the spec to the Upscaler that loads it)."""
 
     model: str | None = None
     scale: int | None = None
@@ -112,6 +154,7 @@ class ModelSpec:
     hub_repo: str | None = None
     # set by ``fetched``: the file found, and for which weights, or zoo name, scale and repo (``_wanted``)
     fetched_file: tuple[tuple[object, ...], Path] | None = field(default=None, repr=False, compare=False)
+    cli: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_model_choice(self.model, self.scale, self.weights, self.config, self.hub_repo)
@@ -147,18 +190,18 @@ class ModelSpec:
 
     def load(self, default_model: str, default_scale: int, *, device: torch.device, dtype: torch.dtype) -> SRNetwork:
         """The network, on ``device`` in ``dtype``; a zoo model falls back to the given defaults."""
-        found = self._found()
+        found, asked = self._found(), COMMAND_LINE if self.cli else MODEL_SPEC
         if self.weights is not None:
             variant = None if self.config is not None else self.model
             source = weights_source(self.weights)
             if found is not None:
-                return _load_file(found, str(source), self.scale, self.config, variant, device, dtype)
-            return load_model(source, self.scale, config=self.config, variant=variant, device=device, dtype=dtype)
+                return _load_file(found, str(source), self.scale, self.config, variant, device, dtype, asked)
+            return _load_source(source, self.scale, self.config, variant, device, dtype, None, asked)
         name = self.model or default_model
         scale = self.scale or default_scale
         if found is not None:
-            return _load_zoo_file(found, get_variant(name), scale, self.hub_repo, device, dtype)
-        return load_model(name, scale, hub_repo=self.hub_repo, device=device, dtype=dtype)
+            return _load_zoo_file(found, get_variant(name), scale, self.hub_repo, device, dtype, asked)
+        return _load_source(name, scale, None, None, device, dtype, self.hub_repo, asked)
 
 
 def _weights_file(
@@ -258,6 +301,7 @@ def _choose_config(
     scale: int | None,
     config: ConfigSource | None,
     variant: str | None,
+    asked: Asked,
 ) -> ArchConfig:
     """Precedence: an explicit config, a zoo variant, the config stored in the file, then the tensors alone."""
     if config is not None:
@@ -275,7 +319,7 @@ def _choose_config(
         if chosen.arch != arch.name:
             raise CheckpointError(
                 f"{source} holds {arch.title} weights, but {chosen.name} is a {get_architecture(chosen.arch).title} "
-                f"model: drop --model, or name a {arch.title} model"
+                f"model: drop {asked.name('model')}, or name a {arch.title} model"
             )
         found = int(inferred[arch.scale_key])
         if scale is None and found not in chosen.scales:  # the file's scale, not one the user asked for
@@ -285,14 +329,11 @@ def _choose_config(
         stored = _stored_config(arch, metadata, inferred, source)
         if stored is not None and stored != cfg:  # the file says how it was built: another build gives other pixels
             if stored.scale != cfg.scale and stored.scale in chosen.scales and chosen.config(stored.scale) == stored:
-                raise ScaleMismatch(  # the model is right and the scale asked for is not: dropping --model won't do
-                    f"{source} holds x{stored.scale} weights but x{cfg.scale} was requested; "
-                    f"use --scale {stored.scale} or weights for x{cfg.scale}"
-                )
+                raise _scale_mismatch(source, stored.scale, cfg.scale, asked)  # dropping --model won't do
             key, mine, theirs = _first_difference(stored, cfg)
             raise ConfigError(
                 f"{source} records the architecture it was trained with, and {chosen.name} differs ({key}: "
-                f"{mine} in the file, {theirs} in {chosen.name}): drop --model"
+                f"{mine} in the file, {theirs} in {chosen.name}): drop {asked.name('model')}"
             )
         return cfg
     else:
@@ -309,12 +350,11 @@ def _choose_config(
             hint = f"it fits {' or '.join(matches)}" if matches else "see `sst models`"
             raise ConfigError(
                 f"{source}: {arch.undetermined or 'the architecture'} cannot be read from the {arch.title} weights; "
-                f"name the architecture with --model ({hint}) or pass --config with the constructor keywords"
+                f"name the architecture with {asked.name('model')} ({hint}) or pass {asked.name('config')} with the "
+                "constructor keywords"
             )
     if scale is not None and scale != cfg.scale:
-        raise ConfigError(
-            f"{source}: the weights are for x{cfg.scale} but x{scale} was requested; they need --scale {cfg.scale}"
-        )
+        raise _needs_scale(source, cfg.scale, scale, asked)
     return cfg
 
 
@@ -330,22 +370,24 @@ def any_architecture(state: Mapping[str, torch.Tensor]) -> bool:
     return any(arch.detect(state) for arch in ARCHITECTURES.values())
 
 
-def _foreign_hint() -> str:
+def _foreign_hint(asked: Asked) -> str:
     from .spandrel import foreign as spandrel
 
     if spandrel.available():
-        return "without --model and --config, spandrel may run it"
+        return f"without {asked.name('model')} and {asked.name('config')}, spandrel may run it"
     return f"installing spandrel ({spandrel.INSTALL_HINT}) may help: it runs about 40 more architectures"
 
 
-def _with_foreign_hint(exc: CheckpointError, state: Mapping[str, torch.Tensor], source: str) -> CheckpointError:
+def _with_foreign_hint(
+    exc: CheckpointError, state: Mapping[str, torch.Tensor], source: str, asked: Asked
+) -> CheckpointError:
     """``exc`` plus what spandrel would add, unless the file is one of sst-cli's own, damaged (a near miss)."""
     if near_miss(state, source) is not None or prefix_miss(state, source) is not None:
         return exc
-    return CheckpointError(f"{exc}; {_foreign_hint()}")
+    return CheckpointError(f"{exc}; {_foreign_hint(asked)}")
 
 
-def _load_foreign(state: Mapping[str, torch.Tensor], source: str) -> SRNetwork:
+def _load_foreign(state: Mapping[str, torch.Tensor], source: str, asked: Asked) -> SRNetwork:
     """A checkpoint none of sst-cli's architectures claims: through spandrel when it is installed, else
     sst-cli's own explanation plus what installing spandrel would add."""
     from .spandrel import foreign as spandrel
@@ -358,7 +400,7 @@ def _load_foreign(state: Mapping[str, torch.Tensor], source: str) -> SRNetwork:
     try:
         detect_architecture(state, source)
     except CheckpointError as exc:
-        raise _with_foreign_hint(exc, state, source) from None
+        raise _with_foreign_hint(exc, state, source, asked) from None
     raise AssertionError("detect_architecture accepted keys no architecture claims")  # pragma: no cover
 
 
@@ -387,6 +429,7 @@ def load_model(
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
     hub_repo: str | None = None,
+    cli: bool = False,
 ) -> SRNetwork:
     """An eval-mode network with weights, mapping NCHW RGB in [0, 1] to NCHW RGB ``scale`` times larger.
 
@@ -396,11 +439,26 @@ def load_model(
     (a zoo name), else the zoo name of ``source``, else the config stored by sst-cli in a safetensors file,
     else the tensors alone when they determine it (never guessed: SST's window sizes are in no tensor). A file
     none of sst-cli's architectures claims is loaded by spandrel when it is installed (``sst_cli.spandrel``).
+    ``cli``: advice names the command line's options (``--model``, ``--scale 2``), not these keywords.
     """
+    asked = COMMAND_LINE if cli else LOAD_MODEL
+    return _load_source(source, scale, config, variant, device, dtype, hub_repo, asked)
+
+
+def _load_source(
+    source: str | os.PathLike[str],
+    scale: int | None,
+    config: ConfigSource | None,
+    variant: str | None,
+    device: str | torch.device,
+    dtype: torch.dtype,
+    hub_repo: str | None,
+    asked: Asked,
+) -> SRNetwork:
     path, zoo_variant = _weights_file(source, scale, hub_repo)
     if zoo_variant is None:
-        return _load_file(path, str(source), scale, config, variant, device, dtype)
-    return _load_zoo_file(path, zoo_variant, scale, hub_repo, device, dtype)
+        return _load_file(path, str(source), scale, config, variant, device, dtype, asked)
+    return _load_zoo_file(path, zoo_variant, scale, hub_repo, device, dtype, asked)
 
 
 def _load_zoo_file(
@@ -410,12 +468,13 @@ def _load_zoo_file(
     hub_repo: str | None,
     device: str | torch.device,
     dtype: torch.dtype,
+    asked: Asked,
 ) -> SRNetwork:
     """The network in the file found for a zoo name; a file that proves not to hold it is forgotten (unpinned,
     removed from the cache) so that the next run looks for it again."""
     label = f"the {zoo_variant.name} x{scale} weights file ({path})"
     try:
-        return _load_file(path, label, scale, None, zoo_variant.name, device, dtype)
+        return _load_file(path, label, scale, None, zoo_variant.name, device, dtype, asked)
     except (CheckpointError, ConfigError) as exc:
         if hub.manifest_entry(zoo_variant.name, int(scale or 0)).bundled and hub_repo is None:
             raise
@@ -423,13 +482,15 @@ def _load_zoo_file(
         problem = str(exc).split("; ", 1)[0]  # its advice (--scale, another file) is for a file the user chose
         if hub_repo is None:
             gone = f"{fate} and is no longer pinned" if fate else "is no longer pinned"
-            instead = "--hub-repo OWNER/REPO for a repository that holds them"
+            instead = f"{asked.value('hub_repo', 'OWNER/REPO')} for a repository that holds them"
         else:  # a file of --hub-repo is never pinned, and that option was given already
             gone = fate or "is not used"
-            instead = f"another --hub-repo than {hub_repo}"
+            instead = f"another {asked.name('hub_repo')} than {hub_repo}"
+        weights = asked.name("weights")
+        right_file = f"{weights} with the right file" if asked.cli else f"the right file as {weights}"
         raise CheckpointError(
-            f"{problem} (the file found for {zoo_variant.name} x{scale} does not hold them and {gone}: pass --weights "
-            f"with the right file, or {instead})"
+            f"{problem} (the file found for {zoo_variant.name} x{scale} does not hold them and {gone}: pass "
+            f"{right_file}, or {instead})"
         ) from None
 
 
@@ -449,24 +510,26 @@ def _load_file(
     variant: str | None,
     device: str | torch.device,
     dtype: torch.dtype,
+    asked: Asked,
 ) -> SRNetwork:
-    """The network in ``path`` (``label`` names it in messages); see ``load_model``."""
+    """The network in ``path`` (``label`` names it in messages, ``asked`` the options in advice); see
+    ``load_model``."""
     state, metadata = read_weights(path)
     if config is None and variant is None and not any_architecture(state):
-        foreign = _load_foreign(state, label)
+        foreign = _load_foreign(state, label, asked)
         if scale is not None and scale != foreign.scale:
-            raise ConfigError(
-                f"{label}: the weights are for x{foreign.scale} but x{scale} was requested; they need --scale "
-                f"{foreign.scale}"
-            )
+            raise _needs_scale(label, foreign.scale, scale, asked)
         return foreign.to(device=device, dtype=dtype).eval()
     try:
         arch = detect_architecture(state, label)
     except CheckpointError as exc:  # only --model / --config bring another architecture's file here
-        raise _with_foreign_hint(exc, state, label) from None
+        raise _with_foreign_hint(exc, state, label, asked) from None
     inferred, complete = _infer(arch, state, label)
-    cfg = _choose_config(arch, state, inferred, complete, metadata, label, scale, config, variant)
-    arch.compare(inferred, cfg, label)
+    cfg = _choose_config(arch, state, inferred, complete, metadata, label, scale, config, variant, asked)
+    try:
+        arch.compare(inferred, cfg, label)
+    except ScaleMismatch:  # the architecture says the scales differ; the advice names the caller's option
+        raise _scale_mismatch(label, inferred.get(arch.scale_key), cfg.scale, asked) from None
     with torch.device("meta"):
         model = arch.build(cfg)
     load_state(model, state, label)  # meta parameters are replaced by the file's tensors

@@ -111,7 +111,7 @@ def test_the_quick_defaults_notice_names_what_runs(options: dict, words: str) ->
 def test_the_cli_prints_the_quick_defaults_notice_of_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     import sst_cli.bench as bench
 
-    monkeypatch.setattr(bench, "_planned", lambda settings: [])  # nothing timed: the notice is what is tested
+    monkeypatch.setattr(bench, "_planned", lambda settings, cli: [])  # nothing timed: the notice is what is tested
     result = runner.invoke(app, ["bench", "--device", "cpu", "--scale", "3", "--tiled", "64x48"])
     assert result.exit_code == 0, result.output
     assert "CPU: quick defaults (sst-light, x3, tiled 64x48 output, 3 runs)" in " ".join(result.output.split())
@@ -120,7 +120,7 @@ def test_the_cli_prints_the_quick_defaults_notice_of_the_settings(monkeypatch: p
 def test_reduce_overhead_on_the_cpu_says_cuda_graphs_do_nothing_there(monkeypatch: pytest.MonkeyPatch) -> None:
     import sst_cli.bench as bench
 
-    monkeypatch.setattr(bench, "_planned", lambda settings: [])  # nothing timed: the notices are what is tested
+    monkeypatch.setattr(bench, "_planned", lambda settings, cli: [])  # nothing timed: the notices are what is tested
     said = "--compile reduce-overhead: its CUDA graphs run on CUDA GPUs only; on "
     reduce = run_bench(BenchSettings(**TINY, compile="reduce-overhead"))
     assert [n for n in reduce.notices if n.startswith(said)] == [f"{said}{reduce.device} it times as --compile default"]
@@ -148,7 +148,7 @@ def test_no_warm_up_says_the_figures_include_first_use_and_compiling(
         assert json.loads(out.read_text())["memory_kind"].startswith("peak RSS growth from the first warm-up run on")
     import sst_cli.bench as bench
 
-    monkeypatch.setattr(bench, "_planned", lambda settings: [])  # nothing timed: the notices are what is tested
+    monkeypatch.setattr(bench, "_planned", lambda settings, cli: [])  # nothing timed: the notices are what is tested
     said = "--compile default with --warmup 0: the first timed run includes compiling the model"
     compiled = runner.invoke(app, [*args, "--warmup", "0", "--compile", "default"])
     assert compiled.exit_code == 0, compiled.output

@@ -12,7 +12,7 @@ import torch
 from conftest import GOLDEN, golden_config, needs_golden
 from safetensors.torch import save_file
 
-from sst_cli import load_model
+from sst_cli import ModelSpec, load_model
 from sst_cli.archs.sst import SST, SSTConfig
 from sst_cli.archs.sst.infer import infer
 from sst_cli.checkpoint import check_fit, read_weights
@@ -79,10 +79,30 @@ def test_safetensors_with_stored_config_needs_no_variant(tmp_path: Path, light_s
     assert SSTConfig.from_kwargs(json.loads(metadata["sst_config"])) == SSTConfig.from_kwargs(golden_config("light_x2"))
     assert _same(load_model(path), light_state)
     assert _same(load_model(path, variant="sst-light"), light_state)  # --model that agrees with the file
-    with pytest.raises(ConfigError, match=r"records the architecture .* sst-light\+ differs \(window_sizes: "):
+    with pytest.raises(
+        ConfigError, match=r"records the architecture .* sst-light\+ differs \(window_sizes: .*: drop variant$"
+    ):
         load_model(path, variant="sst-light+")  # same tensors, other windows: other pixels, never silently
-    with pytest.raises(ScaleMismatch, match=r"holds x2 weights but x3 was requested; use --scale 2"):
-        load_model(path, variant="sst-light", scale=3)  # the model is right: "drop --model" would not help
+    with pytest.raises(ScaleMismatch, match=r"holds x2 weights but x3 was requested; use scale=2 or weights for x3$"):
+        load_model(path, variant="sst-light", scale=3)  # the model is right: "drop variant" would not help
+
+
+@pytest.mark.parametrize(
+    ("cli", "drop", "use"), [(False, "drop model", "use scale=2"), (True, "drop --model", "use --scale 2")]
+)
+def test_a_model_specs_advice_names_its_options_as_its_caller_gave_them(
+    tmp_path: Path, light_state: dict, cli: bool, drop: str, use: str
+) -> None:
+    """``ModelSpec(model=..., scale=...)`` was told to drop --model and use --scale 2; the command line's specs
+    (``cli=True``) still are."""
+    path = tmp_path / "w.safetensors"
+    save_file(light_state, str(path), metadata={"sst_config": json.dumps(golden_config("light_x2"))})
+    with pytest.raises(ConfigError, match=rf"sst-light\+ differs \(window_sizes: .*\): {drop}$"):
+        ModelSpec(model="sst-light+", weights=path, cli=cli).load("sst-light", 2, device="cpu", dtype=torch.float32)
+    with pytest.raises(ScaleMismatch, match=rf"was requested; {use} or weights for x3$"):
+        ModelSpec(model="sst-light", scale=3, weights=path, cli=cli).load(
+            "sst-light", 2, device="cpu", dtype=torch.float32
+        )
 
 
 @pytest.mark.parametrize(("text", "said"), [("[1, 2]", "an array"), ("null", "null"), ("7", "a number")])
@@ -118,18 +138,22 @@ def test_a_config_without_a_scale_takes_the_weights_own(tmp_path: Path, light_st
     weights = _save(tmp_path / "w.pth", {"params_ema": light_state})
     assert load_model(weights, config=config).scale == 2
     assert load_model(weights, config=config, scale=2).scale == 2
-    with pytest.raises(CheckpointError, match=r"holds x2 weights but x3 was requested; use --scale 2"):
-        load_model(weights, config=config, scale=3)
+    with pytest.raises(CheckpointError, match=r"holds x2 weights but x3 was requested; use scale=2 or weights for x3$"):
+        load_model(weights, config=config, scale=3)  # the architecture's own check: the loader words the advice
 
 
 def test_window_sizes_are_never_guessed(light_state: dict, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"window sizes cannot be read.*sst-light or sst-light\+"):
+    """The advice names the keywords of the caller's entry (it said --model and --config to all)."""
+    with pytest.raises(ConfigError, match=r"window sizes cannot be read.*name the architecture with variant \(it "
+                       r"fits sst-light or sst-light\+\) or pass config with the constructor keywords$"):  # fmt: skip
         load_model(GOLDEN / "light_x2.pth")
+    with pytest.raises(ConfigError, match=r"name the architecture with model \(it fits .*\) or pass config with"):
+        ModelSpec(weights=GOLDEN / "light_x2.pth").load("sst-light", 2, device="cpu", dtype=torch.float32)
 
 
 def test_an_upsampler_no_zoo_variant_has_is_explained_not_a_key_error() -> None:
     """mini_x3 has a `pixelshuffle` head with an intermediate width; the x3 zoo variants have direct heads."""
-    with pytest.raises(ConfigError, match=r"window sizes cannot be read.*--config"):
+    with pytest.raises(ConfigError, match=r"window sizes cannot be read.*pass config with"):
         load_model(GOLDEN / "mini_x3.pth")
     with pytest.raises(CheckpointError, match=r"intermediate_dim: file has .*, the model has none"):
         load_model(GOLDEN / "mini_x3.pth", 3, variant="sst-light")
@@ -138,8 +162,20 @@ def test_an_upsampler_no_zoo_variant_has_is_explained_not_a_key_error() -> None:
 def test_wrong_scale_names_both(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="x2 weights but x4 was requested"):
         load_model(GOLDEN / "light_x2.pth", 4, variant="sst-light")
-    with pytest.raises(ConfigError, match="weights are for x3 but x2 was requested"):
+    with pytest.raises(ConfigError, match=r"weights are for x3 but x2 was requested; they need scale=3$"):
         load_model(GOLDEN / "mini_x3.pth", 2, config=golden_config("mini_x3"))
+
+
+def test_a_file_of_no_known_architecture_names_the_keywords_spandrel_needs_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With spandrel installed, load_model(variant=...) was told "without --model and --config"."""
+    from sst_cli.spandrel import foreign
+
+    monkeypatch.setattr(foreign, "available", lambda: True)
+    path = _save(tmp_path / "other.pth", {"body.weight": torch.zeros(4, 3, 3, 3)})
+    with pytest.raises(CheckpointError, match=r"; without variant and config, spandrel may run it$"):
+        load_model(path, variant="sst-light")
 
 
 def test_wrong_variant_is_explained_field_by_field() -> None:

@@ -830,6 +830,24 @@ def test_models_info_hashes_a_file_damaged_in_place(fake: FakeHub) -> None:
     assert "the file no longer has this sha256 (changed or damaged): run `sst models pull sst-light --scale 2`" in text
 
 
+def test_a_hub_file_that_is_not_the_model_is_advised_in_the_api_callers_words(fake: FakeHub) -> None:
+    """``load_model("sst-light", 2)`` and ``ModelSpec`` were told to pass --weights or --hub-repo OWNER/REPO."""
+    import torch
+
+    from sst_cli import ModelSpec, load_model
+
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: _checkpoint("sst-light", 4)})
+    with pytest.raises(CheckpointError) as info:
+        load_model("sst-light", 2)
+    assert str(info.value).endswith(
+        ": pass the right file as source, or hub_repo='OWNER/REPO' for a repository that holds them)"
+    )
+    mirror = fake.add_repo("someone/mirror", {LIGHT2: _checkpoint("sst-light", 4)})
+    with pytest.raises(CheckpointError) as info:
+        ModelSpec("sst-light", 2, hub_repo=mirror.repo_id).load("sst-light", 2, device="cpu", dtype=torch.float32)
+    assert str(info.value).endswith(f": pass the right file as weights, or another hub_repo than {mirror.repo_id})")
+
+
 def test_a_hub_file_that_is_not_the_model_is_named_unpinned_and_pull_refuses_it(fake: FakeHub) -> None:
     """A captive portal's page, or another scale's file, under the expected name: said, never pinned as good."""
     fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: _checkpoint("sst-light", 4)})

@@ -187,7 +187,7 @@ def test_a_recognised_file_that_does_not_load_is_one_line(tmp_path: Path) -> Non
     text = str(info.value)
     assert "\n" not in text and "torch.Size" not in text
     assert f"size mismatch for {key}: file [{out}, 5, 3, 3] vs model" in text
-    with pytest.raises(CheckpointError, match="without --model and --config, spandrel may run it"):
+    with pytest.raises(CheckpointError, match="without variant and config, spandrel may run it"):
         load_model(path, variant="sst-light")
 
 

@@ -140,6 +140,13 @@ def test_sst_and_sstreal_never_claim_the_same_file() -> None:
         assert [a.name for a in ARCHITECTURES.values() if a.detect(state)] == [name]
 
 
+def test_another_architectures_model_names_the_keyword_that_named_it(tmp_path: Path) -> None:
+    """``load_model(path, variant="sst-light")`` of SSTReal weights was told to drop --model."""
+    path = save_tiny(tmp_path / "real.pth")
+    with pytest.raises(CheckpointError, match=r"sst-light is a SST model: drop variant, or name a SSTReal model$"):
+        load_model(path, variant="sst-light")
+
+
 @needs_real_golden
 def test_a_mismatching_config_is_explained_field_by_field() -> None:
     config = json.loads((REAL / "real_mini_x4.json").read_text()) | {"dim": 60, "num_heads": [3] * 6}

@@ -272,10 +272,8 @@ class Architecture:
             return
         wanted = config.to_kwargs()
         if inferred.get(self.scale_key, config.scale) != config.scale:
-            raise ScaleMismatch(
-                f"{source} holds x{inferred[self.scale_key]} weights but x{config.scale} was requested; "
-                f"use --scale {inferred[self.scale_key]} or weights for x{config.scale}"
-            )
+            # the loader adds what to do, as its caller names the scale (--scale 2, scale=2)
+            raise ScaleMismatch(f"{source} holds x{inferred[self.scale_key]} weights but x{config.scale} was requested")
         diffs = [f"{k}: file has {v}, model needs {wanted[k]}" for k, v in inferred.items() if wanted.get(k, v) != v]
         if diffs:
             raise CheckpointError(

@@ -178,14 +178,14 @@ def model_specs(names: list[str], weights: list[str], config: str | None, hub_re
         if config:
             raise ConfigError("--config describes the architecture of --weights; give the weights too")
         if not names:
-            return (ModelSpec(None, None, None, None, hub_repo),)
-        chosen: list = [BICUBIC if n.strip().lower() == BICUBIC else ModelSpec(n, None, None, None, hub_repo)
+            return (ModelSpec(None, None, None, None, hub_repo, cli=True),)
+        chosen: list = [BICUBIC if n.strip().lower() == BICUBIC else ModelSpec(n, None, None, None, hub_repo, cli=True)
                         for n in names]  # fmt: skip
         return tuple(dict.fromkeys(chosen))
     if len(networks) > 1:
         raise ConfigError("with --weights, --model names the weights' architecture: give it once (or bicubic)")
     arch = None if config else (networks[0] if networks else None)
-    specs = [ModelSpec(arch, None, w, config, hub_repo) for w in weights]
+    specs = [ModelSpec(arch, None, w, config, hub_repo, cli=True) for w in weights]
     return ((BICUBIC,) if wants_bicubic else ()) + tuple(specs)
 
 

@@ -335,7 +335,7 @@ def bench(
     from ..bench import run_bench
     from ..files import atomic_write_text, json_text
 
-    report = run_bench(settings, on_progress=lambda text: err_console.print(f"running {text}", style="dim"))
+    report = run_bench(settings, on_progress=lambda text: err_console.print(f"running {text}", style="dim"), cli=True)
     print_report(report)
     if json_path is not None:
         atomic_write_text(json_path, json_text(report.to_dict(), indent=2) + "\n", overwrite=overwrite)

@@ -179,7 +179,7 @@ def info(
         if scale is not None:
             raise ConfigError(f"--scale applies to zoo names; '{name}' says its own scale")
         with hub.show_downloads(download_display()):
-            facts = about_file(name, variant=model, config=config)
+            facts = about_file(name, variant=model, config=config, cli=True)
         for key, value in facts.items():
             console.print(f"  {key:<18} {value}", markup=False, soft_wrap=True)
         return
@@ -230,7 +230,7 @@ def pull(
     assert location.path is not None
     from ..loader import load_model
 
-    load_model(v.name, scale, hub_repo=hub_repo)  # the file must hold the model (a web page is no checkpoint)
+    load_model(v.name, scale, hub_repo=hub_repo, cli=True)  # the file must hold the model (a web page is no checkpoint)
     if quiet:
         console.print(str(location.path), markup=False, soft_wrap=True)
         return

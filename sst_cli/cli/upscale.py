@@ -399,7 +399,7 @@ def upscale(
         from .downloads import download_display
         from .upscale_video import split_videos, upscale_videos
 
-    spec = ModelSpec(model, scale, weights, config, hub_repo)
+    spec = ModelSpec(model, scale, weights, config, hub_repo, cli=True)
     worker_plan = plan_workers(device, workers)
     options = upscale_options(device=worker_plan.devices[0], **running)
     parallel = ray is not None or worker_plan.parallel

@@ -85,10 +85,8 @@ def check(inferred: Mapping[str, Any], config: ArchConfig, source: str) -> None:
     if wanted["upsampler_type"] == "pixelshuffle_direct":
         wanted.pop("intermediate_dim")
     if inferred["upscaling_factor"] != config.scale:
-        raise ScaleMismatch(
-            f"{source} holds x{inferred['upscaling_factor']} weights but x{config.scale} was requested; "
-            f"use --scale {inferred['upscaling_factor']} or weights for x{config.scale}"
-        )
+        # the loader adds what to do, as its caller names the scale (--scale 2, scale=2)
+        raise ScaleMismatch(f"{source} holds x{inferred['upscaling_factor']} weights but x{config.scale} was requested")
     diffs = [
         f"{k}: file has {v}, " + (f"model needs {wanted[k]}" if k in wanted else "the model has none")
         for k, v in inferred.items()
