@@ -107,7 +107,7 @@ def upscale_files(
     jobs, naming = name_batch(paths, output, model, options, writing, recursive, include_outputs, events.note)
     with removing_unused_folders(naming.folders(jobs)):  # made when planned: kept only if written into
         scale_unknown = model.weights is not None and model.scale is None  # only the loaded weights say it
-        known = None if scale_unknown else ScaleOnly(naming.scale, options.outscale)
+        known = None if scale_unknown else ScaleOnly(naming.scale, options.outscale, options.cli)
         if known is not None and _computes_nothing(jobs, naming, writing, known):
             # Every output is kept or refused from the headers alone (it exists, is a folder, ...): answer without
             # loading the model, which may need the network.

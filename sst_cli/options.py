@@ -6,7 +6,7 @@ the Upscaler that owns it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import torch
@@ -32,7 +32,8 @@ class UpscaleOptions:
     ``compile``: ``on`` runs the network through torch.compile (cached on disk, eager if it fails), ``off``
     never, ``auto`` only on CUDA once ``Upscaler.expect`` announces a batch long enough to repay it
     (``compiling.wants_compile``); an SST's layers are compiled in place (``compiling.compile_network``), so the
-    model object runs them compiled after.
+    model object runs them compiled after. ``cli``: made from the command line's options, so that refusals and
+    advice name ``--outscale 2``, not ``outscale=2`` (it travels with the options to what sizes the results).
     """
 
     device: str | torch.device = "auto"  # a torch.device is kept as its name
@@ -48,6 +49,7 @@ class UpscaleOptions:
     ig_lambda: float | None = None
     seed: int | None = None
     compile: str = "auto"
+    cli: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # The checks that need no torch first (checks.py), then whether PyTorch can use the device here.

@@ -20,7 +20,7 @@ from torch import nn
 from .archs import ModelDescriptor, SRNetwork, bf16_failure, describe, network_of
 from .archs.attention import AttentionReport, describe_attention
 from .archs.cpu_kernel import builds_said_to
-from .checks import check_scale_type
+from .checks import check_scale_type, option_name
 from .choices import DEFAULT_MODEL, DEFAULT_SCALE
 from .compiling import CompiledNetwork, wants_compile
 from .errors import ConfigError, ImageError, NonFiniteOutput, OutOfMemory, OutputExists, OutputIsInput
@@ -109,26 +109,39 @@ RESULT_BYTES = 32
 
 
 def result_size(
-    width: int, height: int, scale: int, outscale: float | None, source: str | os.PathLike[str] | None = None
+    width: int,
+    height: int,
+    scale: int,
+    outscale: float | None,
+    source: str | os.PathLike[str] | None = None,
+    *,
+    cli: bool = False,
 ) -> tuple[int, int]:
     """(width, height) of the result for an input of that size, ``outscale`` included; refused (when planning,
     before any work) where an ``outscale`` leaves less than a pixel on a side (named by ``source``, the input's
-    file, when given), or where making the result would not fit the memory this process may use (``RESULT_BYTES``)."""
+    file, when given), or where making the result would not fit the memory this process may use (``RESULT_BYTES``).
+    ``cli``: say ``--outscale 0.5``, not the keyword ``outscale=0.5`` an API caller gives."""
     factor = outscale or scale
     size = math.floor(width * factor + 0.5), math.floor(height * factor + 0.5)  # half up on both sides
     if min(size) < 1:
         what = f"'{os.fspath(source)}' ({width}x{height} px)" if source is not None else f"a {width}x{height} px input"
+        least = _rounded_up(0.5 / max(1, min(width, height)))
         raise ConfigError(
-            f"{what} at --outscale {factor:g} would give a {size[0]}x{size[1]} px result, less than 1 px on a side; "
-            f"use --outscale {_rounded_up(0.5 / max(1, min(width, height)))} or more"
+            f"{what} at {_outscale(f'{factor:g}', cli)} would give a {size[0]}x{size[1]} px result, less than 1 px "
+            f"on a side; use {_outscale(least, cli)} or more"
         )
     if size[0] * size[1] * RESULT_BYTES > total_ram():
-        fix = "lower --outscale" if outscale else "use a smaller input or scale"
+        fix = f"lower {option_name('outscale', cli)}" if outscale else "use a smaller input or scale"
         raise ConfigError(
             f"the result would be {size[0]}x{size[1]} px, more than the memory this process may use "
             f"({total_ram() / 2**30:.1f} GiB) can hold; {fix}"
         )
     return size
+
+
+def _outscale(value: str, cli: bool) -> str:
+    """``--outscale 0.5`` / ``outscale=0.5``: the number as written (``:g``), not its repr."""
+    return f"{option_name('outscale', cli)} {value}" if cli else f"outscale={value}"
 
 
 def _rounded_up(value: float) -> str:
@@ -143,9 +156,10 @@ class ScaleOnly:
 
     scale: int
     outscale: float | None = None
+    cli: bool = False  # the options came from the command line (``UpscaleOptions.cli``)
 
     def output_size(self, width: int, height: int, source: str | os.PathLike[str] | None = None) -> tuple[int, int]:
-        return result_size(width, height, self.scale, self.outscale, source)
+        return result_size(width, height, self.scale, self.outscale, source, cli=self.cli)
 
 
 class Upscaler:
@@ -504,7 +518,7 @@ class Upscaler:
     def output_size(self, width: int, height: int, source: str | os.PathLike[str] | None = None) -> tuple[int, int]:
         """(width, height) of the result for an input of that size (``result_size``; ``source`` names the input's
         file in its refusals)."""
-        return result_size(width, height, self.scale, self.options.outscale, source)
+        return result_size(width, height, self.scale, self.options.outscale, source, cli=self.options.cli)
 
     def _resize_to_outscale(self, t: torch.Tensor, height: int, width: int) -> torch.Tensor:
         outscale = self.options.outscale

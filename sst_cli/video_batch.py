@@ -170,7 +170,9 @@ def upscale_video_files(
             try:
                 plan.info = probe_video(plan.job.source)
                 _check_pixels(plan.info, writing.max_pixels)
-                result_size(plan.info.width, plan.info.height, scale, options.outscale, plan.job.source)
+                result_size(
+                    plan.info.width, plan.info.height, scale, options.outscale, plan.job.source, cli=options.cli
+                )
                 codec = choose_codec(plan.info, video)
                 encoder_time_base(codec, plan.info)  # MPEG-1/2 refuse a rate they cannot store: say so now
                 if single is not None:

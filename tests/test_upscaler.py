@@ -344,6 +344,29 @@ def test_result_sizes_round_half_up_and_count_what_finishing_holds(monkeypatch: 
         upscaler.result_size(251, 250, 4, None)
 
 
+def test_result_size_refusals_name_outscale_as_the_caller_gave_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Upscaler(outscale=0.04)`` was told "at --outscale 0.04 ... use --outscale 0.0417 or more" and "lower
+    --outscale"; options made by the command line (``cli=True``) still say so."""
+    import sst_cli.upscaler as upscaler
+    from sst_cli.upscaler import UpscaleOptions
+
+    image = np.zeros((12, 16, 3), np.uint8)
+    with pytest.raises(ConfigError) as info:
+        Upscaler(tiny_sst(), tile=0, outscale=0.04).upscale(image)
+    assert str(info.value) == (
+        "a 16x12 px input at outscale=0.04 would give a 1x0 px result, less than 1 px on a side; "
+        "use outscale=0.0417 or more"
+    )
+    cli = Upscaler(tiny_sst(), options=UpscaleOptions(tile=0, outscale=0.04, cli=True))
+    with pytest.raises(ConfigError, match=r"at --outscale 0\.04 would .*; use --outscale 0\.0417 or more$"):
+        cli.upscale(image)
+    monkeypatch.setattr(upscaler, "total_ram", lambda: 1000 * 1000 * upscaler.RESULT_BYTES)
+    with pytest.raises(ConfigError, match=r"can hold; lower outscale$"):
+        Upscaler(tiny_sst(), tile=0, outscale=100.0).output_size(16, 12)
+    with pytest.raises(ConfigError, match=r"can hold; lower --outscale$"):
+        upscaler.ScaleOnly(2, 100.0, cli=True).output_size(16, 12)
+
+
 def test_a_model_without_bf16_keeps_its_weights_under_auto(monkeypatch: pytest.MonkeyPatch) -> None:
     """``auto`` means bf16 on a CUDA GPU: the weights were cast to bf16 before the model was asked whether it
     takes bf16, then cast back, so a model left in fp32 ran with every weight rounded (changes up to 1e-3)."""

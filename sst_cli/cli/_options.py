@@ -204,4 +204,4 @@ def upscale_options(*, tile: str, max_memory: str | None, **values: Any) -> Upsc
     from ..upscaler import UpscaleOptions  # torch: only once a command runs
 
     resolve_device(values.get("device", "auto"), cli=True)  # a device PyTorch cannot use, said as --device
-    return UpscaleOptions(tile=parse_tile(tile), max_memory=parse_size(max_memory), **values)
+    return UpscaleOptions(tile=parse_tile(tile), max_memory=parse_size(max_memory), cli=True, **values)
