@@ -20,7 +20,7 @@ from torch import nn
 from .archs import ModelDescriptor, SRNetwork, bf16_failure, describe, network_of
 from .archs.attention import AttentionReport, describe_attention
 from .archs.cpu_kernel import builds_said_to
-from .checks import check_scale_type, option_name
+from .checks import check_scale_type, option_name, option_value
 from .choices import DEFAULT_MODEL, DEFAULT_SCALE
 from .compiling import CompiledNetwork, wants_compile
 from .errors import ConfigError, ImageError, NonFiniteOutput, OutOfMemory, OutputExists, OutputIsInput
@@ -274,8 +274,8 @@ class Upscaler:
         failure = bf16_failure(self.model, self.device)
         if failure is not None:
             if self.options.precision != "auto":
-                # words true for --precision and precision= alike: the Upscaler has many builders, none says which
-                raise ConfigError(f"{self.descriptor.architecture} {failure}: use precision fp32")
+                fp32 = option_value("precision", "fp32", self.options.cli)
+                raise ConfigError(f"{self.descriptor.architecture} {failure}: use {fp32}")
             return
         self.model = self.model.to(dtype=torch.bfloat16)
         self.dtype = torch.bfloat16
@@ -450,7 +450,8 @@ class Upscaler:
 
     def _check_finite(self, out: torch.Tensor) -> None:
         if not torch.isfinite(out).all():
-            hint = " (bf16 overflowed: try precision fp32)" if self.dtype != torch.float32 else ""
+            fp32 = option_value("precision", "fp32", self.options.cli)
+            hint = f" (bf16 overflowed: try {fp32})" if self.dtype != torch.float32 else ""
             raise NonFiniteOutput(f"the network produced NaN or Inf values{hint}")
 
     def _network_phase(self) -> str:

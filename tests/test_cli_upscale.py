@@ -452,7 +452,7 @@ def test_nan_output_fails_that_file_with_the_fp32_hint(monkeypatch: pytest.Monke
     monkeypatch.setattr(SST, "forward", nan_forward)
     result = sst("a.png", "--precision", "bf16", "-q")
     assert result.exit_code == 1
-    assert "NaN" in result.stderr and "try precision fp32" in result.stderr
+    assert "NaN" in result.stderr and "try --precision fp32" in result.stderr
     assert files_under(".") == ["a.png"]
 
 

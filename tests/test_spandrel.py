@@ -510,7 +510,7 @@ def test_bf16_is_checked_not_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
     path = _drct(tmp_path)
     with pytest.raises(
-        ConfigError, match=r"^DRCT fails in bf16 on a 45x37 image \(RuntimeError: .*\): use precision fp32$"
+        ConfigError, match=r"^DRCT fails in bf16 on a 45x37 image \(RuntimeError: .*\): use precision='fp32'$"
     ):
         Upscaler(weights=path, device="cpu", precision="bf16")
     assert len(list((tmp_path / "seams-cache").glob("bf16-*-cpu.json"))) == 1
