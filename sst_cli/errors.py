@@ -47,6 +47,10 @@ class WriteError(SstError, OSError):
     """An output file (weights, state, report) cannot be written."""
 
 
+class DiskFull(WriteError):
+    """An output's file system ran out of space (or quota) earlier in the batch: the file was not computed."""
+
+
 class OutputExists(SstError, FileExistsError):
     """Writing would overwrite a file the user did not ask to overwrite."""
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from .diskfull import FullFileSystems
 from .errors import ImageError, OutputExists, OutputIsInput, SstError
 from .image_io import for_format, output_format, read_image, write_image
 from .inputs import Job
@@ -202,6 +203,10 @@ class _BatchRun:
     writing: WriteOptions
     on_tile: TileCallback | None
     note: Callable[[str], None]
+    full: FullFileSystems = field(init=False)  # file systems this run found full: their later files are not computed
+
+    def __post_init__(self) -> None:
+        self.full = FullFileSystems(self.writing.overwrite)
 
     def preflight(self, jobs: Sequence[Job]) -> list[_Plan]:
         """Plan every output from the image headers alone and say up front what will not work."""
@@ -218,13 +223,14 @@ class _BatchRun:
             if plan.failure is not None:
                 raise plan.failure
             assert plan.target is not None and plan.format is not None and isinstance(self.upscaler, Upscaler)
+            self.full.check(plan.target)
             with self.upscaler.phases.timed("read"):
                 picture = read_image(job.source, max_pixels=self.writing.max_pixels or None)
             picture = for_format(picture, plan.format)  # the failure names the file; opaque alpha goes to JPEG
             if output_format(picture, self.writing.format) != plan.format and plan.format != "png":
                 raise ImageError(f"cannot read '{job.source}': its pixels do not match its header")
             upscaled, record.tile = self.upscaler.upscale_picture(picture, self.on_tile)
-            with self.upscaler.phases.timed("write"):
+            with self.upscaler.phases.timed("write"), self.full.watching(plan.target):
                 # Planning proved this folder writable (made it, if missing); another run's clean-up of its own
                 # unused folders may have removed it since, while empty: this run's result still goes there.
                 plan.target.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 
 from .choices import DEFAULT_SCALE
+from .diskfull import FullFileSystems
 from .errors import ConfigError, SstError, VideoError
 from .filerun import BatchEvents, BatchResult, FileResult, FileStep, run_in_turn
 from .files import TEMP_SUFFIX, InputFiles, clean_stale_temporaries, removing_unused_folders, unwritable
@@ -251,15 +252,18 @@ def _run(
     writing: WriteOptions,
     events: BatchEvents,
 ) -> BatchResult:
+    full = FullFileSystems(writing.overwrite)  # a clip that fills its disk stops the clips bound there
     steps = [
-        FileStep(p.job, p.target if p.skip is None else None, 0.0, partial(_one, p, upscaler, video, writing, events))
+        FileStep(
+            p.job, p.target if p.skip is None else None, 0.0, partial(_one, p, upscaler, video, writing, events, full)
+        )
         for p in plans
     ]
     return run_in_turn(steps, events.file_start, events.file_done)
 
 
 def _one(plan: _VideoPlan, upscaler: Upscaler | None, video: VideoOptions, writing: WriteOptions,
-         events: BatchEvents) -> FileResult:  # fmt: skip
+         events: BatchEvents, full: FullFileSystems) -> FileResult:  # fmt: skip
     started = time.perf_counter()
     record = FileResult(plan.job.source, plan.target, "failed")
     if plan.skip is not None:
@@ -269,6 +273,7 @@ def _one(plan: _VideoPlan, upscaler: Upscaler | None, video: VideoOptions, writi
         if plan.failure is not None:
             raise plan.failure
         assert plan.info is not None and plan.target is not None and upscaler is not None
+        full.check(plan.target)
         record.megapixels = expected_megapixels(plan.info)
         encoding = plan_video(upscaler, plan.info, video, plan.target)
         say = events.note or (lambda text: None)
@@ -277,10 +282,11 @@ def _one(plan: _VideoPlan, upscaler: Upscaler | None, video: VideoOptions, writi
             say(f"{plan.job.source.name}: {note}")
         for warning in encoding.warnings:
             (events.warning or say)(warning)
-        done = upscale_video(
-            upscaler, plan.job.source, plan.target, options=video, overwrite=writing.overwrite,
-            on_frame=events.tile, info=plan.info, plan=encoding,
-        )  # fmt: skip
+        with full.watching(plan.target):  # the clip is written as it is computed
+            done = upscale_video(
+                upscaler, plan.job.source, plan.target, options=video, overwrite=writing.overwrite,
+                on_frame=events.tile, info=plan.info, plan=encoding,
+            )  # fmt: skip
         record.megapixels = plan.info.width * plan.info.height * done.frames / 1e6
         for line in _damage(plan.job.source, done, plan.info):
             (events.warning or say)(line)

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
+from sst_cli import diskfull, filerun
 from sst_cli.archs import ModelDescriptor
 from sst_cli.batch import (
     BatchInterrupted,
@@ -36,6 +37,7 @@ from sst_cli.batch import (
     run_batch,
 )
 from sst_cli.errors import ImageError, OutputExists
+from sst_cli.files import atomic_write
 from sst_cli.image_io import read_image, write_image
 from sst_cli.upscaler import Upscaler
 
@@ -290,6 +292,38 @@ def test_tiff_on_a_full_disk_says_so_and_leaves_nothing(monkeypatch: pytest.Monk
     with pytest.raises(ImageError, match=r"cannot write 'a\.tif': no space left on device"):
         write_image("a.tif", picture)
     assert sorted(p.name for p in Path(".").iterdir()) == ["a.png"]
+
+
+def test_once_an_output_file_system_is_full_its_later_files_fail_without_being_computed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The write test passes while there is a byte left; a disk that fills during the batch made every later
+    file be upscaled first and then fail to be written (hours on a GPU batch). Files bound elsewhere go on."""
+    for name in ("in/a.png", "in/b.png", "in/c.png", "other/d.png"):
+        save(name)
+    real_write = filerun.write_image
+
+    def writer(path: Path, *args: Any, **kwargs: Any) -> None:
+        if Path(path).parent.name == "in_sst":  # through the atomic writer, as a full disk fails a real write
+            return atomic_write(path, lambda fh: _no_space(), error=ImageError)
+        return real_write(path, *args, **kwargs)
+
+    monkeypatch.setattr(filerun, "write_image", writer)
+    monkeypatch.setattr(diskfull, "file_system", lambda target: Path(target).parent.name)  # two file systems
+    result, net = batch(["in", "other"], output=None)
+    assert [r.status for r in result.files] == ["failed", "failed", "failed", "done"]
+    assert net.calls == 2  # a (whose write failed) and d
+    assert result.files[0].reason == "cannot write 'in_sst/a_nn_x2.png': no space left on device"
+    for record in result.files[1:3]:
+        assert record.error_type == "DiskFull" and record.reason == (
+            "not computed: 'in_sst' is full (no space left on device); free some space, then rerun with "
+            "--skip-existing to resume"
+        )
+    assert os.listdir("in_sst") == [] and os.listdir("other_sst") == ["d_nn_x2.png"]
+
+
+def _no_space() -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
 
 
 # -------------------------------------------------------------------------- 6, 7: inputs users have

@@ -988,3 +988,37 @@ def test_a_decoding_time_an_encoder_made_up_is_left_to_the_muxer() -> None:
     first = SimpleNamespace(pts=0, dts=-2048, time_base=Fraction(1, 1024))
     assert _sane_dts([made_up, reordered, first]) == [made_up, reordered, first]
     assert (made_up.dts, reordered.dts, first.dts) == (None, 0, -2048)
+
+
+def test_once_a_clips_file_system_is_full_the_clips_bound_there_are_not_computed(
+    tmp_path: Path, tiny: Upscaler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clip that fills the disk stopped nothing: every later clip was decoded and upscaled, then failed."""
+    import errno
+
+    from sst_cli import video_batch
+    from sst_cli.filerun import BatchEvents
+    from sst_cli.naming import WriteOptions
+    from sst_cli.video import VideoResult
+
+    clips = [make_clip(tmp_path / f"{name}.mkv", codec="mjpeg", pix_fmt="yuvj420p", audio=False) for name in "abc"]
+    jobs, _ = video_batch.find_videos([str(clip) for clip in clips], recursive=False)
+    plans = [video_batch._VideoPlan(job, tmp_path / "out" / job.source.name, probe_video(job.source)) for job in jobs]
+    computed: list[str] = []
+
+    def writing(upscaler: Upscaler, source: Path, target: Path, **kwargs: object) -> VideoResult:
+        computed.append(source.name)
+        if len(computed) == 1:
+            try:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            except OSError as exc:
+                raise VideoError(f"cannot write '{target}': no space left on device") from exc
+        return VideoResult(frames=6)
+
+    monkeypatch.setattr(video_batch, "upscale_video", writing)
+    result = video_batch._run(plans, tiny, VideoOptions(), WriteOptions(overwrite=True), BatchEvents())
+    assert computed == ["a.mkv"] and [r.status for r in result.files] == ["failed"] * 3
+    assert result.files[2].error_type == "DiskFull" and result.files[2].reason == (
+        f"not computed: '{tmp_path / 'out'}' is full (no space left on device); free some space, then rerun with "
+        "--skip-existing instead of --overwrite to resume"
+    )
