@@ -21,6 +21,12 @@ class ConfigError(SstError, ValueError):
     exit_code = 2
 
 
+class NothingToUpscale(ConfigError):
+    """Every input is a folder, and none holds a file to upscale (empty, or only outputs and skipped files): the
+    library refuses it as any input without work, ``sst upscale`` says it and exits 0 (a scheduled run over an
+    inbox folder with nothing new did nothing wrong)."""
+
+
 class CheckpointError(SstError, ValueError):
     """A weights file cannot be read, is unsafe, or does not match the network."""
 

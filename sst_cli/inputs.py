@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .errors import ConfigError, system_reason
+from .errors import ConfigError, NothingToUpscale, system_reason
 from .files import TEMP_SUFFIX
 from .image_io import IMAGE_SUFFIXES, is_image_file
 
@@ -262,19 +262,22 @@ def discover_inputs(
     if not any(job.skip is None for job in jobs):
         if jobs:
             reasons = "; ".join(sorted({f"{j.source.name}: {j.skip}" for j in jobs})[:3])
-            raise ConfigError(f"nothing to upscale in {', '.join(repr(i) for i in items)}: {reasons}")
+            refusal = NothingToUpscale if all(os.path.isdir(i) for i in items) else ConfigError
+            raise refusal(f"nothing to upscale in {', '.join(repr(i) for i in items)}: {reasons}")
         raise nothing_found(items, recursive)
     return jobs
 
 
 def nothing_found(items: Sequence[str], recursive: bool, *, videos: Iterable[str] = ()) -> ConfigError:
     """The refusal of inputs in which no file was found, with the endings looked for: images, and the ``videos``
-    endings where the caller (``sst upscale``) takes video files from folders too."""
+    endings where the caller (``sst upscale``) takes video files from folders too. NothingToUpscale where every
+    input is a folder (an inbox with nothing new), which ``sst upscale`` answers with exit 0."""
     video_kinds = " ".join(sorted(videos))
     what = "image or video files" if video_kinds else "image files"
     kinds = " ".join(sorted(IMAGE_SUFFIXES)) + (f"; videos {video_kinds}" if video_kinds else "")
     names = ", ".join(repr(i) for i in items)
-    return ConfigError(f"no {what} found in {names} (looked for {kinds}){_recursive_hint(items, recursive)}")
+    refusal = NothingToUpscale if items and all(os.path.isdir(i) for i in items) else ConfigError
+    return refusal(f"no {what} found in {names} (looked for {kinds}){_recursive_hint(items, recursive)}")
 
 
 def nothing_from(item: str, recursive: bool, *, videos: bool = False) -> str:

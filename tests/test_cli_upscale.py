@@ -409,15 +409,17 @@ def test_config_without_weights_and_unknown_model_exit_2() -> None:
     assert result.exit_code == 2 and "unknown model" in result.stderr
 
 
-def test_empty_folder_is_a_clear_error() -> None:
+def test_folders_with_nothing_to_upscale_are_said_and_succeed() -> None:
+    """They exited 2, 'invalid options': a scheduled run over an inbox folder with nothing new failed."""
     Path("empty").mkdir()
     result = sst("empty")
     said = " ".join(result.stderr.split())  # videos in folders are upscaled too: their endings were not listed
-    assert result.exit_code == 2 and "no image or video files found in 'empty' (looked for .bmp" in said
+    assert result.exit_code == 0 and "no image or video files found in 'empty' (looked for .bmp" in said
+    assert "error" not in said
     assert ".jfif" in said and "; videos .3g2 .3gp .avi" in said and ".mp4" in said and ".webm .wmv)" in said
     Path("nested", "deeper").mkdir(parents=True)
     both = sst("empty", "nested")
-    assert both.exit_code == 2 and "no image or video files found in 'empty', 'nested'" in both.stderr
+    assert both.exit_code == 0 and "no image or video files found in 'empty', 'nested'" in both.stderr
     assert "they have sub-folders: add --recursive" in " ".join(both.stderr.split())
     image("a.png")
     among = sst("empty", "nested", "a.png", "-o", "out")  # the folders were passed over without a word
@@ -425,6 +427,17 @@ def test_empty_folder_is_a_clear_error() -> None:
     said = " ".join(among.stderr.split())
     assert "'empty' holds no image or video files: nothing comes from it" in said
     assert "'nested' holds no image or video files: nothing comes from it; it has sub-folders: add --recursive" in said
+
+
+def test_a_folder_of_outputs_alone_succeeds_but_a_named_file_with_nothing_to_upscale_is_refused() -> None:
+    image("inbox/a_mini_x3_x3.png")
+    result = sst("inbox", "--json-log")
+    assert result.exit_code == 0, result.output
+    assert "nothing to upscale in 'inbox': a_mini_x3_x3.png: named like an sst-cli output" in result.stdout
+    assert '"event": "summary"' in result.stdout and '"exit_code": 0' in result.stdout
+    Path("notes.txt").write_text("not a picture")
+    assert sst("notes.txt").exit_code == 1  # named, so it fails as a file
+    assert sst("missing.png").exit_code == 2
 
 
 def test_debug_shows_the_traceback() -> None:

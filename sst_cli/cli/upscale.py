@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import Progress, TaskID
 from rich.table import Table
 
-from ..errors import ConfigError
+from ..errors import ConfigError, NothingToUpscale
 from ..phases import Phases, process_seconds
 from ..zoo import check_model_choice
 from ._options import (
@@ -219,6 +219,16 @@ class Reporter:
             err_console.print("existing outputs were kept: add --overwrite to replace them or --skip-existing")
 
 
+def _nothing_to_do(reporter: Reporter, nothing: NothingToUpscale) -> typer.Exit:
+    """Folders holding nothing to upscale: every file (none) was written or skipped, so the run succeeded (exit 0),
+    and the note says why nothing was done."""
+    from ..filerun import BatchResult
+
+    reporter.note(str(nothing))
+    reporter.summary(BatchResult(), interrupted=False, exit_code=0)
+    return typer.Exit(0)
+
+
 def _record_fields(record: FileResult) -> dict[str, Any]:
     return {
         "input": str(record.source),
@@ -360,7 +370,8 @@ def upscale(
 ) -> None:
     """Upscale images or videos, files or whole folders, with one model loaded once for the batch.
 
-    Exit status: 0 when every file was written or skipped, 1 when any failed, 2 for invalid options,
+    Exit status: 0 when every file was written or skipped (folders with nothing to upscale too), 1 when any
+    failed, 2 for invalid options or inputs (none of them exists),
     130 when interrupted (Ctrl-C), 143 on SIGTERM, 129 on SIGHUP (rerun with --skip-existing to resume).
     """
     from ..checks import check_devices
@@ -403,9 +414,12 @@ def upscale(
     worker_plan = plan_workers(device, workers)
     options = upscale_options(device=worker_plan.devices[0], **running)
     parallel = ray is not None or worker_plan.parallel
-    videos, images = split_videos(
-        inputs, spec, recursive, include_outputs, parallel=parallel, note=reporter.note
-    )  # sst-cli[video]
+    try:
+        videos, images = split_videos(
+            inputs, spec, recursive, include_outputs, parallel=parallel, note=reporter.note
+        )  # sst-cli[video]
+    except NothingToUpscale as nothing:
+        raise _nothing_to_do(reporter, nothing) from None
     events = BatchEvents(
         note=reporter.note,
         warning=reporter.message,
@@ -454,6 +468,9 @@ def upscale(
                     events=events,
                     workers=worker_plan,
                 )
+    except NothingToUpscale as nothing:
+        reporter.stop()
+        raise _nothing_to_do(reporter, nothing) from None
     except BatchInterrupted as stop:
         reporter.stop()
         if stop.current is not None:  # its file_start had no end: a reader would wait for it
