@@ -40,6 +40,7 @@ from .naming import (
     WriteOptions,
     check_template,
     model_label,
+    own_name_pattern,
     plan_output,
 )
 from .parallel import WorkerPlan, run_batch_parallel
@@ -175,7 +176,7 @@ def name_batch(
 ) -> tuple[list[Job], Naming]:
     """The inputs, and how their outputs are named (the scale asked for, or the default until the model says)."""
     exclude = [Path(output)] if output is not None and not is_image_file(output) else []
-    skips = Skips() if include_outputs else Skips(own_output_labels() | {model_label(model).lower()})
+    skips = Skips() if include_outputs else own_skips(model, writing.name)
     jobs = discover_inputs(inputs, recursive, exclude=exclude, skips=skips, on_note=on_note)
     naming = plan_output(
         jobs,
@@ -187,6 +188,13 @@ def name_batch(
         format=writing.format,
     )
     return jobs, naming
+
+
+def own_skips(model: ModelSpec, template: str | None) -> Skips:
+    """What folder walks leave out as sst-cli's outputs: names the default template gives with a zoo model or
+    this run's, and names this run's ``--name`` gives to an input beside them."""
+    labels = own_output_labels() | {model_label(model).lower()}
+    return Skips(labels, own_name_pattern(template, labels) if template is not None else None)
 
 
 def _computes_nothing(jobs: Sequence[Job], naming: Naming, writing: WriteOptions, known: ScaleOnly) -> bool:

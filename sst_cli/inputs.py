@@ -11,12 +11,13 @@ import glob
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .errors import ConfigError, NothingToUpscale, system_reason
 from .files import TEMP_SUFFIX
 from .image_io import IMAGE_SUFFIXES, is_image_file
+from .video_io import is_video_file
 
 _MAGIC = re.compile(r"[*?[]")
 
@@ -101,18 +102,48 @@ def is_image_like(name: str) -> bool:
     return is_image_file(name) or os.path.splitext(name)[1].lower() in UNSUPPORTED_SUFFIXES
 
 
+OWN_OUTPUT = "named like an sst-cli output (add --include-outputs to upscale it too)"
+
+
 @dataclass(frozen=True)
 class Skips:
-    """Which files found in folders are not upscaled: formats sst-cli cannot read, and its own outputs."""
+    """Which files found in folders are not upscaled: formats sst-cli cannot read, and its own outputs: names the
+    default template gives (``own_labels``), and names the run's own ``--name`` gives (``own_pattern``,
+    ``naming.own_name_pattern``) to an input beside them, so that a rerun into the input folder does not
+    upscale its outputs again (``a-4x.png``, then ``a-4x-4x.png``)."""
 
     own_labels: frozenset[str] = frozenset()  # empty: own outputs are upscaled like any image
+    own_pattern: re.Pattern[str] | None = None
+    _listed: dict[str, frozenset[str]] = field(default_factory=dict, compare=False, repr=False)
 
     def reason(self, path: Path) -> str | None:
         if not is_image_file(path):
             return f"{path.suffix.lstrip('.').upper()} is not a format sst-cli reads (convert it to PNG first)"
+        return OWN_OUTPUT if self.is_own(path) else None
+
+    def is_own(self, path: Path) -> bool:
+        """Whether ``path`` is named like an output of sst-cli: by the default template, or by this run's."""
         if self.own_labels and is_own_output(path, self.own_labels):
-            return "named like an sst-cli output (add --include-outputs to upscale it too)"
-        return None
+            return True
+        found = self.own_pattern.fullmatch(path.name) if self.own_pattern is not None else None
+        return found is not None and self._has_source(path, found.group("stem"), found.groupdict().get("suffix"))
+
+    def _has_source(self, path: Path, stem: str, suffix: str | None) -> bool:
+        """Whether another file beside ``path`` is an input that the template names ``path``: stem ``stem`` (and
+        extension ``suffix`` where the template says it). Without one, the name is the user's own."""
+        folder = os.fspath(path.parent)
+        if folder not in self._listed:
+            try:
+                self._listed[folder] = frozenset(os.listdir(folder))
+            except OSError:
+                self._listed[folder] = frozenset()
+        return any(self._is_source(name, path.name, stem, suffix) for name in self._listed[folder])
+
+    @staticmethod
+    def _is_source(name: str, output: str, stem: str, suffix: str | None) -> bool:
+        own_stem, dot, ext = name.rpartition(".")
+        named = bool(dot) and own_stem == stem and name != output and (suffix is None or ext == suffix)
+        return named and not is_hidden(name) and (is_image_like(name) or is_video_file(name))
 
 
 def _glob_root(pattern: str) -> Path:

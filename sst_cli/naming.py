@@ -6,6 +6,7 @@ Everything here is checked on construction, before any model is loaded.
 from __future__ import annotations
 
 import os
+import re
 import string
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -105,6 +106,38 @@ def check_template(template: str) -> None:
             f"the name template {template!r} must end with .{{ext}}, the extension of the format written "
             "(the format's: --format for images, the container for videos)"
         )
+
+
+_OWN_FIELDS = {
+    "scale": r"\d+",
+    "outscale": r"\d+(?:\.\d+)?",
+    "suffix": r"(?P<suffix>[^./\\]+)",
+    "ext": r"[^./\\]+",
+    "stem": r"(?P<stem>.+)",
+}
+
+
+def own_name_pattern(template: str, labels: Iterable[str]) -> re.Pattern[str] | None:
+    """A pattern for the names ``template`` gives (``{stem}`` any text, ``{model}`` one of ``labels``), so that
+    a folder walk can leave a rerun's earlier outputs out; None where such names cannot be told from inputs: a
+    template without ``{stem}``, or one that gives the input's own name (``{stem}.{ext}``, for another folder)."""
+    parsed = list(string.Formatter().parse(template))
+    fields = [f for _, f, _, _ in parsed if f is not None]
+    if "stem" not in fields or template.removesuffix(".{ext}") == "{stem}":
+        return None
+    models = "|".join(re.escape(label) for label in sorted(set(labels), key=len, reverse=True)) or r"[^/\\]+"
+    parts: list[str] = []
+    seen: set[str] = set()
+    for literal, name, _, _ in parsed:
+        parts.append(re.escape(literal))
+        if name is None:
+            continue
+        if name in ("stem", "suffix") and name in seen:
+            parts.append(f"(?P={name})")  # '{stem}_{stem}': the same text twice
+        else:
+            parts.append(f"(?:{models})" if name == "model" else _OWN_FIELDS[name])
+        seen.add(name)
+    return re.compile("".join(parts), re.IGNORECASE)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ output was never kept.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -24,13 +25,14 @@ from .filerun import BatchEvents, BatchResult, FileResult, FileStep, run_in_turn
 from .files import TEMP_SUFFIX, InputFiles, clean_stale_temporaries, removing_unused_folders, unwritable
 from .image_io import is_image_file
 from .inputs import (
+    OWN_OUTPUT,
     Job,
+    Skips,
     distinct_files,
     glob_matches,
     is_glob,
     is_hidden,
     is_image_like,
-    is_own_output,
     nothing_found,
     nothing_from,
     one_job_per_file,
@@ -70,16 +72,20 @@ def find_videos(
     recursive: bool,
     own_labels: frozenset[str] = frozenset(),
     on_note: Callable[[str], None] | None = None,
+    *,
+    own_pattern: re.Pattern[str] | None = None,
 ) -> tuple[list[Job], list[str]]:
     """Split INPUT items into video jobs (files named, or found in folders or globs) and the items left for the
     image batch: image files, and folders or globs that also hold images (or no video). Clips found (not named)
-    whose names sst-cli's template gives with a model of ``own_labels`` become skipped jobs; a clip named twice
+    whose names sst-cli's template gives with a model of ``own_labels``, or this run's ``--name`` to a file beside
+    them (``own_pattern``), become skipped jobs; a clip named twice
     (``a.mp4 ./a.mp4``) or reached through a link is upscaled once, as images are. Needs no PyAV.
 
     Folders holding neither videos nor images are settled here, since videos are looked for too: refused when
     they are all the inputs, else passed over with a note through ``on_note`` (handed to the image batch, one
     beside a clip failed the run, and one beside an image was said to hold "no image files")."""
     items = list(inputs)
+    skips = Skips(own_labels, own_pattern)
     videos: list[Job] = []
     rest: list[str] = []
     empty: list[str] = []
@@ -87,7 +93,7 @@ def find_videos(
         path = Path(item)
         if os.path.isdir(item):  # False, not an error, where a folder on the way may not be entered
             found, images, anything = _scan(path, recursive)
-            videos.extend(Job(p, path, from_folder=True, skip=_own(p, own_labels)) for p in found)
+            videos.extend(Job(p, path, from_folder=True, skip=_own(p, skips)) for p in found)
             if not anything:
                 empty.append(item)
             elif images or not found:
@@ -95,7 +101,7 @@ def find_videos(
         elif not os.path.exists(item) and is_glob(item):  # a glob: its videos here, the rest to the image batch
             root, matches = glob_matches(item)
             clips = [m for m in matches if is_video_file(m) and m.is_file() and not is_hidden(m.name)]
-            videos.extend(Job(p, root, skip=_own(p, own_labels)) for p in clips)
+            videos.extend(Job(p, root, skip=_own(p, skips)) for p in clips)
             if not matches or any(not is_video_file(m) for m in matches):
                 rest.append(item)
         elif is_video_file(path):
@@ -110,10 +116,8 @@ def find_videos(
     return one_job_per_file(videos), rest
 
 
-def _own(path: Path, labels: frozenset[str]) -> str | None:
-    if labels and is_own_output(path, labels):
-        return "named like an sst-cli output (add --include-outputs to upscale it too)"
-    return None
+def _own(path: Path, skips: Skips) -> str | None:
+    return OWN_OUTPUT if skips.is_own(path) else None
 
 
 def _scan(folder: Path, recursive: bool) -> tuple[list[Path], bool, bool]:

@@ -164,6 +164,24 @@ def test_a_rerun_over_a_folder_holding_its_outputs_resumes() -> None:
     assert refused.exit_code == 1 and "already exists" in refused.stderr and "is an input" not in refused.stderr
 
 
+def test_a_rerun_with_a_name_template_leaves_its_outputs_out(count_upscales: list[int]) -> None:
+    """Outputs named by --name beside their inputs were upscaled again by each rerun (a-4x.png, a-4x-4x.png)."""
+    image("in/a.png")
+    image("in/b-4x.png", (17, 12))  # the user's own picture: no b.* beside it
+    name = ["--name", "{stem}-4x.{ext}"]
+    assert sst("in", "-o", "in", *name, "-q").exit_code == 0
+    assert files_under("in") == ["a-4x.png", "a.png", "b-4x-4x.png", "b-4x.png"]
+    count_upscales.clear()
+    again = sst("in", "-o", "in", *name, "--skip-existing", "--json-log")
+    assert again.exit_code == 0, again.output
+    events = [json.loads(line) for line in again.stdout.splitlines()]
+    reasons = {Path(e["input"]).name: e.get("reason") for e in events if e.get("event") == "file_done"}
+    assert "named like an sst-cli output" in reasons["a-4x.png"] and "--include-outputs" in reasons["a-4x.png"]
+    assert "named like an sst-cli output" in reasons["b-4x-4x.png"]
+    assert (events[-1]["done"], events[-1]["skipped"], events[-1]["failed"]) == (0, 4, 0)
+    assert count_upscales == [] and len(files_under("in")) == 4
+
+
 def test_odd_image_names_for_o_and_in_folders(tmp_path: Path) -> None:
     import os
 

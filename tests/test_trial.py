@@ -33,6 +33,7 @@ from sst_cli.batch import (
     WriteOptions,
     discover_inputs,
     is_own_output,
+    own_name_pattern,
     plan_output,
     run_batch,
 )
@@ -418,6 +419,20 @@ def test_own_outputs_are_recognised_when_the_label_holds_a_scale() -> None:
     assert not is_own_output(Path("photo_mini_x3.png"), labels)  # the label's own "_x3" is not a scale suffix
     assert not is_own_output(Path("photo_sst-light.png"), labels)
     assert not is_own_output(Path("photo_other_x4.png"), labels)
+
+
+def test_names_the_runs_template_gives_an_input_beside_them_are_own_outputs() -> None:
+    """A rerun into the input folder with --name upscaled its outputs again (a-4x.png, then a-4x-4x.png)."""
+    for name in ("a.png", "a-4x.png", "a-4x-4x.png", "b-4x.png", "c.png", "c.png_nn.jpg", "d.bmp_nn.png"):
+        save(f"in/{name}")
+    skips = Skips(frozenset({"nn"}), own_name_pattern("{stem}-4x.{ext}", {"nn"}))
+    skipped = {j.source.name for j in discover_inputs(["in"], skips=skips) if j.skip is not None}
+    assert skipped == {"a-4x.png", "a-4x-4x.png"}  # b-4x.png has no b.* beside it: the user's own picture
+    skips = Skips(frozenset({"nn"}), own_name_pattern("{stem}.{suffix}_{model}.{ext}", {"nn"}))
+    skipped = {j.source.name for j in discover_inputs(["in"], skips=skips) if j.skip is not None}
+    assert skipped == {"c.png_nn.jpg"}  # no d.bmp beside d.bmp_nn.png
+    assert own_name_pattern("{stem}.{ext}", {"nn"}) is None  # every input is named so: never an output
+    assert own_name_pattern("same.{ext}", {"nn"}) is None  # no stem to find the input by
 
 
 # ------------------------------------------------------------------------------- 10: the Python API

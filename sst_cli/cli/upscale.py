@@ -416,7 +416,7 @@ def upscale(
     parallel = ray is not None or worker_plan.parallel
     try:
         videos, images = split_videos(
-            inputs, spec, recursive, include_outputs, parallel=parallel, note=reporter.note
+            inputs, spec, recursive, include_outputs, parallel=parallel, note=reporter.note, name=name
         )  # sst-cli[video]
     except NothingToUpscale as nothing:
         raise _nothing_to_do(reporter, nothing) from None

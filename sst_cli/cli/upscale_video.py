@@ -121,16 +121,18 @@ def split_videos(
     *,
     parallel: bool,
     note: Callable[[str], None],
+    name: str | None = None,
 ) -> tuple[list[Job], list[str]]:
     """The video clips among the inputs (for ``upscale_videos``) and the items left for the image batch; ``note``
-    says which folders held nothing."""
+    says which folders held nothing; ``name``, the --name template, whose earlier outputs folders leave out."""
     from ..errors import ConfigError
     from ..inputs import own_output_labels
-    from ..naming import model_label
+    from ..naming import model_label, own_name_pattern
     from ..video_batch import find_videos
 
     own = frozenset() if include_outputs else own_output_labels() | {model_label(spec).lower()}
-    videos, images = find_videos(inputs, recursive, own, note)
+    pattern = own_name_pattern(name, own) if name is not None and own else None
+    videos, images = find_videos(inputs, recursive, own, note, own_pattern=pattern)
     if videos and parallel:
         raise ConfigError("video files run on one device: leave out --ray, --workers and device lists")
     return videos, images
