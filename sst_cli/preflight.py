@@ -143,11 +143,14 @@ def claim_output(
 ) -> bool:
     """Refuse an output that is an input, that no file can take (a folder, too long a
     name) or another source's output (``claimed``: real path, case-folded where names ignore case -> source,
-    updated here); then apply the
-    existing-file policy. True: it exists and is kept (a skip)."""
+    updated here); then apply the existing-file policy. True: it exists and is kept (a skip).
+
+    Another input of this run that is the output is an existing file like any: kept with ``skip_existing``, refused
+    as existing without ``overwrite`` (a rerun with --include-outputs), refused as an input with it; the source's
+    own file is always refused as an input."""
     key = os.path.realpath(target)
     key = key.casefold() if folds_case(os.fspath(target.parent)) else key  # 'A.png' is 'a.png' there
-    if target in inputs:
+    if target in inputs and (writing.overwrite or target in InputFiles([source]) or not os.path.lexists(target)):
         raise OutputIsInput(f"'{target}' is an input file; refusing to write over it (change -o or --name)")
     check_file_target(target, f"'{target}'")
     owner = claimed.get(key)

@@ -182,6 +182,27 @@ def test_a_rerun_with_a_name_template_leaves_its_outputs_out(count_upscales: lis
     assert count_upscales == [] and len(files_under("in")) == 4
 
 
+def test_skip_existing_keeps_an_output_that_is_another_input(count_upscales: list[int]) -> None:
+    """With --include-outputs, a.png's output a-4x.png is an input too: --skip-existing kept it only by failing
+    a.png ('is an input file'), exit 1; it is an existing output like any, and --overwrite still refuses it."""
+    image("in/a.png")
+    name = ["--name", "{stem}-4x.{ext}", "--include-outputs"]
+    assert sst("in", "-o", "in", *name, "-q").exit_code == 0
+    count_upscales.clear()
+    resumed = sst("in", "-o", "in", *name, "--skip-existing", "--json-log")
+    assert resumed.exit_code == 0, resumed.output
+    summary = json.loads(resumed.stdout.splitlines()[-1])
+    assert (summary["done"], summary["skipped"], summary["failed"]) == (1, 1, 0)
+    assert count_upscales == [48] and files_under("in") == ["a-4x-4x.png", "a-4x.png", "a.png"]
+    Path("in/a-4x-4x.png").unlink()
+    refused = sst("in", "-o", "in", *name, "-q")
+    assert refused.exit_code == 1 and "'in/a-4x.png' already exists" in refused.stderr, refused.output
+    assert "is an input" not in refused.stderr
+    replacing = sst("in", "-o", "in", *name, "--overwrite", "-q")
+    assert replacing.exit_code == 1 and "'in/a-4x.png' is an input file; refusing" in replacing.stderr
+    assert sst("in", "-o", "in", "--name", "{stem}.{ext}", "--skip-existing", "-q").exit_code == 1  # its own file
+
+
 def test_odd_image_names_for_o_and_in_folders(tmp_path: Path) -> None:
     import os
 
