@@ -17,7 +17,7 @@ from .errors import ImageError, OutputExists, OutputIsInput, SstError, WriteErro
 from .files import InputFiles, check_file_target, clean_stale_temporaries, folds_case, unwritable
 from .image_io import choose_format, clipping_note, named_format, probe_image, sixteen_bits_note
 from .inputs import Job
-from .naming import Naming, WriteOptions
+from .naming import DEFAULT_TEMPLATE, Naming, WriteOptions
 
 if TYPE_CHECKING:
     from .upscaler import ScaleOnly, Upscaler
@@ -59,13 +59,9 @@ class Preflight:
         # a folder holding its own results lists them: they are the targets, kept or replaced as asked).
         self._note_inputs(jobs)
         plans = [self._plan(job) for job in jobs]
-        clashes = [p for p in plans if isinstance(p.failure, OutputNameClash)]
+        clashes = [p.failure for p in plans if isinstance(p.failure, OutputNameClash)]
         if clashes:
-            self.note(
-                f"{len(clashes)} input(s) would share an output name with another input (e.g. a.png and a.bmp): "
-                "the first of each keeps it, the others fail before any computation; keep them apart with "
-                '--name "{stem}.{suffix}_{model}_x{scale}.{ext}"'
-            )
+            self.note(clash_note(clashes, self.naming.template or DEFAULT_TEMPLATE))
         lossless = {p.format for p in plans if p.format is not None} - {"jpeg", "webp"}
         if self.writing.quality is not None and lossless and not {p.format for p in plans} & {"jpeg", "webp"}:
             self.note(f"--quality applies to JPEG and WebP; the outputs here are {'/'.join(sorted(lossless)).upper()}, "
@@ -135,7 +131,28 @@ class Preflight:
 
 
 class OutputNameClash(OutputExists):
-    """Two inputs map to one output name (``a.png`` and ``a.bmp``)."""
+    """Two inputs map to one output name (``a.png`` and ``a.bmp``): ``owner``'s output, wanted by ``source``."""
+
+    def __init__(self, message: str, owner: Path | None = None, source: Path | None = None) -> None:
+        super().__init__(message)
+        self.owner, self.source = owner, source
+
+
+def clash_note(clashes: Sequence[OutputNameClash], template: str) -> str:
+    """The note on inputs that share an output name, with a pair from this run and what keeps them apart: a
+    template naming what differs between them, else separate output folders (inputs of one name in two folders)."""
+    first = clashes[0]
+    owner, source = first.owner or Path("a.png"), first.source or Path("a.bmp")
+    if owner.stem.casefold() != source.stem.casefold() and "{stem}" not in template:
+        cure = f'keep them apart with --name "{DEFAULT_TEMPLATE}"'
+    elif owner.suffix.casefold() != source.suffix.casefold() and "{suffix}" not in template:
+        cure = 'keep them apart with --name "{stem}.{suffix}_{model}_x{scale}.{ext}"'
+    else:
+        cure = "upscale them into separate -o folders, or in separate runs"
+    return (
+        f"{len(clashes)} input(s) would share an output name with another input (e.g. {owner} and {source}): "
+        f"the first of each keeps it, the others fail before any computation; {cure}"
+    )
 
 
 def claim_output(
@@ -155,7 +172,7 @@ def claim_output(
     check_file_target(target, f"'{target}'")
     owner = claimed.get(key)
     if owner is not None and owner != source:
-        raise OutputNameClash(f"'{target}' is already the output of '{owner}' (change --name or -o)")
+        raise OutputNameClash(f"'{target}' is already the output of '{owner}' (change --name or -o)", owner, source)
     claimed[key] = source
     if os.path.lexists(target):
         if writing.skip_existing:

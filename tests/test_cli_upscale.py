@@ -203,6 +203,30 @@ def test_skip_existing_keeps_an_output_that_is_another_input(count_upscales: lis
     assert sst("in", "-o", "in", "--name", "{stem}.{ext}", "--skip-existing", "-q").exit_code == 1  # its own file
 
 
+@pytest.mark.parametrize(
+    ("inputs", "name", "pair", "cure"),
+    [
+        (["in/a.png", "in/a.bmp"], [], "in/a.png and in/a.bmp", '--name "{stem}.{suffix}_{model}_x{scale}.{ext}"'),
+        (["in/a.png", "d2/a.png"], ["--name", "{stem}.{suffix}_{model}_x{scale}.{ext}"], "in/a.png and d2/a.png",
+         "separate -o folders, or in separate runs"),
+        (["in/a.png", "in/b.png"], ["--name", "same.{ext}"], "in/a.png and in/b.png",
+         '--name "{stem}_{model}_x{scale}.{ext}"'),
+    ],
+)  # fmt: skip
+def test_the_name_clash_note_names_a_pair_of_this_run_and_what_parts_them(
+    inputs: list[str], name: list[str], pair: str, cure: str
+) -> None:
+    """The note was one fixed sentence (a.png and a.bmp; the {suffix} template), even where that template was in
+    use already, or the inputs differed by folder only."""
+    for path in ("in/a.png", "in/b.png", "d2/a.png"):
+        image(path)
+    Image.open("in/a.png").save("in/a.bmp")
+    result = sst(*inputs, "-o", "out", *name)
+    assert result.exit_code == 1, result.output
+    note = next(line for line in result.output.splitlines() if "share an output name" in line)
+    assert f"(e.g. {pair})" in note and note.endswith(cure), note
+
+
 def test_odd_image_names_for_o_and_in_folders(tmp_path: Path) -> None:
     import os
 
