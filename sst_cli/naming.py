@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .checks import option_name
 from .choices import DEFAULT_MODEL
 from .errors import ConfigError
 from .image_io import DEFAULT_MAX_PIXELS, DEFAULT_QUALITY, EXTENSIONS, is_image_file, normalise_format
@@ -51,8 +52,7 @@ class WriteOptions:
         return DEFAULT_QUALITY if self.quality is None else self.quality
 
     def __post_init__(self) -> None:
-        if self.overwrite and self.skip_existing:
-            raise ConfigError("overwrite and skip-existing exclude each other: replace existing outputs, or keep them")
+        check_existing_policy(self.overwrite, self.skip_existing)
         if self.quality is not None and not 1 <= self.quality <= 100:
             raise ConfigError(f"quality must be between 1 and 100, got {self.quality}")
         if self.format is not None:
@@ -61,6 +61,14 @@ class WriteOptions:
             check_template(self.name)
         if self.max_pixels < 0:
             raise ConfigError(f"max pixels must be 0 (no limit) or a pixel count, got {self.max_pixels}")
+
+
+def check_existing_policy(overwrite: bool, skip_existing: bool, *, cli: bool = False) -> None:
+    """Refuse both policies for existing outputs at once, naming them as the caller did (``--overwrite`` on the
+    command line, which asks this before ``WriteOptions``; ``overwrite`` as a keyword)."""
+    if overwrite and skip_existing:
+        first, second = option_name("overwrite", cli), option_name("skip_existing", cli)
+        raise ConfigError(f"{first} and {second} exclude each other: replace existing outputs, or keep them")
 
 
 def model_label(spec: ModelSpec) -> str:

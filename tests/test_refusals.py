@@ -68,7 +68,7 @@ NO_TORCH_NEEDED = [
     (["--outscale", "-inf"], "--outscale -inf: must be a finite number above 0"),
     (["--ig-lambda", "nan"], "--ig-lambda nan: must be a finite number"),  # was "ig_lambda must be ..."
     (["-o", "-"], "-o: - (standard input/output) is not supported: give a file name"),
-    (["--overwrite", "--skip-existing"], "overwrite and skip-existing exclude each other"),
+    (["--overwrite", "--skip-existing"], "--overwrite and --skip-existing exclude each other"),
     (["--exact", "--tile-overlap", "0"], "--exact and --tile-overlap exclude each other: --exact sets the overlap"),
     (["--workers", "0"], "--workers must be 1 or more"),
     (["--device", "cuda:0,"], "has an empty entry"),

@@ -376,7 +376,7 @@ def upscale(
     """
     from ..checks import check_devices
     from ..inputs import check_inputs_exist
-    from ..naming import WriteOptions
+    from ..naming import WriteOptions, check_existing_policy
     from ..video_io import VideoOptions
 
     # What can be refused without torch is refused before importing it, so that such an answer comes at once.
@@ -388,6 +388,7 @@ def upscale(
     )  # fmt: skip
     check_devices(device, workers)
     check_upscale_options(**running)
+    check_existing_policy(overwrite, skip_existing, cli=True)
     writing = WriteOptions(
         format=format,
         quality=quality,
