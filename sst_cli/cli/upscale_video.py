@@ -5,14 +5,11 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TaskID, TextColumn
-from rich.progress import TimeRemainingColumn as EtaColumn
 from rich.text import Text
-
-from .output import err_console
 
 if TYPE_CHECKING:
     from ..filerun import BatchEvents, BatchResult, FileResult, FileStart
@@ -23,10 +20,32 @@ if TYPE_CHECKING:
     from ..video_io import VideoOptions
 
 
-class _Fps(ProgressColumn):
+class _Rate(ProgressColumn):
+    """Frames/s as ``FrameCounter`` computed it (frames done over the time since the clip or run started): rich's
+    own estimate saw the frames of a pass arrive microseconds apart and showed tens of thousands a second."""
+
     def render(self, task: Task) -> Text:
-        speed = task.finished_speed or task.speed
-        return Text("" if speed is None else f"{speed:.2f} frames/s")
+        rate = task.fields.get("fps")
+        return Text("" if rate is None else f"{rate:.2f} frames/s", style="progress.data.speed")
+
+
+class _Eta(ProgressColumn):
+    """Time left as ``FrameCounter`` computed it; blank on rows it does not time (the clips)."""
+
+    def render(self, task: Task) -> Text:
+        if "fps" not in task.fields:
+            return Text("")
+        left = task.fields.get("eta")
+        if left is None:
+            return Text("-:--:--", style="progress.remaining")
+        minutes, seconds = divmod(int(left), 60)
+        hours, minutes = divmod(minutes, 60)
+        return Text(f"{hours:d}:{minutes:02d}:{seconds:02d}", style="progress.remaining")
+
+
+def frame_columns() -> tuple[ProgressColumn, ...]:
+    """The columns of the clip bars: description, bar, done/total, frames/s, time left."""
+    return TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), _Rate(), _Eta()
 
 
 class Bars(Protocol):
@@ -40,18 +59,31 @@ class Bars(Protocol):
     def emit(self, event: str, **fields: Any) -> None: ...
 
 
+@dataclass(frozen=True)
+class Rates:
+    """Speed and time left of the current clip and of the whole run, each as frames done over the time since it
+    started (frames arrive a pass at a time, so the gaps between them say nothing)."""
+
+    clip_fps: float
+    clip_eta: float | None
+    fps: float
+    eta: float | None
+
+
 class FrameCounter:
     """Counts frames per clip and over all clips, with frames/s and ETA: on the reporter's terminal bars (which
-    it rebuilds with a frames/s column) or as JSON ``progress`` events, at most one a second."""
+    it rebuilds with a frames/s column) or as JSON ``progress`` events, at most one a second. ``clock`` (seconds)
+    is replaceable for tests."""
 
-    def __init__(self, reporter: Bars) -> None:
+    def __init__(self, reporter: Bars, clock: Callable[[], float] = time.perf_counter) -> None:
         self.reporter = reporter
+        self.clock = clock
         self.expected = 0  # frames in all clips, as their containers say (0: unknown)
         self.all_task: TaskID | None = None
         self.before = 0  # frames of the clips already finished
         self.current = 0
         self.last_event = 0.0
-        self.started = self.clip_started = time.perf_counter()
+        self.started = self.clip_started = clock()
 
     def hook(self, events: BatchEvents) -> BatchEvents:
         """``events`` with the bars rebuilt once the model is ready and frames counted instead of tiles."""
@@ -63,14 +95,14 @@ class FrameCounter:
 
     def _ready(self, ready: Callable[[Upscaler, int], None] | None) -> Callable[[Upscaler, int], None]:
         def run(upscaler: Upscaler, total: int) -> None:
+            self.started = self.clock()  # the run's speed counts from here, not from before the model was loaded
             if ready is not None:
                 ready(upscaler, total)
             r = self.reporter
             if r.progress is None:
                 return
             r.progress.stop()
-            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), _Fps(), EtaColumn())
-            r.progress = Progress(*columns, console=err_console, transient=True)
+            r.progress = Progress(*frame_columns(), console=r.progress.console, transient=True)
             r.progress.start()
             r.files_task = r.progress.add_task("clips", total=total)
             self.all_task = r.progress.add_task("all frames", total=self.expected or None)
@@ -82,30 +114,39 @@ class FrameCounter:
         def run(job: Job, index: int, total: int) -> None:
             self.before += self.current
             self.current = 0
-            self.clip_started = time.perf_counter()
+            self.clip_started = self.clock()
+            r = self.reporter
+            if r.progress is not None and r.tiles_task is not None:  # a fresh row: no total or speed carried over
+                r.progress.remove_task(r.tiles_task)
+                r.tiles_task = r.progress.add_task("frames", total=None)
             if start is not None:
                 start(job, index, total)
 
         return run
 
+    def rates(self, done: int, total: int, now: float) -> Rates:
+        """The current clip's and the run's speed and time left at ``now``, ``done`` of its ``total`` frames done."""
+        clip_fps = done / max(now - self.clip_started, 1e-9)
+        fps = (self.before + done) / max(now - self.started, 1e-9)
+        return Rates(clip_fps, _eta(total - done, clip_fps, total), fps,
+                     _eta(self.expected - self.before - done, fps, self.expected))  # fmt: skip
+
     def frame(self, done: int, total: int) -> None:
         """Frames done in the current clip, of ``total`` expected."""
         self.current = done
+        now = self.clock()
+        rates = self.rates(done, total, now)
         r = self.reporter
         if r.progress is not None and r.tiles_task is not None:
-            r.progress.update(r.tiles_task, completed=done, total=total or None)
+            r.progress.update(r.tiles_task, completed=done, total=total or None, fps=rates.clip_fps,
+                              eta=rates.clip_eta)  # fmt: skip
             if self.all_task is not None:
-                r.progress.update(self.all_task, completed=self.before + done)
-        now = time.perf_counter()
+                r.progress.update(self.all_task, completed=self.before + done, fps=rates.fps, eta=rates.eta)
         if r.json_log and now - self.last_event >= 1.0:
             self.last_event = now
-            fps = (self.before + done) / max(now - self.started, 1e-9)
-            eta = _eta(self.expected - self.before - done, fps, self.expected)
-            clip_fps = done / max(now - self.clip_started, 1e-9)
-            clip_eta = _eta(total - done, clip_fps, total)
             r.emit("progress", frames=done, frames_expected=total, frames_all=self.before + done,
-                   frames_all_expected=self.expected, frames_per_second=round(fps, 3), eta_seconds=eta,
-                   clip_frames_per_second=round(clip_fps, 3), clip_eta_seconds=clip_eta)  # fmt: skip
+                   frames_all_expected=self.expected, frames_per_second=round(rates.fps, 3), eta_seconds=rates.eta,
+                   clip_frames_per_second=round(rates.clip_fps, 3), clip_eta_seconds=rates.clip_eta)  # fmt: skip
 
 
 def _eta(left: int, fps: float, expected: int) -> float | None:
