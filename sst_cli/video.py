@@ -5,7 +5,8 @@ caller's runs the network on several consecutive frames per forward pass where m
 (``Upscaler.upscale_batch``: tiling, precision and device apply as for images), and one encodes and muxes
 behind it. The channels between them are bounded, so memory does not depend on the length, and no frame
 images are ever written. Each upscaled frame keeps its source frame's timestamp in the source's time base,
-so frame counts and variable frame rates survive; audio, subtitle and data packets are copied unchanged.
+and lasts until the next one (the last as its source did), so frame counts and variable frame rates survive;
+audio, subtitle and data packets are copied unchanged.
 A frame that cannot be decoded is left out and counted: its neighbours keep their own timestamps, so the
 picture stays in sync with the sound and the previous frame simply stays on screen a little longer.
 """
@@ -226,23 +227,54 @@ def _upscale(upscaler: Upscaler, pending: list[tuple[Any, int, Any]], out: Chann
 def _write(items: Channel, copies: dict[int, Any], time_base: Fraction, plan: EncodePlan, encoder: Any,
            output: Any) -> None:  # fmt: skip
     """Encoding thread: upscaled frames encoded and muxed, copied packets muxed, the encoder flushed at ``_END``.
-    Timestamps are kept, or rescaled to the encoder's own time base (``plan.time_base``), never to one taken twice."""
-    last: int | None = None
+    Each frame is held until the next one comes, whose timestamp ends it (``_Timing``)."""
+    timing = _Timing(time_base, plan.time_base)
+    held: tuple[Any, int, Any] | None = None  # (image, pts, source frame) waiting for the next frame's timestamp
     while (item := items.get()) is not _END:
         if item[0] == "packet":
             packet = item[1]
             packet.stream = copies[packet.stream.index]
             output.mux(packet)
             continue
-        _, image, pts, like = item
+        if held is not None:
+            output.mux(timing.encode(encoder, plan, *held, end=item[2]))
+        held = item[1:]
+    if held is not None:  # the last frame lasts as long as its source frame did
+        image, pts, like = held
+        output.mux(timing.encode(encoder, plan, image, pts, like, end=pts + like.duration if like.duration else None))
+    output.mux(timing.stamp(encoder.encode(None)))
+
+
+class _Timing:
+    """Timestamps and durations of the encoded frames. Timestamps are kept, or rescaled to the encoder's own time
+    base (``encoder_base``), never to one taken twice. A frame lasts until the next one's timestamp, the last as its
+    source frame did; the encoders leave packet durations out, so they are set here: the MP4 muxer gave the last
+    frame of a variable-rate clip the mean frame time instead, and the picture outlasted the sound."""
+
+    def __init__(self, source_base: Fraction, encoder_base: Fraction | None) -> None:
+        self.source_base, self.encoder_base = source_base, encoder_base
+        self.last: int | None = None
+        self.durations: dict[int, int] = {}  # encoder pts -> duration, for the packet that comes out
+
+    def encode(self, encoder: Any, plan: EncodePlan, image: Any, pts: int, like: Any, end: int | None) -> list[Any]:
+        """One frame shown from ``pts`` to ``end`` (source time base; None: unknown) through the encoder."""
         frame = array_to_frame(image, plan, like)
-        if plan.time_base is not None:
-            pts = round(pts * time_base / plan.time_base)
-            pts = pts if last is None or pts > last else last + 1
-            last = pts
-        frame.pts, frame.time_base = pts, plan.time_base or time_base
-        output.mux(_sane_dts(encoder.encode(frame)))
-    output.mux(_sane_dts(encoder.encode(None)))
+        if self.encoder_base is not None:
+            end = None if end is None else round(end * self.source_base / self.encoder_base)
+            pts = round(pts * self.source_base / self.encoder_base)
+            pts = pts if self.last is None or pts > self.last else self.last + 1
+            self.last = pts
+        frame.pts, frame.time_base = pts, self.encoder_base or self.source_base
+        if end is not None:
+            self.durations[pts] = max(end - pts, 1)
+        return self.stamp(encoder.encode(frame))
+
+    def stamp(self, packets: list[Any]) -> list[Any]:
+        """The encoder's packets with their frames' durations (and a sane decoding time: ``_sane_dts``)."""
+        for packet in packets:
+            if not packet.duration and packet.pts in self.durations:
+                packet.duration = self.durations.pop(packet.pts)
+        return _sane_dts(packets)
 
 
 #: Further than this from its own presentation time, a packet's decoding time is not an encoder's reordering (a few

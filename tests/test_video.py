@@ -145,6 +145,29 @@ def test_default_codec_keeps_family_timing_audio_rotation_and_colour(tmp_path: P
     assert frames[0].rotation == 90
 
 
+def _video_timing(path: Path) -> tuple[Fraction | None, list[Fraction]]:
+    """The video stream's duration and its packets' durations in presentation order, in seconds."""
+    with av.open(str(path)) as c:
+        stream = c.streams.video[0]
+        base = stream.time_base
+        packets = sorted((p.pts, p.duration * base) for p in c.demux(stream) if p.size)
+        return None if stream.duration is None else stream.duration * base, [d for _, d in packets]
+
+
+@pytest.mark.skipif(not video_io.has_encoder("libx264"), reason="this FFmpeg has no libx264 to make the clip with")
+def test_each_frame_keeps_its_duration_the_last_one_too(tmp_path: Path, tiny: Upscaler) -> None:
+    """The encoders set no packet durations: MP4 gave the last frame the mean frame time (65 ms, not 40), so the
+    picture lasted 0.545 s against 0.52 s of sound; Matroska gave every frame 65 ms."""
+    times = (0, 40, 80, 200, 240, 400, 440, 480)  # the last frame lasts 40 ms, the mean is 65
+    clip = make_clip(tmp_path / "vfr.mp4", size=(16, 12), pts_ms=times)
+    assert _video_timing(clip)[0] == Fraction(52, 100)
+    upscale_video(tiny, clip, tmp_path / "vfr_x2.mp4")
+    assert _video_timing(tmp_path / "vfr_x2.mp4")[0] == Fraction(52, 100)
+    upscale_video(tiny, clip, tmp_path / "vfr_x2.mkv")  # Matroska writes each frame's duration as it is given
+    gaps = [Fraction(b - a, 1000) for a, b in zip(times, (*times[1:], 520), strict=True)]
+    assert _video_timing(tmp_path / "vfr_x2.mkv")[1] == gaps
+
+
 class _Nearest(torch.nn.Module):
     """Pixel replication: what comes out is what went in, so colour conversions can be checked."""
 
