@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .checks import option_name
+from .checks import option_name, option_value
 from .choices import DEFAULT_MODEL
 from .errors import ConfigError
 from .image_io import DEFAULT_MAX_PIXELS, DEFAULT_QUALITY, EXTENSIONS, is_image_file, normalise_format
@@ -69,6 +69,23 @@ def check_existing_policy(overwrite: bool, skip_existing: bool, *, cli: bool = F
     if overwrite and skip_existing:
         first, second = option_name("overwrite", cli), option_name("skip_existing", cli)
         raise ConfigError(f"{first} and {second} exclude each other: replace existing outputs, or keep them")
+
+
+def check_format_fits(format: str | None, target: str | os.PathLike[str], *, cli: bool = False) -> None:
+    """Refuse a ``format`` the target's extension contradicts (``--format jpeg`` / ``format='jpeg'`` with
+    ``up.png``): the file would hold one format under another's name. An extension sst-cli does not write says
+    nothing, and an unknown format is refused as such."""
+    if format is None:
+        return
+    wanted = normalise_format(format)
+    try:
+        named = normalise_format(os.path.splitext(os.fspath(target))[1] or "?")
+    except ConfigError:
+        return
+    if wanted != named:
+        raise ConfigError(
+            f"{option_value('format', format, cli)} does not match the extension of '{os.fspath(target)}'"
+        )
 
 
 def model_label(spec: ModelSpec) -> str:
@@ -220,9 +237,8 @@ def plan_output(
     if template is not None:
         raise ConfigError("--name does not apply when -o names the output file itself")
     try:
-        suffix_format = normalise_format(out.suffix)
+        normalise_format(out.suffix)  # an extension sst-cli writes; whether --format agrees is said below
     except ConfigError:
         raise ConfigError(f"cannot write '{out}': name it .png, .jpg, .webp or .tif") from None
-    if format is not None and normalise_format(format) != suffix_format:
-        raise ConfigError(f"--format {format} does not match the extension of '{out}'")
+    check_format_fits(format, out, cli=True)
     return Naming(model, scale, outscale, folder=None, file=out)

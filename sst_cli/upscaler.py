@@ -37,6 +37,7 @@ from .image_io import (
     write_image,
 )
 from .loader import ConfigSource, ModelSpec, names_weights, refuse_unknown_model
+from .naming import check_format_fits
 from .options import UpscaleOptions
 from .phases import Phases
 from .pictures import (
@@ -572,9 +573,11 @@ class Upscaler:
     ) -> None:
         """Upscale one image file into ``target``, exactly as ``sst upscale`` does: EXIF orientation applied,
         ICC profile, EXIF, 16 bits and transparency kept, the file written atomically. The format comes from
-        ``format`` or the target's extension, else from the source as ``sst upscale`` chooses it (BMP and GIF,
+        ``format`` or the target's extension (a ``format`` the extension contradicts is refused, as by
+        ``sst upscale``), else from the source as ``sst upscale`` chooses it (BMP and GIF,
         which sst-cli does not write, become PNG)."""
         _check_paths(source=source, target=target)
+        check_format_fits(format, target)
         if not 1 <= quality <= 100:
             raise ConfigError(f"quality must be between 1 and 100, not {quality}")
         if os.path.lexists(target) and target in InputFiles([source]):

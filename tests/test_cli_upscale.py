@@ -451,7 +451,7 @@ def test_json_log_lines_parse() -> None:
         (["--max-memory", "4X"], "--max-memory"),
         (["--precision", "fp16"], "unknown precision 'fp16'"),  # the library's checks (test_upscaler) reach here
         (["--name", "{stem}_{size}.{ext}"], "unknown field"),
-        (["-o", "x.png", "--format", "jpg"], "does not match"),
+        (["-o", "x.png", "--format", "jpg"], "--format jpg does not match the extension of 'x.png'"),
         (["-o", "x.mp4"], "'x.mp4' names a video file, but the input is an image"),
         (["-o", ""], "-o: an empty name"),
     ],

@@ -604,6 +604,22 @@ def test_upscale_file_never_replaces_its_source_and_checks_before_computing(tmp_
     assert tiles == []  # refused before the network ran
 
 
+def test_upscale_file_refuses_a_format_its_target_extension_contradicts(tmp_path: Path) -> None:
+    """``upscale_file(src, "o.png", format="jpeg")`` wrote JPEG bytes under .png without a word; ``sst upscale``
+    refuses the same request (``naming.check_format_fits``, the one rule)."""
+    source = tmp_path / "p.png"
+    Image.fromarray((_photo(10, 12) * 255).astype(np.uint8)).save(source)
+    tiles: list[int] = []
+    up = Upscaler(_Bicubic(), device="cpu", tile=0)
+    target = tmp_path / "o.png"
+    with pytest.raises(ConfigError, match=r"^format='jpeg' does not match the extension of '.*o\.png'$"):
+        up.upscale_file(source, target, format="jpeg", on_tile=lambda d, t: tiles.append(d))
+    assert tiles == [] and not target.exists()  # refused before the network ran
+    up.upscale_file(source, tmp_path / "o.jpg", format="JPG")  # the same format, spelt otherwise
+    up.upscale_file(source, tmp_path / "o.TIF", format="tiff")
+    assert Image.open(tmp_path / "o.jpg").format == "JPEG" and Image.open(tmp_path / "o.TIF").format == "TIFF"
+
+
 @pytest.mark.parametrize(
     ("mode", "make", "out_mode"),
     [
