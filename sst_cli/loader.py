@@ -31,6 +31,7 @@ from .archs import (
 from .checkpoint import check_fit, load_state, read_metadata, read_weights
 from .checks import option_name, option_value
 from .errors import CheckpointError, ConfigError, ScaleMismatch
+from .runtime import resolve_device
 from .zoo import VARIANTS, Variant, check_model_choice, get_variant
 
 if TYPE_CHECKING:
@@ -439,10 +440,13 @@ def load_model(
     (a zoo name), else the zoo name of ``source``, else the config stored by sst-cli in a safetensors file,
     else the tensors alone when they determine it (never guessed: SST's window sizes are in no tensor). A file
     none of sst-cli's architectures claims is loaded by spandrel when it is installed (``sst_cli.spandrel``).
-    ``cli``: advice names the command line's options (``--model``, ``--scale 2``), not these keywords.
+    ``device``: a name (``"cuda:1"``, ``"auto"``) or a ``torch.device``; one PyTorch cannot use here is a
+    ConfigError, as for ``Upscaler``. ``cli``: advice names the command line's options (``--model``,
+    ``--scale 2``, ``--device cpu``), not these keywords.
     """
     asked = COMMAND_LINE if cli else LOAD_MODEL
-    return _load_source(source, scale, config, variant, device, dtype, hub_repo, asked)
+    resolved = resolve_device(device, cli=cli)  # a device PyTorch cannot use is said before any file is read
+    return _load_source(source, scale, config, variant, resolved, dtype, hub_repo, asked)
 
 
 def _load_source(

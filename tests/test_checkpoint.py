@@ -343,6 +343,24 @@ def test_loads_on_requested_dtype(light_state: dict) -> None:
     assert isinstance(model, SST) and not model.training
 
 
+def test_load_model_refuses_an_unusable_device_before_reading_weights(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``load_model(..., device="cuda")`` on a PyTorch without CUDA met a bare AssertionError, ``"xyz"`` and
+    ``"mps"`` a RuntimeError, each after the weights were read: now the ConfigError ``Upscaler`` gives, first."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    missing = tmp_path / "absent.pth"  # were the file read first, its absence would be said instead
+    with pytest.raises(ConfigError, match=r"^unknown device 'xyz'; use "):
+        load_model(missing, device="xyz")
+    with pytest.raises(ConfigError, match=r"^device 'cuda' was requested but .* no CUDA GPU here; use device='cpu'$"):
+        load_model(missing, device="cuda")
+    with pytest.raises(ConfigError, match=r"no CUDA GPU here; use --device cpu$"):
+        load_model(missing, device="cuda:1", cli=True)
+    model = load_model(GOLDEN / "light_x2.safetensors", variant="sst-light", device=torch.device("cpu"))
+    assert next(model.parameters()).device.type == "cpu"
+    assert next(load_model(GOLDEN / "light_x2.safetensors", variant="sst-light", device="auto").parameters()).is_cpu
+
+
 def test_contradicting_model_options_are_refused_before_any_file_is_read(tmp_path: Path, light_state: dict) -> None:
     from sst_cli.loader import ModelSpec
     from sst_cli.zoo import get_variant
