@@ -141,6 +141,16 @@ def check_count(value: object, name: str, *, cli: bool = False, least: int = 0) 
         raise ConfigError(f"{option_name(name, cli)} must be {wanted}, got {value}")
 
 
+def check_quality(quality: object, *, cli: bool = False) -> None:
+    """A JPEG / WebP quality: a whole number from 1 to 100 (not a bool), else a ConfigError naming the option as its
+    caller wrote it. ``upscale_file(quality=90.5)`` failed only once written, after the network had run,
+    ``quality="90"`` met a bare TypeError, and ``quality=True`` ran as 1."""
+    if isinstance(quality, bool) or not isinstance(quality, Integral):
+        raise ConfigError(f"{option_name('quality', cli)} must be a whole number from 1 to 100, got {quality!r}")
+    if not 1 <= int(quality) <= 100:
+        raise ConfigError(f"{option_name('quality', cli)} must be between 1 and 100, got {quality}")
+
+
 def option_value(name: str, value: object, cli: bool) -> str:
     """An option given a value as its caller writes it: ``--device cpu`` on the command line, ``device='cpu'`` in
     Python, for messages that suggest one."""

@@ -23,6 +23,7 @@ from typing import IO, Any
 import numpy as np
 from PIL import Image, ImageCms, ImageFile, UnidentifiedImageError
 
+from sst_cli.checks import check_quality
 from sst_cli.encoders import write_png, write_tiff
 from sst_cli.errors import ConfigError, ImageError, OutputExists, SstError
 from sst_cli.exif import (
@@ -742,8 +743,7 @@ def write_image(
         raise OutputExists(f"refusing to overwrite '{name}': it already exists")
     fmt = normalise_format(format) if format else _format_from_name(name)
     picture = for_format(picture, fmt, f"'{name}'")
-    if not 1 <= quality <= 100:
-        raise ConfigError(f"quality must be between 1 and 100, not {quality}")
+    check_quality(quality)
     depth = 16 if picture.bit_depth == 16 and fmt in ("png", "tiff") else 8
     samples = _quantise(picture, depth, name)
     if fmt == "webp" or (fmt == "tiff" and depth == 16 and samples.shape[2] == 2):

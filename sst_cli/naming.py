@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .checks import option_name, option_value
+from .checks import check_quality, option_name, option_value
 from .choices import DEFAULT_MODEL
 from .errors import ConfigError
 from .image_io import DEFAULT_MAX_PIXELS, DEFAULT_QUALITY, EXTENSIONS, is_image_file, normalise_format
@@ -53,8 +53,8 @@ class WriteOptions:
 
     def __post_init__(self) -> None:
         check_existing_policy(self.overwrite, self.skip_existing)
-        if self.quality is not None and not 1 <= self.quality <= 100:
-            raise ConfigError(f"quality must be between 1 and 100, got {self.quality}")
+        if self.quality is not None:
+            check_quality(self.quality)
         if self.format is not None:
             normalise_format(self.format)
         if self.name is not None:

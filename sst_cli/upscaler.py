@@ -20,7 +20,7 @@ from torch import nn
 from .archs import ModelDescriptor, SRNetwork, bf16_failure, describe, network_of
 from .archs.attention import AttentionReport, describe_attention
 from .archs.cpu_kernel import builds_said_to
-from .checks import check_scale_type, option_name, option_value
+from .checks import check_quality, check_scale_type, option_name, option_value
 from .choices import DEFAULT_MODEL, DEFAULT_SCALE
 from .compiling import CompiledNetwork, wants_compile
 from .errors import ConfigError, ImageError, NonFiniteOutput, OutOfMemory, OutputExists, OutputIsInput
@@ -578,8 +578,7 @@ class Upscaler:
         which sst-cli does not write, become PNG)."""
         _check_paths(source=source, target=target)
         check_format_fits(format, target)
-        if not 1 <= quality <= 100:
-            raise ConfigError(f"quality must be between 1 and 100, not {quality}")
+        check_quality(quality)
         if os.path.lexists(target) and target in InputFiles([source]):
             raise OutputIsInput(f"'{os.fspath(target)}' is the input itself: write the result elsewhere")
         folder = os.path.dirname(os.fspath(target)) or "."

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -602,6 +603,33 @@ def test_upscale_file_never_replaces_its_source_and_checks_before_computing(tmp_
     with pytest.raises(ImageError, match=r"the folder .* does not exist"):
         up.upscale_file(source, tmp_path / "nodir" / "o.png", on_tile=lambda d, t: tiles.append(d))
     assert tiles == []  # refused before the network ran
+
+
+@pytest.mark.parametrize(
+    ("quality", "message"),
+    [
+        (90.5, "quality must be a whole number from 1 to 100, got 90.5"),
+        ("90", "quality must be a whole number from 1 to 100, got '90'"),
+        (True, "quality must be a whole number from 1 to 100, got True"),
+        (0, "quality must be between 1 and 100, got 0"),
+    ],
+)
+def test_upscale_file_refuses_a_quality_that_is_no_whole_number_before_computing(
+    tmp_path: Path, quality: object, message: str
+) -> None:
+    """``quality=90.5`` failed as an ImageError once written, after the network ran; ``"90"`` met a bare
+    TypeError; ``True`` ran as 1 (``checks.check_quality``, as ``WriteOptions`` and ``write_image`` check it)."""
+    from sst_cli.naming import WriteOptions
+
+    source = tmp_path / "p.png"
+    Image.fromarray((_photo(10, 12) * 255).astype(np.uint8)).save(source)
+    tiles: list[int] = []
+    up = Upscaler(_Bicubic(), device="cpu", tile=0)
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        up.upscale_file(source, tmp_path / "q.jpg", quality=quality, on_tile=lambda d, t: tiles.append(d))  # type: ignore[arg-type]
+    assert tiles == [] and not (tmp_path / "q.jpg").exists()
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        WriteOptions(quality=quality)  # type: ignore[arg-type]
 
 
 def test_upscale_file_refuses_a_format_its_target_extension_contradicts(tmp_path: Path) -> None:
