@@ -32,7 +32,7 @@ from .checkpoint import check_fit, load_state, read_metadata, read_weights
 from .checks import option_name, option_value
 from .errors import CheckpointError, ConfigError, ScaleMismatch
 from .runtime import resolve_device
-from .zoo import VARIANTS, Variant, check_model_choice, get_variant
+from .zoo import VARIANTS, Variant, check_hub_repo, check_model_choice, get_variant
 
 if TYPE_CHECKING:
     from .spandrel.foreign import NotRecognised
@@ -158,7 +158,7 @@ class ModelSpec:
     cli: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        check_model_choice(self.model, self.scale, self.weights, self.config, self.hub_repo)
+        check_model_choice(self.model, self.scale, self.weights, self.config, self.hub_repo, cli=self.cli)
         if self.config is not None and not isinstance(self.config, Mapping):
             read_config_kwargs(self.config)  # a missing or broken file is said before the weights are read
 
@@ -445,6 +445,7 @@ def load_model(
     ``--scale 2``, ``--device cpu``), not these keywords.
     """
     asked = COMMAND_LINE if cli else LOAD_MODEL
+    check_hub_repo(hub_repo, cli=cli)
     resolved = resolve_device(device, cli=cli)  # a device PyTorch cannot use is said before any file is read
     return _load_source(source, scale, config, variant, resolved, dtype, hub_repo, asked)
 

@@ -20,7 +20,7 @@ from torch import nn
 from .archs import ModelDescriptor, SRNetwork, bf16_failure, describe, network_of
 from .archs.attention import AttentionReport, describe_attention
 from .archs.cpu_kernel import builds_said_to
-from .checks import check_quality, check_scale_type, option_name, option_value
+from .checks import check_quality, check_scale_type, option_flag, option_name, option_value
 from .choices import DEFAULT_MODEL, DEFAULT_SCALE
 from .compiling import CompiledNetwork, wants_compile
 from .errors import ConfigError, ImageError, NonFiniteOutput, OutOfMemory, OutputExists, OutputIsInput
@@ -231,9 +231,9 @@ class Upscaler:
             return
         if self.descriptor.position_dependent:
             if not self._said_eager:
-                self._say(
-                    "--compile: this network's output depends on tile positions, which compiling would fix; eager"
-                )
+                o = self.options
+                asked = option_name("compile", o.cli) if o.cli else f"compile={o.compile!r}"
+                self._say(f"{asked}: this network's output depends on tile positions, which compiling would fix; eager")
             self._said_eager = True
             return
         fixed_tiles = isinstance(self.options.tile, int) and self.options.tile > 0
@@ -442,9 +442,10 @@ class Upscaler:
         """The error when ``exact`` needs the whole image (no context makes this network's tiles exact) and it does
         not fit: tiles, which would stray from it, are not run instead."""
         asked = _allocation_said(exc)
+        exact = option_flag("exact", self.options.cli)
         return OutOfMemory(
-            f"out of memory on {self.device.type} running the whole image{asked}: --exact needs the whole image in "
-            f"memory at once, since no context makes {self.descriptor.architecture}'s tiles equal it; drop --exact "
+            f"out of memory on {self.device.type} running the whole image{asked}: {exact} needs the whole image in "
+            f"memory at once, since no context makes {self.descriptor.architecture}'s tiles equal it; drop {exact} "
             "to run it in tiles (with the context measured to keep them within 60 dB of the whole image), or use a "
             "device with more memory"
         )
@@ -502,13 +503,13 @@ class Upscaler:
         self._said_plans.add(key)
         cost = plan.cost(height, width)
         if cost >= 2.0:
-            cheaper = (
-                "" if self.options.exact else ", and --tile-overlap 0 costs nothing extra but can leave faint seams"
-            )
+            cli = self.options.cli
+            no_overlap = option_value("tile_overlap", 0, cli)
+            cheaper = "" if self.options.exact else f", and {no_overlap} costs nothing extra but can leave faint seams"
             self._say(
                 f"{tile_label(plan.tile)} tiles with {plan.overlap} px of context compute each pixel {cost:.1f} "
                 "times (expect about that many times the whole image's time); larger tiles are faster if memory "
-                f"allows (--max-memory){cheaper}"
+                f"allows ({option_name('max_memory', cli)}){cheaper}"
             )
         if plan.batch < self.options.batch:
             self._say(

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from .checks import check_scale_type
+from .checks import check_scale_type, option_name
 from .choices import DEFAULT_MODEL
 from .errors import ConfigError
 
@@ -216,26 +216,39 @@ def create_model(name: str, scale: int) -> SRNetwork:
 _REPO_ID = re.compile(r"[\w.-]+/[\w.-]+", re.ASCII)
 
 
-def check_hub_repo(hub_repo: str | None) -> None:
-    """Refuse a ``--hub-repo`` that is no repository id, before anything is looked up (huggingface_hub's own words
-    named an ``hf://`` address the user never typed)."""
+def check_hub_repo(hub_repo: str | None, *, cli: bool = False) -> None:
+    """Refuse a ``hub_repo`` that is no repository id, before anything is looked up (huggingface_hub's own words
+    named an ``hf://`` address the user never typed). ``cli``: name it ``--hub-repo``, not the keyword."""
     if hub_repo is not None and not _REPO_ID.fullmatch(hub_repo):
-        raise ConfigError(f"--hub-repo {hub_repo!r} is not a Hugging Face repository: give it as OWNER/NAME")
+        given = f"--hub-repo {hub_repo!r}" if cli else f"hub_repo={hub_repo!r}"
+        raise ConfigError(f"{given} is not a Hugging Face repository: give it as OWNER/NAME")
 
 
 def check_model_choice(
-    model: str | None, scale: int | None, weights: object | None, config: object | None, hub_repo: str | None
+    model: str | None,
+    scale: int | None,
+    weights: object | None,
+    config: object | None,
+    hub_repo: str | None,
+    *,
+    cli: bool = False,
 ) -> None:
     """What ``--model``, ``--scale``, ``--weights``, ``--config`` and ``--hub-repo`` say together, before any file
     is read: contradictions, an unknown zoo name (with a suggestion), a scale the model does not have (the
-    default model's too: x20000 was planned, then refused as too big for memory)."""
+    default model's too: x20000 was planned, then refused as too big for memory). ``cli``: name the options as
+    the command line spells them, not as the keywords of ``ModelSpec`` and ``Upscaler``."""
+    config_name, model_name = option_name("config", cli), option_name("model", cli)
+    weights_name, hub_name = option_name("weights", cli), option_name("hub_repo", cli)
     if config is not None and weights is None:
-        raise ConfigError("--config describes an architecture; give the weights to load into it with --weights")
+        into = f"with {weights_name}" if cli else f"as {weights_name}="
+        raise ConfigError(f"{config_name} describes an architecture; give the weights to load into it {into}")
     if config is not None and model is not None:
-        raise ConfigError("--config and --model both say which architecture to build: give one of them")
+        raise ConfigError(f"{config_name} and {model_name} both say which architecture to build: give one of them")
     if hub_repo is not None and weights is not None:
-        raise ConfigError("--hub-repo says where zoo weights come from; --weights names the file itself: drop one")
-    check_hub_repo(hub_repo)
+        raise ConfigError(
+            f"{hub_name} says where zoo weights come from; {weights_name} names the file itself: drop one"
+        )
+    check_hub_repo(hub_repo, cli=cli)
     if scale is not None:
         check_scale_type(scale)
         if scale < 1:

@@ -343,6 +343,52 @@ def test_loads_on_requested_dtype(light_state: dict) -> None:
     assert isinstance(model, SST) and not model.training
 
 
+def test_model_choice_refusals_name_the_options_as_the_caller_gave_them(tmp_path: Path) -> None:
+    """``Upscaler(config=...)``, ``ModelSpec(hub_repo=...)`` and ``load_model(hub_repo=...)`` were told of
+    ``--config``, ``--weights`` and ``--hub-repo``: the command line's words, which a Python caller never typed.
+    A spec the command line made (``cli=True``) keeps them."""
+    from sst_cli import Upscaler
+
+    config = GOLDEN / "light_x2.json"
+    weights = tmp_path / "w.pth"
+    api_and_cli = [
+        (
+            lambda cli: ModelSpec(config=config, cli=cli),
+            "config describes an architecture; give the weights to load into it as weights=",
+            "--config describes an architecture; give the weights to load into it with --weights",
+        ),
+        (
+            lambda cli: ModelSpec("sst-light", weights=weights, config=config, cli=cli),
+            "config and model both say which architecture to build: give one of them",
+            "--config and --model both say which architecture to build: give one of them",
+        ),
+        (
+            lambda cli: ModelSpec(weights=weights, hub_repo="a/b", cli=cli),
+            "hub_repo says where zoo weights come from; weights names the file itself: drop one",
+            "--hub-repo says where zoo weights come from; --weights names the file itself: drop one",
+        ),
+        (
+            lambda cli: ModelSpec("sst-light", 2, hub_repo="bad", cli=cli),
+            "hub_repo='bad' is not a Hugging Face repository: give it as OWNER/NAME",
+            "--hub-repo 'bad' is not a Hugging Face repository: give it as OWNER/NAME",
+        ),
+        (
+            lambda cli: load_model("sst-light", 2, hub_repo="bad", cli=cli),  # said before the hub is asked
+            "hub_repo='bad' is not a Hugging Face repository: give it as OWNER/NAME",
+            "--hub-repo 'bad' is not a Hugging Face repository: give it as OWNER/NAME",
+        ),
+    ]
+    for make, api, command_line in api_and_cli:
+        for cli, message in ((False, api), (True, command_line)):
+            with pytest.raises(ConfigError) as info:
+                make(cli)
+            assert str(info.value) == message
+    with pytest.raises(ConfigError, match=r"^config describes an architecture; give the weights to load into it as"):
+        Upscaler(config=config)
+    with pytest.raises(ConfigError, match=r"^hub_repo='bad' is not a Hugging Face repository"):
+        Upscaler("sst-light", scale=2, hub_repo="bad")
+
+
 def test_load_model_refuses_an_unusable_device_before_reading_weights(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -366,9 +412,9 @@ def test_contradicting_model_options_are_refused_before_any_file_is_read(tmp_pat
     from sst_cli.zoo import get_variant
 
     weights = _save(tmp_path / "w.pth", light_state)
-    with pytest.raises(ConfigError, match="--config and --model both say which architecture"):
+    with pytest.raises(ConfigError, match=r"^config and model both say which architecture"):
         ModelSpec("sst-light", weights=weights, config={"dim": 48})
-    with pytest.raises(ConfigError, match="--hub-repo says where zoo weights come from"):
+    with pytest.raises(ConfigError, match=r"^hub_repo says where zoo weights come from; weights names the file"):
         ModelSpec(weights=weights, hub_repo="someone/mirror")
     with pytest.raises(ConfigError, match=r"config .*absent\.json does not exist"):
         ModelSpec(weights=tmp_path / "absent.pth", config=tmp_path / "absent.json")  # the config is said first

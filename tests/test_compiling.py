@@ -18,6 +18,7 @@ from sst_cli import upscaler as upscaler_module
 from sst_cli.cli import app
 from sst_cli.compiling import AUTO_COMPILE_MEGAPIXELS, compile_cache_dir, compile_network, wants_compile
 from sst_cli.errors import ConfigError
+from sst_cli.options import UpscaleOptions
 from sst_cli.runtime import package_version
 
 CHILD = Path(__file__).with_name("compile_child.py")
@@ -216,4 +217,8 @@ def test_a_position_dependent_network_stays_eager_and_says_so_once() -> None:
     up = Upscaler(Positional(), compile="on", on_message=said.append)
     up.expect(100.0)
     assert up.compiled is None and up.run(torch.rand(3, 8, 8)).image.shape == (3, 16, 16)
+    assert said == ["compile='on': this network's output depends on tile positions, which compiling would fix; eager"]
+    said.clear()
+    on = Upscaler(Positional(), options=UpscaleOptions(compile="on", cli=True), on_message=said.append)
+    on.expect(100.0)  # from the command line, the option as it spells it
     assert said == ["--compile: this network's output depends on tile positions, which compiling would fix; eager"]

@@ -18,6 +18,7 @@ from sst_cli import Upscaler
 from sst_cli.archs import ModelDescriptor, SRNetwork
 from sst_cli.errors import OutOfMemory
 from sst_cli.files import TEMP_SUFFIX
+from sst_cli.options import UpscaleOptions
 from sst_cli.seamcache import PROBE_VERSION, SeamCache
 from sst_cli.seams import CONTEXTS, MAX_PROBE, MIN_PROBE, TARGET_DB, SeamGuide, SeamProbe, probe_picture, probe_side
 
@@ -157,11 +158,17 @@ def test_exact_does_not_tile_a_network_no_context_makes_exact() -> None:
     with pytest.raises(OutOfMemory) as info:
         up.run(picture)
     assert str(info.value) == (
-        "out of memory on cpu running the whole image (a single allocation of 2.00 GiB): --exact needs the whole "
-        "image in memory at once, since no context makes GlobalMix's tiles equal it; drop --exact to run it in tiles "
-        "(with the context measured to keep them within 60 dB of the whole image), or use a device with more memory"
+        "out of memory on cpu running the whole image (a single allocation of 2.00 GiB): exact=True needs the whole "
+        "image in memory at once, since no context makes GlobalMix's tiles equal it; drop exact=True to run it in "
+        "tiles (with the context measured to keep them within 60 dB of the whole image), or use a device with more "
+        "memory"
     )
     assert ran == [] and messages == [], "no tiles, no retries"
+    command_line = UpscaleOptions(device="cpu", precision="fp32", exact=True, cli=True)  # as sst upscale makes it
+    cli_up = Upscaler(GlobalMix(0.05), options=command_line)
+    _limited(cli_up, 32 * 32)
+    with pytest.raises(OutOfMemory, match=r": --exact needs the whole image .*; drop --exact to run it in tiles"):
+        cli_up.run(picture)
     exact = Upscaler(GlobalMix(0.0, exact=2), device="cpu", precision="fp32", exact=True, tile=0)
     with torch.inference_mode():
         whole = exact.model(picture[None])[0]

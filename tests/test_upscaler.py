@@ -587,6 +587,25 @@ def test_the_fill_keeps_visible_pixels_and_reaches_far_gaps() -> None:
     assert torch.equal(fill_hidden_colour(colour, torch.zeros(37, 50)), colour)  # nothing visible: untouched
 
 
+@pytest.mark.parametrize(
+    ("cli", "advice"),
+    [
+        (False, "larger tiles are faster if memory allows (max_memory), and tile_overlap=0 costs nothing extra"),
+        (True, "larger tiles are faster if memory allows (--max-memory), and --tile-overlap 0 costs nothing extra"),
+    ],
+)
+def test_the_costly_tiles_notice_names_the_options_as_the_caller_gave_them(cli: bool, advice: str) -> None:
+    """An API caller's ``on_message`` was told of ``--max-memory`` and ``--tile-overlap 0``, options it never had;
+    ``sst upscale`` (``UpscaleOptions(cli=True)``) keeps them."""
+    from sst_cli.options import UpscaleOptions
+
+    said: list[str] = []
+    up = Upscaler(tiny_sst(), options=UpscaleOptions(device="cpu", tile=32, cli=cli), on_message=said.append)
+    up.run(torch.rand(3, 64, 64))
+    costly = [text for text in said if "compute each pixel" in text]
+    assert len(costly) == 1 and costly[0].endswith(f"; {advice} but can leave faint seams"), said
+
+
 def test_upscale_file_never_replaces_its_source_and_checks_before_computing(tmp_path: Path) -> None:
     from sst_cli.errors import ImageError, OutputIsInput
 

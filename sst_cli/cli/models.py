@@ -171,7 +171,7 @@ def info(
     """Hyper-parameters, parameter counts and, per scale, the weight file: where it comes from, where it is
     cached and its sha256 (no network: `sst models pull` resolves and downloads). A weights file: what was
     detected in it (an hf:// file is downloaded first if it is not cached)."""
-    check_hub_repo(hub_repo)
+    check_hub_repo(hub_repo, cli=True)
     if _names_a_file(name):  # a weights file: what was detected in it
         from ..about import about_file
         from .downloads import download_display
@@ -222,7 +222,7 @@ def pull(
     """Find and download one model's weights (for later offline use) and say where they came from."""
     from .downloads import download_display
 
-    check_hub_repo(hub_repo)
+    check_hub_repo(hub_repo, cli=True)
     v = get_variant(name)
     _check_scale(v.name, scale)
     with hub.show_downloads(download_display(quiet=quiet)):

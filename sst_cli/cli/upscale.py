@@ -398,7 +398,7 @@ def upscale(
         max_pixels=max_pixels,
     )
     video_options = VideoOptions(codec, crf, pix_fmt, lossless, frames_per_pass)
-    check_model_choice(model, scale, weights, config, hub_repo)
+    check_model_choice(model, scale, weights, config, hub_repo, cli=True)
     check_inputs_exist(inputs)
     reporter = Reporter(quiet=quiet, json_log=json_log)
     reporter.phases.add("start-up", process_seconds())  # Python and sst-cli's light imports
