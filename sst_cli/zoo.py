@@ -204,9 +204,15 @@ def get_variant(name: str, *, arch: str | None = None) -> Variant:
 
 
 def create_model(name: str, scale: int) -> SRNetwork:
-    """An untrained network of a zoo variant (works under ``torch.device('meta')``)."""
+    """An untrained network of a zoo variant (works under ``torch.device('meta')``). ``name`` is a zoo name: a
+    ``Path`` met "'PosixPath' object has no attribute 'strip'"; weights in a file are ``load_model``'s."""
     from .archs import get_architecture
 
+    if not isinstance(name, str):
+        raise ConfigError(
+            f"create_model takes a zoo name such as {DEFAULT_MODEL!r}, got {name!r}; to load weights from a file, "
+            "use load_model(path)"
+        )
     variant = get_variant(name)
     return get_architecture(variant.arch).build(variant.config(scale))
 

@@ -606,6 +606,17 @@ def test_the_costly_tiles_notice_names_the_options_as_the_caller_gave_them(cli: 
     assert len(costly) == 1 and costly[0].endswith(f"; {advice} but can leave faint seams"), said
 
 
+def test_a_module_that_does_not_say_its_scale_is_a_config_error() -> None:
+    """``Upscaler(torch.nn.Conv2d(3, 3, 3))`` raised a TypeError, where ``Upscaler(5)`` gets a ConfigError: every
+    error meant for a user is an SstError."""
+    with pytest.raises(ConfigError, match=r"^Conv2d does not say its scale: give the module an integer 'scale'"):
+        Upscaler(torch.nn.Conv2d(3, 3, 3), device="cpu")
+    flagged = _Bicubic()
+    flagged.scale = True  # type: ignore[assignment]
+    with pytest.raises(ConfigError, match=r"^_Bicubic does not say its scale"):
+        Upscaler(flagged, device="cpu")
+
+
 def test_upscale_file_never_replaces_its_source_and_checks_before_computing(tmp_path: Path) -> None:
     from sst_cli.errors import ImageError, OutputIsInput
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import GOLDEN, needs_golden
@@ -81,3 +83,12 @@ def test_create_model_is_untrained_and_runs() -> None:
     assert model.scale == 2
     with torch.no_grad():
         assert model(torch.rand(1, 3, 8, 8)).shape == (1, 3, 16, 16)
+
+
+def test_create_model_refuses_what_is_no_zoo_name_as_a_config_error() -> None:
+    """``create_model(Path("sst"), 2)`` met "'PosixPath' object has no attribute 'strip'": a ConfigError now, that
+    says what to pass and where weights files go."""
+    with pytest.raises(ConfigError, match=r"^create_model takes a zoo name such as '[\w-]+', got PosixPath\('sst'\); "):
+        create_model(Path("sst"), 2)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="use load_model"):
+        create_model(Path("w.pth"), 2)  # type: ignore[arg-type]

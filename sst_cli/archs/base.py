@@ -228,8 +228,11 @@ def describe(model: nn.Module) -> ModelDescriptor:
     if isinstance(network, SRNetwork):
         return network.describe()
     scale = getattr(model, "scale", None)
-    if not isinstance(scale, int) or scale < 1:
-        raise TypeError(f"{type(model).__name__} does not say its scale: give it an integer 'scale' attribute")
+    if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:  # a ConfigError, as Upscaler(5) gets
+        raise ConfigError(
+            f"{type(model).__name__} does not say its scale: give the module an integer 'scale' attribute (how many "
+            "times larger its output is), or load a super-resolution network with load_model"
+        )
     return ModelDescriptor(architecture=type(model).__name__, scale=scale)
 
 
