@@ -22,9 +22,9 @@ class ConfigError(SstError, ValueError):
 
 
 class NothingToUpscale(ConfigError):
-    """Every input is a folder, and none holds a file to upscale (empty, or only outputs and skipped files): the
-    library refuses it as any input without work, ``sst upscale`` says it and exits 0 (a scheduled run over an
-    inbox folder with nothing new did nothing wrong)."""
+    """Every input is a folder, and none holds a file to upscale (empty, or only outputs and skipped files), nor
+    has sub-folders that --recursive would search: the library refuses it as any input without work, ``sst
+    upscale`` says it and exits 0 (a scheduled run over an inbox folder with nothing new did nothing wrong)."""
 
 
 class CheckpointError(SstError, ValueError):

@@ -293,8 +293,9 @@ def discover_inputs(
     if not any(job.skip is None for job in jobs):
         if jobs:
             reasons = "; ".join(sorted({f"{j.source.name}: {j.skip}" for j in jobs})[:3])
-            refusal = NothingToUpscale if all(os.path.isdir(i) for i in items) else ConfigError
-            raise refusal(f"nothing to upscale in {', '.join(repr(i) for i in items)}: {reasons}")
+            hint = _recursive_hint(items, recursive)
+            refusal = _refusal(items, recursive)
+            raise refusal(f"nothing to upscale in {', '.join(repr(i) for i in items)}: {reasons}{hint}")
         raise nothing_found(items, recursive)
     return jobs
 
@@ -302,13 +303,22 @@ def discover_inputs(
 def nothing_found(items: Sequence[str], recursive: bool, *, videos: Iterable[str] = ()) -> ConfigError:
     """The refusal of inputs in which no file was found, with the endings looked for: images, and the ``videos``
     endings where the caller (``sst upscale``) takes video files from folders too. NothingToUpscale where every
-    input is a folder (an inbox with nothing new), which ``sst upscale`` answers with exit 0."""
+    input is a folder (an inbox with nothing new), which ``sst upscale`` answers with exit 0, unless
+    --recursive was left out of folders with sub-folders (``_refusal``)."""
     video_kinds = " ".join(sorted(videos))
     what = "image or video files" if video_kinds else "image files"
     kinds = " ".join(sorted(IMAGE_SUFFIXES)) + (f"; videos {video_kinds}" if video_kinds else "")
     names = ", ".join(repr(i) for i in items)
-    refusal = NothingToUpscale if items and all(os.path.isdir(i) for i in items) else ConfigError
+    refusal = _refusal(items, recursive)
     return refusal(f"no {what} found in {names} (looked for {kinds}){_recursive_hint(items, recursive)}")
+
+
+def _refusal(items: Sequence[str], recursive: bool) -> type[ConfigError]:
+    """NothingToUpscale (``sst upscale`` exits 0) where every input is a folder and --recursive would search no
+    more of them: an inbox with nothing new. Where it would (sub-folders, no --recursive), a forgotten -r is the
+    user's mistake to be told as one (ConfigError, exit 2), not a run that succeeded."""
+    folders = bool(items) and all(os.path.isdir(i) for i in items)
+    return NothingToUpscale if folders and not _recursive_hint(items, recursive) else ConfigError
 
 
 def nothing_from(item: str, recursive: bool, *, videos: bool = False) -> str:

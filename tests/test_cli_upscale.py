@@ -481,8 +481,8 @@ def test_folders_with_nothing_to_upscale_are_said_and_succeed() -> None:
     assert "error" not in said
     assert ".jfif" in said and "; videos .3g2 .3gp .avi" in said and ".mp4" in said and ".webm .wmv)" in said
     Path("nested", "deeper").mkdir(parents=True)
-    both = sst("empty", "nested")
-    assert both.exit_code == 0 and "no image or video files found in 'empty', 'nested'" in both.stderr
+    both = sst("empty", "nested")  # a forgotten -r stays a mistake: exit 2
+    assert both.exit_code == 2 and "no image or video files found in 'empty', 'nested'" in both.stderr
     assert "they have sub-folders: add --recursive" in " ".join(both.stderr.split())
     image("a.png")
     among = sst("empty", "nested", "a.png", "-o", "out")  # the folders were passed over without a word
@@ -490,6 +490,17 @@ def test_folders_with_nothing_to_upscale_are_said_and_succeed() -> None:
     said = " ".join(among.stderr.split())
     assert "'empty' holds no image or video files: nothing comes from it" in said
     assert "'nested' holds no image or video files: nothing comes from it; it has sub-folders: add --recursive" in said
+
+
+@pytest.mark.parametrize("beside", [[], ["e7/a_mini_x3_x3.png"]])
+def test_a_folder_whose_images_lie_in_sub_folders_without_recursive_is_refused(beside: list[str]) -> None:
+    """It exited 0 with the hint to add --recursive: a forgotten -r read as a run that succeeded."""
+    for path in ("e7/2024/jan/beach.jpg", *beside):
+        image(path)
+    result = sst("e7", "--json-log")
+    assert result.exit_code == 2, result.output
+    assert "it has sub-folders: add --recursive to search them" in result.stdout
+    assert sst("e7", "-r", "-o", "out", "-q").exit_code == 0 and files_under("out") == ["2024/jan/beach_mini_x3_x3.jpg"]
 
 
 def test_a_folder_of_outputs_alone_succeeds_but_a_named_file_with_nothing_to_upscale_is_refused() -> None:
