@@ -292,10 +292,13 @@ def discover_inputs(
             on_note(nothing_from(item, recursive))
     if not any(job.skip is None for job in jobs):
         if jobs:
-            reasons = "; ".join(sorted({f"{j.source.name}: {j.skip}" for j in jobs})[:3])
-            hint = _recursive_hint(items, recursive)
-            refusal = _refusal(items, recursive)
-            raise refusal(f"nothing to upscale in {', '.join(repr(i) for i in items)}: {reasons}{hint}")
+            reasons = sorted({f"{j.source.name}: {j.skip}" for j in jobs})
+            said = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
+            message = f"nothing to upscale in {', '.join(repr(i) for i in items)}: {said}"
+            message += _recursive_hint(items, recursive)
+            if _refusal(items, recursive) is NothingToUpscale:
+                raise NothingToUpscale(message, jobs)
+            raise ConfigError(message)
         raise nothing_found(items, recursive)
     return jobs
 

@@ -514,6 +514,29 @@ def test_a_folder_of_outputs_alone_succeeds_but_a_named_file_with_nothing_to_ups
     assert sst("missing.png").exit_code == 2
 
 
+def test_a_folder_with_nothing_to_upscale_lists_every_skipped_file_in_the_summary() -> None:
+    """The note named 3 of them and the summary none ("skipped": 0): skipped files are never passed over
+    silently, and a batch with something to do lists them all."""
+    image("e5/h_mini_x3_x3.png")
+    for n in range(1, 6):
+        Path(f"e5/p{n}.heic").write_bytes(b"not read")
+    result = sst("e5", "--json-log")
+    assert result.exit_code == 0, result.output
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    names = ["h_mini_x3_x3.png", *(f"p{n}.heic" for n in range(1, 6))]
+    done = [e for e in events if e["event"] == "file_done"]
+    assert [(Path(e["input"]).name, e["status"], e["index"], e["total"]) for e in done] == [
+        (name, "skipped", index, 6) for index, name in enumerate(names, 1)
+    ]
+    summary = events[-1]
+    assert summary["event"] == "summary" and (summary["skipped"], summary["done"], summary["failed"]) == (6, 0, 0)
+    assert [Path(s["input"]).name for s in summary["skipped_files"]] == names
+    assert "HEIC is not a format sst-cli reads" in summary["skipped_files"][1]["reason"]
+    assert events[0]["message"].endswith("; and 3 more")  # the note names 3
+    plain = sst("e5")
+    assert plain.exit_code == 0 and "6 skipped:" in plain.stderr and "p5.heic: HEIC is not" in plain.stderr
+
+
 def test_debug_shows_the_traceback() -> None:
     image("a.png")
     args = ["upscale", "a.png", "--weights", "nowhere.pth", "--model", "sst-light"]

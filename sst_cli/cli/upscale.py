@@ -220,12 +220,16 @@ class Reporter:
 
 
 def _nothing_to_do(reporter: Reporter, nothing: NothingToUpscale) -> typer.Exit:
-    """Folders holding nothing to upscale: every file (none) was written or skipped, so the run succeeded (exit 0),
-    and the note says why nothing was done."""
-    from ..filerun import BatchResult
+    """Folders holding nothing to upscale: every file was skipped (or there was none), so the run succeeded
+    (exit 0); the note says why nothing was done, and each skipped file is reported and listed in the summary as
+    in any batch (the note names a few)."""
+    from ..filerun import BatchResult, FileResult
 
     reporter.note(str(nothing))
-    reporter.summary(BatchResult(), interrupted=False, exit_code=0)
+    result = BatchResult([FileResult(job.source, None, "skipped", job.skip) for job in nothing.skipped])
+    for index, record in enumerate(result.files):
+        reporter.file_done(record, index, len(result.files))
+    reporter.summary(result, interrupted=False, exit_code=0)
     return typer.Exit(0)
 
 
