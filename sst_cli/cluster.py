@@ -103,6 +103,7 @@ def upscale_files_ray(
     from .batch import plan_batch
     from .filerun import BatchEvents, BatchInterrupted, BatchResult, FileResult, _BatchRun
     from .files import removing_unused_folders
+    from .naming import resume_hint
 
     ray = _import_ray()
     ray_options = ray_options or RayOptions()
@@ -159,7 +160,7 @@ def upscale_files_ray(
         try:
             while todo or running:
                 if not idle and not running:  # every actor died past its restart: nothing can compute the rest
-                    reason = "every Ray actor died (killed, or out of memory); rerun with --skip-existing"
+                    reason = f"every Ray actor died (killed, or out of memory); {resume_hint(writing.overwrite)}"
                     while todo:
                         index = todo.popleft()
                         plan = plans[index]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import DiskFull
+from .naming import resume_hint
 
 # errno -> how the folder is described; EDQUOT is missing on Windows
 _FULL = {errno.ENOSPC: "is full (no space left on device)"}
@@ -53,7 +54,8 @@ def file_system(target: Path) -> int | str:
 class FullFileSystems:
     """The file systems one batch (or one worker of it) found full, each with the sentence its later files get.
 
-    ``overwrite``: the batch replaces existing outputs, so a rerun that keeps what was written drops that."""
+    ``overwrite``: the batch replaces existing outputs, so a rerun that keeps existing outputs would keep the old
+    ones of the files not done (``naming.resume_hint``)."""
 
     overwrite: bool = False
     _full: dict[int | str, str] = field(default_factory=dict)
@@ -73,9 +75,8 @@ class FullFileSystems:
             code = lack_of_space(exc)
             if code is not None:
                 folder = target.parent if str(target.parent) else Path(".")
-                resume = "--skip-existing instead of --overwrite" if self.overwrite else "--skip-existing"
                 self._full.setdefault(
                     file_system(target),
-                    f"not computed: '{folder}' {_FULL[code]}; free some space, then rerun with {resume} to resume",
+                    f"not computed: '{folder}' {_FULL[code]}; free some space, then {resume_hint(self.overwrite)}",
                 )
             raise

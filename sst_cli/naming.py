@@ -88,6 +88,15 @@ def check_format_fits(format: str | None, target: str | os.PathLike[str], *, cli
         )
 
 
+def resume_hint(overwrite: bool) -> str:
+    """How to finish a batch that stopped part way (interrupted, or its disk found full). --skip-existing keeps
+    what was written and computes the rest; after --overwrite it would also keep the earlier outputs of the files
+    not done, which this run was to replace, so that run is rerun as it was."""
+    if overwrite:
+        return "rerun with --overwrite (not --skip-existing: it would keep the earlier outputs of the files not done)"
+    return "rerun with --skip-existing to resume"
+
+
 def model_label(spec: ModelSpec) -> str:
     """Name used for ``{model}`` in output names: the weights file's stem when weights are given."""
     if spec.weights is None:

@@ -37,6 +37,7 @@ from .checks import check_devices
 from .cores import usable_cores
 from .errors import ConfigError, SstError
 from .filerun import BatchEvents, BatchInterrupted, BatchResult, FileResult, OutputWatch, _BatchRun
+from .naming import resume_hint
 
 if TYPE_CHECKING:
     from multiprocessing.queues import Queue
@@ -309,7 +310,7 @@ def run_batch_parallel(
             if written is not None:
                 finish(index, written)
             elif started_by.get(index) in dead:
-                finish(index, _lost(plans[index]))
+                finish(index, _lost(plans[index], writing.overwrite))
             else:
                 again.append(index)
         started_by.clear()
@@ -318,10 +319,10 @@ def run_batch_parallel(
             if restarts > len(devices):  # each new pool lost a worker too: give up rather than loop
                 reason = (
                     f"not computed: worker processes stopped unexpectedly {restarts} times (killed, or out of "
-                    "memory); rerun with --skip-existing"
+                    f"memory); {resume_hint(writing.overwrite)}"
                 )
                 for index in again:
-                    finish(index, _lost(plans[index], reason))
+                    finish(index, _lost(plans[index], writing.overwrite, reason))
                 return []
         return again
 
@@ -386,9 +387,10 @@ def _children_ignore_ctrl_c() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _lost(plan: _Plan, reason: str | None = None) -> FileResult:
+def _lost(plan: _Plan, overwrite: bool, reason: str | None = None) -> FileResult:
     """A file whose worker process died (killed, or out of memory at the operating-system level)."""
-    reason = reason or "its worker process stopped unexpectedly (killed, or out of memory); rerun with --skip-existing"
+    hint = resume_hint(overwrite)
+    reason = reason or f"its worker process stopped unexpectedly (killed, or out of memory); {hint}"
     return FileResult(plan.job.source, plan.target, "failed", reason, "WorkerLost", plan.megapixels)
 
 

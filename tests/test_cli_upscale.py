@@ -367,6 +367,33 @@ def test_interrupt_exits_130_without_partial_files_and_skip_existing_finishes(
     assert files_under("out") == ["a_mini_x3_x3.png", "b_mini_x3_x3.png", "c_mini_x3_x3.png"]
 
 
+def test_an_interrupted_overwrite_says_to_rerun_with_overwrite(
+    monkeypatch: pytest.MonkeyPatch, count_upscales: list[int]
+) -> None:
+    """It said to rerun with --skip-existing instead of --overwrite, which kept the earlier outputs of the files
+    the interrupt left undone: b's and c's old results stayed, as if upscaled."""
+    for name in ("a", "b", "c"):
+        image(Path("in", f"{name}.png"))
+        Path("out", f"{name}_mini_x3_x3.png").parent.mkdir(exist_ok=True)
+        Path("out", f"{name}_mini_x3_x3.png").write_bytes(b"an earlier result")
+    spy = Upscaler.upscale_picture
+
+    def second_file_interrupts(self: Upscaler, picture: Picture, on_tile: object = None) -> Picture:
+        if len(count_upscales) == 1:
+            raise KeyboardInterrupt
+        return spy(self, picture, on_tile)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Upscaler, "upscale_picture", second_file_interrupts)
+    stopped = sst("in", "-o", "out", "--overwrite", "-q")
+    said = " ".join(stopped.stderr.split())
+    assert stopped.exit_code == 130, stopped.output
+    assert said.endswith("after 1 of 3 files; rerun with --overwrite (not --skip-existing: it would keep the "
+                         "earlier outputs of the files not done)"), said  # fmt: skip
+    monkeypatch.setattr(Upscaler, "upscale_picture", spy)
+    assert sst("in", "-o", "out", "--overwrite", "-q").exit_code == 0  # as it says: no earlier result is left
+    assert all(Path("out", f"{n}_mini_x3_x3.png").read_bytes() != b"an earlier result" for n in "abc")
+
+
 def test_a_result_too_large_for_memory_is_refused_before_the_network(count_upscales: list[int]) -> None:
     image("a.png")
     result = sst("a.png", "--outscale", "1e5", "-q")

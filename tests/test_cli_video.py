@@ -292,7 +292,7 @@ def test_image_options_for_videos_only_are_said_and_the_resume_hint_fits_overwri
     monkeypatch.setattr(video, "_transcode", interrupted)
     stopped = sst("a.mp4", "--overwrite")
     assert stopped.exit_code == 130
-    assert "rerun it with --skip-existing instead of --overwrite to resume" in stopped.stderr
+    assert "rerun with --overwrite (not --skip-existing: it would keep the earlier outputs" in stopped.stderr
 
 
 def test_a_folder_in_the_way_of_the_output_is_refused_before_the_model_loads(

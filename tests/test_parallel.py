@@ -235,6 +235,19 @@ def test_a_dead_worker_fails_only_its_own_file(tmp_path: Path, monkeypatch: pyte
             picture.load()
 
 
+def test_a_lost_files_hint_fits_overwrite() -> None:
+    """After --overwrite it said to rerun with --skip-existing, which keeps the lost file's earlier output."""
+    from sst_cli.inputs import Job
+    from sst_cli.parallel import _lost
+    from sst_cli.preflight import _Plan
+
+    plan = _Plan(Job(Path("a.png"), Path(".")))
+    assert str(_lost(plan, False).reason).endswith("; rerun with --skip-existing to resume")
+    assert str(_lost(plan, True).reason).endswith(
+        "; rerun with --overwrite (not --skip-existing: it would keep the earlier outputs of the files not done)"
+    )
+
+
 def _work_dying_at_once(index: int, plan: object) -> object:
     os._exit(9)  # before the file's start is sent, as a worker whose driver crashes on the first call
 

@@ -295,11 +295,19 @@ def test_tiff_on_a_full_disk_says_so_and_leaves_nothing(monkeypatch: pytest.Monk
     assert sorted(p.name for p in Path(".").iterdir()) == ["a.png"]
 
 
+@pytest.mark.parametrize(
+    ("overwrite", "hint"),
+    [
+        (False, "rerun with --skip-existing to resume"),
+        (True, "rerun with --overwrite (not --skip-existing: it would keep the earlier outputs of the files not done)"),
+    ],
+)
 def test_once_an_output_file_system_is_full_its_later_files_fail_without_being_computed(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, overwrite: bool, hint: str
 ) -> None:
     """The write test passes while there is a byte left; a disk that fills during the batch made every later
-    file be upscaled first and then fail to be written (hours on a GPU batch). Files bound elsewhere go on."""
+    file be upscaled first and then fail to be written (hours on a GPU batch). Files bound elsewhere go on.
+    After --overwrite, the hint said to rerun with --skip-existing, which kept the failed files' old outputs."""
     for name in ("in/a.png", "in/b.png", "in/c.png", "other/d.png"):
         save(name)
     real_write = filerun.write_image
@@ -311,14 +319,13 @@ def test_once_an_output_file_system_is_full_its_later_files_fail_without_being_c
 
     monkeypatch.setattr(filerun, "write_image", writer)
     monkeypatch.setattr(diskfull, "file_system", lambda target: Path(target).parent.name)  # two file systems
-    result, net = batch(["in", "other"], output=None)
+    result, net = batch(["in", "other"], output=None, overwrite=overwrite)
     assert [r.status for r in result.files] == ["failed", "failed", "failed", "done"]
     assert net.calls == 2  # a (whose write failed) and d
     assert result.files[0].reason == "cannot write 'in_sst/a_nn_x2.png': no space left on device"
     for record in result.files[1:3]:
         assert record.error_type == "DiskFull" and record.reason == (
-            "not computed: 'in_sst' is full (no space left on device); free some space, then rerun with "
-            "--skip-existing to resume"
+            f"not computed: 'in_sst' is full (no space left on device); free some space, then {hint}"
         )
     assert os.listdir("in_sst") == [] and os.listdir("other_sst") == ["d_nn_x2.png"]
 

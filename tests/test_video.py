@@ -1043,5 +1043,5 @@ def test_once_a_clips_file_system_is_full_the_clips_bound_there_are_not_computed
     assert computed == ["a.mkv"] and [r.status for r in result.files] == ["failed"] * 3
     assert result.files[2].error_type == "DiskFull" and result.files[2].reason == (
         f"not computed: '{tmp_path / 'out'}' is full (no space left on device); free some space, then rerun with "
-        "--skip-existing instead of --overwrite to resume"
+        "--overwrite (not --skip-existing: it would keep the earlier outputs of the files not done)"
     )

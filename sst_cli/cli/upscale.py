@@ -50,7 +50,6 @@ if TYPE_CHECKING:
     from ..batch import BatchResult, FileResult, Job
     from ..upscaler import Upscaler
 
-_RESUME_HINT = "rerun the same command with --skip-existing to resume"
 _DEFAULT_MAX_PIXELS = 178_956_970  # image_io.DEFAULT_MAX_PIXELS, here so that --help needs no import of it
 
 
@@ -377,11 +376,12 @@ def upscale(
     Exit status: 0 when every file was written or skipped (folders with nothing to upscale too), 1 when any
     failed, 2 for invalid options or inputs (none of them exists; folders with sub-folders but nothing to
     upscale without --recursive),
-    130 when interrupted (Ctrl-C), 143 on SIGTERM, 129 on SIGHUP (rerun with --skip-existing to resume).
+    130 when interrupted (Ctrl-C), 143 on SIGTERM, 129 on SIGHUP (rerun with --skip-existing to resume; a run
+    with --overwrite, with --overwrite again).
     """
     from ..checks import check_devices
     from ..inputs import check_inputs_exist
-    from ..naming import WriteOptions, check_existing_policy
+    from ..naming import WriteOptions, check_existing_policy, resume_hint
     from ..video_io import VideoOptions
 
     # What can be refused without torch is refused before importing it, so that such an answer comes at once.
@@ -485,8 +485,7 @@ def upscale(
         where = f" while upscaling {show(stop.current.source)}" if stop.current else ""
         done = len(stop.result.files)
         how = "interrupted" if stop.exit_code == 130 else f"stopped by signal {stop.exit_code - 128}"
-        hint = "rerun it with --skip-existing instead of --overwrite to resume" if overwrite else _RESUME_HINT
-        message = f"{how}{where} after {done} of {stop.total} files; {hint}"
+        message = f"{how}{where} after {done} of {stop.total} files; {resume_hint(overwrite)}"
         if json_log:  # the last event, as for an interrupt before the batch began
             json_event("error", message=message, exit_code=stop.exit_code, interrupted=True)
         raise fail(message, stop.exit_code) from None
