@@ -185,9 +185,14 @@ class Naming:
     folder: Path | None = None  # -o OUT as a folder; None: default folders
     file: Path | None = None  # -o OUT as the one output file of a single input
 
+    @property
+    def default_template(self) -> str:
+        """The template used without --name: ``{outscale}`` in place of ``{scale}`` when an outscale is set."""
+        return DEFAULT_OUTSCALE_TEMPLATE if self.outscale is not None else DEFAULT_TEMPLATE
+
     def name(self, job: Job, ext: str) -> str:
         """The output's file name for ``job``, with the extension ``ext`` (an image format's or a container's)."""
-        template = self.template or (DEFAULT_OUTSCALE_TEMPLATE if self.outscale is not None else DEFAULT_TEMPLATE)
+        template = self.template or self.default_template
         outscale = self.outscale if self.outscale is not None else self.scale
         return _fill(template, job.source.stem, job.source.suffix.lstrip("."), self.model, self.scale, outscale, ext)
 

@@ -17,7 +17,7 @@ from .errors import ImageError, OutputExists, OutputIsInput, SstError, WriteErro
 from .files import InputFiles, check_file_target, clean_stale_temporaries, folds_case, unwritable
 from .image_io import choose_format, clipping_note, named_format, probe_image, sixteen_bits_note
 from .inputs import Job
-from .naming import DEFAULT_TEMPLATE, Naming, WriteOptions
+from .naming import Naming, WriteOptions
 
 if TYPE_CHECKING:
     from .upscaler import ScaleOnly, Upscaler
@@ -61,7 +61,8 @@ class Preflight:
         plans = [self._plan(job) for job in jobs]
         clashes = [p.failure for p in plans if isinstance(p.failure, OutputNameClash)]
         if clashes:
-            self.note(clash_note(clashes, self.naming.template or DEFAULT_TEMPLATE))
+            default = self.naming.default_template
+            self.note(clash_note(clashes, self.naming.template or default, default))
         lossless = {p.format for p in plans if p.format is not None} - {"jpeg", "webp"}
         if self.writing.quality is not None and lossless and not {p.format for p in plans} & {"jpeg", "webp"}:
             self.note(f"--quality applies to JPEG and WebP; the outputs here are {'/'.join(sorted(lossless)).upper()}, "
@@ -138,15 +139,17 @@ class OutputNameClash(OutputExists):
         self.owner, self.source = owner, source
 
 
-def clash_note(clashes: Sequence[OutputNameClash], template: str) -> str:
+def clash_note(clashes: Sequence[OutputNameClash], template: str, default: str) -> str:
     """The note on inputs that share an output name, with a pair from this run and what keeps them apart: a
-    template naming what differs between them, else separate output folders (inputs of one name in two folders)."""
+    template naming what differs between them, else separate output folders (inputs of one name in two folders).
+    ``template`` is the run's; ``default`` the one without --name (``{outscale}`` with an outscale), whose
+    scale the suggested templates keep."""
     first = clashes[0]
     owner, source = first.owner or Path("a.png"), first.source or Path("a.bmp")
     if owner.stem.casefold() != source.stem.casefold() and "{stem}" not in template:
-        cure = f'keep them apart with --name "{DEFAULT_TEMPLATE}"'
+        cure = f'keep them apart with --name "{default}"'
     elif owner.suffix.casefold() != source.suffix.casefold() and "{suffix}" not in template:
-        cure = 'keep them apart with --name "{stem}.{suffix}_{model}_x{scale}.{ext}"'
+        cure = f'keep them apart with --name "{default.replace("{stem}", "{stem}.{suffix}", 1)}"'
     else:
         cure = "upscale them into separate -o folders, or in separate runs"
     return (

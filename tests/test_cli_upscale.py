@@ -211,6 +211,10 @@ def test_skip_existing_keeps_an_output_that_is_another_input(count_upscales: lis
          "separate -o folders, or in separate runs"),
         (["in/a.png", "in/b.png"], ["--name", "same.{ext}"], "in/a.png and in/b.png",
          '--name "{stem}_{model}_x{scale}.{ext}"'),
+        (["in/a.png", "in/a.bmp"], ["--outscale", "2"], "in/a.png and in/a.bmp",
+         '--name "{stem}.{suffix}_{model}_x{outscale}.{ext}"'),  # not _x3 on 2x results
+        (["in/a.png", "in/b.png"], ["--name", "same.{ext}", "--outscale", "2"], "in/a.png and in/b.png",
+         '--name "{stem}_{model}_x{outscale}.{ext}"'),
     ],
 )  # fmt: skip
 def test_the_name_clash_note_names_a_pair_of_this_run_and_what_parts_them(
