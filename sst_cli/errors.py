@@ -28,8 +28,9 @@ class ConfigError(SstError, ValueError):
 
 class NothingToUpscale(ConfigError):
     """Every input is a folder, and none holds a file to upscale (empty, or only outputs and skipped files), nor
-    has sub-folders that --recursive would search: the library refuses it as any input without work, ``sst
-    upscale`` says it and exits 0 (a scheduled run over an inbox folder with nothing new did nothing wrong).
+    has sub-folders holding images or videos that --recursive would find: the library refuses it as any input
+    without work, ``sst upscale`` says it and exits 0 (a scheduled run over an inbox folder with nothing new did
+    nothing wrong).
 
     ``skipped``: the files found and not upscaled (``Job`` with ``skip`` set), for the summary to list."""
 

@@ -331,15 +331,23 @@ def nothing_from(item: str, recursive: bool, *, videos: bool = False) -> str:
 
 
 def _recursive_hint(items: Sequence[str], recursive: bool) -> str:
-    """Where folders found empty have sub-folders that --recursive would search, a hint saying so."""
+    """Where folders found empty have sub-folders holding images or videos that --recursive would find, a hint
+    saying so (an empty ``archive/`` beside an inbox's files is no reason to add it)."""
+    if recursive:
+        return ""
     folders = [i for i in items if os.path.isdir(i)]
-    nested = any(_has_subfolders(Path(f)) for f in folders)
-    who = "it has" if len(folders) == 1 else "they have"
-    return f"; {who} sub-folders: add --recursive to search them" if nested and not recursive else ""
+    who = "its" if len(folders) == 1 else "their"
+    found = any(_files_below(Path(f)) for f in folders)
+    return f"; {who} sub-folders hold image or video files: add --recursive to search them" if found else ""
 
 
-def _has_subfolders(folder: Path) -> bool:
-    try:
-        return any(p.is_dir() and not is_hidden(p.name) for p in folder.iterdir())
-    except OSError:  # a folder that cannot be listed: its job says so
-        return False
+def _files_below(folder: Path) -> bool:
+    """Whether a sub-folder (not hidden) of ``folder``, at any depth, holds an image or video file; stops at the
+    first found."""
+    for root, dirs, files in os.walk(folder, onerror=lambda exc: None):
+        dirs[:] = [d for d in dirs if not is_hidden(d)]
+        if root != os.fspath(folder) and any(
+            not is_hidden(f) and (is_image_like(f) or is_video_file(f)) for f in files
+        ):
+            return True
+    return False

@@ -511,16 +511,20 @@ def test_folders_with_nothing_to_upscale_are_said_and_succeed() -> None:
     assert result.exit_code == 0 and "no image or video files found in 'empty' (looked for .bmp" in said
     assert "error" not in said
     assert ".jfif" in said and "; videos .3g2 .3gp .avi" in said and ".mp4" in said and ".webm .wmv)" in said
-    Path("nested", "deeper").mkdir(parents=True)
+    Path("nested", "archive").mkdir(parents=True)
+    inbox = sst("empty", "nested")  # an empty sub-folder is no forgotten -r
+    assert inbox.exit_code == 0 and "--recursive" not in inbox.stderr
+    image("nested/deeper/b.png")
     both = sst("empty", "nested")  # a forgotten -r stays a mistake: exit 2
     assert both.exit_code == 2 and "no image or video files found in 'empty', 'nested'" in both.stderr
-    assert "they have sub-folders: add --recursive" in " ".join(both.stderr.split())
+    assert "their sub-folders hold image or video files: add --recursive" in " ".join(both.stderr.split())
     image("a.png")
     among = sst("empty", "nested", "a.png", "-o", "out")  # the folders were passed over without a word
     assert among.exit_code == 0 and files_under("out") == ["a_mini_x3_x3.png"]
     said = " ".join(among.stderr.split())
     assert "'empty' holds no image or video files: nothing comes from it" in said
-    assert "'nested' holds no image or video files: nothing comes from it; it has sub-folders: add --recursive" in said
+    hint = "its sub-folders hold image or video files: add --recursive"
+    assert f"'nested' holds no image or video files: nothing comes from it; {hint}" in said
 
 
 @pytest.mark.parametrize("beside", [[], ["e7/a_mini_x3_x3.png"]])
@@ -530,7 +534,7 @@ def test_a_folder_whose_images_lie_in_sub_folders_without_recursive_is_refused(b
         image(path)
     result = sst("e7", "--json-log")
     assert result.exit_code == 2, result.output
-    assert "it has sub-folders: add --recursive to search them" in result.stdout
+    assert "its sub-folders hold image or video files: add --recursive to search them" in result.stdout
     assert sst("e7", "-r", "-o", "out", "-q").exit_code == 0 and files_under("out") == ["2024/jan/beach_mini_x3_x3.jpg"]
 
 
