@@ -40,6 +40,7 @@ from .naming import (
     WriteOptions,
     check_template,
     model_label,
+    names_a_folder,
     own_name_pattern,
     plan_output,
 )
@@ -176,7 +177,7 @@ def name_batch(
 ) -> tuple[list[Job], Naming]:
     """The inputs, and how their outputs are named (the scale asked for, or the default until the model says)."""
     exclude = [Path(output)] if output is not None and not is_image_file(output) else []
-    skips = Skips() if include_outputs else own_skips(model, writing.name)
+    skips = Skips() if include_outputs else own_skips(model, writing.name, output=output, outscale=options.outscale)
     jobs = discover_inputs(inputs, recursive, exclude=exclude, skips=skips, on_note=on_note)
     naming = plan_output(
         jobs,
@@ -190,11 +191,24 @@ def name_batch(
     return jobs, naming
 
 
-def own_skips(model: ModelSpec, template: str | None) -> Skips:
+def own_skips(
+    model: ModelSpec,
+    template: str | None,
+    *,
+    output: str | os.PathLike[str] | None = None,
+    outscale: float | None = None,
+) -> Skips:
     """What folder walks leave out as sst-cli's outputs: names the default template gives with a zoo model or
-    this run's, and names this run's ``--name`` gives to an input beside them."""
+    this run's, and names this run's ``--name`` gives to an input beside them, at this run's scale (any, where
+    only the loaded weights say it) and in the folders it writes into (``output``: -o, None: the default places).
+    A run into another folder takes such files as inputs: they are not this run's outputs."""
     labels = own_output_labels() | {model_label(model).lower()}
-    return Skips(labels, own_name_pattern(template, labels) if template is not None else None)
+    if template is None or (output is not None and not names_a_folder(output)):
+        return Skips(labels)  # -o names the one output file: no other file is this run's
+    scale = None if model.weights is not None and model.scale is None else model.scale or DEFAULT_SCALE
+    pattern = own_name_pattern(template, labels, scale=scale, outscale=outscale)
+    placement = Naming(model_label(model), DEFAULT_SCALE, folder=None if output is None else Path(output))
+    return Skips(labels, pattern, placement.folder_for)
 
 
 def _computes_nothing(jobs: Sequence[Job], naming: Naming, writing: WriteOptions, known: ScaleOnly) -> bool:

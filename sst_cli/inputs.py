@@ -79,10 +79,12 @@ def unreadable_folder(exc: OSError) -> str:
     return f"cannot read the folder '{exc.filename}': {system_reason(exc)}"
 
 
-def _folder_images(folder: Path, recursive: bool, exclude: Sequence[Path], skips: Skips) -> list[Job]:
+def _folder_images(
+    folder: Path, recursive: bool, exclude: Sequence[Path], skips: Skips, glob_root: Path | None = None
+) -> list[Job]:
     """Jobs for the image files in ``folder`` (the whole tree with ``recursive``), hidden and temp files left out;
     images sst-cli cannot read or wrote itself become skipped jobs, and folders it cannot enter failed ones, so
-    that none is passed over silently."""
+    that none is passed over silently. ``glob_root``: the folder matched a glob, whose root the jobs keep."""
     excluded = {os.path.realpath(p) for p in exclude}
     found: list[Path] = []
     unreadable: list[OSError] = []
@@ -93,8 +95,9 @@ def _folder_images(folder: Path, recursive: bool, exclude: Sequence[Path], skips
             else [d for d in dirs if not is_hidden(d) and os.path.realpath(os.path.join(root, d)) not in excluded]
         )
         found.extend(Path(root, f) for f in files if not is_hidden(f) and is_image_like(f))
-    jobs = [Job(p, folder, True, skip=skips.reason(p)) for p in sorted(found, key=lambda p: p.as_posix())]
-    return jobs + [Job(Path(exc.filename), folder, True, error=unreadable_folder(exc)) for exc in unreadable]
+    base, from_folder = (folder, True) if glob_root is None else (glob_root, False)
+    jobs = [skips.found(p, base, from_folder=from_folder) for p in sorted(found, key=lambda p: p.as_posix())]
+    return jobs + [Job(Path(exc.filename), base, from_folder, error=unreadable_folder(exc)) for exc in unreadable]
 
 
 def is_image_like(name: str) -> bool:
@@ -109,24 +112,43 @@ OWN_OUTPUT = "named like an sst-cli output (add --include-outputs to upscale it 
 class Skips:
     """Which files found in folders are not upscaled: formats sst-cli cannot read, and its own outputs: names the
     default template gives (``own_labels``), and names the run's own ``--name`` gives (``own_pattern``,
-    ``naming.own_name_pattern``) to an input beside them, so that a rerun into the input folder does not
-    upscale its outputs again (``a-4x.png``, then ``a-4x-4x.png``)."""
+    ``naming.own_name_pattern``) to an input beside them, in a folder the run writes into (``output_folder``:
+    where a job's output goes, ``Naming.folder_for``), so that a rerun into the input folder does not upscale its
+    outputs again (``a-4x.png``, then ``a-4x-4x.png``), while a run into another folder takes them as inputs."""
 
     own_labels: frozenset[str] = frozenset()  # empty: own outputs are upscaled like any image
     own_pattern: re.Pattern[str] | None = None
+    output_folder: Callable[[Job], Path] | None = None  # None: own_pattern counts in every folder
     _listed: dict[str, frozenset[str]] = field(default_factory=dict, compare=False, repr=False)
 
-    def reason(self, path: Path) -> str | None:
+    def found(self, path: Path, base: Path, *, from_folder: bool = False) -> Job:
+        """The job of a file found in a folder or by a glob: skipped, saying why, where it is not upscaled."""
+        job = Job(path, base, from_folder)
+        return replace(job, skip=self.reason(job))
+
+    def reason(self, job: Job) -> str | None:
+        path = job.source
         if not is_image_file(path):
             return f"{path.suffix.lstrip('.').upper()} is not a format sst-cli reads (convert it to PNG first)"
-        return OWN_OUTPUT if self.is_own(path) else None
+        return OWN_OUTPUT if self.is_own(job) else None
 
-    def is_own(self, path: Path) -> bool:
-        """Whether ``path`` is named like an output of sst-cli: by the default template, or by this run's."""
+    def is_own(self, job: Job) -> bool:
+        """Whether ``job``'s file is named like an output of sst-cli: by the default template, or by this run's
+        where the run writes into its folder."""
+        path = job.source
         if self.own_labels and is_own_output(path, self.own_labels):
             return True
         found = self.own_pattern.fullmatch(path.name) if self.own_pattern is not None else None
-        return found is not None and self._has_source(path, found.group("stem"), found.groupdict().get("suffix"))
+        if found is None or not self._written_beside(job):
+            return False
+        return self._has_source(path, found.group("stem"), found.groupdict().get("suffix"))
+
+    def _written_beside(self, job: Job) -> bool:
+        """Whether the run writes the outputs of ``job``'s folder into that folder (-o the folder walked, or the
+        default place beside a file), where an earlier run's outputs lie beside their inputs."""
+        if self.output_folder is None:
+            return True
+        return os.path.realpath(self.output_folder(job)) == os.path.realpath(job.source.parent)
 
     def _has_source(self, path: Path, stem: str, suffix: str | None) -> bool:
         """Whether another file beside ``path`` is an input that the template names ``path``: stem ``stem`` (and
@@ -190,11 +212,9 @@ def _expand(item: str, recursive: bool, exclude: Sequence[Path], skips: Skips) -
     jobs: list[Job] = []
     for found in matches:
         if found.is_dir():
-            jobs.extend(
-                replace(j, base=root, from_folder=False) for j in _folder_images(found, recursive, exclude, skips)
-            )
+            jobs.extend(_folder_images(found, recursive, exclude, skips, glob_root=root))
         elif found.is_file() and is_image_like(found.name) and not is_hidden(found.name):
-            jobs.append(Job(found, root, skip=skips.reason(found)))
+            jobs.append(skips.found(found, root))
     if not jobs:
         return [Job(path, root, error=f"no image files match '{item}'")]
     return jobs

@@ -151,27 +151,41 @@ _OWN_FIELDS = {
 }
 
 
-def own_name_pattern(template: str, labels: Iterable[str]) -> re.Pattern[str] | None:
-    """A pattern for the names ``template`` gives (``{stem}`` any text, ``{model}`` one of ``labels``), so that
-    a folder walk can leave a rerun's earlier outputs out; None where such names cannot be told from inputs: a
-    template without ``{stem}``, or one that gives the input's own name (``{stem}.{ext}``, for another folder)."""
+def own_name_pattern(
+    template: str, labels: Iterable[str], *, scale: int | None = None, outscale: float | None = None
+) -> re.Pattern[str] | None:
+    """A pattern for the names ``template`` gives (``{stem}`` any text, ``{model}`` one of ``labels``, ``{scale}``
+    and ``{outscale}`` this run's where known, else any number as the default template's rule), so that a folder
+    walk can leave a rerun's earlier outputs out; None where such names cannot be told from inputs: a template
+    without ``{stem}``, or one that gives the input's own name (``{stem}.{ext}``, for another folder)."""
     parsed = list(string.Formatter().parse(template))
     fields = [f for _, f, _, _ in parsed if f is not None]
     if "stem" not in fields or template.removesuffix(".{ext}") == "{stem}":
         return None
     models = "|".join(re.escape(label) for label in sorted(set(labels), key=len, reverse=True)) or r"[^/\\]+"
+    known = dict(_OWN_FIELDS, model=f"(?:{models})")
+    if scale is not None:  # '{stem}{scale}.{ext}' at x3: IMG3.png, not IMG1.png beside IMG.png
+        known["scale"] = known["outscale"] = re.escape(str(scale))
+    if outscale is not None:
+        known["outscale"] = re.escape(f"{outscale:g}")
     parts: list[str] = []
     seen: set[str] = set()
     for literal, name, _, _ in parsed:
         parts.append(re.escape(literal))
         if name is None:
             continue
-        if name in ("stem", "suffix") and name in seen:
-            parts.append(f"(?P={name})")  # '{stem}_{stem}': the same text twice
-        else:
-            parts.append(f"(?:{models})" if name == "model" else _OWN_FIELDS[name])
+        parts.append(f"(?P={name})" if name in ("stem", "suffix") and name in seen else known[name])  # '{stem}_{stem}'
         seen.add(name)
     return re.compile("".join(parts), re.IGNORECASE)
+
+
+def names_a_folder(output: str | os.PathLike[str]) -> bool:
+    """Whether ``-o OUT`` is taken as a folder (``plan_output``'s rule): an existing folder, a name ending in /,
+    or one without an image or video extension; else it names the one output file."""
+    out = Path(output)
+    if os.path.isdir(out) or os.fspath(output).endswith(("/", os.sep)):
+        return True
+    return not (is_image_file(out) or is_video_file(out) or out.suffix.lower() in UNSUPPORTED_SUFFIXES)
 
 
 @dataclass(frozen=True)

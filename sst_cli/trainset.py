@@ -18,7 +18,7 @@ import torch
 from .checks import option_name
 from .errors import ConfigError
 from .image_io import READABLE_FORMATS, is_image_file, probe_image, read_image
-from .inputs import UNSUPPORTED_SUFFIXES, Skips, is_hidden, unreadable_folder
+from .inputs import UNSUPPORTED_SUFFIXES, Job, Skips, is_hidden, unreadable_folder
 from .resize import imresize
 
 # Compared with each folder name, lower-case, without - _ and spaces.
@@ -117,7 +117,7 @@ def _image_like(name: str) -> bool:
 def _unreadable(path: Path) -> str | None:
     """Why an image-like file cannot be trained on, or None."""
     if not is_image_file(path):
-        return Skips().reason(path)
+        return Skips().reason(Job(path, path.parent))
     if not path.is_file():
         return "a link to nothing" if path.is_symlink() else "not a file"
     return None

@@ -11,7 +11,6 @@ output was never kept.
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -70,22 +69,19 @@ class _VideoPlan:
 def find_videos(
     inputs: Iterable[str],
     recursive: bool,
-    own_labels: frozenset[str] = frozenset(),
+    skips: Skips | None = None,
     on_note: Callable[[str], None] | None = None,
-    *,
-    own_pattern: re.Pattern[str] | None = None,
 ) -> tuple[list[Job], list[str]]:
     """Split INPUT items into video jobs (files named, or found in folders or globs) and the items left for the
     image batch: image files, and folders or globs that also hold images (or no video). Clips found (not named)
-    whose names sst-cli's template gives with a model of ``own_labels``, or this run's ``--name`` to a file beside
-    them (``own_pattern``), become skipped jobs; a clip named twice
+    that ``skips`` counts as sst-cli's outputs (``batch.own_skips``) become skipped jobs; a clip named twice
     (``a.mp4 ./a.mp4``) or reached through a link is upscaled once, as images are. Needs no PyAV.
 
     Folders holding neither videos nor images are settled here, since videos are looked for too: refused when
     they are all the inputs, else passed over with a note through ``on_note`` (handed to the image batch, one
     beside a clip failed the run, and one beside an image was said to hold "no image files")."""
     items = list(inputs)
-    skips = Skips(own_labels, own_pattern)
+    skips = skips or Skips()
     videos: list[Job] = []
     rest: list[str] = []
     empty: list[str] = []
@@ -93,7 +89,7 @@ def find_videos(
         path = Path(item)
         if os.path.isdir(item):  # False, not an error, where a folder on the way may not be entered
             found, images, anything = _scan(path, recursive)
-            videos.extend(Job(p, path, from_folder=True, skip=_own(p, skips)) for p in found)
+            videos.extend(_own(Job(p, path, from_folder=True), skips) for p in found)
             if not anything:
                 empty.append(item)
             elif images or not found:
@@ -101,7 +97,7 @@ def find_videos(
         elif not os.path.exists(item) and is_glob(item):  # a glob: its videos here, the rest to the image batch
             root, matches = glob_matches(item)
             clips = [m for m in matches if is_video_file(m) and m.is_file() and not is_hidden(m.name)]
-            videos.extend(Job(p, root, skip=_own(p, skips)) for p in clips)
+            videos.extend(_own(Job(p, root), skips) for p in clips)
             if not matches or any(not is_video_file(m) for m in matches):
                 rest.append(item)
         elif is_video_file(path):
@@ -116,8 +112,8 @@ def find_videos(
     return one_job_per_file(videos), rest
 
 
-def _own(path: Path, skips: Skips) -> str | None:
-    return OWN_OUTPUT if skips.is_own(path) else None
+def _own(job: Job, skips: Skips) -> Job:
+    return replace(job, skip=OWN_OUTPUT) if skips.is_own(job) else job
 
 
 def _scan(folder: Path, recursive: bool) -> tuple[list[Path], bool, bool]:

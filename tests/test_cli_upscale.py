@@ -182,6 +182,28 @@ def test_a_rerun_with_a_name_template_leaves_its_outputs_out(count_upscales: lis
     assert count_upscales == [] and len(files_under("in")) == 4
 
 
+def test_a_name_template_leaves_out_only_names_of_this_runs_scale_in_the_folder_it_writes(
+    count_upscales: list[int],
+) -> None:
+    """photo_2.jpg was skipped as an output of --name '{stem}_{scale}.{ext}' by an x3 run into another folder,
+    and IMG1.png beside IMG.png by an x3 run into the folder with --name '{stem}{scale}.{ext}'."""
+    for name in ("photo.jpg", "photo_2.jpg", "photo_3.jpg", "IMG.png", "IMG1.png"):
+        image(f"in/{name}")
+    elsewhere = sst("in", "-o", "out", "--name", "{stem}_{scale}.{ext}", "-q")
+    assert elsewhere.exit_code == 0, elsewhere.output
+    assert "photo_2_3.jpg" in files_under("out") and "photo_3_3.jpg" in files_under("out")
+    assert len(count_upscales) == 5
+    beside = sst("in", "-o", "in", "--name", "{stem}{scale}.{ext}", "--scale", "3", "--json-log")
+    assert beside.exit_code == 0, beside.output
+    events = [json.loads(line) for line in beside.stdout.splitlines()]
+    skipped = {Path(e["input"]).name for e in events if e.get("event") == "file_done" and e.get("reason")}
+    assert skipped == set() and "IMG13.png" in files_under("in")
+    again = sst("in", "-o", "in", "--name", "{stem}{scale}.{ext}", "--scale", "3", "--skip-existing", "--json-log")
+    events = [json.loads(line) for line in again.stdout.splitlines()]
+    reasons = {Path(e["input"]).name: e.get("reason") or "" for e in events if e.get("event") == "file_done"}
+    assert "named like an sst-cli output" in reasons["IMG3.png"] and "named like" not in reasons["IMG1.png"]
+
+
 def test_skip_existing_keeps_an_output_that_is_another_input(count_upscales: list[int]) -> None:
     """With --include-outputs, a.png's output a-4x.png is an input too: --skip-existing kept it only by failing
     a.png ('is an input file'), exit 1; it is an existing output like any, and --overwrite still refuses it."""

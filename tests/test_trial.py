@@ -34,12 +34,14 @@ from sst_cli.batch import (
     discover_inputs,
     is_own_output,
     own_name_pattern,
+    own_skips,
     plan_output,
     run_batch,
 )
 from sst_cli.errors import ImageError, OutputExists
 from sst_cli.files import atomic_write
 from sst_cli.image_io import read_image, write_image
+from sst_cli.loader import ModelSpec
 from sst_cli.upscaler import Upscaler
 
 RNG = np.random.default_rng(12)
@@ -440,6 +442,27 @@ def test_names_the_runs_template_gives_an_input_beside_them_are_own_outputs() ->
     assert skipped == {"c.png_nn.jpg"}  # no d.bmp beside d.bmp_nn.png
     assert own_name_pattern("{stem}.{ext}", {"nn"}) is None  # every input is named so: never an output
     assert own_name_pattern("same.{ext}", {"nn"}) is None  # no stem to find the input by
+
+
+def test_the_runs_template_counts_at_its_scale_and_only_in_the_folders_it_writes_into() -> None:
+    """{scale} matched any number (IMG1.png beside IMG.png at x3), and files were left out of a walk even where
+    the run wrote into another folder (photo_2.jpg with -o out --name '{stem}_{scale}.{ext}')."""
+    for name in ("IMG.png", "IMG1.png", "IMG3.png", "photo.jpg", "photo_2.jpg", "photo_3.jpg"):
+        save(f"in/{name}")
+    spec = ModelSpec(scale=3)
+
+    def skipped(items: list[str], template: str, output: str | None, outscale: float | None = None) -> set[str]:
+        skips = own_skips(spec, template, output=output, outscale=outscale)
+        return {j.source.name for j in discover_inputs(items, skips=skips) if j.skip is not None}
+
+    assert skipped(["in"], "{stem}{scale}.{ext}", "in") == {"IMG3.png"}  # this run is x3
+    assert skipped(["in"], "{stem}_{scale}.{ext}", "in/") == {"photo_3.jpg"}
+    assert skipped(["in"], "{stem}_{outscale}.{ext}", "in", outscale=2) == {"photo_2.jpg"}
+    assert skipped(["in"], "{stem}_{scale}.{ext}", "out") == set()  # not this run's outputs: inputs
+    assert skipped(["in"], "{stem}_{scale}.{ext}", None) == set()  # a folder's outputs go to in_sst/
+    assert skipped(["in/*.jpg"], "{stem}_{scale}.{ext}", None) == {"photo_3.jpg"}  # a glob's: beside each file
+    unknown = own_name_pattern("{stem}{scale}.{ext}", {"nn"})  # weights whose scale only loading says
+    assert unknown is not None and unknown.fullmatch("IMG1.png") is not None
 
 
 # ------------------------------------------------------------------------------- 10: the Python API

@@ -422,8 +422,9 @@ def upscale(
     parallel = ray is not None or worker_plan.parallel
     try:
         videos, images = split_videos(
-            inputs, spec, recursive, include_outputs, parallel=parallel, note=reporter.note, name=name
-        )  # sst-cli[video]
+            inputs, spec, recursive, include_outputs, parallel=parallel, note=reporter.note, name=name, output=output,
+            outscale=options.outscale,
+        )  # sst-cli[video]  # fmt: skip
     except NothingToUpscale as nothing:
         raise _nothing_to_do(reporter, nothing) from None
     events = BatchEvents(

@@ -163,17 +163,19 @@ def split_videos(
     parallel: bool,
     note: Callable[[str], None],
     name: str | None = None,
+    output: str | None = None,
+    outscale: float | None = None,
 ) -> tuple[list[Job], list[str]]:
     """The video clips among the inputs (for ``upscale_videos``) and the items left for the image batch; ``note``
-    says which folders held nothing; ``name``, the --name template, whose earlier outputs folders leave out."""
+    says which folders held nothing; ``name``, the --name template, whose earlier outputs in the folders written
+    into (``output``, at ``outscale``) folders leave out."""
+    from ..batch import own_skips
     from ..errors import ConfigError
-    from ..inputs import own_output_labels
-    from ..naming import model_label, own_name_pattern
+    from ..inputs import Skips
     from ..video_batch import find_videos
 
-    own = frozenset() if include_outputs else own_output_labels() | {model_label(spec).lower()}
-    pattern = own_name_pattern(name, own) if name is not None and own else None
-    videos, images = find_videos(inputs, recursive, own, note, own_pattern=pattern)
+    skips = Skips() if include_outputs else own_skips(spec, name, output=output, outscale=outscale)
+    videos, images = find_videos(inputs, recursive, skips, note)
     if videos and parallel:
         raise ConfigError("video files run on one device: leave out --ray, --workers and device lists")
     return videos, images
