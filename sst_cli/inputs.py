@@ -253,7 +253,14 @@ _SAME_FILE = "the same file as"
 def one_job_per_file(found: list[Job]) -> list[Job]:
     """``found`` without repeats of a path (however it is spelt), and with one job per real file: where a link
     (to the file, or to a folder above it) reaches a file also found by its own path, that path is upscaled and
-    the link is listed as skipped, saying why."""
+    the link is listed as skipped, saying why. A path both found skipped in a folder (named like an output) and
+    named by the user is the user's: it is tried, whatever the order of the arguments."""
+    tried: dict[str, Job] = {}
+    for job in found:
+        path = os.path.abspath(job.source)
+        if path not in tried or (tried[path].skip is not None and job.skip is None):
+            tried[path] = job
+    found = [tried[os.path.abspath(job.source)] for job in found]
     real = {id(job): os.path.realpath(job.source) for job in found if job.error is None and job.skip is None}
     upscaled: dict[str, Job] = {}
     for job in found:

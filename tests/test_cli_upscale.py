@@ -204,6 +204,16 @@ def test_a_name_template_leaves_out_only_names_of_this_runs_scale_in_the_folder_
     assert "named like an sst-cli output" in reasons["IMG3.png"] and "named like" not in reasons["IMG1.png"]
 
 
+def test_an_output_named_on_the_command_line_is_upscaled_whatever_the_order() -> None:
+    """'in in/h_mini_x3_x3.png' skipped the file named (as found in the folder); the other order upscaled it."""
+    image("in/h.png")
+    image("in/h_mini_x3_x3.png")
+    for order, out in ((["in", "in/h_mini_x3_x3.png"], "o1"), (["in/h_mini_x3_x3.png", "in"], "o2")):
+        result = sst(*order, "-o", out, "-q")
+        assert result.exit_code == 0, result.output
+        assert files_under(out) == ["h_mini_x3_x3.png", "h_mini_x3_x3_mini_x3_x3.png"], order
+
+
 def test_skip_existing_keeps_an_output_that_is_another_input(count_upscales: list[int]) -> None:
     """With --include-outputs, a.png's output a-4x.png is an input too: --skip-existing kept it only by failing
     a.png ('is an input file'), exit 1; it is an existing output like any, and --overwrite still refuses it."""

@@ -419,6 +419,23 @@ def test_own_outputs_are_upscaled_when_asked_and_named_files_always() -> None:
     assert [j.skip for j in discover_inputs(["in/a_nn_x2.png"], skips=Skips(frozenset({"nn"})))] == [None]
 
 
+def test_a_file_named_like_an_output_and_named_on_the_command_line_is_tried_in_either_order() -> None:
+    """'in in/a_nn_x2.png' skipped the named file (the folder's skipped job came first); the other order tried it."""
+    from sst_cli.video_batch import find_videos
+
+    save("in/a.png")
+    save("in/a_nn_x2.png")
+    Path("in/c.mkv").write_bytes(b"clip")
+    Path("in/c_nn_x2.mkv").write_bytes(b"clip")
+    skips = Skips(frozenset({"nn"}))
+    for items in (["in", "in/a_nn_x2.png"], ["in/a_nn_x2.png", "in"]):
+        jobs = discover_inputs(items, skips=skips)
+        assert {j.source.name: j.skip for j in jobs} == {"a.png": None, "a_nn_x2.png": None}, items
+    for items in (["in", "in/c_nn_x2.mkv"], ["in/c_nn_x2.mkv", "in"]):
+        clips, _ = find_videos(items, recursive=False, skips=skips)
+        assert {j.source.name: j.skip for j in clips} == {"c.mkv": None, "c_nn_x2.mkv": None}, items
+
+
 def test_own_outputs_are_recognised_when_the_label_holds_a_scale() -> None:
     labels = frozenset({"mini_x3", "sst-light"})
     assert is_own_output(Path("photo_mini_x3_x3.png"), labels)
