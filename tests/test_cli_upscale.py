@@ -570,6 +570,16 @@ def test_a_folder_whose_images_lie_in_sub_folders_without_recursive_is_refused(b
     assert sst("e7", "-r", "-o", "out", "-q").exit_code == 0 and files_under("out") == ["2024/jan/beach_mini_x3_x3.jpg"]
 
 
+def test_an_empty_folder_among_other_inputs_is_said_once() -> None:
+    """It was said twice: 'holds no image or video files' (looking for videos), then 'holds no image files'."""
+    Path("empty").mkdir()
+    image("in/a.png")
+    result = sst("empty", "in", "-o", "out")
+    assert result.exit_code == 0 and files_under("out") == ["a_mini_x3_x3.png"]
+    said = " ".join(result.stderr.split())
+    assert said.count("'empty' holds no") == 1 and "'empty' holds no image or video files" in said
+
+
 def test_a_folder_of_outputs_alone_succeeds_but_a_named_file_with_nothing_to_upscale_is_refused() -> None:
     image("inbox/a_mini_x3_x3.png")
     result = sst("inbox", "--json-log")

@@ -453,7 +453,7 @@ def upscale(
                 from ..cluster import RayOptions, upscale_files_ray
 
                 result = upscale_files_ray(
-                    inputs,
+                    images,  # as upscale_files below
                     output,
                     model=spec,
                     options=options,
@@ -465,7 +465,7 @@ def upscale(
                 )
             else:
                 result = upscale_files(
-                    inputs,
+                    images,  # the folders split_videos found empty are said once: not walked again
                     output,
                     model=spec,
                     options=options,
