@@ -94,6 +94,7 @@ def upscale_files(
     include_outputs: bool = False,
     events: BatchEvents | None = None,
     workers: WorkerPlan | None = None,
+    inputs_checked: bool = False,
 ) -> BatchResult:
     """``sst upscale`` as a library call: find the inputs, plan their outputs, load the model once, run.
 
@@ -101,12 +102,15 @@ def upscale_files(
     is loaded; files found in folders that sst-cli wrote itself are skipped unless ``include_outputs``.
     ``workers`` (``parallel.plan_workers``) with several devices runs one worker process per entry, each
     loading the model once; the model is then loaded here on the CPU only to plan the outputs.
-    Raises BatchInterrupted on Ctrl-C with what was finished.
+    Raises BatchInterrupted on Ctrl-C with what was finished. ``inputs_checked``: as ``discover_inputs`` takes it
+    (``sst upscale`` checked all its inputs, of which these images are part).
     """
     events = events or BatchEvents()
     paths = [os.fspath(i) for i in ([inputs] if isinstance(inputs, str | os.PathLike) else inputs)]  # one is one
     parallel = workers is not None and workers.parallel
-    jobs, naming = name_batch(paths, output, model, options, writing, recursive, include_outputs, events.note)
+    jobs, naming = name_batch(
+        paths, output, model, options, writing, recursive, include_outputs, events.note, inputs_checked
+    )
     with removing_unused_folders(naming.folders(jobs)):  # made when planned: kept only if written into
         scale_unknown = model.weights is not None and model.scale is None  # only the loaded weights say it
         known = None if scale_unknown else ScaleOnly(naming.scale, options.outscale, options.cli)
@@ -147,11 +151,14 @@ def plan_batch(
     events: BatchEvents,
     on_cpu: bool,
     named: tuple[list[Job], Naming] | None = None,
+    inputs_checked: bool = False,
 ) -> tuple[list[Job], Naming, Upscaler]:
     """Find the inputs and name their outputs (refusals come before the model loads; ``named``: already done by
     ``name_batch``), then load the model that plans the batch (on the CPU with ``on_cpu``: workers or actors do
     the computing) and say it is ready; shared by ``upscale_files`` and the Ray path."""
-    jobs, naming = named or name_batch(inputs, output, model, options, writing, recursive, include_outputs, events.note)
+    jobs, naming = named or name_batch(
+        inputs, output, model, options, writing, recursive, include_outputs, events.note, inputs_checked
+    )
     planning = replace(options, device="cpu") if on_cpu else options
     upscaler = Upscaler(model, options=planning, on_message=events.warning)
     naming = replace(naming, scale=upscaler.scale)
@@ -174,11 +181,14 @@ def name_batch(
     recursive: bool,
     include_outputs: bool,
     on_note: Callable[[str], None] | None = None,
+    inputs_checked: bool = False,
 ) -> tuple[list[Job], Naming]:
     """The inputs, and how their outputs are named (the scale asked for, or the default until the model says)."""
     exclude = [Path(output)] if output is not None and not is_image_file(output) else []
     skips = Skips() if include_outputs else own_skips(model, writing.name, output=output, outscale=options.outscale)
-    jobs = discover_inputs(inputs, recursive, exclude=exclude, skips=skips, on_note=on_note)
+    jobs = discover_inputs(
+        inputs, recursive, exclude=exclude, skips=skips, on_note=on_note, inputs_checked=inputs_checked
+    )
     naming = plan_output(
         jobs,
         output,

@@ -93,6 +93,7 @@ def upscale_files_ray(
     recursive: bool = False,
     include_outputs: bool = False,
     events: BatchEvents | None = None,
+    inputs_checked: bool = False,
 ) -> BatchResult:
     """``upscale_files`` with the computing done by Ray actors; the same planning, results and events.
 
@@ -110,7 +111,7 @@ def upscale_files_ray(
     events = events or BatchEvents()
     jobs, naming, planner = plan_batch(
         inputs, output, model=model, options=options, writing=writing, recursive=recursive,
-        include_outputs=include_outputs, events=events, on_cpu=True,
+        include_outputs=include_outputs, events=events, on_cpu=True, inputs_checked=inputs_checked,
     )  # fmt: skip
     with removing_unused_folders(naming.folders(jobs)):  # made when planned: kept only if written into
         if naming.file is not None and writing.format is None:

@@ -300,6 +300,7 @@ def discover_inputs(
     exclude: Sequence[Path] = (),
     skips: Skips | None = None,
     on_note: Callable[[str], None] | None = None,
+    inputs_checked: bool = False,
 ) -> list[Job]:
     """Jobs for INPUT items (files, folders, globs), in argument order, each expansion sorted, no duplicates.
 
@@ -307,11 +308,14 @@ def discover_inputs(
     (the output folder) are not searched, so a rerun does not pick up its own results as inputs.
     Raises ConfigError when nothing at all is found, since there is nothing to report on; a folder among
     other inputs that holds no image is said through ``on_note`` (it was passed over without a word).
+    ``inputs_checked``: these items are part of a command whose inputs were checked together
+    (``check_inputs_exist``), so that all of these missing is a missing file among others, not a refusal.
     """
     items = list(inputs)
     if not items:
         raise ConfigError("no inputs given: name image files, folders or globs")
-    check_inputs_exist(items)
+    if not inputs_checked:
+        check_inputs_exist(items)
     expanded = [(item, _expand(item, recursive, exclude, skips or Skips())) for item in items]
     jobs = one_job_per_file([job for _, found in expanded for job in found])
     for item, found in expanded:

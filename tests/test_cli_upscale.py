@@ -580,6 +580,16 @@ def test_an_empty_folder_among_other_inputs_is_said_once() -> None:
     assert said.count("'empty' holds no") == 1 and "'empty' holds no image or video files" in said
 
 
+def test_a_missing_file_beside_an_empty_folder_is_a_failed_file_not_a_refusal() -> None:
+    """The image batch checked its share of the inputs again, the empty folder taken out: 'missing.png does not
+    exist' refused the command (exit 2), where a missing file among others is reported and the batch goes on."""
+    Path("empty").mkdir()
+    result = sst("empty", "missing.png", "--json-log")
+    assert result.exit_code == 1, result.output
+    summary = json.loads(result.stdout.splitlines()[-1])
+    assert summary["failed"] == 1 and summary["failures"][0]["input"] == "missing.png"
+
+
 def test_a_folder_of_outputs_alone_succeeds_but_a_named_file_with_nothing_to_upscale_is_refused() -> None:
     image("inbox/a_mini_x3_x3.png")
     result = sst("inbox", "--json-log")

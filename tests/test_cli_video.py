@@ -55,6 +55,15 @@ def test_clip_in_upscaled_clip_out_beside_it(tmp_path: Path) -> None:
     assert "h264 yuv420p 16x12 -> libx264 yuv420p 48x36 in mp4" in result.stderr
 
 
+def test_a_missing_image_beside_a_clip_fails_alone_and_the_clip_runs() -> None:
+    """The image batch checked its share of the inputs again, the clip taken out: 'missing.png does not exist'
+    refused the command (exit 2) and the clip never ran."""
+    clip("a.mp4")
+    result = sst("a.mp4", "missing.png")
+    assert result.exit_code == 1, result.output
+    assert Path("a_mini_x3_x3.mp4").is_file() and "missing.png" in result.stderr
+
+
 def test_folder_of_clips_and_images_recursive(tmp_path: Path) -> None:
     clip("media/a.mp4")
     clip("media/deep/b.mkv", codec="mjpeg", pix_fmt="yuvj420p")

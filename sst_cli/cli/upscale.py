@@ -462,6 +462,7 @@ def upscale(
                     recursive=recursive,
                     include_outputs=include_outputs,
                     events=events,
+                    inputs_checked=True,
                 )
             else:
                 result = upscale_files(
@@ -474,6 +475,7 @@ def upscale(
                     include_outputs=include_outputs,
                     events=events,
                     workers=worker_plan,
+                    inputs_checked=True,  # split from the inputs checked above: one missing among them is a failure
                 )
     except NothingToUpscale as nothing:
         reporter.stop()

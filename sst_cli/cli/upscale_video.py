@@ -226,7 +226,8 @@ def upscale_videos(
     done = BatchResult()
     if images:
         done = upscale_files(images, output, model=spec, options=options, writing=writing, recursive=recursive,
-                             include_outputs=include_outputs, events=_counted(events, 0, len(videos)))  # fmt: skip
+                             include_outputs=include_outputs, events=_counted(events, 0, len(videos)),
+                             inputs_checked=True)  # fmt: skip
         stop_bars()
     counter = FrameCounter(reporter)
     try:
