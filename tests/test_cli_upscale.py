@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -367,11 +368,9 @@ def test_never_writes_over_an_input() -> None:
     assert Path("in/a.png").read_bytes() == before
 
 
-def test_interrupt_exits_130_without_partial_files_and_skip_existing_finishes(
-    monkeypatch: pytest.MonkeyPatch, count_upscales: list[int]
-) -> None:
-    for name in ("a.png", "b.png", "c.png"):
-        image(Path("in", name))
+@pytest.fixture
+def interrupt_the_second_file(monkeypatch: pytest.MonkeyPatch, count_upscales: list[int]) -> Callable[[], None]:
+    """Ctrl-C while the second file of a run is upscaled; the function returned lets every file run again."""
     spy = Upscaler.upscale_picture
 
     def second_file_interrupts(self: Upscaler, picture: Picture, on_tile: object = None) -> Picture:
@@ -380,6 +379,15 @@ def test_interrupt_exits_130_without_partial_files_and_skip_existing_finishes(
         return spy(self, picture, on_tile)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Upscaler, "upscale_picture", second_file_interrupts)
+    return lambda: monkeypatch.setattr(Upscaler, "upscale_picture", spy)
+
+
+def test_interrupt_exits_130_without_partial_files_and_skip_existing_finishes(
+    interrupt_the_second_file: Callable[[], None], count_upscales: list[int]
+) -> None:
+    for name in ("a.png", "b.png", "c.png"):
+        image(Path("in", name))
+
     stopped = sst("in", "-o", "out", "-q")
     assert stopped.exit_code == 130, stopped.output
     assert "interrupted" in stopped.stderr and "--skip-existing" in stopped.stderr
@@ -395,7 +403,7 @@ def test_interrupt_exits_130_without_partial_files_and_skip_existing_finishes(
         "status": "interrupted", "reason": None, "error": None, "megapixels": None, "seconds": None, "tile": None,
     }  # fmt: skip
     assert events[-1]["interrupted"] is True and events[-1]["exit_code"] == 130
-    monkeypatch.setattr(Upscaler, "upscale_picture", spy)
+    interrupt_the_second_file()  # files run again
     count_upscales.clear()
     resumed = sst("in", "-o", "out", "--skip-existing", "-q")
     assert resumed.exit_code == 0, resumed.output
@@ -404,7 +412,7 @@ def test_interrupt_exits_130_without_partial_files_and_skip_existing_finishes(
 
 
 def test_an_interrupted_overwrite_says_to_rerun_with_overwrite(
-    monkeypatch: pytest.MonkeyPatch, count_upscales: list[int]
+    interrupt_the_second_file: Callable[[], None], count_upscales: list[int]
 ) -> None:
     """It said to rerun with --skip-existing instead of --overwrite, which kept the earlier outputs of the files
     the interrupt left undone: b's and c's old results stayed, as if upscaled."""
@@ -412,20 +420,13 @@ def test_an_interrupted_overwrite_says_to_rerun_with_overwrite(
         image(Path("in", f"{name}.png"))
         Path("out", f"{name}_mini_x3_x3.png").parent.mkdir(exist_ok=True)
         Path("out", f"{name}_mini_x3_x3.png").write_bytes(b"an earlier result")
-    spy = Upscaler.upscale_picture
 
-    def second_file_interrupts(self: Upscaler, picture: Picture, on_tile: object = None) -> Picture:
-        if len(count_upscales) == 1:
-            raise KeyboardInterrupt
-        return spy(self, picture, on_tile)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(Upscaler, "upscale_picture", second_file_interrupts)
     stopped = sst("in", "-o", "out", "--overwrite", "-q")
     said = " ".join(stopped.stderr.split())
     assert stopped.exit_code == 130, stopped.output
     assert said.endswith("after 1 of 3 files; rerun with --overwrite (not --skip-existing: it would keep the "
                          "earlier outputs of the files not done)"), said  # fmt: skip
-    monkeypatch.setattr(Upscaler, "upscale_picture", spy)
+    interrupt_the_second_file()  # files run again
     assert sst("in", "-o", "out", "--overwrite", "-q").exit_code == 0  # as it says: no earlier result is left
     assert all(Path("out", f"{n}_mini_x3_x3.png").read_bytes() != b"an earlier result" for n in "abc")
 
