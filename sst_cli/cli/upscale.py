@@ -374,8 +374,8 @@ def upscale(
     """Upscale images or videos, files or whole folders, with one model loaded once for the batch.
 
     Exit status: 0 when every file was written or skipped (folders with nothing to upscale too), 1 when any
-    failed, 2 for invalid options or inputs (none of them exists; folders with sub-folders but nothing to
-    upscale without --recursive),
+    failed, 2 for invalid options or inputs (none of them exists; folders whose images lie in sub-folders,
+    without --recursive),
     130 when interrupted (Ctrl-C), 143 on SIGTERM, 129 on SIGHUP (rerun with --skip-existing to resume; a run
     with --overwrite, with --overwrite again).
     """
