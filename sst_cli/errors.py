@@ -7,11 +7,6 @@ catch ``ValueError`` or ``OSError``; the CLI maps ``SstError`` to a message and 
 from __future__ import annotations
 
 import errno
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .inputs import Job
 
 
 class SstError(Exception):
@@ -24,19 +19,6 @@ class ConfigError(SstError, ValueError):
     """A model name, scale, option or constructor config is not valid."""
 
     exit_code = 2
-
-
-class NothingToUpscale(ConfigError):
-    """Every input is a folder, and none holds a file to upscale (empty, or only outputs and skipped files), nor
-    has sub-folders holding images or videos that --recursive would find: the library refuses it as any input
-    without work, ``sst upscale`` says it and exits 0 (a scheduled run over an inbox folder with nothing new did
-    nothing wrong).
-
-    ``skipped``: the files found and not upscaled (``Job`` with ``skip`` set), for the summary to list."""
-
-    def __init__(self, message: str, skipped: Sequence[Job] = ()) -> None:
-        super().__init__(message)
-        self.skipped = tuple(skipped)
 
 
 class CheckpointError(SstError, ValueError):

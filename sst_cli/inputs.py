@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .errors import ConfigError, NothingToUpscale, system_reason
+from .errors import ConfigError, system_reason
 from .files import TEMP_SUFFIX
 from .image_io import IMAGE_SUFFIXES, is_image_file
 from .video_io import is_video_file
@@ -228,6 +228,19 @@ def _missing(item: str) -> OSError | None:
     except OSError as exc:
         return exc
     return None
+
+
+class NothingToUpscale(ConfigError):
+    """Every input is a folder, and none holds a file to upscale (empty, or only outputs and skipped files), nor
+    has sub-folders holding images or videos that --recursive would find: the library refuses it as any input
+    without work, ``sst upscale`` says it and exits 0 (a scheduled run over an inbox folder with nothing new did
+    nothing wrong).
+
+    ``skipped``: the files found and not upscaled (``Job`` with ``skip`` set), for the summary to list."""
+
+    def __init__(self, message: str, skipped: Sequence[Job] = ()) -> None:
+        super().__init__(message)
+        self.skipped = tuple(skipped)
 
 
 def check_inputs_exist(items: Sequence[str]) -> None:

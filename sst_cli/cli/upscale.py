@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import Progress, TaskID
 from rich.table import Table
 
-from ..errors import ConfigError, NothingToUpscale
+from ..errors import ConfigError
 from ..phases import Phases, process_seconds
 from ..zoo import check_model_choice
 from ._options import (
@@ -48,6 +48,7 @@ from .video_options import CodecOption, CrfOption, FramesPerPassOption, Lossless
 
 if TYPE_CHECKING:
     from ..batch import BatchResult, FileResult, Job
+    from ..inputs import NothingToUpscale
     from ..upscaler import Upscaler
 
 _DEFAULT_MAX_PIXELS = 178_956_970  # image_io.DEFAULT_MAX_PIXELS, here so that --help needs no import of it
@@ -380,7 +381,7 @@ def upscale(
     with --overwrite, with --overwrite again).
     """
     from ..checks import check_devices
-    from ..inputs import check_inputs_exist
+    from ..inputs import NothingToUpscale, check_inputs_exist
     from ..naming import WriteOptions, check_existing_policy, resume_hint
     from ..video_io import VideoOptions
 
