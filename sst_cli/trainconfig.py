@@ -55,9 +55,11 @@ class TrainConfig:
     report_every: int | None = None  # steps between progress reports; default 1 on a CPU, 50 on a GPU
 
     def __post_init__(self) -> None:
-        """Accept str / PathLike paths and any sequence of folders from API callers; ``--precision`` in any letter
+        """Accept str / PathLike paths and one folder or any sequence of folders from API callers (``data='/x'``
+        was read as the folders '/' and 'x'); ``--precision`` in any letter
         case, as the other commands take it (``FP32`` was refused)."""
-        object.__setattr__(self, "data", tuple(Path(p) for p in self.data))
+        folders = (self.data,) if isinstance(self.data, str | os.PathLike) else self.data  # one folder, not letters
+        object.__setattr__(self, "data", tuple(Path(p) for p in folders))
         if isinstance(self.precision, str):
             object.__setattr__(self, "precision", self.precision.strip().lower())
         object.__setattr__(self, "out", Path(self.out))

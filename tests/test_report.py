@@ -487,6 +487,19 @@ def test_inputs_of_one_name_are_shown_with_the_folders_that_tell_them_apart() ->
     ]
 
 
+@pytest.mark.parametrize("command", ["compare", "eval"])
+def test_config_and_model_together_are_refused_as_upscale_refuses_them(tmp_path: Path, command: str) -> None:
+    """--config with --model sst-light compared (or scored) the --weights alone and dropped sst-light silently."""
+    weights = tiny_weights(tmp_path / "tiny.safetensors", 1)
+    (tmp_path / "tiny.json").write_text(json.dumps(TINY.to_kwargs()))
+    Image.fromarray(pattern(16, 16, 1)).save(tmp_path / "photo.png")
+    where = ["photo.png"] if command == "compare" else ["-d", str(_dataset(tmp_path / "mine"))]
+    model = ["--weights", str(weights), "--config", str(tmp_path / "tiny.json"), "-m", "sst-light"]
+    result = runner.invoke(app, [command, *where, *model, "-q"])
+    assert result.exit_code == 2, result.output
+    assert "--config and --model both say which architecture to build" in " ".join(result.output.split())
+
+
 def test_compare_of_weights_at_two_scales_is_refused_before_any_model_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

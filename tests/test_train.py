@@ -468,6 +468,13 @@ def test_the_api_names_its_path_keywords(monkeypatch: pytest.MonkeyPatch, tmp_pa
         assert str(refused.value).startswith(wanted), str(refused.value)
 
 
+@pytest.mark.parametrize("folder", ["tiny/HR", Path("/data/train")])
+def test_one_data_folder_is_one_folder_not_its_letters(folder: str | Path) -> None:
+    """data='tiny/HR' was read as the folders 't', 'i', ...; data='/work/x' as '/' first, walked whole."""
+    assert TrainConfig(data=folder, out=Path("w.safetensors"), iters=1).data == (Path(folder),)  # type: ignore[arg-type]
+    assert TrainConfig(data=[folder, "b"], out=Path("w.safetensors"), iters=1).data == (Path(folder), Path("b"))
+
+
 def test_iters_are_bounded() -> None:
     """--iters 99999999999999999999999 was accepted (lr 1.25e-25 by the end, an ETA of 3.2e21 minutes)."""
     with pytest.raises(ConfigError, match=r"^iters must be at most 1,000,000,000 \(the paper trains 500,000\)"):

@@ -184,7 +184,7 @@ def model_specs(names: list[str], weights: list[str], config: str | None, hub_re
         return tuple(dict.fromkeys(chosen))
     if len(networks) > 1:
         raise ConfigError("with --weights, --model names the weights' architecture: give it once (or bicubic)")
-    arch = None if config else (networks[0] if networks else None)
+    arch = networks[0] if networks else None  # with --config too, so that ModelSpec refuses both (upscale does)
     specs = [ModelSpec(arch, None, w, config, hub_repo, cli=True) for w in weights]
     return ((BICUBIC,) if wants_bicubic else ()) + tuple(specs)
 
