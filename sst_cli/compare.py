@@ -114,7 +114,10 @@ def check_declared_scales(networks: list[ModelSpec], labels: list[str], asked: i
     if asked is not None:
         wrong = next(((label, scale) for label, scale in known if scale != asked), None)
         if wrong is not None:
-            raise ConfigError(f"{wrong[0]} upscales x{wrong[1]}, the comparison is at x{asked}")
+            raise ConfigError(
+                f"{wrong[0]} upscales x{wrong[1]}, the comparison is at x{asked}: compare at x{wrong[1]}, or models "
+                f"for x{asked}"
+            )
         return
     (first, first_scale), *others = known
     for label, scale in others:
@@ -251,7 +254,10 @@ def run_compare(
             if upscaler is None:
                 upscaler = Upscaler(spec, options=settings.options)
             if upscaler.scale != scale:
-                raise ConfigError(f"{label} upscales x{upscaler.scale}, the comparison is at x{scale}")
+                raise ConfigError(
+                    f"{label} upscales x{upscaler.scale}, the comparison is at x{scale}: compare at x{upscaler.scale}, "
+                    f"or models for x{scale}"
+                )
             for path in inputs:
                 out, _ = upscaler.upscale_picture(read_image(path))
                 report.add_output(keys[path], label, frame(out))

@@ -443,7 +443,10 @@ def model_labels(models: Sequence[ModelSpec | str]) -> list[str]:
                     labels[i] = name
                 break
     if len(set(labels)) != len(labels):
-        raise ConfigError(f"two models share a name ({', '.join(labels)}): name different ones")
+        raise ConfigError(
+            f"two models share a name ({', '.join(labels)}): one file given twice, or files whose names differ only "
+            "in their extension; give each once, or rename one"
+        )
     return labels
 
 

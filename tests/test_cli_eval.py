@@ -168,6 +168,7 @@ def test_two_checkpoints_with_one_name_are_told_apart_by_their_folders(tmp_path:
     assert (Path("sr") / "run1" / "net_g" / "tiny" / "x3" / "baby.png").is_file()
     same = runner.invoke(app, ["eval", "-d", str(data), "--weights", "run1/net_g.pth", "--weights", "run1/net_g.pth"])
     assert same.exit_code == 2 and "two models share a name (net_g, net_g)" in same.output
+    assert "give each once, or rename one" in " ".join(same.output.split())
 
 
 def test_bad_datasets_and_options_fail_cleanly(tmp_path: Path) -> None:
