@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import DiskFull
+from .errors import DiskFull, causes
 from .naming import resume_hint
 
 # errno -> how the folder is described; EDQUOT is missing on Windows
@@ -28,14 +28,7 @@ if hasattr(errno, "EDQUOT"):
 def lack_of_space(exc: BaseException) -> int | None:
     """ENOSPC or EDQUOT where ``exc`` or an error it was raised from or during says so (the atomic writer turns
     the system's OSError into an ImageError raised from it), else None."""
-    seen: set[int] = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        if isinstance(cause, OSError) and cause.errno in _FULL:
-            return cause.errno
-        cause = cause.__cause__ or cause.__context__
-    return None
+    return next((e.errno for e in causes(exc) if isinstance(e, OSError) and e.errno in _FULL), None)
 
 
 def file_system(target: Path) -> int | str:

@@ -7,6 +7,18 @@ catch ``ValueError`` or ``OSError``; the CLI maps ``SstError`` to a message and 
 from __future__ import annotations
 
 import errno
+from collections.abc import Iterator
+
+
+def causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the errors it was raised from or during, in turn (libraries and sst-cli's own writers wrap one
+    in another), each once."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
 
 
 class SstError(Exception):

@@ -180,8 +180,8 @@ def own_name_pattern(
 
 
 def names_a_folder(output: str | os.PathLike[str]) -> bool:
-    """Whether ``-o OUT`` is taken as a folder (``plan_output``'s rule): an existing folder, a name ending in /,
-    or one without an image or video extension; else it names the one output file."""
+    """Whether ``-o OUT`` is taken as a folder (``plan_output`` and the folder walks ask it): an existing folder, a
+    name ending in /, or one without an image or video extension; else it names the one output file."""
     out = Path(output)
     if os.path.isdir(out) or os.fspath(output).endswith(("/", os.sep)):
         return True
@@ -249,12 +249,12 @@ def plan_output(
     if not os.fspath(output).strip():
         raise ConfigError("-o is empty: give an output file or folder")
     out = Path(output)
-    folder = os.path.isdir(out) or os.fspath(output).endswith(("/", os.sep))  # "-o up.png/" means a folder
+    folder = names_a_folder(output)  # the text: "-o up.png/" means a folder, and Path drops the /
     if not folder and out.suffix.lower() in UNSUPPORTED_SUFFIXES:
         raise ConfigError(f"cannot write '{out}': name it .png, .jpg, .webp or .tif, or end -o with / for a folder")
     if not folder and is_video_file(out):
         raise ConfigError(f"'{out}' names a video file, but the input is an image: name it .png, .jpg ... or a folder")
-    if folder or not is_image_file(out):
+    if folder:
         if os.path.exists(out) and not os.path.isdir(out):
             raise ConfigError(f"-o '{out}' is an existing file, not a folder or an image name")
         return Naming(model, scale, outscale, template, folder=out)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .._version import __version__
+from ..errors import causes
 from .progress import Display, current_display, note, progress_kwargs, tqdm_class
 
 T = TypeVar("T")
@@ -231,19 +232,9 @@ def cached_file(repo_id: str, filename: str, revision: str | None) -> object:
     return try_to_load_from_cache(repo_id, filename, revision=revision, cache_dir=cache_dir())
 
 
-def _causes(exc: BaseException) -> Iterator[BaseException]:
-    """``exc`` and the errors it was raised from (libraries wrap one in another)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
 def _status_of(exc: BaseException) -> int | None:
     """The HTTP status the server answered with, if ``exc`` (or what it wraps) carries one."""
-    for error in _causes(exc):
+    for error in causes(exc):
         status = getattr(getattr(error, "response", None), "status_code", None)
         if status is not None:
             return int(status)
@@ -253,7 +244,7 @@ def _status_of(exc: BaseException) -> int | None:
 def transient(exc: BaseException) -> bool:
     """True for a failure that may pass if asked again: an HTTP 408 / 429 / 5xx answer, a connection that
     failed or broke off, a body shorter than announced (also when the library wrapped it in another error)."""
-    for current in _causes(exc):
+    for current in causes(exc):
         status = getattr(getattr(current, "response", None), "status_code", None)
         if status in _TRANSIENT_STATUS:
             return True
@@ -327,4 +318,4 @@ def retried(call: Callable[[], T]) -> T:
 
 def _timed_out(exc: BaseException) -> bool:
     """Whether ``exc`` (or what it wraps) is a time-out: the server took the connection and stopped answering."""
-    return any(isinstance(e, TimeoutError) or "Timeout" in type(e).__name__ for e in _causes(exc))
+    return any(isinstance(e, TimeoutError) or "Timeout" in type(e).__name__ for e in causes(exc))

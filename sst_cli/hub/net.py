@@ -4,6 +4,7 @@ per failure, and the release download (huggingface_hub's own HTTP helper: retrie
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import secrets
 import socket
@@ -12,7 +13,7 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ..errors import CheckpointError, ConfigError, WeightsNotFound, WriteError
+from ..errors import CheckpointError, ConfigError, WeightsNotFound, WriteError, causes
 from .library import NETWORK_MODULES, progress, remove_stale_partials
 from .library import endpoint as endpoint
 from .refs import sha256_of
@@ -153,14 +154,8 @@ def access_advice(repo_id: str) -> str:
 
 def _answer_behind(exc: BaseException) -> BaseException | None:
     """The HTTP error with a status code that ``exc`` was raised from, if any (its cause chain)."""
-    seen = {id(exc)}
-    current = exc.__cause__ or exc.__context__
-    while current is not None and id(current) not in seen:
-        if getattr(getattr(current, "response", None), "status_code", None) is not None:
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
+    behind = itertools.islice(causes(exc), 1, None)  # not ``exc`` itself
+    return next((e for e in behind if getattr(getattr(e, "response", None), "status_code", None) is not None), None)
 
 
 _STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
@@ -172,16 +167,12 @@ def storage_error(exc: BaseException, folder: str | os.PathLike[str]) -> WriteEr
     The Hub is not to blame there, and trying again later will not help."""
     from ..files import _os_reason
 
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in causes(exc):
         if isinstance(current, OSError) and current.errno in _STORAGE_ERRNOS:
             return WriteError(
                 f"cannot write the download to {folder}: {_os_reason(current)}; free space there, or set "
                 "HF_HUB_CACHE (HF_HOME for the authors' release files) to a folder that can be written"
             )
-        current = current.__cause__ or current.__context__
     return None
 
 
