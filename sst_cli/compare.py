@@ -11,14 +11,14 @@ import os
 import tempfile
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from .choices import DEFAULT_MODEL, DEFAULT_SCALE
 from .errors import ConfigError
-from .evaluate import BICUBIC, model_labels
+from .evaluate import BICUBIC, BICUBIC_RAN_ON, RanOn, model_labels
 from .files import check_output_file, check_spared
 from .image_io import READABLE_FORMATS, Picture, is_image_file, read_image
 from .loader import ModelSpec
@@ -247,7 +247,7 @@ def run_compare(
             keys[path] = key = str(path)
             report.add_image(  # named and filed by the file's name: a shared report shows no one's folders
                 key, shown[path], scale=scale, lr=frame(picture), bicubic=frame(bicubic_picture(picture, scale)),
-                bit_depth=picture.bit_depth, folder=path.name,
+                bit_depth=picture.bit_depth, folder=path.name, bicubic_ran_on=asdict(BICUBIC_RAN_ON),
             )  # fmt: skip
         for index, (spec, label) in enumerate(zip(wanted, labels, strict=True)):
             upscaler = upscalers.pop(index, None)
@@ -260,7 +260,7 @@ def run_compare(
                 )
             for path in inputs:
                 out, _ = upscaler.upscale_picture(read_image(path))
-                report.add_output(keys[path], label, frame(out))
+                report.add_output(keys[path], label, frame(out), ran_on=asdict(RanOn.of(upscaler)))
                 if on_image is not None:
                     on_image(label, shown[path])
             del upscaler

@@ -365,8 +365,11 @@ def test_sst_compare_two_models_crop_and_png(tmp_path: Path) -> None:
     result = runner.invoke(app, [*args, "--crop", "10,6,12,10", "--png", "side.png", "-o", "rep"])
     assert result.exit_code == 0, result.output
     assert "compared bicubic, tiny_a, tiny_b on 1 image(s) at x2" in result.output
-    image = json.loads(Path("rep/report.json").read_text())["images"][0]
+    data = json.loads(Path("rep/report.json").read_text())
+    image = data["images"][0]
     assert image["crop_input_px"] == [10, 6, 12, 10] and image["crop_output_px"] == [20, 12, 24, 20]
+    cpu32 = {"device": "cpu", "precision": "fp32"}  # a shared comparison says where each model ran
+    assert data["ran_on"] == {"bicubic": {"device": "cpu", "precision": "fp64"}, "tiny_a": cpu32, "tiny_b": cpu32}
     assert set(image["mean_abs_change_from_bicubic"]) == {"tiny_a", "tiny_b"}
     # The sheet: one row of LR | bicubic | tiny_a | tiny_b, each 24x20 output pixels enlarged x11 (about 256 px).
     sheet = np.asarray(Image.open("side.png").convert("RGB"))

@@ -326,9 +326,20 @@ class ReportBuilder:
             "title": self.title,
             "methods": [m.label for m in self.methods],
             "ground_truth": self.ground_truth,
+            "ran_on": self._ran_on(),
             "summary": self.summary() if self.ground_truth else [],
             "images": images,
         }
+
+    def _ran_on(self) -> dict[str, dict[str, str]]:
+        """Where each method's outputs were computed (device, precision), by label: a comparison has no scored
+        summary rows to carry it, and a shared report should say whether a model ran in bf16 on a GPU."""
+        found = {}
+        for method in self.methods:
+            ran_on = next((e.ran_on[method.id] for e in self.entries.values() if method.id in e.ran_on), None)
+            if ran_on is not None:
+                found[method.label] = ran_on
+        return found
 
     def finish(self) -> Path:
         """Crops, thumbnails, report.json and index.html; returns the page's path (inside the staging folder)."""
