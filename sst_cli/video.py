@@ -5,8 +5,8 @@ caller's runs the network on several consecutive frames per forward pass where m
 (``Upscaler.upscale_batch``: tiling, precision and device apply as for images), and one encodes and muxes
 behind it. The channels between them are bounded, so memory does not depend on the length, and no frame
 images are ever written. Each upscaled frame keeps its source frame's timestamp in the source's time base,
-and lasts until the next one (the last as its source did), so frame counts and variable frame rates survive;
-audio, subtitle and data packets are copied unchanged.
+and lasts until the next one (the last as its source did, else as the one before it), so frame counts and
+variable frame rates survive; audio, subtitle and data packets are copied unchanged.
 A frame that cannot be decoded is left out and counted: its neighbours keep their own timestamps, so the
 picture stays in sync with the sound and the previous frame simply stays on screen a little longer.
 """
@@ -198,8 +198,9 @@ def _decode(source: Any, streams: list[Any], decode: Callable[[Any], list[Any]],
             if pts is None or (last_pts is not None and pts <= last_pts):
                 pts = 0 if last_pts is None else last_pts + step  # containers without timestamps (raw, AVI)
             first_pts = pts if first_pts is None else first_pts
+            shown = _last_frame_time(frame, pts, last_pts) or step
             last_pts = pts
-            result.seconds = float((pts + (frame.duration or step) - first_pts) * info.time_base)
+            result.seconds = float((pts + shown - first_pts) * info.time_base)
             result.concealed += bool(frame.is_corrupt)
             out.put(("frame", frame_to_array(frame, plan.rgb_depth, plan.alpha), pts, frame))
     out.put(_END)
@@ -230,6 +231,7 @@ def _write(items: Channel, copies: dict[int, Any], time_base: Fraction, plan: En
     Each frame is held until the next one comes, whose timestamp ends it (``_Timing``)."""
     timing = _Timing(time_base, plan.time_base)
     held: tuple[Any, int, Any] | None = None  # (image, pts, source frame) waiting for the next frame's timestamp
+    before: int | None = None  # the held frame's predecessor's timestamp
     while (item := items.get()) is not _END:
         if item[0] == "packet":
             packet = item[1]
@@ -238,11 +240,22 @@ def _write(items: Channel, copies: dict[int, Any], time_base: Fraction, plan: En
             continue
         if held is not None:
             output.mux(timing.encode(encoder, plan, *held, end=item[2]))
+            before = held[1]
         held = item[1:]
-    if held is not None:  # the last frame lasts as long as its source frame did
+    if held is not None:
         image, pts, like = held
-        output.mux(timing.encode(encoder, plan, image, pts, like, end=pts + like.duration if like.duration else None))
+        shown = _last_frame_time(like, pts, before)
+        output.mux(timing.encode(encoder, plan, image, pts, like, end=pts + shown if shown else None))
     output.mux(timing.stamp(encoder.encode(None)))
+
+
+def _last_frame_time(frame: Any, pts: int, before: int | None) -> int:
+    """How long a clip's last frame is shown (time-base units, 0: unknown): as long as its source frame was, or,
+    where the container keeps no durations (AVI, MPEG-TS), as long as the frame before it. The muxer's own guess
+    for an AVI with millisecond ticks was one tick: the last picture flashed for 1 ms."""
+    if frame.duration:
+        return int(frame.duration)
+    return pts - before if before is not None else 0
 
 
 class _Timing:

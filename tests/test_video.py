@@ -168,6 +168,13 @@ def test_each_frame_keeps_its_duration_the_last_one_too(tmp_path: Path, tiny: Up
     assert _video_timing(tmp_path / "vfr_x2.mkv")[1] == gaps
 
 
+def test_a_last_frame_without_a_duration_lasts_as_long_as_the_one_before(tmp_path: Path, tiny: Upscaler) -> None:
+    """AVI keeps no frame durations; in millisecond ticks the muxer's guess showed the last picture for 1 ms."""
+    clip = make_clip(tmp_path / "a.avi", codec="mpeg4", size=(16, 12), pts_ms=(0, 40, 80, 120), audio=False)
+    upscale_video(tiny, clip, tmp_path / "a_x2.mkv")
+    assert _video_timing(tmp_path / "a_x2.mkv")[1] == [Fraction(40, 1000)] * 4
+
+
 class _Nearest(torch.nn.Module):
     """Pixel replication: what comes out is what went in, so colour conversions can be checked."""
 
