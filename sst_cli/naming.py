@@ -253,7 +253,10 @@ def plan_output(
     if not folder and out.suffix.lower() in UNSUPPORTED_SUFFIXES:
         raise ConfigError(f"cannot write '{out}': name it .png, .jpg, .webp or .tif, or end -o with / for a folder")
     if not folder and is_video_file(out):
-        raise ConfigError(f"'{out}' names a video file, but the input is an image: name it .png, .jpg ... or a folder")
+        raise ConfigError(
+            f"'{out}' names a video file, but the input is not a video (.mp4, .mkv, .mov, .webm, .avi ...): "
+            "name it .png, .jpg ... or a folder"
+        )
     if folder:
         if os.path.exists(out) and not os.path.isdir(out):
             raise ConfigError(f"-o '{out}' is an existing file, not a folder or an image name")

@@ -516,7 +516,7 @@ def test_json_log_lines_parse() -> None:
         (["--precision", "fp16"], "unknown precision 'fp16'"),  # the library's checks (test_upscaler) reach here
         (["--name", "{stem}_{size}.{ext}"], "unknown field"),
         (["-o", "x.png", "--format", "jpg"], "--format jpg does not match the extension of 'x.png'"),
-        (["-o", "x.mp4"], "'x.mp4' names a video file, but the input is an image"),
+        (["-o", "x.mp4"], "'x.mp4' names a video file, but the input is not a video (.mp4, .mkv"),
         (["-o", ""], "-o: an empty name"),
     ],
 )
