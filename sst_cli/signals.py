@@ -11,9 +11,18 @@ from contextlib import contextmanager
 from .errors import Terminated
 
 
+def catchable(*names: str) -> list[int]:
+    """The signals of ``names`` this platform has and whoever started the process did not set to be ignored:
+    ``nohup`` ignores SIGHUP, and a shell ignores SIGINT for a background job, so that a training left running
+    past a logout, or Ctrl-C meant for a script, does not stop it."""
+    numbers = [getattr(signal, name) for name in names if hasattr(signal, name)]
+    return [number for number in numbers if signal.getsignal(number) is not signal.SIG_IGN]
+
+
 @contextmanager
 def stop_on_signals() -> Iterator[None]:
-    """Handle SIGTERM (``kill``, ``timeout``, job schedulers) and SIGHUP like Ctrl-C while the block runs.
+    """Handle SIGTERM (``kill``, ``timeout``, job schedulers) and SIGHUP like Ctrl-C while the block runs (unless
+    ignored: ``catchable``).
 
     The handler raises ``Terminated`` (a KeyboardInterrupt), so the usual interrupt path removes temporary
     files and reports what was done. Windows has no SIGHUP; signals can only be set from the main thread.
@@ -25,8 +34,7 @@ def stop_on_signals() -> Iterator[None]:
     def interrupt(signum: int, frame: object) -> None:
         raise Terminated(signum)
 
-    numbers = [getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
-    previous = {number: signal.signal(number, interrupt) for number in numbers}
+    previous = {number: signal.signal(number, interrupt) for number in catchable("SIGTERM", "SIGHUP")}
     try:
         yield
     finally:
@@ -51,5 +59,5 @@ def second_interrupt_exits_at_once() -> None:
         signal.signal(signal.SIGINT, at_once)
         raise KeyboardInterrupt
 
-    if threading.current_thread() is threading.main_thread():
+    if threading.current_thread() is threading.main_thread() and catchable("SIGINT"):
         signal.signal(signal.SIGINT, first)

@@ -56,6 +56,7 @@ from .recipe import (
     milestones,
 )
 from .runtime import is_out_of_memory, package_version, resolve_device
+from .signals import catchable
 from .trainconfig import TrainConfig, state_path
 from .trainset import Message, PatchSampler, decode_images, find_images, fingerprint, large_enough
 from .trainstate import (
@@ -172,7 +173,8 @@ def _check_finite(losses: list[float], iteration: int, lr: float, state_file: Pa
 @contextlib.contextmanager
 def _stop_requests() -> Iterator[list[int]]:
     """Ctrl-C / SIGTERM / SIGHUP (a closed terminal or SSH session) ask the loop to stop after the current step,
-    which saves the state (a second signal stops at once); the list holds the signal's number, 0 until one came."""
+    which saves the state (a second signal stops at once); the list holds the signal's number, 0 until one came.
+    Signals set to be ignored stay ignored (``nohup``: ``signals.catchable``)."""
     flag = [0]
     if threading.current_thread() is not threading.main_thread():
         yield flag
@@ -183,8 +185,7 @@ def _stop_requests() -> Iterator[list[int]]:
             raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
         flag[0] = signum
 
-    signals = [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)]
-    previous = {sig: signal.signal(sig, request) for sig in signals}
+    previous = {sig: signal.signal(sig, request) for sig in catchable("SIGINT", "SIGTERM", "SIGHUP")}
     try:
         yield flag
     finally:
