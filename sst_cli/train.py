@@ -83,6 +83,9 @@ __all__ = [
     "train",
 ]
 
+# Settings kept in the state only, not in the weights' record: the network's config is stored on its own, the
+# history has its own key, and ``replaces`` is a path on the user's disk.
+_NOT_RECORDED = ("sst_config", "history", "replaces")
 REPORT_EVERY_CUDA = 50  # steps between progress reports on a GPU: each one waits for it (on a CPU: every step)
 
 
@@ -355,7 +358,7 @@ class _TrainingRun:
             "seconds": str(round(self.elapsed())),
             "device": device,
             "init": Path(settings["init"]).name if settings["init"] else "",
-            "training_settings": json.dumps({k: v for k, v in settings.items() if k not in ("sst_config", "history")}),
+            "training_settings": json.dumps({k: v for k, v in settings.items() if k not in _NOT_RECORDED}),
             "run": settings.get("run") or "",
         }
         earlier = settings.get("history") or []
@@ -418,11 +421,14 @@ def _prepare(config: TrainConfig, settings: dict[str, Any], say: Message, cli: b
                     )
         settings["run"] = secrets.token_hex(8)  # names the run in its state and weights
         settings["history"] = []
+        if config.overwrite and config.out.exists():  # resuming may replace it too: it was asked to
+            settings["replaces"] = str(config.out.resolve())
         return None
     saved = read_state(state_file, cli=cli)
     settings["run"] = saved["settings"].get("run")
+    settings["replaces"] = saved["settings"].get("replaces")
     run = settings["run"]  # None: a state of an older sst-cli, which named no run
-    if run is not None and config.out.exists():
+    if run is not None and config.out.exists() and settings["replaces"] != str(config.out.resolve()):
         _check_written_by(config.out, run, state_file)
     for key in ("batch", "lr", "warmup"):  # defaults follow the saved run, not this command's --init
         if getattr(config, key) is None:

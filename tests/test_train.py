@@ -115,6 +115,28 @@ def test_interrupted_then_resumed_equals_one_straight_run(data: Path, tmp_path: 
     assert all(torch.equal(ema_a[k], ema_b[k]) for k in ema_a)
 
 
+def test_a_run_started_over_and_interrupted_resumes_over_the_weights_it_was_to_replace(
+    data: Path, tmp_path: Path
+) -> None:
+    """After ``--overwrite`` and Ctrl-C, the hint's ``--resume`` met the old run's --out: "exists and was not written
+    by the run", and ``--overwrite --resume`` exclude each other, so the run could not go on."""
+    old = train(_config(data, tmp_path / "w.safetensors", iters=2))
+    again = _config(data, old.out, overwrite=True)
+
+    def ctrl_c_at_3(p: TrainProgress) -> None:
+        if p.iteration == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(TrainingInterrupted):
+        train(again, on_progress=ctrl_c_at_3)
+    resumed = train(replace(again, overwrite=False, resume=True))
+    assert resumed.iteration == 6 and read_metadata(old.out)["iterations"] == "6"
+    assert str(tmp_path) not in read_metadata(old.out)["training_settings"]  # the path it replaced stays local
+    elsewhere = train(_config(data, tmp_path / "other.safetensors", iters=2))
+    with pytest.raises(OutputExists, match="was not written by the run"):  # only the file it was asked to replace
+        train(replace(again, out=elsewhere.out, state=state_path(old.out), overwrite=False, resume=True, iters=8))
+
+
 def test_a_diverging_run_stops_before_saving_anything(data: Path, tmp_path: Path) -> None:
     """--lr 5 in bf16 ended 'training L1 nan' with NaN weights saved and exit 0; then it was a usage error (exit 2)
     though no option was invalid: now a failed run, exit 1."""
@@ -250,10 +272,10 @@ def test_exit_codes_say_which_signal_stopped_the_run_and_whether_the_state_was_s
     monkeypatch.setattr(engine, "train", stopped)
     data = _write_images(tmp_path / "d", count=1)
     args = ["train", "--data", str(data), "--iters", "6", "--out", str(tmp_path / "s.safetensors")]
-    term = runner.invoke(app, args)
-    assert term.exit_code == 143 and "error: stopped by signal 15 at iteration 3 of 6; training state saved" in (
-        " ".join(term.output.split())
-    )
+    stopped = runner.invoke(app, [*args, "--overwrite"])
+    term = " ".join(stopped.output.split())
+    assert stopped.exit_code == 143 and "error: stopped by signal 15 at iteration 3 of 6; training state saved" in term
+    assert "to continue, run the same command without --overwrite, plus --resume" in term  # they exclude each other
     early = runner.invoke(app, args)
     assert early.exit_code == 130 and "error: interrupted before training began: nothing was written" in early.output
     helped = " ".join(runner.invoke(app, ["train", "--help"], env={"COLUMNS": "200"}).output.split())

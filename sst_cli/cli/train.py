@@ -103,7 +103,13 @@ class TrainReporter:
         target.print(line, markup=False, soft_wrap=True)
 
 
-def _summary(result: TrainResult, half: bool) -> None:
+def _to_continue(state: str, overwrite: bool) -> str:
+    """How to continue a stopped run: ``--resume`` and ``--overwrite`` exclude each other, so a run started over
+    is continued without the latter (the state remembers that it may replace --out)."""
+    return f"the same command {'without --overwrite, ' if overwrite else ''}plus --resume {state}"
+
+
+def _summary(result: TrainResult, half: bool, overwrite: bool) -> None:
     tail = result.losses[-100:]
     loss = f"; training L1 {sum(tail) / len(tail):.4f} (mean of the last {len(tail)})" if tail else ""
     kind = "float16" if half else "float32"
@@ -114,7 +120,7 @@ def _summary(result: TrainResult, half: bool) -> None:
     else:
         console.print(
             f"stopped by the time limit at iteration {result.iteration} of {result.iters}{loss}; "
-            f"continue with the same command plus --resume {result.state}",
+            f"continue with {_to_continue(str(result.state), overwrite)}",
             markup=False,
             soft_wrap=True,
         )
@@ -331,7 +337,7 @@ def train(
             r, saved = stop.result, as_markup(str(stop.result.state))
             raise fail(
                 f"{_stopped_by(stop.exit_code)} at iteration {r.iteration} of {r.iters}; training state saved to "
-                f"{saved}: rerun the same command with --resume {saved} to continue",
+                f"{saved}: to continue, run {_to_continue(saved, overwrite)}",
                 stop.exit_code,
             ) from None
         except KeyboardInterrupt as exc:  # before the loop began, or a second signal: nothing saved by this one
@@ -342,4 +348,4 @@ def train(
                 else "before training began: nothing was written"
             )
             raise fail(f"{_stopped_by(code)} {said}", code) from None
-    _summary(result, half)
+    _summary(result, half, overwrite)
