@@ -131,11 +131,18 @@ def check_is_number(value: object, name: str, *, cli: bool = False) -> None:
         raise ConfigError(f"{option_name(name, cli)} must be a number, got {value!r}")
 
 
-def check_count(value: object, name: str, *, cli: bool = False, least: int = 0) -> None:
-    """A whole-number option's value: an integer (not a bool), ``least`` or more, else a ConfigError naming the
-    option as its caller wrote it (``--batch 0``, ``batch=0``); ``tile_overlap="x"`` met a bare TypeError."""
+def check_whole(value: object, name: str, *, cli: bool = False) -> None:
+    """An integer, not a bool, text or a float: ``iters=3.5`` trained 4 iterations, ``patch=8.0`` failed inside
+    torch after the images were decoded, ``tile_overlap="x"`` met a bare TypeError."""
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise ConfigError(f"{option_name(name, cli)} must be a whole number, got {value!r}")
+
+
+def check_count(value: object, name: str, *, cli: bool = False, least: int = 0) -> None:
+    """A whole-number option's value (``check_whole``), ``least`` or more, else a ConfigError naming the option as
+    its caller wrote it (``--batch 0``, ``batch=0``)."""
+    check_whole(value, name, cli=cli)
+    assert isinstance(value, Integral)
     if value < least:
         wanted = "0 or more" if least == 0 else f"at least {least}"
         raise ConfigError(f"{option_name(name, cli)} must be {wanted}, got {value}")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .checks import check_number, option_name
+from .checks import check_number, check_whole, option_name
 from .errors import ConfigError, WeightsNotFound
 from .recipe import CHECKPOINT_EVERY, EMA_DECAY, MAX_ITERS, PATCH
 from .zoo import SCALES
@@ -129,8 +129,12 @@ class TrainConfig:
         self._check_paths(cli)
 
     def _check_numbers(self, cli: bool) -> None:
-        """The float settings: finite, and where only some values mean anything, one of those (``--lr inf`` was
-        'must be positive', ``--checkpoint-every inf`` and ``--time-limit inf`` were taken)."""
+        """The whole-number settings are integers; the float settings finite, and where only some values mean
+        anything, one of those (``--lr inf`` was 'must be positive', ``--checkpoint-every inf`` and ``--time-limit
+        inf`` were taken)."""
+        for name in ("iters", "scale", "patch", "batch", "warmup", "seed", "checkpoint_iters", "report_every"):
+            if getattr(self, name) is not None:  # before any comparison: ``iters="3"`` met a bare TypeError
+                check_whole(getattr(self, name), name, cli=cli)
         if self.lr is not None:
             check_number(self.lr, "lr", cli=cli)
         check_number(self.ema_decay, "ema_decay", cli=cli, least=0, below=1)

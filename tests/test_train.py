@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 from dataclasses import replace
@@ -495,6 +496,22 @@ def test_one_data_folder_is_one_folder_not_its_letters(folder: str | Path) -> No
     """data='tiny/HR' was read as the folders 't', 'i', ...; data='/work/x' as '/' first, walked whole."""
     assert TrainConfig(data=folder, out=Path("w.safetensors"), iters=1).data == (Path(folder),)  # type: ignore[arg-type]
     assert TrainConfig(data=[folder, "b"], out=Path("w.safetensors"), iters=1).data == (Path(folder), Path("b"))
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"iters": "3"}, "iters must be a whole number, got '3'"),  # a bare TypeError from the comparisons
+        ({"iters": 3.5}, "iters must be a whole number, got 3.5"),  # trained 4 iterations
+        ({"patch": 8.0}, "patch must be a whole number, got 8.0"),  # an IndexError in torch, after decoding
+        ({"batch": True}, "batch must be a whole number, got True"),  # a TypeError in torch.randint
+        ({"scale": "2"}, "scale must be a whole number, got '2'"),  # "must be one of 2, 3, 4, got 2"
+    ],
+)
+def test_whole_number_settings_are_integers(given: dict, message: str) -> None:
+    config = TrainConfig(**({"data": ("d",), "out": Path("w.safetensors"), "iters": 1} | given))
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        config.check()
 
 
 def test_iters_are_bounded() -> None:
