@@ -138,6 +138,22 @@ def test_a_run_started_over_and_interrupted_resumes_over_the_weights_it_was_to_r
         train(replace(again, out=elsewhere.out, state=state_path(old.out), overwrite=False, resume=True, iters=8))
 
 
+def test_a_batch_that_cannot_fit_in_ram_is_refused_before_training(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the CPU nothing raises out of memory: ``--batch 100000`` was killed by the kernel, exit 137, no word."""
+    import sst_cli.train as engine
+
+    config = _config(data, tmp_path / "big.safetensors", batch=4)
+    monkeypatch.setattr(engine, "available_ram", lambda: 1000)
+    refused = r"^training with batch=4 and patch=8 needs about \d+\.\d GiB of memory on the CPU, and 0\.0 GiB are"
+    with pytest.raises(ConfigError, match=refused + " available: lower them$"):
+        train(config)
+    assert not config.out.exists() and not state_path(config.out).exists()
+    monkeypatch.setattr(engine, "available_ram", lambda: 2**30)
+    assert train(config).iteration == 6
+
+
 def test_a_diverging_run_stops_before_saving_anything(data: Path, tmp_path: Path) -> None:
     """--lr 5 in bf16 ended 'training L1 nan' with NaN weights saved and exit 0; then it was a usage error (exit 2)
     though no option was invalid: now a failed run, exit 1."""
