@@ -155,7 +155,7 @@ def upscale_video_files(
     Ctrl-C or SIGTERM with what was finished; the clip in progress leaves no file behind.
     """
     require_av()
-    check_video_options(video)
+    check_encoders(jobs, video)
     events = events or BatchEvents()
     label, scale = model_label(model), model.scale or DEFAULT_SCALE
     single = _single_target(output, jobs, writing)
@@ -206,6 +206,27 @@ def upscale_video_files(
         if events.ready is not None:
             events.ready(upscaler, len(plans))
         return _run(plans, upscaler, video, writing, events)
+
+
+def check_encoders(jobs: Sequence[Job], video: VideoOptions) -> None:
+    """Refuse, before anything runs, video options that cannot be: ``check_video_options``, and ``--crf`` /
+    ``--pix-fmt`` without ``--codec`` that a clip's own encoder (chosen from its codec) does not take; that failed
+    the clip alone, after the images of the same command had been upscaled. Clips that cannot be read are left to
+    fail on their own."""
+    check_video_options(video)
+    if video.codec is not None or video.lossless or (video.crf is None and video.pix_fmt is None):
+        return
+    for job in jobs:
+        if job.skip is not None:
+            continue
+        try:
+            info = probe_video(job.source)
+        except SstError:
+            continue
+        try:
+            choose_codec(info, video)
+        except ConfigError as exc:
+            raise ConfigError(f"'{job.source}': {exc} (its encoder follows its codec; --codec chooses one)") from None
 
 
 def _check_pixels(info: VideoInfo, max_pixels: int) -> None:

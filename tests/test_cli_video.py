@@ -108,6 +108,8 @@ def test_bad_video_options_are_one_error_before_anything_runs(tmp_path: Path) ->
         (["--codec", "libx264", "--crf", "60"], "libx264 takes --crf 0 to 51, not 60"),
         (["--codec", "ffv1", "--crf", "20"], "--crf applies to x264, x265, VP8/VP9 and AV1 encoders, not ffv1"),
         (["--pix-fmt", "foo"], "--pix-fmt foo is not a pixel format FFmpeg knows"),
+        (["--crf", "60"], "libx264 takes --crf 0 to 51, not 60 (its encoder follows its codec"),  # no --codec
+        (["--pix-fmt", "rgb48le"], "libx264 cannot write pixel format rgb48le"),
     ]:
         result = sst("in", "-o", "out", *args)
         assert result.exit_code == 2 and message in result.stderr and result.stderr.count(message) == 1, args

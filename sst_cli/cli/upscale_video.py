@@ -217,10 +217,10 @@ def upscale_videos(
     from ..errors import ConfigError
     from ..filerun import BatchInterrupted, BatchResult
     from ..image_io import is_image_file
-    from ..video_batch import upscale_video_files
-    from ..video_io import check_video_options, is_video_file
+    from ..video_batch import check_encoders, upscale_video_files
+    from ..video_io import is_video_file
 
-    check_video_options(video)  # before the images run: a wrong --codec is one error, not one per clip
+    check_encoders(videos, video)  # before the images run: a wrong --codec or --crf is one error, not one per clip
     if images and output and not os.path.isdir(output) and (is_image_file(output) or is_video_file(output)):
         raise ConfigError(f"'{output}' names one file, but the inputs are images and videos: give a folder with -o")
     done = BatchResult()
