@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from .checks import check_quality, option_name, option_value
 from .choices import DEFAULT_MODEL
 from .errors import ConfigError
+from .files import not_a_file
 from .image_io import DEFAULT_MAX_PIXELS, DEFAULT_QUALITY, EXTENSIONS, is_image_file, normalise_format
 from .inputs import UNSUPPORTED_SUFFIXES, Job, distinct_files
 from .video_io import is_video_file
@@ -231,6 +232,16 @@ class Naming:
         return {self.folder_for(job) for job in jobs}
 
 
+def check_output_folder(out: Path, kind: str) -> None:
+    """``-o`` taken for a folder (no extension) must not be an existing file, device or stream: each input failed
+    on its own, "cannot write into '/dev/null'", for a mistake in one option. ``kind``: what else -o may name."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        what = not_a_file(out)  # a device or a stream (/dev/null, /dev/stdout) is said as such
+        if what is not None:
+            raise ConfigError(f"-o '{out}': {what}")
+        raise ConfigError(f"-o '{out}' is an existing file, not a folder or {kind} name")
+
+
 def plan_output(
     jobs: Sequence[Job],
     output: str | os.PathLike[str] | None,
@@ -258,8 +269,7 @@ def plan_output(
             "name it .png, .jpg ... or a folder"
         )
     if folder:
-        if os.path.exists(out) and not os.path.isdir(out):
-            raise ConfigError(f"-o '{out}' is an existing file, not a folder or an image name")
+        check_output_folder(out, "an image")
         return Naming(model, scale, outscale, template, folder=out)
     files = distinct_files(jobs)
     if len(files) != 1 or files[0].from_folder:

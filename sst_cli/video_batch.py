@@ -37,7 +37,7 @@ from .inputs import (
     one_job_per_file,
 )
 from .loader import ModelSpec
-from .naming import Naming, WriteOptions, model_label
+from .naming import Naming, WriteOptions, check_output_folder, model_label
 from .preflight import claim_output
 from .upscaler import UpscaleOptions, Upscaler, result_size
 from .video import VideoResult, describe_plan, expected_megapixels, plan_video, upscale_video
@@ -241,7 +241,10 @@ def _check_pixels(info: VideoInfo, max_pixels: int) -> None:
 def _single_target(output: str | os.PathLike[str] | None, jobs: Sequence[Job], writing: WriteOptions) -> Path | None:
     if output is not None and is_image_file(output) and not Path(output).is_dir():
         raise ConfigError(f"'{output}' names an image file, but the input is video: name it .mp4, .mkv ... or a folder")
-    if output is None or not is_video_file(output) or Path(output).is_dir():
+    if output is None:
+        return None
+    if not is_video_file(output) or Path(output).is_dir():
+        check_output_folder(Path(output), "a video")
         return None
     clips = distinct_files(jobs)
     if len(clips) != 1 or clips[0].from_folder:

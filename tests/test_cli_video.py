@@ -116,6 +116,22 @@ def test_bad_video_options_are_one_error_before_anything_runs(tmp_path: Path) ->
         assert not Path("out").exists(), args  # not even the image
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="/dev/null is POSIX")
+def test_an_output_folder_that_is_a_device_or_a_file_is_one_error(tmp_path: Path) -> None:
+    """Each clip failed on its own (exit 1): "cannot write into '/dev/null': '/dev/null' is a file, not a folder"."""
+    clip("a.mp4", audio=False)
+    Image.fromarray(np.zeros((12, 16, 3), np.uint8)).save("c.png")
+    Path("notes").write_text("mine")
+    for args, message in [
+        (["a.mp4", "-o", "/dev/null"], "-o '/dev/null': it is a character device, not a file"),
+        (["c.png", "-o", "/dev/null"], "-o '/dev/null': it is a character device, not a file"),
+        (["a.mp4", "-o", "notes"], "-o 'notes' is an existing file, not a folder or a video name"),
+    ]:
+        result = sst(*args)
+        assert result.exit_code == 2 and message in result.stderr, args
+    assert Path("notes").read_text() == "mine"
+
+
 def test_what_is_no_video_is_said_as_such(tmp_path: Path) -> None:
     Image.fromarray(np.zeros((12, 16, 3), np.uint8)).save("photo.mp4", format="PNG")
     Path("empty.mp4").write_bytes(b"")
