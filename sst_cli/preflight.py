@@ -175,7 +175,9 @@ def claim_output(
     check_file_target(target, f"'{target}'")
     owner = claimed.get(key)
     if owner is not None and owner != source:
-        raise OutputNameClash(f"'{target}' is already the output of '{owner}' (change --name or -o)", owner, source)
+        same_name = owner.name.casefold() == source.name.casefold()  # no --name template tells them apart
+        cure = "upscale them into separate -o folders" if same_name else "change --name or -o"
+        raise OutputNameClash(f"'{target}' is already the output of '{owner}' ({cure})", owner, source)
     claimed[key] = source
     if os.path.lexists(target):
         if writing.skip_existing:

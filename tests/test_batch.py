@@ -349,7 +349,10 @@ def test_two_inputs_with_one_output_name_fail_the_second(upscaler: Upscaler) -> 
     writing = WriteOptions(format="png")
     result = run_batch(discover_inputs(["in"]), upscaler, naming=naming(folder=Path("out")), writing=writing)
     assert [r.status for r in result.files] == ["done", "failed"]
-    assert "already the output of" in (result.files[1].reason or "")
+    assert "already the output of 'in/a.png' (change --name or -o)" in (result.files[1].reason or "")
+    png(Path("in/sub/a.png"))
+    again = run_batch(discover_inputs(["in/a.png", "in/sub/a.png"]), upscaler, naming=naming(folder=Path("o2")))
+    assert "(upscale them into separate -o folders)" in (again.files[1].reason or "")  # no --name tells them apart
 
 
 def test_explicit_output_file_takes_its_format_from_the_extension(upscaler: Upscaler) -> None:
