@@ -691,7 +691,7 @@ def test_downloads_report_to_the_display(fake: FakeHub, tmp_path: Path, monkeypa
     assert notes[0] == f"sst-light x2: looking for {LIGHT2} in the repositories of {OWNER} on {host}"
     assert notes[1].startswith(f"sst-light x2: {LIGHT2} from the Hugging Face repository {OWNER}/SSTlight_DFLIP_X2")
     assert notes[2] == f"sst x4: looking for {SST4} in the repositories of {OWNER} on {host}"
-    assert notes[3] == f"sst x4: {SST4} from the authors' release {fake.url}/release/{SST4}"
+    assert notes[3] == f"sst x4: downloading {SST4} from the authors' release {fake.url}/release/{SST4}"
 
     from rich.console import Console
 

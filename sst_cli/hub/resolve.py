@@ -318,7 +318,7 @@ def _fetch_hub(entry: Entry, key: str, found: discover.Found) -> Location:
 
 def _fetch_release(entry: Entry, key: str, url: str) -> Location:
     assert entry.filename is not None
-    note(f"{entry.label}: {entry.filename} from the authors' release {url}")
+    note(f"{entry.label}: downloading {entry.filename} from the authors' release {url}")
     destination = release_dir() / entry.filename
     label = f"{entry.label} weights"
     actual = library.retried(lambda: net.download_url(url, destination, expected_sha256=entry.sha256, label=label))
