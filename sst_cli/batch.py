@@ -46,7 +46,7 @@ from .naming import (
 )
 from .parallel import WorkerPlan, run_batch_parallel
 from .preflight import OutputNameClash, Preflight
-from .upscaler import ScaleOnly, UpscaleOptions, Upscaler
+from .upscaler import ScaleOnly, UpscaleOptions, Upscaler, refuse_foreign_settings
 
 if TYPE_CHECKING:
     from .loader import ModelSpec
@@ -106,6 +106,7 @@ def upscale_files(
     (``sst upscale`` checked all its inputs, of which these images are part).
     """
     events = events or BatchEvents()
+    refuse_foreign_settings(model, options)
     paths = [os.fspath(i) for i in ([inputs] if isinstance(inputs, str | os.PathLike) else inputs)]  # one is one
     parallel = workers is not None and workers.parallel
     jobs, naming = name_batch(

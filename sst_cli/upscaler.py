@@ -700,6 +700,12 @@ def _check_settings(asked: dict[str, Any], known: tuple[str, ...], title: str) -
         )
 
 
+def refuse_foreign_settings(spec: ModelSpec, options: UpscaleOptions) -> None:
+    """``ig_lambda`` / ``seed`` a zoo model does not take, refused before a batch plans its outputs: with every
+    output already there the model was never loaded, and the files were said to exist instead."""
+    _refuse_settings_early(spec, None, None, options.settings)
+
+
 def _refuse_settings_early(
     model: str | os.PathLike[str] | ModelSpec | nn.Module | None,
     weights: str | os.PathLike[str] | None,

@@ -39,7 +39,7 @@ from .inputs import (
 from .loader import ModelSpec
 from .naming import Naming, WriteOptions, check_output_folder, model_label
 from .preflight import claim_output
-from .upscaler import UpscaleOptions, Upscaler, result_size
+from .upscaler import UpscaleOptions, Upscaler, refuse_foreign_settings, result_size
 from .video import VideoResult, describe_plan, expected_megapixels, plan_video, upscale_video
 from .video_io import (
     UNCOUNTED_CONTAINERS,
@@ -155,6 +155,7 @@ def upscale_video_files(
     Ctrl-C or SIGTERM with what was finished; the clip in progress leaves no file behind.
     """
     require_av()
+    refuse_foreign_settings(model, options)
     check_encoders(jobs, video)
     events = events or BatchEvents()
     label, scale = model_label(model), model.scale or DEFAULT_SCALE

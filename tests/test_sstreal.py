@@ -350,6 +350,15 @@ def test_cli_refuses_ig_lambda_and_seed_for_sst(tmp_path: Path) -> None:
         assert not (tmp_path / "o.png").exists()
 
 
+def test_ig_lambda_for_sst_is_refused_even_when_every_output_exists(tmp_path: Path) -> None:
+    """The files were said to exist (exit 1) and the option was refused only once they were gone or overwritten."""
+    photo = _png(tmp_path / "photo.png", (9, 7))
+    (tmp_path / "o.png").write_bytes(b"kept")
+    result = runner.invoke(app, ["upscale", str(photo), "-o", str(tmp_path / "o.png"), "--ig-lambda", "1.5"])
+    assert result.exit_code == 2 and "applies to generative models (sst-real) only" in " ".join(result.output.split())
+    assert (tmp_path / "o.png").read_bytes() == b"kept"
+
+
 def test_before_after_crop_script(tmp_path: Path) -> None:
     """examples/before_after.py (the README's before/after crop): bicubic on the left, the model on the right,
     each the crop of a run on the region plus its context, the same pixels an Upscaler gives. Both on the CPU:
