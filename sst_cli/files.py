@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
@@ -538,17 +538,23 @@ def _swap_in(temp: Path, target: Path, check: Callable[[], None] = lambda: None)
 _TEMP_NAME = re.compile(r"\..+\.[0-9a-f]{8}(\.old)?" + re.escape(TEMP_SUFFIX))  # .old: a replaced folder, aside
 
 
-def clean_stale_temporaries(folder: Path, note: Callable[[str], None] = lambda text: None) -> None:
+def clean_stale_temporaries(
+    folder: Path, note: Callable[[str], None] = lambda text: None, held: Collection[Path] = ()
+) -> None:
     """Remove temporaries that an earlier, killed run left in ``folder`` (ours by name). Those a running writer
     holds locked (``inuse``), and those touched in the last minute (just made, not yet locked; or where there are
-    no locks), may belong to another sst-cli process still writing there, so they are only reported."""
+    no locks), may belong to another sst-cli process still writing there, so they are only reported; except the
+    temporaries of ``held``, files this process holds locked (``sst train``'s --out and --state), which no other
+    process may be writing: a training resumed within a minute of being killed left its half-written state behind."""
     now = time.time()
     removed = recent = 0
+    ours = tuple(f".{path.name}." for path in held if path.parent == folder)
     with suppress(OSError):
         for entry in os.scandir(folder):
             if not _TEMP_NAME.fullmatch(entry.name):
                 continue
-            if entry.stat(follow_symlinks=False).st_mtime > now - 60 or in_use(Path(entry.path)):
+            fresh = entry.stat(follow_symlinks=False).st_mtime > now - 60 and not entry.name.startswith(ours)
+            if fresh or in_use(Path(entry.path)):
                 recent += 1
                 continue
             with suppress(OSError):

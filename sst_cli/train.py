@@ -567,7 +567,7 @@ def _train(
     if settings["warmup"] >= config.iters:
         say(f"--warmup {settings['warmup']} is not shorter than --iters {config.iters}: the peak lr is never reached")
     for folder in dict.fromkeys((config.out.parent, state_file.parent)):
-        clean_stale_temporaries(folder, say)  # what a killed run left half-written there
+        clean_stale_temporaries(folder, say, held=(config.out, state_file))  # what a killed run left half-written
     usable = large_enough(files, config.patch * settings["scale"], say, cli=cli)  # headers only
     network = _network(config, SSTConfig.from_kwargs(settings["sst_config"]), device, saved, say, cli)
     images = decode_images(usable)

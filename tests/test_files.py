@@ -190,6 +190,20 @@ def test_a_replaced_folder_left_aside_by_a_killed_run_is_cleaned_up(tmp_path: Pa
     assert not aside.exists() and len(notes) == 1
 
 
+def test_fresh_temporaries_of_files_this_run_holds_are_removed_at_once(tmp_path: Path) -> None:
+    """sst train resumed within a minute of being killed mid-save left the half-written state behind ("left
+    alone"), though it held --state's lock and no other run could be writing it."""
+    held = tmp_path / "k.state.pth"
+    mine = tmp_path / f".k.state.pth.0123abcd{files.TEMP_SUFFIX}"
+    other = tmp_path / f".k.pth.0123abcd{files.TEMP_SUFFIX}"
+    mine.write_bytes(b"half")
+    other.write_bytes(b"half")
+    notes: list[str] = []
+    files.clean_stale_temporaries(tmp_path, notes.append, held=[held])
+    assert not mine.exists() and other.exists()  # another file's, a minute old at most: maybe still written
+    assert len(notes) == 2
+
+
 @pytest.mark.parametrize("existed", [False, True])
 def test_a_report_keeps_the_files_another_run_wrote_into_its_folder_meanwhile(tmp_path: Path, existed: bool) -> None:
     """An upscale writing into a report's folder while the report was built lost its output when the report was
