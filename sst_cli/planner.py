@@ -150,9 +150,9 @@ class Planner:
         # When nothing fits, the smallest aligned tile runs and out-of-memory halving has the last word.
         found = cheapest_tile(height, width, overlap, align, fits)
         rows, cols = found or (align, align)
-        if covers_whole(height, width, (rows, cols), overlap):
-            return TilePlan(0, overlap, align, blend)  # one tile with its context is the whole picture: said as such
         largest = self.pass_bytes((rows, cols), overlap, 1, height, width)
+        if covers_whole(height, width, (rows, cols), overlap):  # one tile with its context is the whole picture
+            return TilePlan(0, overlap, align, blend, needs=largest * (not found))  # over budget: said, as tiles are
         batch = max(1, min(o.batch, budget // max(1, largest)))
         return TilePlan(rows if rows == cols else (rows, cols), overlap, align, blend, batch, largest * (not found))
 

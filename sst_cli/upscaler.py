@@ -489,9 +489,10 @@ class Upscaler:
             self._said_budget = True
             budget = self.planner.budget()
             said = f"{budget >> 20} MiB" if budget >= 2**20 else f"{budget} byte{'s' * (budget != 1)}"  # 5B: meant
+            how = f"in {tile_label(plan.tile)} tiles" if plan.tile else "on the whole image"
             self._say(
                 f"the memory budget of {said} is less than the smallest pass needs ({-(-plan.needs >> 20)} MiB): it "
-                f"runs anyway, in {tile_label(plan.tile)} tiles"
+                f"runs anyway, {how}"
             )
         if not plan.tile or (rows >= height and cols >= width):
             return

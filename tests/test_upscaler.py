@@ -145,6 +145,11 @@ def test_a_budget_below_the_smallest_pass_says_so_once_and_runs(budget: int, sai
     assert warned == [f"the memory budget of {said} is less than the smallest pass needs ({-(-plan.needs >> 20)} "
                       f"MiB): it runs anyway, in {plan.tile} px tiles"]  # fmt: skip
     assert Upscaler(tiny_sst(), tile="auto", max_memory=2**30).plan(70, 90).needs == 0
+    small: list[str] = []  # the smallest tile with context covers the picture: run whole, over budget (was not said)
+    whole = Upscaler(tiny_sst(), tile="auto", max_memory=1, on_message=small.append)
+    assert whole.plan(8, 8).tile == 0 and whole.plan(8, 8).needs > 1
+    whole.run(torch.rand(3, 8, 8))
+    assert next(m for m in small if m.startswith("the memory budget")).endswith("it runs anyway, on the whole image")
 
 
 def test_out_of_memory_halves_the_tile_and_reports_it(monkeypatch: pytest.MonkeyPatch) -> None:
