@@ -656,3 +656,24 @@ def test_the_network_probe_knocks_on_the_proxy_port_its_scheme_means(
     monkeypatch.setattr(hub.net.socket, "create_connection", connect)
     assert not hub.net.reachable("https://huggingface.co/api/models", timeout=1)
     assert tried == [probed]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the cache's symbolic links")
+def test_a_refused_file_leaves_the_blob_another_name_still_links_to(tmp_path: Path) -> None:
+    """The cache stores equal files once: a mirror's x3 name refused for holding x2 weights took the x2 file,
+    pulled for offline use, with it (its link then led nowhere)."""
+    import importlib
+
+    resolve = importlib.import_module("sst_cli.hub.resolve")  # the package's ``resolve`` is the function
+    repo = tmp_path / "models--me--mirror"
+    blob = repo / "blobs" / ("ab" * 32)
+    blob.parent.mkdir(parents=True)
+    blob.write_bytes(b"x2 weights")
+    snapshot = repo / "snapshots" / ("c" * 40)
+    snapshot.mkdir(parents=True)
+    for name in ("x2.pth", "x3.pth"):
+        (snapshot / name).symlink_to(os.path.relpath(blob, snapshot))
+    assert resolve._evict(snapshot / "x3.pth") is None
+    assert not (snapshot / "x3.pth").is_symlink() and (snapshot / "x2.pth").read_bytes() == b"x2 weights"
+    assert resolve._evict(snapshot / "x2.pth") is None
+    assert not blob.exists()  # the last name gone: the blob with it
