@@ -8,6 +8,7 @@ the official (basicsr) loader does: ``params_ema``, then ``params``, then ``stat
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -22,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import CheckpointError, SstError, WeightsNotFound
+from .errors import CheckpointError, DamagedCheckpoint, SstError, WeightsNotFound
 
 WRAPPER_KEYS = ("params_ema", "params", "state_dict")
 STATE_FORMAT = "sst-cli-train/1"  # the ``format`` of sst train's state files (``trainstate``)
@@ -74,13 +75,27 @@ def _read_pickle(path: Path, kind: str, *, lazy: bool = False) -> Any:
             with path.open("rb") as f:  # a file object: torch reads a path named .safetensors as safetensors
                 return torch.load(f, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
+        if "Unsupported global" not in str(exc):  # a damaged byte reads as an opcode the safe unpickler lacks
+            raise DamagedCheckpoint(_unreadable(path, kind, exc)) from exc
         raise CheckpointError(
             f"{path}: refused to load: the file contains Python objects other than tensors, and loading it "
             "could run code. Only plain tensor checkpoints are accepted"
         ) from exc
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError, KeyError) as exc:
-        why = _first_sentence(exc)
-        raise CheckpointError(f"{path}: not a readable PyTorch checkpoint (truncated or corrupt?): {why}") from exc
+        raise DamagedCheckpoint(_unreadable(path, kind, exc)) from exc
+
+
+def _unreadable(path: Path, kind: str, exc: BaseException) -> str:
+    """Why a checkpoint could not be read, naming the member of a zip checkpoint that fails its checksum: one
+    flipped byte was called a file that could run code."""
+    damaged = None
+    if kind == "zip":
+        unreadable = contextlib.suppress(zipfile.BadZipFile, OSError, RuntimeError, ValueError)
+        with unreadable, zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+    if damaged is not None:
+        return f"{path}: a damaged PyTorch checkpoint: its part {damaged} fails its checksum"
+    return f"{path}: not a readable PyTorch checkpoint (truncated or corrupt?): {_first_sentence(exc)}"
 
 
 def _first_sentence(exc: BaseException) -> str:

@@ -37,6 +37,10 @@ class CheckpointError(SstError, ValueError):
     """A weights file cannot be read, is unsafe, or does not match the network."""
 
 
+class DamagedCheckpoint(CheckpointError):
+    """A weights file that cannot be read (truncated, a byte changed): a download to repeat, not a wrong file."""
+
+
 class ScaleMismatch(CheckpointError):
     """The weights are for another scale than the one asked for: the user's choice to change (exit code 2)."""
 

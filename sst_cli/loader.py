@@ -30,7 +30,7 @@ from .archs import (
 )
 from .checkpoint import check_fit, load_state, read_metadata, read_weights
 from .checks import option_name, option_value
-from .errors import CheckpointError, ConfigError, ScaleMismatch
+from .errors import CheckpointError, ConfigError, DamagedCheckpoint, ScaleMismatch
 from .runtime import resolve_device
 from .zoo import VARIANTS, Variant, check_hub_repo, check_model_choice, get_variant
 
@@ -485,6 +485,13 @@ def _load_zoo_file(
             raise
         fate = hub.forget(zoo_variant.name, int(scale or 0), repo_id=hub_repo)  # the next run looks again
         problem = str(exc).split("; ", 1)[0]  # its advice (--scale, another file) is for a file the user chose
+        if isinstance(exc, DamagedCheckpoint):  # damaged in the cache: the repository is not to blame
+            pull = hub.manifest_entry(zoo_variant.name, int(scale or 0)).pull_hint
+            pull += f" --hub-repo {hub_repo}" if hub_repo else ""
+            raise DamagedCheckpoint(
+                f"{problem} (the file found for {zoo_variant.name} x{scale} {fate or 'is no longer pinned'}: the next "
+                f"run downloads it again, or `{pull}` does now)"
+            ) from None
         if hub_repo is None:
             gone = f"{fate} and is no longer pinned" if fate else "is no longer pinned"
             instead = f"{asked.value('hub_repo', 'OWNER/REPO')} for a repository that holds them"

@@ -63,6 +63,20 @@ def golden_config(case: str) -> dict:
     return json.loads((GOLDEN / f"{case}.json").read_text())
 
 
+def damage_pickle(path: Path) -> str:
+    """Flip the first byte (the PROTO opcode) of a torch.save file's data.pkl in place; returns that part's name."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        member = next(i for i in archive.infolist() if i.filename.endswith("/data.pkl"))
+    data = bytearray(path.read_bytes())
+    at = member.header_offset
+    name, extra = int.from_bytes(data[at + 26 : at + 28], "little"), int.from_bytes(data[at + 28 : at + 30], "little")
+    data[at + 30 + name + extra] ^= 0xFF  # the local header's own lengths: torch pads it for alignment
+    path.write_bytes(bytes(data))
+    return member.filename
+
+
 def add_to_cache(cache: Path, repo_id: str, commit: str, files: dict[str, bytes], ref: str | None = None) -> None:
     """Lay files out exactly as hf_hub_download does: blobs/<sha256>, snapshots/<commit>/<name> -> blob."""
     repo_dir = cache / ("models--" + repo_id.replace("/", "--"))

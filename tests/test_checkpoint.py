@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import GOLDEN, golden_config, needs_golden
+from conftest import GOLDEN, damage_pickle, golden_config, needs_golden
 from safetensors.torch import save_file
 
 from sst_cli import ModelSpec, load_model
@@ -206,6 +206,18 @@ def test_malicious_pickle_is_refused(tmp_path: Path) -> None:
     with path.open("wb") as fh:
         pickle.dump({"params_ema": _Exploit()}, fh, protocol=2)
     with pytest.raises(CheckpointError, match=r"refused.*could run code"):
+        load_model(path, variant="sst-light")
+    torch.save({"params_ema": _Exploit()}, path)  # the zip format torch.save writes
+    with pytest.raises(CheckpointError, match=r"refused.*could run code"):
+        load_model(path, variant="sst-light")
+
+
+def test_a_changed_byte_is_damage_not_a_threat(tmp_path: Path) -> None:
+    """One flipped byte in data.pkl was refused as a file whose loading could run code."""
+    path = tmp_path / "flip.pth"
+    torch.save({"params_ema": {"w": torch.ones(4)}}, path)
+    part = damage_pickle(path)
+    with pytest.raises(CheckpointError, match=f"a damaged PyTorch checkpoint: its part {part} fails its checksum"):
         load_model(path, variant="sst-light")
 
 

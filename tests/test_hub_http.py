@@ -25,6 +25,7 @@ from typing import Any
 import huggingface_hub
 import numpy as np
 import pytest
+from conftest import damage_pickle
 from fakehub import FakeHub
 from huggingface_hub import constants
 from PIL import Image
@@ -846,6 +847,25 @@ def test_a_hub_file_that_is_not_the_model_is_advised_in_the_api_callers_words(fa
     with pytest.raises(CheckpointError) as info:
         ModelSpec("sst-light", 2, hub_repo=mirror.repo_id).load("sst-light", 2, device="cpu", dtype=torch.float32)
     assert str(info.value).endswith(f": pass the right file as weights, or another hub_repo than {mirror.repo_id})")
+
+
+def test_a_pinned_file_damaged_in_the_cache_is_said_damaged_and_fetched_again(fake: FakeHub) -> None:
+    """One byte changed in place (size and time kept, so not rehashed) was called a file that could run code, and
+    the advice blamed the repository: pass another --hub-repo."""
+    from sst_cli import load_model
+
+    fake.add_repo(f"{OWNER}/SSTlight_DFLIP_X2", {LIGHT2: _checkpoint("sst-light", 2)})
+    path = hub.resolve_pretrained("sst-light", 2).resolve()
+    stat = path.stat()
+    part = damage_pickle(path)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with pytest.raises(CheckpointError) as info:
+        load_model("sst-light", 2)
+    text = str(info.value)
+    assert f"{part} fails its checksum" in text and "could run code" not in text
+    assert text.endswith("was removed from the cache: the next run downloads it again, or `sst models pull "
+                         "sst-light --scale 2` does now)")  # fmt: skip
+    assert load_model("sst-light", 2) is not None  # downloaded again
 
 
 def test_a_hub_file_that_is_not_the_model_is_named_unpinned_and_pull_refuses_it(fake: FakeHub) -> None:
