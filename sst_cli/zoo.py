@@ -222,11 +222,12 @@ def create_model(name: str, scale: int) -> SRNetwork:
 _REPO_ID = re.compile(r"[\w.-]+/[\w.-]+", re.ASCII)
 
 
-def check_hub_repo(hub_repo: str | None, *, cli: bool = False) -> None:
+def check_hub_repo(hub_repo: str | None, *, cli: bool = False, given: str | None = None) -> None:
     """Refuse a ``hub_repo`` that is no repository id, before anything is looked up (huggingface_hub's own words
-    named an ``hf://`` address the user never typed). ``cli``: name it ``--hub-repo``, not the keyword."""
+    named an ``hf://`` address the user never typed). ``cli``: name it ``--hub-repo``, not the keyword; ``given``:
+    how it was given otherwise (``SST_HUB_REPO='bad'``)."""
     if hub_repo is not None and not _REPO_ID.fullmatch(hub_repo):
-        given = f"--hub-repo {hub_repo!r}" if cli else f"hub_repo={hub_repo!r}"
+        given = given or (f"--hub-repo {hub_repo!r}" if cli else f"hub_repo={hub_repo!r}")
         raise ConfigError(f"{given} is not a Hugging Face repository: give it as OWNER/NAME")
 
 

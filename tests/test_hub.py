@@ -677,3 +677,14 @@ def test_a_refused_file_leaves_the_blob_another_name_still_links_to(tmp_path: Pa
     assert not (snapshot / "x3.pth").is_symlink() and (snapshot / "x2.pth").read_bytes() == b"x2 weights"
     assert resolve._evict(snapshot / "x2.pth") is None
     assert not blob.exists()  # the last name gone: the blob with it
+
+
+@pytest.mark.parametrize("variable", ["bad", "a/b/c", "me/my repo"])
+def test_sst_hub_repo_is_checked_as_hub_repo_is(monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+    """A bad SST_HUB_REPO was taken to the Hub ("bad@main does not exist"), or named an hf:// reference the user
+    never wrote; --hub-repo of the same text was refused at once."""
+    monkeypatch.setenv("SST_HUB_REPO", variable)
+    with pytest.raises(ConfigError, match=f"^SST_HUB_REPO='{variable}' is not a Hugging Face repository"):
+        hub.resolve_pretrained("sst-light", 2)
+    with pytest.raises(ConfigError, match=r"^SST_HUB_REPO="):
+        hub.locate("sst-light", 2)

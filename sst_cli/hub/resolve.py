@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import CheckpointError, ConfigError, WeightsNotFound, WriteError, system_reason
+from ..zoo import check_hub_repo
 from . import discover, library, net
 from .manifest import (
     Entry,
@@ -85,7 +86,13 @@ class Location:
 
 
 def _explicit_repo(repo_id: str | None) -> str | None:
-    return repo_id or os.environ.get("SST_HUB_REPO") or None
+    """The repository named by the caller, else by SST_HUB_REPO, checked as --hub-repo is: a bad one was taken to
+    the Hub ('bad@main does not exist'), or named an hf:// reference the user never wrote."""
+    if repo_id:
+        return repo_id
+    variable = os.environ.get("SST_HUB_REPO") or None
+    check_hub_repo(variable, given=f"SST_HUB_REPO={variable!r}")
+    return variable
 
 
 def _commit_of(path: Path | None) -> str | None:
