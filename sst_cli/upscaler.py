@@ -120,7 +120,8 @@ def result_size(
 ) -> tuple[int, int]:
     """(width, height) of the result for an input of that size, ``outscale`` included; refused (when planning,
     before any work) where an ``outscale`` leaves less than a pixel on a side (named by ``source``, the input's
-    file, when given), or where making the result would not fit the memory this process may use (``RESULT_BYTES``).
+    file, when given), or where making the result, or the model's own before an ``outscale`` shrinks it, would not
+    fit the memory this process may use (``RESULT_BYTES``).
     ``cli``: say ``--outscale 0.5``, not the keyword ``outscale=0.5`` an API caller gives."""
     factor = outscale or scale
     size = math.floor(width * factor + 0.5), math.floor(height * factor + 0.5)  # half up on both sides
@@ -130,6 +131,13 @@ def result_size(
         raise ConfigError(
             f"{what} at {_outscale(f'{factor:g}', cli)} would give a {size[0]}x{size[1]} px result, less than 1 px "
             f"on a side; use {_outscale(least, cli)} or more"
+        )
+    native = width * scale, height * scale  # made first, then resized: --outscale 0.001 did not make it smaller
+    if native[0] * native[1] > size[0] * size[1] and native[0] * native[1] * RESULT_BYTES > total_ram():
+        raise ConfigError(
+            f"the model's x{scale} result would be {native[0]}x{native[1]} px before it is resized to {size[0]}x"
+            f"{size[1]}, more than the memory this process may use ({total_ram() / 2**30:.1f} GiB) can hold; use a "
+            "smaller input"
         )
     if size[0] * size[1] * RESULT_BYTES > total_ram():
         fix = f"lower {option_name('outscale', cli)}" if outscale else "use a smaller input or scale"

@@ -348,6 +348,10 @@ def test_result_sizes_round_half_up_and_count_what_finishing_holds(monkeypatch: 
         ConfigError, match="the result would be 1004x1000 px, more than the memory this process may use"
     ):
         upscaler.result_size(251, 250, 4, None)
+    assert upscaler.result_size(250, 250, 4, 0.5) == (125, 125)
+    native = r"^the model's x4 result would be 1004x1000 px before it is resized to 126x125, more than the memory"
+    with pytest.raises(ConfigError, match=native):  # it is made whole first: --outscale 0.001 passed the check
+        upscaler.result_size(251, 250, 4, 0.5)
 
 
 def test_result_size_refusals_name_outscale_as_the_caller_gave_it(monkeypatch: pytest.MonkeyPatch) -> None:
