@@ -238,7 +238,7 @@ class _BatchRun:
                     plan.target,
                     upscaled,
                     format=plan.format,
-                    quality=self.writing.lossy_quality,
+                    quality=self.writing.quality,
                     overwrite=self.writing.overwrite,
                 )
             record.status = "done"

@@ -728,10 +728,13 @@ def write_image(
     picture: Picture,
     *,
     format: str | None = None,
-    quality: int = DEFAULT_QUALITY,
+    quality: int | None = None,
     overwrite: bool = False,
 ) -> None:
     """Encode ``picture`` atomically to ``path`` (format from ``format`` or else the file extension).
+
+    ``quality``: JPEG / WebP quality; None is ``DEFAULT_QUALITY``, and a lossless WebP picture stays lossless
+    (a quality given asks for a lossy file: it was spent as compression effort, the file as large as before).
 
     16-bit pictures stay 16-bit in PNG and TIFF; JPEG and WebP get 8 bits. Grayscale pictures are
     written as gray (mean of the channels). JPEG with alpha is refused rather than flattened onto a
@@ -743,6 +746,8 @@ def write_image(
         raise OutputExists(f"refusing to overwrite '{name}': it already exists")
     fmt = normalise_format(format) if format else _format_from_name(name)
     picture = for_format(picture, fmt, f"'{name}'")
+    lossless = fmt == "webp" and picture.lossless and quality is None
+    quality = DEFAULT_QUALITY if quality is None else quality
     check_quality(quality)
     depth = 16 if picture.bit_depth == 16 and fmt in ("png", "tiff") else 8
     samples = _quantise(picture, depth, name)
@@ -768,7 +773,7 @@ def write_image(
             if picture.dpi is not None:
                 params["dpi"] = picture.dpi
             params["quality"] = quality
-            if fmt == "webp" and picture.lossless:
+            if lossless:
                 params["lossless"] = True  # quality is then the effort spent compressing
             if fmt == "jpeg" and quality >= 90:
                 params["subsampling"] = 0  # 4:4:4, or high quality settings still blur colour edges

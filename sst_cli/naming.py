@@ -17,7 +17,7 @@ from .checks import check_quality, option_name, option_value
 from .choices import DEFAULT_MODEL
 from .errors import ConfigError
 from .files import not_a_file
-from .image_io import DEFAULT_MAX_PIXELS, DEFAULT_QUALITY, EXTENSIONS, is_image_file, normalise_format
+from .image_io import DEFAULT_MAX_PIXELS, EXTENSIONS, is_image_file, normalise_format
 from .inputs import UNSUPPORTED_SUFFIXES, Job, distinct_files
 from .video_io import is_video_file
 
@@ -42,15 +42,11 @@ class WriteOptions:
     """
 
     format: str | None = None
-    quality: int | None = None  # JPEG/WebP quality; None: DEFAULT_QUALITY (a value given is said to be unused by PNG)
+    quality: int | None = None  # JPEG/WebP; None: DEFAULT_QUALITY, a lossless WebP kept lossless (``write_image``)
     overwrite: bool = False
     skip_existing: bool = False
     name: str | None = None
     max_pixels: int = DEFAULT_MAX_PIXELS
-
-    @property
-    def lossy_quality(self) -> int:
-        return DEFAULT_QUALITY if self.quality is None else self.quality
 
     def __post_init__(self) -> None:
         check_existing_policy(self.overwrite, self.skip_existing)

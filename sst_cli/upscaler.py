@@ -26,7 +26,6 @@ from .compiling import CompiledNetwork, wants_compile
 from .errors import ConfigError, ImageError, NonFiniteOutput, OutOfMemory, OutputExists, OutputIsInput
 from .files import InputFiles, not_a_file
 from .image_io import (
-    DEFAULT_QUALITY,
     ImageInfo,
     Picture,
     choose_format,
@@ -577,7 +576,7 @@ class Upscaler:
         target: str | os.PathLike[str],
         *,
         format: str | None = None,
-        quality: int = DEFAULT_QUALITY,
+        quality: int | None = None,
         overwrite: bool = False,
         on_tile: TileCallback | None = None,
     ) -> None:
@@ -585,10 +584,12 @@ class Upscaler:
         ICC profile, EXIF, 16 bits and transparency kept, the file written atomically. The format comes from
         ``format`` or the target's extension (a ``format`` the extension contradicts is refused, as by
         ``sst upscale``), else from the source as ``sst upscale`` chooses it (BMP and GIF,
-        which sst-cli does not write, become PNG)."""
+        which sst-cli does not write, become PNG). ``quality``: JPEG / WebP quality (default 95; a lossless WebP
+        stays lossless unless one is given)."""
         _check_paths(source=source, target=target)
         check_format_fits(format, target)
-        check_quality(quality)
+        if quality is not None:
+            check_quality(quality)
         if os.path.lexists(target) and target in InputFiles([source]):
             raise OutputIsInput(f"'{os.fspath(target)}' is the input itself: write the result elsewhere")
         folder = os.path.dirname(os.fspath(target)) or "."

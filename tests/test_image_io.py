@@ -867,6 +867,8 @@ def test_a_lossless_webp_is_written_back_lossless(tmp_path: Path) -> None:
     assert np.array_equal(np.asarray(Image.open(tmp_path / "out.webp")), pixels)  # bit for bit
     write_image(tmp_path / "lossy_out.webp", lossy)
     assert (tmp_path / "lossy_out.webp").read_bytes()[12:16] != b"VP8L"
+    write_image(tmp_path / "asked.webp", lossless, quality=50)  # --quality asks for a lossy file: it was ignored
+    assert (tmp_path / "asked.webp").read_bytes()[12:16] == b"VP8 "
 
 
 @pytest.mark.parametrize("depth", [8, 16])
