@@ -151,6 +151,14 @@ def clipping_note(source: str | os.PathLike[str], share: float) -> str:
     )
 
 
+def frames_note(source: str | os.PathLike[str], frames: int) -> str | None:
+    """What is said of an animated GIF / WebP or a multi-page TIFF (``ImageInfo.frames``): only its first frame is
+    read; None for a single frame."""
+    if frames <= 1:
+        return None
+    return f"{os.fspath(source)}: {frames} frames (an animation, or pages); only the first is upscaled"
+
+
 def sixteen_bits_note(source: str | os.PathLike[str], bits: int) -> str:
     """What is said of a file whose integers all fit in 16 bits though its type has ``bits`` (``Picture.
     sixteen_bits_in``): samples are scaled by their type's range, so a 16-bit scan saved as 32-bit integers comes

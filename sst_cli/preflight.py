@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from .errors import ImageError, OutputExists, OutputIsInput, SstError, WriteError
 from .files import InputFiles, check_file_target, clean_stale_temporaries, folds_case, unwritable
-from .image_io import choose_format, clipping_note, named_format, probe_image, sixteen_bits_note
+from .image_io import choose_format, clipping_note, frames_note, named_format, probe_image, sixteen_bits_note
 from .inputs import Job
 from .naming import Naming, WriteOptions
 
@@ -100,8 +100,8 @@ class Preflight:
             if self.writing.format is None and named_format(job.source) not in (None, info.format):
                 self.note(f"{job.source}: the file is a {info.format.upper()} image, whatever its name says; the "
                           f"result is {fmt.upper()} (--format chooses another)")  # fmt: skip
-            if info.frames > 1:
-                self.note(f"{job.source}: {info.frames} frames (an animation, or pages); only the first is upscaled")
+            if (several := frames_note(job.source, info.frames)) is not None:
+                self.note(several)
             if info.clipped:
                 self.note(clipping_note(job.source, info.clipped))
             if info.sixteen_bits_in:

@@ -31,6 +31,8 @@ from .image_io import (
     choose_format,
     clipping_note,
     for_format,
+    frames_note,
+    probe_image,
     read_image,
     sixteen_bits_note,
     write_image,
@@ -608,6 +610,7 @@ class Upscaler:
         if not overwrite and os.path.lexists(target):
             raise OutputExists(f"'{os.fspath(target)}' already exists (pass overwrite=True to replace it)")
         self._notify(
+            frames_note(source, probe_image(source).frames),  # as sst upscale says it: the rest are not read
             clipping_note(source, picture.clipped) if picture.clipped else None,
             sixteen_bits_note(source, picture.sixteen_bits_in) if picture.sixteen_bits_in else None,
         )
@@ -631,7 +634,7 @@ class Upscaler:
         """
         if isinstance(image, Image.Image):
             picture = picture_from_pil(loaded(image))
-            self._notify(*pil_notes(image.mode, picture))
+            self._notify(_current_frame_note(image), *pil_notes(image.mode, picture))
             return to_pil(self.upscale_picture(picture, on_tile)[0], image.mode)
         array = image_array(image, "upscale")
         picture = picture_from_array(array)
@@ -740,6 +743,16 @@ def _refuse_settings_early(
 
     arch = get_architecture(get_variant(name or DEFAULT_MODEL).arch)
     _check_settings(asked, arch.settings, arch.title)
+
+
+def _current_frame_note(image: Image.Image) -> str | None:
+    """An animated or multi-page PIL image is upscaled at the frame it stands at: said, as ``sst upscale`` says of
+    the files whose first frame alone it reads."""
+    frames = int(getattr(image, "n_frames", 1) or 1)
+    if frames <= 1:
+        return None
+    current = image.tell() + 1
+    return f"the image has {frames} frames (an animation, or pages); only its current one, {current}, is upscaled"
 
 
 def _colour_tensor(picture: Picture) -> torch.Tensor:

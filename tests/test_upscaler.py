@@ -671,6 +671,23 @@ def test_upscale_file_refuses_a_quality_that_is_no_whole_number_before_computing
         WriteOptions(quality=quality)  # type: ignore[arg-type]
 
 
+def test_the_api_says_an_animation_loses_its_other_frames(tmp_path: Path) -> None:
+    """sst upscale said it; upscale_file and upscale(PIL image) dropped the other frames without a word."""
+    frames = [Image.new("RGB", (6, 5), c) for c in ("red", "blue", "green")]
+    frames[0].save(tmp_path / "anim.gif", save_all=True, append_images=frames[1:])
+    said: list[str] = []
+    up = Upscaler(tiny_sst(), device="cpu", on_message=said.append)
+    up.upscale_file(tmp_path / "anim.gif", tmp_path / "o.png")
+    assert said == [f"{tmp_path / 'anim.gif'}: 3 frames (an animation, or pages); only the first is upscaled"]
+    with Image.open(tmp_path / "anim.gif") as animation:
+        animation.seek(1)
+        current = np.asarray(up.upscale(animation))
+        assert np.array_equal(current, np.asarray(up.upscale(animation.copy())))  # a copy has that frame alone
+    assert said[1] == "the image has 3 frames (an animation, or pages); only its current one, 2, is upscaled"
+    up.upscale_file(tmp_path / "o.png", tmp_path / "single.png")
+    assert len(said) == 2  # one frame: nothing to say
+
+
 def test_upscale_file_refuses_a_format_its_target_extension_contradicts(tmp_path: Path) -> None:
     """``upscale_file(src, "o.png", format="jpeg")`` wrote JPEG bytes under .png without a word; ``sst upscale``
     refuses the same request (``naming.check_format_fits``, the one rule)."""
