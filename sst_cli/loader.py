@@ -492,12 +492,17 @@ def _load_zoo_file(
                 f"{problem} (the file found for {zoo_variant.name} x{scale} {fate or 'is no longer pinned'}: the next "
                 f"run downloads it again, or `{pull}` does now)"
             ) from None
-        if hub_repo is None:
+        variable = None if hub_repo is not None else os.environ.get("SST_HUB_REPO")
+        if hub_repo is None and not variable:
             gone = f"{fate} and is no longer pinned" if fate else "is no longer pinned"
             instead = f"{asked.value('hub_repo', 'OWNER/REPO')} for a repository that holds them"
-        else:  # a file of --hub-repo is never pinned, and that option was given already
+        else:  # a file of --hub-repo (or SST_HUB_REPO) is never pinned, and the repository was named already
             gone = fate or "is not used"
-            instead = f"another {asked.name('hub_repo')} than {hub_repo}"
+            instead = (
+                f"another {asked.name('hub_repo')} than {hub_repo}"
+                if hub_repo
+                else f"another SST_HUB_REPO than {variable}"
+            )
         weights = asked.name("weights")
         right_file = f"{weights} with the right file" if asked.cli else f"the right file as {weights}"
         raise CheckpointError(

@@ -831,7 +831,9 @@ def test_models_info_hashes_a_file_damaged_in_place(fake: FakeHub) -> None:
     assert "the file no longer has this sha256 (changed or damaged): run `sst models pull sst-light --scale 2`" in text
 
 
-def test_a_hub_file_that_is_not_the_model_is_advised_in_the_api_callers_words(fake: FakeHub) -> None:
+def test_a_hub_file_that_is_not_the_model_is_advised_in_the_api_callers_words(
+    fake: FakeHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``load_model("sst-light", 2)`` and ``ModelSpec`` were told to pass --weights or --hub-repo OWNER/REPO."""
     import torch
 
@@ -847,6 +849,11 @@ def test_a_hub_file_that_is_not_the_model_is_advised_in_the_api_callers_words(fa
     with pytest.raises(CheckpointError) as info:
         ModelSpec("sst-light", 2, hub_repo=mirror.repo_id).load("sst-light", 2, device="cpu", dtype=torch.float32)
     assert str(info.value).endswith(f": pass the right file as weights, or another hub_repo than {mirror.repo_id})")
+    monkeypatch.setenv("SST_HUB_REPO", mirror.repo_id)  # the repository named by the variable: not "no longer pinned"
+    with pytest.raises(CheckpointError) as info:
+        load_model("sst-light", 2)
+    assert str(info.value).endswith(f"was removed from the cache: pass the right file as source, or another "
+                                    f"SST_HUB_REPO than {mirror.repo_id})")  # fmt: skip
 
 
 def test_a_pinned_file_damaged_in_the_cache_is_said_damaged_and_fetched_again(fake: FakeHub) -> None:
