@@ -31,6 +31,7 @@ from .archs import (
 from .checkpoint import check_fit, load_state, read_metadata, read_weights
 from .checks import option_name, option_value
 from .errors import CheckpointError, ConfigError, DamagedCheckpoint, ScaleMismatch
+from .hub.advice import Spelling, spoken_to
 from .runtime import resolve_device
 from .zoo import VARIANTS, Variant, check_hub_repo, check_model_choice, get_variant
 
@@ -115,6 +116,11 @@ class Asked:
         """``--scale 2`` / ``scale=2``: ``scale`` and ``hub_repo`` are spelt alike by every API entry."""
         return option_value(option, value, self.cli)
 
+    @property
+    def spelling(self) -> Spelling:
+        """The same, for the Hub's messages (``hub.advice``)."""
+        return Spelling(self.name("weights"), self.name("hub_repo"), self.cli)
+
 
 LOAD_MODEL = Asked()
 MODEL_SPEC = Asked(model="model", weights="weights")
@@ -169,14 +175,15 @@ class ModelSpec:
         run on every picture. The error is the one ``load`` gives."""
         if self._found() is not None:
             return self
+        asked = COMMAND_LINE if self.cli else MODEL_SPEC
         if self.weights is not None:
             source = weights_source(self.weights)
             if not isinstance(source, str):  # a local file: nothing to fetch
                 return self
-            path, _ = _weights_file(source, self.scale, None)
+            path, _ = _weights_file(source, self.scale, None, asked)
             return replace(self, fetched_file=(self._wanted(), path))
         at = replace(self, model=self.model or default_model, scale=self.scale or default_scale)
-        path, _ = _weights_file(at.model or default_model, at.scale, self.hub_repo)
+        path, _ = _weights_file(at.model or default_model, at.scale, self.hub_repo, asked)
         return replace(at, fetched_file=(at._wanted(), path))
 
     def _wanted(self) -> tuple[object, ...]:
@@ -206,16 +213,20 @@ class ModelSpec:
 
 
 def _weights_file(
-    source: str | os.PathLike[str], scale: int | None, hub_repo: str | None
+    source: str | os.PathLike[str], scale: int | None, hub_repo: str | None, asked: Asked
 ) -> tuple[Path, Variant | None]:
+    """The file of a zoo name (found on the Hub or bundled), an ``hf://`` reference or a path; the Hub's advice
+    names the options as the caller spells them (``--weights PATH``, ``source='PATH'``)."""
     if is_zoo_name(source):
         variant = get_variant(str(source))
         if scale is None:
             raise ConfigError(f"pass a scale for {variant.name}: one of {', '.join(map(str, variant.scales))}")
         variant.config(scale)  # the zoo entry must exist at this scale before anything is downloaded
-        return hub.resolve_pretrained(variant.name, scale, repo_id=hub_repo), variant
+        with spoken_to(asked.spelling):
+            return hub.resolve_pretrained(variant.name, scale, repo_id=hub_repo), variant
     if isinstance(source, str) and hub.is_hf_reference(source):
-        return hub.download(hub.parse_hf_reference(source)), None
+        with spoken_to(asked.spelling):
+            return hub.download(hub.parse_hf_reference(source)), None
     return Path(source), None
 
 
@@ -460,7 +471,7 @@ def _load_source(
     hub_repo: str | None,
     asked: Asked,
 ) -> SRNetwork:
-    path, zoo_variant = _weights_file(source, scale, hub_repo)
+    path, zoo_variant = _weights_file(source, scale, hub_repo, asked)
     if zoo_variant is None:
         return _load_file(path, str(source), scale, config, variant, device, dtype, asked)
     return _load_zoo_file(path, zoo_variant, scale, hub_repo, device, dtype, asked)

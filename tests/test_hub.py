@@ -117,6 +117,22 @@ def test_resolve_pretrained_offline_not_cached_names_pull_command(cache: Path) -
         hub.resolve_pretrained("sst-l+", 2)
 
 
+@pytest.mark.usefixtures("cache")
+def test_the_hubs_advice_names_the_options_as_the_caller_spells_them() -> None:
+    """load_model and ModelSpec callers were told to "pass --weights PATH", an option they do not have."""
+    from sst_cli import ModelSpec, load_model
+
+    with pytest.raises(WeightsNotFound) as api:
+        load_model("sst-l+", 2)
+    assert "with network access, or pass source='PATH' (" in str(api.value)
+    with pytest.raises(WeightsNotFound) as spec:
+        ModelSpec("sst-l+", 2).fetched("sst-light-291", 4)
+    assert "with network access, or pass weights='PATH' (" in str(spec.value)
+    with pytest.raises(WeightsNotFound) as cli:
+        ModelSpec("sst-l+", 2, cli=True).fetched("sst-light-291", 4)  # as the command line makes it
+    assert "with network access, or pass --weights PATH (" in str(cli.value)
+
+
 def test_resolve_pretrained_from_cache(cache: Path) -> None:
     assert hub.resolve_pretrained("sst", 4, repo_id=REPO).read_bytes() == DATA_A
 

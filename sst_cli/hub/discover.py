@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import WeightsNotFound
 from . import library
+from .advice import own_weights
 
 MAX_COLLECTIONS = 10
 MAX_REPOS = 60
@@ -157,6 +158,6 @@ def only_checkpoint(repo_id: str, revision: str | None = None, client: Any = Non
             names = ", ".join(s.rfilename for s in matches[:5])
             raise WeightsNotFound(
                 f"{repo_id} holds several checkpoints ({names}): pass the one you want with "
-                f"--weights hf://{repo_id}/FILE"
+                f"{own_weights(f'hf://{repo_id}/FILE')}"
             )
-    raise WeightsNotFound(f"{repo_id} holds no .safetensors or .pth checkpoint: pass the weights with --weights PATH")
+    raise WeightsNotFound(f"{repo_id} holds no .safetensors or .pth checkpoint: pass the weights with {own_weights()}")

@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..errors import CheckpointError, ConfigError, WeightsNotFound, WriteError, causes
+from .advice import own_weights
 from .library import NETWORK_MODULES, progress, remove_stale_partials
 from .library import endpoint as endpoint
 from .refs import sha256_of
@@ -221,7 +222,7 @@ def download_url(url: str, destination: Path, *, expected_sha256: str | None = N
         if expected_sha256 and actual != expected_sha256:
             raise CheckpointError(
                 f"{label} downloaded from {url} has sha256 {actual}, not the expected {expected_sha256}: "
-                "the file was discarded; try again later, or download it yourself and pass --weights PATH"
+                f"the file was discarded; try again later, or download it yourself and pass {own_weights()}"
             )
         os.replace(temp, destination)
         return actual
@@ -241,5 +242,5 @@ def no_network(hosts: list[str], what: str, pull_hint: str | None, *, pulling: b
     later = f", run `{pull_hint}` once online" if pull_hint else ""
     return WeightsNotFound(
         f"no network: cannot reach {where} to download {what}: connect to the internet{later}, {offline_hint}, "
-        "or pass --weights PATH"
+        f"or pass {own_weights()}"
     )

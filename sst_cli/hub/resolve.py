@@ -23,6 +23,7 @@ from pathlib import Path
 from ..errors import CheckpointError, ConfigError, WeightsNotFound, WriteError, system_reason
 from ..zoo import check_hub_repo
 from . import discover, library, net
+from .advice import named_repo, own_weights, repo_option
 from .manifest import (
     Entry,
     bundled_models,
@@ -38,8 +39,13 @@ from .pins import Pin, drop_pin, get_pin, known_sha256, pin_key, pins_path, rele
 from .progress import note
 from .refs import COMMIT_RE, SHA256_RE, HubFile, sha256_of
 
-_DO_INSTEAD = "pass --hub-repo OWNER/REPO if you know a repository that holds it, or download it yourself and pass " \
-    "--weights PATH"  # fmt: skip
+
+def _do_instead() -> str:
+    return (
+        f"pass {named_repo()} if you know a repository that holds it, or download it yourself and pass {own_weights()}"
+    )
+
+
 _UNSET_OFFLINE = "unset it (it keeps huggingface_hub from the network) and run this command again"
 
 
@@ -158,7 +164,8 @@ def _evict_or_refuse(path: Path, said: str, again: str) -> None:
     variable = "HF_HOME" if release_dir() in path.parents else "HF_HUB_CACHE (or HF_HOME)"
     raise CheckpointError(
         f"{said}, and could not be removed from the cache ({kept}: {system_reason(stuck)}): remove it as a user who "
-        f"may write to {kept.parent}, then {again}; or set {variable} to a folder you can write; or pass --weights PATH"
+        f"may write to {kept.parent}, then {again}; or set {variable} to a folder you can write; or pass "
+        f"{own_weights()}"
     )
 
 
@@ -269,7 +276,7 @@ def _adopt_cached(entry: Entry, key: str, *, pulling: bool) -> Location | None:
         return Location(entry.name, entry.scale, "hub", path, repo, commit, entry.filename, sha256=actual,
                         pinned=True)  # fmt: skip
     if damaged and net.offline():
-        again = _UNSET_OFFLINE if pulling else f"run `{entry.pull_hint}` with network access, or pass --weights PATH"
+        again = _UNSET_OFFLINE if pulling else f"run `{entry.pull_hint}` with network access, or pass {own_weights()}"
         raise CheckpointError(f"{'; '.join(damaged)}: HF_HUB_OFFLINE is set; {again}")
     for phrase in damaged:
         note(f"{phrase}: downloading them again")
@@ -328,7 +335,7 @@ def _fetch_hub(entry: Entry, key: str, found: discover.Found) -> Location:
         _evict_or_refuse(path, said, "try again later")
         raise CheckpointError(
             f"{said}: the file was removed from the cache; try again later, or download it yourself and pass "
-            "--weights PATH"
+            f"{own_weights()}"
         )
     save_pin(key, Pin("hub", found.path, actual, repo_id=found.repo_id, commit=found.commit).with_stat(path))
     return Location(entry.name, entry.scale, "hub", path, found.repo_id, found.commit, found.path, sha256=actual,
@@ -429,7 +436,7 @@ def _find_and_fetch(entry: Entry, key: str, pin: Pin | None, *, release: bool, p
     raise WeightsNotFound(
         f"{entry.label} weights ({entry.what}) could not be downloaded: {'; '.join(problems)}: "
         + "".join(f"{step}, " for step in steps)
-        + _DO_INSTEAD
+        + _do_instead()
     )
 
 
@@ -438,7 +445,7 @@ def _offline_message(entry: Entry, *, pulling: bool) -> str:
         return f"{entry.label} weights ({entry.what}) cannot be downloaded: HF_HUB_OFFLINE is set; {_UNSET_OFFLINE}"
     return (
         f"{entry.label} weights ({entry.what}) are not in the cache and HF_HUB_OFFLINE is set: run "
-        f"`{entry.pull_hint}` with network access, or pass --weights PATH"
+        f"`{entry.pull_hint}` with network access, or pass {own_weights()}"
     )
 
 
@@ -461,7 +468,7 @@ def _resolve(name: str, scale: int, *, repo_id: str | None, pulling: bool) -> Lo
         if repo_id is not None:
             raise ConfigError(
                 f"{entry.name} weights are trained by sst-cli and bundled with it, not on the Hugging Face Hub: "
-                "drop --hub-repo, or choose an official model to download"
+                f"drop {repo_option()}, or choose an official model to download"
             )
         raise WeightsNotFound(not_trained_message(entry))
     explicit = _explicit_repo(repo_id)
@@ -568,10 +575,10 @@ def _download_error(file: HubFile, exc: Exception) -> Exception:
     if net.denied(exc):
         step = net.access_advice(file.repo_id)
     elif net.is_missing(exc):
-        step = "check the repository (--hub-repo, SST_HUB_REPO or the hf:// reference)"
+        step = f"check the repository ({repo_option()}, SST_HUB_REPO or the hf:// reference)"
     else:  # a server error, a broken or refused connection, no answer: the reference may well be right
         step = "try again later"
-    return WeightsNotFound(f"cannot download {what}: {net.reason(exc, file.repo_id)}; {step}, or pass --weights PATH")
+    return WeightsNotFound(f"cannot download {what}: {net.reason(exc, file.repo_id)}; {step}, or pass {own_weights()}")
 
 
 def _expected_sha256(path: Path, file: HubFile) -> str | None:
@@ -610,7 +617,7 @@ def _plain_file_sha256(path: Path, file: HubFile, *, hint: str, pulling: bool) -
     again = _UNSET_OFFLINE if pulling and net.offline() else f"{hint} with network access (checked once, remembered)"
     raise CheckpointError(
         f"the cached {what} ({path}) cannot be checked against its sha256: the Hugging Face cache holds it as a plain "
-        f"file (no symlinks), so only the Hub can say it, and {why}; {again}, or pass --weights PATH"
+        f"file (no symlinks), so only the Hub can say it, and {why}; {again}, or pass {own_weights()}"
     )
 
 
@@ -629,7 +636,7 @@ def _verified(path: Path, file: HubFile) -> Path:
         _evict_or_refuse(path, said, "try again later")
         raise CheckpointError(
             f"{said}: the file was removed from the cache; try again later, or download it yourself and pass "
-            "--weights PATH"
+            f"{own_weights()}"
         )
     return path
 
@@ -677,12 +684,12 @@ def download(file: HubFile, *, pull_hint: str | None = None, pulling: bool = Fal
     if net.offline():
         if damaged is not None:
             again = _UNSET_OFFLINE if pulling else f"{hint} with network access to download it again"
-            raise CheckpointError(f"{damaged}: HF_HUB_OFFLINE is set; {again}, or pass --weights PATH")
+            raise CheckpointError(f"{damaged}: HF_HUB_OFFLINE is set; {again}, or pass {own_weights()}")
         if pulling:
             raise WeightsNotFound(f"{what} cannot be downloaded: HF_HUB_OFFLINE is set; {_UNSET_OFFLINE}")
         raise WeightsNotFound(
             f"{what} is not in the Hugging Face cache (HF_HUB_OFFLINE is set): {hint} with network access, "
-            "or pass --weights PATH"
+            f"or pass {own_weights()}"
         )
     if not net.reachable(net.endpoint()):
         if cached is not None:
