@@ -7,6 +7,7 @@
   ``$HF_HOME/sst-cli`` so that later and offline runs need no API call.
 * ``net``: a quick reachability probe, one-sentence errors, and the release download.
 * ``progress``: the ``Display`` a front end sets to show downloads (``show_downloads``).
+* ``advice``: how messages name the options that would help (``--weights PATH`` or ``source='PATH'``).
 * ``resolve``: the decision path (``resolve``, ``resolve_pretrained``, ``locate``) and ``hf://`` downloads.
 
 Downloads go through huggingface_hub (``hf_hub_download``, and its ``http_get`` for the release), so its cache
