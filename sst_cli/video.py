@@ -146,7 +146,7 @@ def _transcode(
                 raise unreadable(info.path, exc) from exc
 
         def write(stop: threading.Event) -> None:
-            _write(upscaled, copies, info.time_base, plan, encoder, output)
+            _write(upscaled, copies, info, plan, encoder, output)
 
         decoder, writer = Worker("sst-video-decode", decode, stop), Worker("sst-video-encode", write, stop)
         with workers(decoder, writer):
@@ -225,13 +225,14 @@ def _upscale(upscaler: Upscaler, pending: list[tuple[Any, int, Any]], out: Chann
     pending.clear()
 
 
-def _write(items: Channel, copies: dict[int, Any], time_base: Fraction, plan: EncodePlan, encoder: Any,
+def _write(items: Channel, copies: dict[int, Any], info: VideoInfo, plan: EncodePlan, encoder: Any,
            output: Any) -> None:  # fmt: skip
     """Encoding thread: upscaled frames encoded and muxed, copied packets muxed, the encoder flushed at ``_END``.
     Each frame is held until the next one comes, whose timestamp ends it (``_Timing``)."""
-    timing = _Timing(time_base, plan.time_base)
+    timing = _Timing(info.time_base, plan.time_base)
     held: tuple[Any, int, Any] | None = None  # (image, pts, source frame) waiting for the next frame's timestamp
     before: int | None = None  # the held frame's predecessor's timestamp
+    end: int | None = None  # where the stream says it ends, from its first frame and its duration
     while (item := items.get()) is not _END:
         if item[0] == "packet":
             packet = item[1]
@@ -241,21 +242,27 @@ def _write(items: Channel, copies: dict[int, Any], time_base: Fraction, plan: En
         if held is not None:
             output.mux(timing.encode(encoder, plan, *held, end=item[2]))
             before = held[1]
+        elif info.seconds:
+            end = item[2] + round(Fraction(info.seconds) / info.time_base)
         held = item[1:]
     if held is not None:
         image, pts, like = held
-        shown = _last_frame_time(like, pts, before)
+        shown = _last_frame_time(like, pts, before, end)
         output.mux(timing.encode(encoder, plan, image, pts, like, end=pts + shown if shown else None))
     output.mux(timing.stamp(encoder.encode(None)))
 
 
-def _last_frame_time(frame: Any, pts: int, before: int | None) -> int:
+def _last_frame_time(frame: Any, pts: int, before: int | None, end: int | None = None) -> int:
     """How long a clip's last frame is shown (time-base units, 0: unknown): as long as its source frame was, or,
-    where the container keeps no durations (AVI, MPEG-TS), as long as the frame before it. The muxer's own guess
-    for an AVI with millisecond ticks was one tick: the last picture flashed for 1 ms."""
+    where the container keeps no frame durations (AVI, MPEG-TS), until the stream's stated ``end`` when that is
+    near (not audio outlasting the picture, nor the end of a cut-short file), else as long as the frame before it.
+    The muxer's own guess for an AVI with millisecond ticks was one tick: the last picture flashed for 1 ms."""
     if frame.duration:
         return int(frame.duration)
-    return pts - before if before is not None else 0
+    gap = pts - before if before is not None else 0
+    if end is not None and pts < end and (not gap or end - pts <= 2 * gap):
+        return end - pts
+    return gap
 
 
 class _Timing:

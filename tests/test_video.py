@@ -168,11 +168,20 @@ def test_each_frame_keeps_its_duration_the_last_one_too(tmp_path: Path, tiny: Up
     assert _video_timing(tmp_path / "vfr_x2.mkv")[1] == gaps
 
 
-def test_a_last_frame_without_a_duration_lasts_as_long_as_the_one_before(tmp_path: Path, tiny: Upscaler) -> None:
-    """AVI keeps no frame durations; in millisecond ticks the muxer's guess showed the last picture for 1 ms."""
-    clip = make_clip(tmp_path / "a.avi", codec="mpeg4", size=(16, 12), pts_ms=(0, 40, 80, 120), audio=False)
+def test_a_last_frame_without_a_duration_ends_where_the_stream_does(tmp_path: Path, tiny: Upscaler) -> None:
+    """AVI keeps no frame durations; in millisecond ticks the muxer's guess showed the last picture for 1 ms. The
+    stream's own length (300 ms here) says how long it lasts, else the frame before it (60 ms) does."""
+    times = (0, 40, 100, 120, 200, 260)
+    clip = make_clip(tmp_path / "a.avi", codec="mpeg4", size=(16, 12), pts_ms=times, audio=False)
     upscale_video(tiny, clip, tmp_path / "a_x2.mkv")
-    assert _video_timing(tmp_path / "a_x2.mkv")[1] == [Fraction(40, 1000)] * 4
+    gaps = [Fraction(b - a, 1000) for a, b in zip(times, (*times[1:], 300), strict=True)]
+    assert _video_timing(tmp_path / "a_x2.mkv")[1] == gaps
+    from sst_cli.video import _last_frame_time
+
+    no_duration = type("Frame", (), {"duration": 0})()
+    assert _last_frame_time(no_duration, 260, 200, end=300) == 40
+    assert _last_frame_time(no_duration, 260, 200, end=9000) == 60  # audio outlasting the picture: not its end
+    assert _last_frame_time(no_duration, 260, 200) == 60 and _last_frame_time(no_duration, 260, None) == 0
 
 
 class _Nearest(torch.nn.Module):
