@@ -530,7 +530,7 @@ def _check_cpu_memory(run: _TrainingRun, cli: bool) -> None:
     patch = run.config.patch
     keep_rng, hooks = torch.random.fork_rng(devices=[]), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
     with keep_rng, hooks, torch.autocast("cpu", dtype=torch.bfloat16, enabled=run.bf16):
-        run.forward(torch.zeros(1, 3, patch, patch))
+        run.model(torch.zeros(1, 3, patch, patch))  # eager: a compiled forward would compile for this batch too
     weights = sum(p.numel() * 4 for p in run.model.parameters())
     need = sum(saved.values()) * run.batch * _STEP_OVERHEAD + 5 * weights
     free = available_ram()
