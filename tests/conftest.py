@@ -14,11 +14,15 @@ from typing import Any
 import pytest
 import torch
 
-# The suite presses Ctrl-C as a user at a terminal does; a shell running it as a background job (``pytest &``, a
-# CI runner's script) starts it with SIGINT ignored, which sst-cli rightly leaves ignored (``signals.catchable``),
-# and which the programs the tests start would inherit.
-if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite presses Ctrl-C as a user at a terminal does; a shell running it as a background job (``pytest &``,
+    a CI runner's script) starts it with SIGINT ignored, which sst-cli rightly leaves ignored (``signals.catchable``)
+    and the programs the tests start would inherit. A hook, not module code: worker processes that import this
+    file must keep the disposition they were started with."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 GOLDEN = SHARED / "golden"
