@@ -119,7 +119,7 @@ class Asked:
     @property
     def spelling(self) -> Spelling:
         """The same, for the Hub's messages (``hub.advice``)."""
-        return Spelling(self.name("weights"), self.name("hub_repo"), self.cli)
+        return Spelling("weights" if self.cli else self.weights, self.cli)
 
 
 LOAD_MODEL = Asked()

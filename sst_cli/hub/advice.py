@@ -12,18 +12,16 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from ..checks import option_name, option_value
+
 
 @dataclass(frozen=True)
 class Spelling:
-    """``weights``: the option that takes a weights file; ``hub_repo``: the one that names a repository; ``cli``:
-    written as options (``--weights PATH``) rather than keywords (``weights='PATH'``)."""
+    """``weights``: the keyword that takes a weights file (``source`` for ``load_model``); ``cli``: written as
+    options (``--weights PATH``, ``checks.option_value``) rather than keywords (``source='PATH'``)."""
 
-    weights: str = "--weights"
-    hub_repo: str = "--hub-repo"
+    weights: str = "weights"
     cli: bool = True
-
-    def given(self, option: str, value: str) -> str:
-        return f"{option} {value}" if self.cli else f"{option}={value!r}"
 
 
 _COMMAND_LINE = Spelling()
@@ -47,15 +45,14 @@ def spoken_to(spelling: Spelling) -> Iterator[None]:
 def own_weights(value: str = "PATH") -> str:
     """``--weights PATH`` / ``source='PATH'``: a weights file the caller passes."""
     spelling = _spelling()
-    return spelling.given(spelling.weights, value)
+    return option_value(spelling.weights, value, spelling.cli)
 
 
 def named_repo(value: str = "OWNER/REPO") -> str:
     """``--hub-repo OWNER/REPO`` / ``hub_repo='OWNER/REPO'``."""
-    spelling = _spelling()
-    return spelling.given(spelling.hub_repo, value)
+    return option_value("hub_repo", value, _spelling().cli)
 
 
 def repo_option() -> str:
     """The repository option's name alone: ``--hub-repo`` / ``hub_repo``."""
-    return _spelling().hub_repo
+    return option_name("hub_repo", _spelling().cli)
