@@ -114,10 +114,7 @@ def check_declared_scales(networks: list[ModelSpec], labels: list[str], asked: i
     if asked is not None:
         wrong = next(((label, scale) for label, scale in known if scale != asked), None)
         if wrong is not None:
-            raise ConfigError(
-                f"{wrong[0]} upscales x{wrong[1]}, the comparison is at x{asked}: compare at x{wrong[1]}, or models "
-                f"for x{asked}"
-            )
+            raise _not_at(wrong[0], wrong[1], asked)
         return
     (first, first_scale), *others = known
     for label, scale in others:
@@ -160,6 +157,14 @@ def _in_srgb(rgb: np.ndarray, icc: bytes) -> np.ndarray:
     except (ImageCms.PyCMSError, OSError, ValueError):
         return rgb
     return np.asarray(converted) if converted is not None else rgb
+
+
+def _not_at(label: str, scale: int, asked: int) -> ConfigError:
+    """A model of another scale than the comparison's, said with what to do (its file's stated scale, checked
+    before anything runs, or the scale its loaded weights turn out to have)."""
+    return ConfigError(
+        f"{label} upscales x{scale}, the comparison is at x{asked}: compare at x{scale}, or models for x{asked}"
+    )
 
 
 def bicubic_picture(picture: Picture, scale: int) -> Picture:
@@ -254,10 +259,7 @@ def run_compare(
             if upscaler is None:
                 upscaler = Upscaler(spec, options=settings.options)
             if upscaler.scale != scale:
-                raise ConfigError(
-                    f"{label} upscales x{upscaler.scale}, the comparison is at x{scale}: compare at x{upscaler.scale}, "
-                    f"or models for x{scale}"
-                )
+                raise _not_at(label, upscaler.scale, scale)
             for path in inputs:
                 out, _ = upscaler.upscale_picture(read_image(path))
                 report.add_output(keys[path], label, frame(out), ran_on=asdict(RanOn.of(upscaler)))

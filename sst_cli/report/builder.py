@@ -12,7 +12,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -273,7 +273,7 @@ class ReportBuilder:
                     continue
                 ssims = [s.ssim for s in scores if s.ssim is not None]
                 row: dict = {"dataset": dataset, "scale": scale, "method": method.label}
-                ran_on = next((e.ran_on[method.id] for e in entries if method.id in e.ran_on), None)
+                ran_on = _ran_on(entries, method.id)
                 if ran_on is not None:  # where it ran: as each result of ``sst eval --json`` says it
                     row["ran_on"] = ran_on
                 row |= {
@@ -336,7 +336,7 @@ class ReportBuilder:
         summary rows to carry it, and a shared report should say whether a model ran in bf16 on a GPU."""
         found = {}
         for method in self.methods:
-            ran_on = next((e.ran_on[method.id] for e in self.entries.values() if method.id in e.ran_on), None)
+            ran_on = _ran_on(self.entries.values(), method.id)
             if ran_on is not None:
                 found[method.label] = ran_on
         return found
@@ -352,6 +352,11 @@ class ReportBuilder:
         page.write_text(index_page.render_page(self), encoding="utf-8")
         self.finished = True
         return page
+
+
+def _ran_on(entries: Iterable[ImageEntry], method_id: str) -> dict[str, str] | None:
+    """Where ``method_id``'s outputs among ``entries`` were computed (one model runs one way), if recorded."""
+    return next((e.ran_on[method_id] for e in entries if method_id in e.ran_on), None)
 
 
 @contextmanager
