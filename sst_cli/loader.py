@@ -509,11 +509,7 @@ def _load_zoo_file(
             instead = f"{asked.value('hub_repo', 'OWNER/REPO')} for a repository that holds them"
         else:  # a file of --hub-repo (or SST_HUB_REPO) is never pinned, and the repository was named already
             gone = fate or "is not used"
-            instead = (
-                f"another {asked.name('hub_repo')} than {hub_repo}"
-                if hub_repo
-                else f"another SST_HUB_REPO than {variable}"
-            )
+            instead = f"another {asked.name('hub_repo') if hub_repo else 'SST_HUB_REPO'} than {hub_repo or variable}"
         weights = asked.name("weights")
         right_file = f"{weights} with the right file" if asked.cli else f"the right file as {weights}"
         raise CheckpointError(
